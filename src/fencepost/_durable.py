@@ -1,0 +1,230 @@
+"""The durable writer: one serialized write transaction per call, snapshot reads, retries.
+
+Contract (REFERENCE 1.2, seed compose-the-stores): two write transactions can never both commit
+from snapshots that exclude each other's writes. SQLite gets there with ``BEGIN IMMEDIATE``;
+PostgreSQL with a per-schema ``pg_advisory_xact_lock`` taken first. A nested ``write`` joins the
+outer transaction as a savepoint. A transient failure (busy, serialization, deadlock, lost
+connection) retries the whole outermost callable; driver errors are classified by code, never by
+message text, and surface without SQL text or bound values.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sqlalchemy import create_engine
+from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.pool import NullPool
+
+from fencepost._dialects import Backend, PostgresBackend, SqliteBackend
+from fencepost.errors import DatabaseMissing, FencepostError, PersistenceError
+
+T = TypeVar("T")
+
+DEFAULT_URL = "sqlite:///.flows/flows.db"
+DEFAULT_SCHEMA = "fencepost"
+MAX_ATTEMPTS = 12
+
+
+class DbFailure(Exception):
+    """A database failure, value-free: ``category`` is ``constraint`` or ``persistence_failed``."""
+
+    def __init__(self, category: str, code: str | None) -> None:
+        self.category = category
+        self.code = code
+        super().__init__(f"{category} ({code or 'no code'})")
+
+
+@dataclass
+class _Txn:
+    conn: Connection
+    write: bool
+    after_commit: list[Callable[[], None]] = field(default_factory=list)
+
+
+_current: contextvars.ContextVar[dict[int, _Txn] | None] = contextvars.ContextVar(
+    "fencepost_txn", default=None
+)
+
+
+def resolve_url(url: str | None) -> str:
+    """``url``, else ``$FENCEPOST_DB``, else the embedded default ``sqlite:///.flows/flows.db``."""
+    return url or os.environ.get("FENCEPOST_DB") or DEFAULT_URL
+
+
+def redact_url(url: str) -> str:
+    """The URL with any password hidden, safe to print."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return "<unparseable database URL>"
+
+
+class Database:
+    """An engine plus the write/read discipline every store shares."""
+
+    def __init__(self, url: str | None = None, *, readonly: bool = False) -> None:
+        self.url = resolve_url(url)
+        parsed = make_url(self.url)
+        query = dict(parsed.query)
+        options = {k: str(query.pop(k)) for k in ("schema", "synchronous", "busy_timeout_ms") if k in query}
+        parsed = parsed.set(query=query)
+        self.readonly = readonly
+        backend_name = parsed.get_backend_name()
+        if backend_name == "sqlite":
+            self.backend: Backend = SqliteBackend()
+            database = parsed.database or ""
+            if database in ("", ":memory:"):
+                raise ValueError("an in-memory SQLite URL cannot be shared; use fencepost.testing")
+            path = Path(database)
+            if readonly:
+                if not path.exists():
+                    raise DatabaseMissing("persistence_failed", "open", "no database file at the given path")
+                parsed = parsed.set(database=f"file:{path}?mode=ro", query={**query, "uri": "true"})
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            self.path: Path | None = path
+            self.engine: Engine = create_engine(
+                parsed,
+                connect_args={"check_same_thread": False, "timeout": 30},
+                pool_size=8,
+                max_overflow=24,
+            )
+            self.schema: str | None = None
+        elif backend_name == "postgresql":
+            if parsed.get_driver_name() not in ("psycopg", "psycopg_async"):
+                parsed = parsed.set(drivername="postgresql+psycopg")
+            self.schema = options.get("schema", DEFAULT_SCHEMA)
+            self.backend = PostgresBackend(self.schema)
+            self.path = None
+            self.engine = create_engine(
+                parsed,
+                pool_size=8,
+                max_overflow=24,
+                connect_args={"connect_timeout": 10, "application_name": "fencepost"},
+            )
+        else:
+            raise ValueError("unsupported database URL scheme (use sqlite:/// or postgresql://)")
+        self.backend.configure(self.engine, readonly=readonly, options=options)
+        self._read_options = self.backend.read_options()
+
+    # ------------------------------------------------------------------ transactions
+    def write(self, fn: Callable[[Connection], T]) -> T:
+        """Run ``fn(conn)`` in one serialized write transaction and return its result.
+
+        Nested inside another ``write`` (same thread or task), ``fn`` runs in a savepoint of the
+        outer transaction. Transient failures retry the whole outermost ``fn``; other driver
+        failures raise ``DbFailure``; a ``FencepostError`` raised by ``fn`` rolls back and
+        propagates unchanged.
+        """
+        if self.readonly:
+            raise PersistenceError("persistence_failed", "write", "database was opened read-only")
+        active = _current.get()
+        txn = active.get(id(self)) if active else None
+        if txn is not None:
+            if not txn.write:
+                raise PersistenceError("persistence_failed", "write", "a write cannot nest in a read")
+            try:
+                with txn.conn.begin_nested():
+                    return fn(txn.conn)
+            except DBAPIError as exc:
+                if self.backend.is_transient(exc):
+                    raise
+                raise self._failure(exc) from None
+        return self._run(fn, write=True)
+
+    def read(self, fn: Callable[[Connection], T]) -> T:
+        """Run ``fn(conn)`` in one read-only snapshot (or inside the caller's open transaction)."""
+        active = _current.get()
+        txn = active.get(id(self)) if active else None
+        if txn is not None:
+            return fn(txn.conn)
+        return self._run(fn, write=False)
+
+    def after_commit(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once the outermost write commits (never on rollback or retry)."""
+        active = _current.get()
+        txn = active.get(id(self)) if active else None
+        if txn is None:
+            callback()
+        else:
+            txn.after_commit.append(callback)
+
+    def in_write(self) -> bool:
+        active = _current.get()
+        txn = active.get(id(self)) if active else None
+        return bool(txn and txn.write)
+
+    def _run(self, fn: Callable[[Connection], T], *, write: bool) -> T:
+        delay = 0.005
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            try:
+                return self._once(fn, write=write)
+            except DBAPIError as exc:
+                if self.backend.is_transient(exc) and attempt < MAX_ATTEMPTS:
+                    time.sleep(delay * (0.5 + random.random()))
+                    delay = min(delay * 2, 0.5)
+                    continue
+                raise self._failure(exc) from None
+            except SQLAlchemyError as exc:
+                raise self._failure(exc) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _once(self, fn: Callable[[Connection], T], *, write: bool) -> T:
+        conn = self.engine.connect()
+        try:
+            if write:
+                conn.execution_options(fencepost_write=True)
+            elif self._read_options:
+                conn.execution_options(**self._read_options)
+            txn = _Txn(conn, write)
+            active = dict(_current.get() or {})
+            active[id(self)] = txn
+            token = _current.set(active)
+            try:
+                with conn.begin():
+                    if write:
+                        self.backend.begin_write(conn)
+                    result = fn(conn)
+            finally:
+                _current.reset(token)
+        finally:
+            conn.close()
+        for callback in txn.after_commit:
+            callback()
+        return result
+
+    def _failure(self, exc: BaseException) -> DbFailure:
+        category, code = self.backend.classify(exc)
+        return DbFailure(category, code)
+
+    def connect(self) -> Connection:
+        """A plain connection (autobegin) for migrations, tests and tools."""
+        return self.engine.connect()
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+    @property
+    def name(self) -> str:
+        return self.backend.name
+
+
+def map_failure(exc: DbFailure, error_cls: type[FencepostError], method: str, subject: str) -> FencepostError:
+    """Translate a ``DbFailure`` into a store error with a value-free message."""
+    err = error_cls(exc.category, method, f"{subject} persistence failed")
+    err.db_code = exc.code  # type: ignore[attr-defined]
+    return err
+
+
+def null_pool_engine(url: str) -> Engine:
+    """A throwaway engine without pooling (tests and tools that must not hold connections)."""
+    return create_engine(url, poolclass=NullPool)

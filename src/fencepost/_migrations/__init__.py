@@ -1,0 +1,136 @@
+"""Numbered SQL migrations, applied once, in one pass, in one write transaction.
+
+Files are ``<id>_<namespace>_<name>.<sqlite|postgresql>.sql``. Namespaces own id blocks of 1000
+(journal 0, run-store 1000, changefeed 2000, projections 3000), as upstream's loader does. The
+ledger is ``flows_migrations``. The pass runs under the durable writer's lock, so several
+processes opening one fresh database at once apply each migration exactly once.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from importlib import resources
+
+from sqlalchemy import text
+from sqlalchemy.engine import Connection
+
+from fencepost._durable import Database
+from fencepost.errors import PersistenceError
+
+_NAME = re.compile(r"^(\d{4})_([a-z-]+)_([a-z0-9_]+)\.(sqlite|postgresql)\.sql$")
+BLOCKS = {"journal": 0, "run-store": 1000, "changefeed": 2000, "projections": 3000}
+ALL_NAMESPACES = tuple(BLOCKS)
+STORE_NAMESPACES = ("journal", "run-store", "changefeed")
+
+
+@dataclass(frozen=True)
+class Migration:
+    id: int
+    namespace: str
+    name: str
+    script: str
+
+    @property
+    def recorded_name(self) -> str:
+        return f"{self.namespace}_{self.name}"
+
+
+def discover(suffix: str, namespaces: tuple[str, ...] = ALL_NAMESPACES) -> list[Migration]:
+    """Every migration file for one backend, in id order, checked against its block."""
+    found: list[Migration] = []
+    for entry in resources.files(__name__).iterdir():
+        m = _NAME.match(entry.name)
+        if not m or m.group(4) != suffix:
+            continue
+        mid, namespace, name = int(m.group(1)), m.group(2), m.group(3)
+        if namespace not in BLOCKS:
+            raise ValueError(f"migration namespace is not registered: {namespace}")
+        if not BLOCKS[namespace] < mid < BLOCKS[namespace] + 1000:
+            raise ValueError(f"migration id {mid} is outside the {namespace} block")
+        if namespace in namespaces:
+            found.append(Migration(mid, namespace, name, entry.read_text(encoding="utf-8")))
+    found.sort(key=lambda m: m.id)
+    ids = [m.id for m in found]
+    if len(ids) != len(set(ids)):
+        raise ValueError("two migrations share an id")
+    return found
+
+
+_LEDGER = {
+    "sqlite": """CREATE TABLE IF NOT EXISTS flows_migrations (
+        migration_id INTEGER PRIMARY KEY,
+        name TEXT NOT NULL
+    )""",
+    "postgresql": """CREATE TABLE IF NOT EXISTS flows_migrations (
+        migration_id INTEGER PRIMARY KEY,
+        name TEXT NOT NULL
+    )""",
+}
+
+
+def _ledger_exists(conn: Connection, db: Database) -> bool:
+    if db.backend.name == "sqlite":
+        row = conn.exec_driver_sql(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'flows_migrations'"
+        ).first()
+    else:
+        row = conn.execute(
+            text("SELECT 1 FROM pg_tables WHERE schemaname = :s AND tablename = 'flows_migrations'"),
+            {"s": db.schema},
+        ).first()
+    return row is not None
+
+
+def _applied(conn: Connection, db: Database) -> dict[int, str]:
+    if not _ledger_exists(conn, db):
+        return {}
+    return {int(r[0]): r[1] for r in conn.exec_driver_sql("SELECT migration_id, name FROM flows_migrations")}
+
+
+def pending(db: Database, namespaces: tuple[str, ...] = STORE_NAMESPACES) -> list[Migration]:
+    """Migrations not yet applied (read without the write lock)."""
+    wanted = discover(db.backend.migration_suffix, namespaces)
+    applied = db.read(lambda conn: _applied(conn, db))
+    _check_names(wanted, applied)
+    return [m for m in wanted if m.id not in applied]
+
+
+def _check_names(wanted: list[Migration], applied: dict[int, str]) -> None:
+    for m in wanted:
+        if m.id in applied and applied[m.id] != m.recorded_name:
+            raise PersistenceError(
+                "persistence_failed", "migrate", f"migration {m.id} was recorded under another name"
+            )
+
+
+def migrate(db: Database, namespaces: tuple[str, ...] = STORE_NAMESPACES) -> list[int]:
+    """Apply every missing migration of ``namespaces`` in one write transaction; return their ids."""
+    wanted = discover(db.backend.migration_suffix, namespaces)
+    if db.backend.name == "postgresql" or (db.path is not None and db.path.exists()):
+        try:
+            if not pending(db, namespaces):
+                return []
+        except Exception:
+            pass  # a schema that does not exist yet: fall through to the locked pass
+
+    def body(conn: Connection) -> list[int]:
+        if db.backend.name == "postgresql":
+            conn.exec_driver_sql(f'CREATE SCHEMA IF NOT EXISTS "{db.schema}"')
+        conn.exec_driver_sql(_LEDGER[db.backend.name])
+        applied = _applied(conn, db)
+        _check_names(wanted, applied)
+        done: list[int] = []
+        for m in wanted:
+            if m.id in applied:
+                continue
+            for statement in db.backend.split_script(m.script):
+                conn.exec_driver_sql(statement)
+            conn.execute(
+                text("INSERT INTO flows_migrations (migration_id, name) VALUES (:id, :name)"),
+                {"id": m.id, "name": m.recorded_name},
+            )
+            done.append(m.id)
+        return done
+
+    return db.write(body)

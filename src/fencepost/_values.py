@@ -1,0 +1,174 @@
+"""Durable values: what may cross the persistence boundary (seed ``durable-values.md``).
+
+Only exact ``dict`` (str keys), ``list``, ``str``, ``int``, finite ``float``, ``bool`` and ``None``
+are durable, with no cycles, no lone surrogate and no NUL in any string or key. Depth and node counts
+are bounded; there is no byte bound except on checkpoints. Every refusal names the rule and the limit
+or length, never the value, because it reaches logs and spans.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+import msgspec
+
+SAFE_MAX = 9_007_199_254_740_991
+MAXIMUM_JSON_DEPTH = 128
+MAXIMUM_JSON_NODES = 100_000
+MAXIMUM_IDENTIFIER_UNITS = 1024
+
+Fail = Callable[[str], NoReturn]
+
+_json_decoder = msgspec.json.Decoder()
+_json_encoder = msgspec.json.Encoder()
+
+
+class ValueRefused(ValueError):
+    """Internal: a durable-value rule was broken; ``str()`` is a value-free complaint."""
+
+
+def utf16_units(text: str) -> int:
+    """Length of ``text`` in UTF-16 code units (an astral character counts 2)."""
+    n = len(text)
+    if text.isascii():
+        return n
+    return n + sum(1 for ch in text if ord(ch) > 0xFFFF)
+
+
+def text_problem(text: str) -> str | None:
+    """Return the broken text rule (``contains NUL`` / ``contains a lone surrogate``) or None."""
+    if "\x00" in text:
+        return "contains NUL"
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return "contains a lone surrogate"
+    return None
+
+
+def identifier_problem(value: object) -> str | None:
+    """Why ``value`` is not a durable identifier (1..1024 UTF-16 units, no NUL, no lone surrogate)."""
+    if type(value) is not str:
+        return "must be a string"
+    if not value:
+        return "must not be empty"
+    if len(value) > MAXIMUM_IDENTIFIER_UNITS or utf16_units(value) > MAXIMUM_IDENTIFIER_UNITS:
+        return f"must be at most {MAXIMUM_IDENTIFIER_UNITS} UTF-16 units (got {utf16_units(value)})"
+    return text_problem(value)
+
+
+def is_safe_int(value: object) -> bool:
+    """True for an exact ``int`` (never ``bool``) in ``0 ..= 2**53 - 1``."""
+    return type(value) is int and 0 <= value <= SAFE_MAX
+
+
+def _value_problem(value: Any, max_depth: int, max_nodes: int) -> str | None:
+    nodes = 0
+    on_path: set[int] = set()
+
+    def walk(v: Any, depth: int) -> str | None:
+        nonlocal nodes
+        nodes += 1
+        if nodes > max_nodes:
+            return f"exceeds the node limit of {max_nodes}"
+        t = type(v)
+        if v is None or t is bool or t is int:
+            return None
+        if t is str:
+            p = text_problem(v)
+            return f"string {p}" if p else None
+        if t is float:
+            return None if math.isfinite(v) else "contains a non-finite number"
+        if t is dict or t is list:
+            if depth + 1 > max_depth:
+                return f"exceeds the depth limit of {max_depth}"
+            ident = id(v)
+            if ident in on_path:
+                return "contains a cycle"
+            on_path.add(ident)
+            try:
+                if t is dict:
+                    for k, item in v.items():
+                        if type(k) is not str:
+                            return "has a key that is not a string"
+                        p = text_problem(k)
+                        if p:
+                            return f"key {p}"
+                        nodes += 1
+                        if nodes > max_nodes:
+                            return f"exceeds the node limit of {max_nodes}"
+                        r = walk(item, depth + 1)
+                        if r:
+                            return r
+                else:
+                    for item in v:
+                        r = walk(item, depth + 1)
+                        if r:
+                            return r
+            finally:
+                on_path.discard(ident)
+            return None
+        return f"holds a value of type {t.__name__}, which is not durable"
+
+    return walk(value, 0)
+
+
+def value_problem(value: Any, *, max_depth: int = MAXIMUM_JSON_DEPTH,
+                  max_nodes: int = MAXIMUM_JSON_NODES) -> str | None:
+    """Why ``value`` is not a durable value, or None."""
+    return _value_problem(value, max_depth, max_nodes)
+
+
+def parse_json_text(text: object, *, max_depth: int = MAXIMUM_JSON_DEPTH,
+                    max_nodes: int = MAXIMUM_JSON_NODES) -> tuple[Any, str | None]:
+    """Decode JSON text under the durable-value rules; return ``(value, problem)``.
+
+    ``NaN``/``Infinity`` literals are refused (msgspec's decoder never accepts them), and so
+    are escapes that decode to a lone surrogate or NUL.
+    """
+    if type(text) is not str:
+        return None, "must be a string of JSON text"
+    p = text_problem(text)
+    if p:
+        return None, f"text {p}"
+    try:
+        value = _json_decoder.decode(text)
+    except (msgspec.DecodeError, RecursionError):
+        return None, "is not valid JSON"
+    except UnicodeDecodeError:  # pragma: no cover - msgspec reports escapes as DecodeError
+        return None, "is not valid JSON"
+    problem = _value_problem(value, max_depth, max_nodes)
+    return value, problem
+
+
+def encode_json(value: Any) -> str:
+    """Canonical-enough JSON text for a value that already passed ``value_problem``."""
+    return _json_encoder.encode(value).decode("utf-8")
+
+
+def canonical_json(value: Any) -> bytes:
+    """JSON bytes with sorted keys: the bytes hashes and content comparisons are made over."""
+    return msgspec.json.encode(value, order="sorted")
+
+
+def json_equal(a: Any, b: Any) -> bool:
+    """Structural JSON equality: key order ignored, array order kept, ``true`` never equals ``1``.
+
+    ``1`` and ``1.0`` are the same JSON number (as in JavaScript, where upstream runs); see
+    docs/decisions.md.
+    """
+    ta, tb = type(a), type(b)
+    if ta is bool or tb is bool:
+        return ta is tb and a == b
+    if ta in (int, float) and tb in (int, float):
+        return a == b
+    if ta is not tb:
+        return False
+    if ta is dict:
+        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
+    if ta is list:
+        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
+    return a == b

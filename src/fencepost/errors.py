@@ -1,0 +1,93 @@
+"""The error tree: defects raise, contention is returned as an outcome.
+
+Every message names a field, a rule, a limit or a length, never the rejected value,
+because failure causes reach logs, spans and telemetry.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+RunStoreCode = Literal["invalid_run", "decode_failed", "constraint", "not_found_row", "persistence_failed"]
+AttemptStoreCode = Literal[
+    "invalid_attempt", "constraint", "decode_failed", "persistence_failed", "not_found_row", "unknown"
+]
+JournalCode = Literal[
+    "invalid_event",
+    "idempotency_conflict",
+    "sequence_conflict",
+    "fence_lost",
+    "queue_overflow",
+    "journal_closed",
+    "sink_failed",
+    "read_failed",
+    "decode_failed",
+    "projection_failed",
+    "checkpoint_invalid",
+    "reader_behind",
+    "compacted",
+    "persistence_failed",
+    "constraint",
+    "unknown",
+]
+
+
+class FencepostError(Exception):
+    """Base class of every error fencepost raises on purpose."""
+
+    code: str = "unknown"
+
+    def __init__(self, code: str, method: str, detail: str) -> None:
+        self.code = code
+        self.method = method
+        self.detail = detail
+        super().__init__(f"{code}: {self.component}.{method}: {detail}")
+
+    component = "fencepost"
+
+    def __reduce__(self):  # keep errors picklable across worker processes
+        return (type(self), (self.code, self.method, self.detail))
+
+
+class RunStoreError(FencepostError):
+    """A run-store defect: invalid input, a corrupt row, a constraint or a database failure."""
+
+    component = "RunStore"
+
+
+class AttemptStoreError(FencepostError):
+    """An attempt-store defect: invalid input, a corrupt row or a database failure."""
+
+    component = "AttemptStore"
+
+
+class JournalError(FencepostError):
+    """A journal defect or a refused append (``fence_lost``, ``idempotency_conflict`` ...)."""
+
+    component = "Journal"
+
+
+class SourceChanged(RunStoreError):
+    """A change-feed position or cursor belongs to another source, or is ahead of it: rebuild."""
+
+    def __init__(self, code: str = "invalid_run", method: str = "changesSince",
+                 detail: str = "change cursor requires an explicit source rebuild") -> None:
+        super().__init__(code, method, detail)
+
+
+class ProjectionError(FencepostError):
+    """A projection builder could not run (a second builder holds the name, a bad target ...)."""
+
+    component = "Projection"
+
+
+class PersistenceError(FencepostError):
+    """A database failure raised by the shared plumbing before a store has mapped it."""
+
+    component = "Database"
+
+
+class DatabaseMissing(FencepostError):
+    """A read-only open found no database (read commands never create one)."""
+
+    component = "Database"

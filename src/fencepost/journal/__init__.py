@@ -1,0 +1,33 @@
+"""Append-only journal streams, SqlConsensus leases, redaction, hash chain, replay and verify."""
+
+from __future__ import annotations
+
+import hashlib
+
+from fencepost.journal.entries import Accepted, Duplicate, EntriesPage, Entry
+from fencepost.journal.journal import Journal
+from fencepost.journal.owner import OwnerId
+
+COMPANION_PREFIX = "flows.companion/"
+
+
+def companion_stream(run_id: str, stream: str = "run-store") -> str:
+    """The companion stream id of ``run_id``: ``flows.companion/<stream>/<sha256 hex of run_id>``."""
+    return f"{COMPANION_PREFIX}{stream}/{hashlib.sha256(run_id.encode('utf-8')).hexdigest()}"
+
+
+def is_companion_run_id(run_id: str) -> bool:
+    return run_id.startswith(COMPANION_PREFIX)
+
+
+__all__ = [
+    "COMPANION_PREFIX",
+    "Accepted",
+    "Duplicate",
+    "EntriesPage",
+    "Entry",
+    "Journal",
+    "OwnerId",
+    "companion_stream",
+    "is_companion_run_id",
+]

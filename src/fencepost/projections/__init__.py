@@ -1,0 +1,1 @@
+"""Projection builders: checkpoints, stale rejection, rotation rebuild (built out by the projections issue)."""

@@ -1,0 +1,13 @@
+"""``store.runs`` (built out by the run-store issue)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fencepost._store import Store
+
+
+class RunStore:
+    def __init__(self, store: Store) -> None:
+        self._store = store

@@ -1,0 +1,135 @@
+"""Fixtures: every store test runs on SQLite and on PostgreSQL.
+
+PostgreSQL comes from ``$FENCEPOST_TEST_POSTGRES_URL``; without it from testcontainers where Docker
+runs; otherwise its tests are skipped with a reason, except under ``FENCEPOST_REQUIRE_POSTGRES=1``
+(set by ``.ci/run``), where a missing server fails the run. Each PostgreSQL test gets its own schema.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import create_engine
+from sqlalchemy.pool import NullPool
+
+import fencepost
+from fencepost.clock import ManualClock
+
+_pg_state: dict[str, object] = {}
+
+
+def _postgres_base_url() -> str | None:
+    if "url" in _pg_state:
+        return _pg_state["url"]  # type: ignore[return-value]
+    url = os.environ.get("FENCEPOST_TEST_POSTGRES_URL")
+    if not url:
+        try:
+            from testcontainers.postgres import PostgresContainer
+
+            container = PostgresContainer("postgres:15", driver="psycopg")
+            container.start()
+            _pg_state["container"] = container
+            url = container.get_connection_url()
+        except Exception as exc:  # no Docker here: record why
+            _pg_state["why"] = f"no FENCEPOST_TEST_POSTGRES_URL and testcontainers failed ({type(exc).__name__})"
+            url = None
+    if url and url.startswith("postgresql://"):
+        url = "postgresql+psycopg://" + url[len("postgresql://"):]
+    _pg_state["url"] = url
+    return url
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    container = _pg_state.get("container")
+    if container is not None:
+        container.stop()  # type: ignore[attr-defined]
+
+
+def require_postgres() -> str:
+    url = _postgres_base_url()
+    if url is None:
+        why = str(_pg_state.get("why", "no PostgreSQL server"))
+        if os.environ.get("FENCEPOST_REQUIRE_POSTGRES") == "1":
+            pytest.fail(f"PostgreSQL is required (FENCEPOST_REQUIRE_POSTGRES=1): {why}")
+        pytest.skip(why)
+    return url
+
+
+def _with_schema(url: str, schema: str) -> str:
+    sep = "&" if "?" in url else "?"
+    return f"{url}{sep}schema={schema}"
+
+
+def drop_schema(base_url: str, schema: str) -> None:
+    engine = create_engine(base_url, poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+            conn.commit()
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def backend(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture
+def db_url(backend: str, tmp_path) -> Iterator[str]:
+    """A URL for a fresh, empty database on ``backend``."""
+    if backend == "sqlite":
+        yield f"sqlite:///{tmp_path / 'flows.db'}"
+        return
+    base = require_postgres()
+    schema = "t_" + uuid.uuid4().hex[:16]
+    yield _with_schema(base, schema)
+    drop_schema(base, schema)
+
+
+@pytest.fixture
+def make_db_url(backend: str, tmp_path) -> Iterator:
+    """A factory of fresh database URLs on ``backend`` (for tests that need two databases)."""
+    made: list[str] = []
+
+    def make(kind: str | None = None) -> str:
+        kind = kind or backend
+        if kind == "sqlite":
+            return f"sqlite:///{tmp_path / ('db-' + uuid.uuid4().hex[:8] + '.db')}"
+        base = require_postgres()
+        schema = "t_" + uuid.uuid4().hex[:16]
+        made.append(schema)
+        return _with_schema(base, schema)
+
+    yield make
+    if made:
+        base = require_postgres()
+        for schema in made:
+            drop_schema(base, schema)
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(0)
+
+
+@pytest.fixture
+def store(db_url: str, clock: ManualClock) -> Iterator[fencepost.Store]:
+    s = fencepost.open(db_url, clock=clock)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@pytest.fixture
+def raw(store: fencepost.Store):
+    """A plain SQLAlchemy connection to the store's database (autobegin; call ``commit()``)."""
+    conn = store.db.connect()
+    try:
+        yield conn
+    finally:
+        conn.close()
