@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from fencepost import changefeed as _changefeed
+from fencepost import runstore as _runstore
 from fencepost._store import Store
-from fencepost._store import open as open  # noqa: A004 - the public entry point is fencepost.open
+from fencepost._store import open as open
+from fencepost.changefeed import *  # noqa: F403 - re-exported by design, listed in its __all__
 from fencepost.errors import (
     AttemptStoreError,
     FencepostError,
@@ -12,9 +15,10 @@ from fencepost.errors import (
     SourceChanged,
 )
 from fencepost.journal.owner import OwnerId
+from fencepost.runstore import *  # noqa: F403 - re-exported by design, listed in its __all__
 
 __all__ = sorted(
-    [
+    {
         "AttemptStoreError",
         "FencepostError",
         "JournalError",
@@ -23,5 +27,7 @@ __all__ = sorted(
         "SourceChanged",
         "Store",
         "open",
-    ]
+        *_runstore.__all__,
+        *_changefeed.__all__,
+    }
 )

@@ -1,4 +1,7 @@
-"""Revision source, tombstones, keyset pages, snapshots and the live tail."""
+"""Revision source, tombstones, keyset pages, snapshots and the live tail.
+
+``__all__`` here is what ``fencepost`` re-exports from the change feed.
+"""
 
 from fencepost.changefeed.feed import ChangeFeed
 
