@@ -4,20 +4,18 @@ from __future__ import annotations
 
 from fencepost import changefeed as _changefeed
 from fencepost import runstore as _runstore
-from fencepost._store import Store
-from fencepost._store import open as open
+from fencepost._store import Store as Store
+from fencepost._store import open as open  # noqa: A004 - the public entry point is fencepost.open
 from fencepost.changefeed import *  # noqa: F403 - re-exported by design, listed in its __all__
-from fencepost.errors import (
-    AttemptStoreError,
-    FencepostError,
-    JournalError,
-    RunStoreError,
-    SourceChanged,
-)
-from fencepost.journal.owner import OwnerId
+from fencepost.errors import AttemptStoreError as AttemptStoreError
+from fencepost.errors import FencepostError as FencepostError
+from fencepost.errors import JournalError as JournalError
+from fencepost.errors import RunStoreError as RunStoreError
+from fencepost.errors import SourceChanged as SourceChanged
+from fencepost.journal.owner import OwnerId as OwnerId
 from fencepost.runstore import *  # noqa: F403 - re-exported by design, listed in its __all__
 
-__all__ = sorted(
+__all__ = sorted(  # noqa: PLE0605
     {
         "AttemptStoreError",
         "FencepostError",
