@@ -5,7 +5,7 @@ from __future__ import annotations
 from fencepost import changefeed as _changefeed
 from fencepost import runstore as _runstore
 from fencepost._store import Store as Store
-from fencepost._store import open as open  # noqa: A004 - the public entry point is fencepost.open
+from fencepost._store import open as open
 from fencepost.changefeed import *  # noqa: F403 - re-exported by design, listed in its __all__
 from fencepost.errors import AttemptStoreError as AttemptStoreError
 from fencepost.errors import FencepostError as FencepostError
@@ -15,7 +15,7 @@ from fencepost.errors import SourceChanged as SourceChanged
 from fencepost.journal.owner import OwnerId as OwnerId
 from fencepost.runstore import *  # noqa: F403 - re-exported by design, listed in its __all__
 
-__all__ = sorted(  # noqa: PLE0605
+__all__ = sorted(
     {
         "AttemptStoreError",
         "FencepostError",

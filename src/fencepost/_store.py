@@ -59,7 +59,9 @@ def open(url: str | None = None, *, clock: Clock | None = None, attempt_policy: 
             except Exception:
                 raise PersistenceError("persistence_failed", "open", "database is not a fencepost store") from None
             if missing:
-                raise PersistenceError("persistence_failed", "open", "database needs migrations (open it writable once)")
+                raise PersistenceError(
+                    "persistence_failed", "open", "database needs migrations (open it writable once)"
+                )
         else:
             migrate(db)
         return Store(db, clock=clock, attempt_policy=attempt_policy, consensus=consensus)
