@@ -33,7 +33,7 @@ END;
 
 -- SqlConsensus leases (line A): the arbiter of run ownership.
 CREATE TABLE flows_consensus_leases (
-    run_id TEXT PRIMARY KEY CHECK (length(run_id) > 0),
+    run_id TEXT NOT NULL PRIMARY KEY CHECK (length(run_id) > 0),
     owner_host_id TEXT CHECK (owner_host_id IS NULL OR length(owner_host_id) > 0),
     owner_pid INTEGER CHECK (owner_pid IS NULL OR (typeof(owner_pid) = 'integer' AND owner_pid >= 0 AND owner_pid <= 9007199254740991)),
     owner_nonce TEXT CHECK (owner_nonce IS NULL OR length(owner_nonce) > 0),

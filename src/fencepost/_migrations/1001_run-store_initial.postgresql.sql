@@ -1,7 +1,7 @@
 -- Runs and attempts (REFERENCE 1.3, 1.4): every invariant is a CHECK, so raw SQL cannot
 -- leave a half-owned row behind either.
 CREATE TABLE flows_runs (
-    run_id TEXT PRIMARY KEY CHECK (length(run_id) > 0),
+    run_id TEXT NOT NULL PRIMARY KEY CHECK (length(run_id) > 0),
     status TEXT NOT NULL CHECK (status IN ('pending', 'running', 'suspended', 'completed', 'failed', 'cancelled')),
     state_json TEXT NOT NULL CHECK (fencepost_json_valid_v1(state_json)),
     created_at_ms BIGINT NOT NULL CHECK (created_at_ms >= 0 AND created_at_ms <= 9007199254740991),

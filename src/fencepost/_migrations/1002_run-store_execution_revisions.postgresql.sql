@@ -3,7 +3,7 @@
 -- The UPDATE of the single source row also holds its row lock until commit, so even a raw
 -- writer that skips the advisory lock allocates revisions in commit order.
 CREATE TABLE flows_run_source (
-    singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
+    singleton INTEGER NOT NULL PRIMARY KEY CHECK (singleton = 1),
     source TEXT NOT NULL CHECK (length(source) = 32 AND source !~ '[^0-9a-f]'),
     revision BIGINT NOT NULL CHECK (revision >= 0 AND revision <= 9007199254740991)
 );
@@ -11,7 +11,7 @@ INSERT INTO flows_run_source (singleton, source, revision)
     VALUES (1, replace(gen_random_uuid()::text, '-', ''), 0);
 
 CREATE TABLE flows_run_changes (
-    run_id TEXT PRIMARY KEY CHECK (length(run_id) > 0),
+    run_id TEXT NOT NULL PRIMARY KEY CHECK (length(run_id) > 0),
     revision BIGINT NOT NULL UNIQUE CHECK (revision >= 1 AND revision <= 9007199254740991),
     deleted INTEGER NOT NULL CHECK (deleted IN (0, 1))
 );

@@ -1,14 +1,14 @@
 -- Execution revisions (seed execution-revisions.md, REFERENCE 1.5). Triggers, not Python,
 -- advance the revision, so raw SQL writes are tracked too and roll back with their mutation.
 CREATE TABLE flows_run_source (
-    singleton INTEGER PRIMARY KEY CHECK (singleton = 1),
+    singleton INTEGER NOT NULL PRIMARY KEY CHECK (singleton = 1),
     source TEXT NOT NULL CHECK (length(source) = 32 AND source NOT GLOB '*[^0-9a-f]*'),
     revision INTEGER NOT NULL CHECK (typeof(revision) = 'integer' AND revision >= 0 AND revision <= 9007199254740991)
 );
 INSERT INTO flows_run_source (singleton, source, revision) VALUES (1, lower(hex(randomblob(16))), 0);
 
 CREATE TABLE flows_run_changes (
-    run_id TEXT PRIMARY KEY CHECK (length(run_id) > 0),
+    run_id TEXT NOT NULL PRIMARY KEY CHECK (length(run_id) > 0),
     revision INTEGER NOT NULL UNIQUE CHECK (typeof(revision) = 'integer' AND revision >= 1 AND revision <= 9007199254740991),
     deleted INTEGER NOT NULL CHECK (deleted IN (0, 1))
 );

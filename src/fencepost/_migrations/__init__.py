@@ -59,11 +59,11 @@ def discover(suffix: str, namespaces: tuple[str, ...] = ALL_NAMESPACES) -> list[
 
 _LEDGER = {
     "sqlite": """CREATE TABLE IF NOT EXISTS flows_migrations (
-        migration_id INTEGER PRIMARY KEY,
+        migration_id INTEGER NOT NULL PRIMARY KEY,
         name TEXT NOT NULL
     )""",
     "postgresql": """CREATE TABLE IF NOT EXISTS flows_migrations (
-        migration_id INTEGER PRIMARY KEY,
+        migration_id INTEGER NOT NULL PRIMARY KEY,
         name TEXT NOT NULL
     )""",
 }

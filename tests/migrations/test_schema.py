@@ -1,0 +1,113 @@
+"""Migrations: one pass, idempotent, concurrent-safe, and equal to what ``_schema.py`` declares."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import uuid
+
+import pytest
+from sqlalchemy import inspect, text
+
+import fencepost
+from fencepost import _schema
+from fencepost._durable import Database
+from fencepost._migrations import STORE_NAMESPACES, discover, migrate
+from tests.conftest import drop_schema, require_postgres
+
+
+def _columns(db: Database, table: str) -> dict[str, bool]:
+    with db.connect() as conn:
+        insp = inspect(conn)
+        return {c["name"]: bool(c["nullable"]) for c in insp.get_columns(table)}
+
+
+def _pk(db: Database, table: str) -> list[str]:
+    with db.connect() as conn:
+        return list(inspect(conn).get_pk_constraint(table)["constrained_columns"])
+
+
+def test_migrated_schema_matches_declared_tables(store: fencepost.Store) -> None:
+    """Every table in ``_schema.metadata`` exists with exactly its columns, nullability and key."""
+    for table in _schema.metadata.sorted_tables:
+        reflected = _columns(store.db, table.name)
+        declared = {c.name: bool(c.nullable) for c in table.columns}
+        assert reflected == declared, table.name
+        assert sorted(_pk(store.db, table.name)) == sorted(c.name for c in table.primary_key.columns), table.name
+
+
+def test_every_migration_is_recorded_once_under_its_name(store: fencepost.Store, raw) -> None:
+    rows = raw.exec_driver_sql("SELECT migration_id, name FROM flows_migrations ORDER BY migration_id").all()
+    expected = [(m.id, m.recorded_name) for m in discover(store.db.backend.migration_suffix, STORE_NAMESPACES)]
+    assert [(int(a), b) for a, b in rows] == expected
+
+
+def test_migrate_again_applies_nothing(store: fencepost.Store) -> None:
+    assert migrate(store.db) == []
+
+
+def test_source_identity_is_32_lowercase_hex_at_revision_zero(store: fencepost.Store, raw) -> None:
+    source, revision = raw.exec_driver_sql("SELECT source, revision FROM flows_run_source").one()
+    assert len(source) == 32 and all(c in "0123456789abcdef" for c in source)
+    assert int(revision) == 0
+
+
+def test_migration_recorded_under_another_name_is_refused(store: fencepost.Store, raw) -> None:
+    raw.exec_driver_sql("UPDATE flows_migrations SET name = 'journal_renamed' WHERE migration_id = 1")
+    raw.commit()
+    with pytest.raises(fencepost.FencepostError) as err:
+        migrate(store.db)
+    assert "recorded under another name" in str(err.value)
+
+
+def _open_and_count(url: str, barrier, out) -> None:
+    barrier.wait()
+    try:
+        with fencepost.open(url) as s:
+            with s.db.connect() as conn:
+                n = conn.exec_driver_sql("SELECT count(*) FROM flows_migrations").scalar()
+                src = conn.exec_driver_sql("SELECT count(*) FROM flows_run_source").scalar()
+        out.put(("ok", int(n), int(src)))
+    except BaseException as exc:  # report to the parent instead of dying silently
+        out.put(("error", type(exc).__name__, str(exc)[:200]))
+
+
+def test_four_processes_opening_one_fresh_database_migrate_it_once(db_url: str) -> None:
+    """Opening a fresh file/schema from 4 processes at once applies each migration exactly once."""
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(4)
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_open_and_count, args=(db_url, barrier, out)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    results = [out.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+    assert all(r[0] == "ok" for r in results), results
+    n_migrations = len(discover("sqlite" if db_url.startswith("sqlite") else "postgresql", STORE_NAMESPACES))
+    assert {r[1] for r in results} == {n_migrations}
+    assert {r[2] for r in results} == {1}
+
+
+def test_readonly_open_of_missing_sqlite_file_is_an_error(tmp_path) -> None:
+    with pytest.raises(fencepost.FencepostError):
+        fencepost.open(f"sqlite:///{tmp_path / 'absent.db'}", readonly=True)
+    assert not (tmp_path / "absent.db").exists()
+
+
+def test_readonly_open_never_migrates_an_empty_postgres_schema() -> None:
+    """A read-only open of an empty PostgreSQL schema fails and creates no table."""
+    base = require_postgres()
+    schema = "t_" + uuid.uuid4().hex[:16]
+    db_url = f"{base}?schema={schema}"
+    with pytest.raises(fencepost.FencepostError):
+        fencepost.open(db_url, readonly=True)
+    db = Database(db_url)
+    try:
+        with db.connect() as conn:
+            n = conn.execute(
+                text("SELECT count(*) FROM pg_tables WHERE schemaname = :s"), {"s": db.schema}
+            ).scalar()
+        assert n == 0
+    finally:
+        db.dispose()
+        drop_schema(base, schema)
