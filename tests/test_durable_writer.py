@@ -1,0 +1,148 @@
+"""The durable writer: serialized writes, savepoints, whole-transaction retry, value-free failures."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+
+import psycopg
+import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
+
+import fencepost
+from fencepost._durable import DbFailure
+
+SETUP = "CREATE TABLE IF NOT EXISTS witness (n INTEGER NOT NULL)"
+
+
+def _transient(backend: str) -> OperationalError:
+    if backend == "sqlite":
+        orig = sqlite3.OperationalError("database is locked")
+        orig.sqlite_errorname = "SQLITE_BUSY"  # type: ignore[attr-defined]
+        orig.sqlite_errorcode = 5  # type: ignore[attr-defined]
+    else:
+        orig = psycopg.errors.SerializationFailure("could not serialize")
+    return OperationalError("INSERT ...", {}, orig)
+
+
+@pytest.fixture
+def witness(store: fencepost.Store):
+    store.db.write(lambda c: c.exec_driver_sql(SETUP))
+    return store
+
+
+def _count(store: fencepost.Store) -> list[int]:
+    return store.db.read(lambda c: [int(r[0]) for r in c.exec_driver_sql("SELECT n FROM witness ORDER BY n")])
+
+
+def test_transient_failure_retries_the_whole_outer_callable(witness: fencepost.Store, backend: str) -> None:
+    """DW-01: an injected busy/serialization failure inside a nested write reruns the outer body."""
+    calls = []
+
+    def nested(conn):
+        if len(calls) == 1:
+            raise _transient(backend)
+        conn.exec_driver_sql("INSERT INTO witness (n) VALUES (100)")
+
+    def outer(conn):
+        calls.append(1)
+        conn.execute(text("INSERT INTO witness (n) VALUES (:n)"), {"n": len(calls)})
+        witness.db.write(nested)
+        return len(calls)
+
+    assert witness.db.write(outer) == 2
+    assert _count(witness) == [2, 100]
+
+
+def test_savepoint_rolls_back_only_the_nested_write(witness: fencepost.Store) -> None:
+    def nested(conn):
+        conn.exec_driver_sql("INSERT INTO witness (n) VALUES (7)")
+        raise fencepost.RunStoreError("invalid_run", "test", "refused")
+
+    def outer(conn):
+        conn.exec_driver_sql("INSERT INTO witness (n) VALUES (1)")
+        with pytest.raises(fencepost.RunStoreError):
+            witness.db.write(nested)
+        conn.exec_driver_sql("INSERT INTO witness (n) VALUES (2)")
+
+    witness.db.write(outer)
+    assert _count(witness) == [1, 2]
+
+
+def test_error_in_body_rolls_back_everything(witness: fencepost.Store) -> None:
+    def body(conn):
+        conn.exec_driver_sql("INSERT INTO witness (n) VALUES (1)")
+        raise fencepost.RunStoreError("invalid_run", "test", "refused")
+
+    with pytest.raises(fencepost.RunStoreError):
+        witness.db.write(body)
+    assert _count(witness) == []
+
+
+def test_after_commit_runs_once_after_outermost_commit_and_never_on_rollback(witness, backend) -> None:
+    """DW-05/06 at the writer level: post-commit callbacks survive a retry exactly once."""
+    fired: list[str] = []
+    attempts = []
+
+    def body(conn):
+        attempts.append(1)
+        witness.db.after_commit(lambda: fired.append("commit"))
+        conn.exec_driver_sql("INSERT INTO witness (n) VALUES (1)")
+        if len(attempts) == 1:
+            raise _transient(backend)
+
+    witness.db.write(body)
+    assert fired == ["commit"] and len(attempts) == 2
+
+    def failing(conn):
+        witness.db.after_commit(lambda: fired.append("rolled-back"))
+        raise fencepost.RunStoreError("invalid_run", "test", "refused")
+
+    with pytest.raises(fencepost.RunStoreError):
+        witness.db.write(failing)
+    assert fired == ["commit"]
+
+
+def test_constraint_failure_is_classified_without_values(store: fencepost.Store) -> None:
+    secret = "sk-live-0123456789abcdef"
+
+    def body(conn):
+        conn.execute(
+            text("INSERT INTO flows_runs (run_id, status, state_json, created_at_ms) VALUES (:i, 'x', :s, 0)"),
+            {"i": secret, "s": "{}"},
+        )
+
+    with pytest.raises(DbFailure) as err:
+        store.db.write(body)
+    assert err.value.category == "constraint"
+    assert secret not in str(err.value) and err.value.__cause__ is None
+
+
+def test_reads_inside_a_write_are_under_the_writer_lock(store: fencepost.Store) -> None:
+    """Read-modify-write from 4 threads never loses an increment (BEGIN IMMEDIATE / advisory lock)."""
+    store.db.write(lambda c: c.exec_driver_sql("CREATE TABLE counter (n INTEGER NOT NULL)"))
+    store.db.write(lambda c: c.exec_driver_sql("INSERT INTO counter (n) VALUES (0)"))
+    rounds, threads = 40, 4
+    barrier = threading.Barrier(threads)
+    errors: list[BaseException] = []
+
+    def bump(conn):
+        n = conn.exec_driver_sql("SELECT n FROM counter").scalar()
+        conn.execute(text("UPDATE counter SET n = :n"), {"n": n + 1})
+
+    def worker():
+        try:
+            barrier.wait()
+            for _ in range(rounds):
+                store.db.write(bump)
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    ts = [threading.Thread(target=worker) for _ in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors
+    assert store.db.read(lambda c: c.exec_driver_sql("SELECT n FROM counter").scalar()) == rounds * threads
