@@ -43,6 +43,14 @@ class DbFailure(Exception):
         super().__init__(f"{category} ({code or 'no code'})")
 
 
+class CommitUnknown(Exception):
+    """The connection failed during COMMIT: the transaction may or may not have committed."""
+
+    def __init__(self, failure: DbFailure) -> None:
+        self.failure = failure
+        super().__init__("commit outcome unknown")
+
+
 @dataclass
 class _Txn:
     conn: Connection
@@ -168,6 +176,8 @@ class Database:
         for attempt in range(1, MAX_ATTEMPTS + 1):
             try:
                 return self._once(fn, write=write)
+            except CommitUnknown as unknown:
+                raise unknown.failure from None
             except DBAPIError as exc:
                 if self.backend.is_transient(exc) and attempt < MAX_ATTEMPTS:
                     time.sleep(delay * (0.5 + random.random()))
@@ -190,10 +200,23 @@ class Database:
             active[id(self)] = txn
             token = _current.set(active)
             try:
-                with conn.begin():
+                trans = conn.begin()
+                try:
                     if write:
                         self.backend.begin_write(conn)
                     result = fn(conn)
+                except BaseException:
+                    if trans.is_active:
+                        trans.rollback()
+                    raise
+                try:
+                    trans.commit()
+                except DBAPIError as exc:
+                    # A connection lost during COMMIT leaves the outcome unknown: retrying could
+                    # apply the body twice, so only a definite refusal (busy, serialization) retries.
+                    if exc.connection_invalidated or not self.backend.is_transient(exc):
+                        raise CommitUnknown(self._failure(exc)) from None
+                    raise
             finally:
                 _current.reset(token)
         finally:
