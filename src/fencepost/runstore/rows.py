@@ -1,0 +1,117 @@
+"""The run store's durable shapes: rows, snapshots, evidence, attempts and the attempt policy.
+
+All are frozen msgspec Structs. They are built by callers without validation (msgspec does not
+check types at construction), so every store operation validates what it is handed before it
+writes, and every row read back from the database is decoded strictly (``decode_failed``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from fencepost.journal.owner import OwnerId
+
+RunStatus = Literal["pending", "running", "suspended", "completed", "failed", "cancelled"]
+STATUSES = frozenset({"pending", "running", "suspended", "completed", "failed", "cancelled"})
+TERMINAL = frozenset({"completed", "failed", "cancelled"})
+
+EvidenceKind = Literal["same-host-pid-dead", "cross-host-unreachable-stale", "lease-expired"]
+EVIDENCE_KINDS = frozenset({"same-host-pid-dead", "cross-host-unreachable-stale", "lease-expired"})
+
+
+class RunSnapshot(msgspec.Struct, frozen=True):
+    """The exact triple a claim guards: ``status``, ``owner`` and ``heartbeat_at_ms``.
+
+    ``running`` requires an owner and a heartbeat; every other status requires neither.
+    """
+
+    status: str
+    owner: OwnerId | None
+    heartbeat_at_ms: int | None
+
+
+class RunRow(msgspec.Struct, frozen=True):
+    """One ``flows_runs`` row, decoded and re-validated."""
+
+    run_id: str
+    status: str
+    state_json: str
+    created_at_ms: int
+    started_at_ms: int | None
+    finished_at_ms: int | None
+    heartbeat_at_ms: int | None
+    owner: OwnerId | None
+    claimant: OwnerId | None
+    claimed_at_ms: int | None
+    cancel_requested_at_ms: int | None
+    cancel_acknowledgement: dict[str, Any] | None
+    parent_run_id: str | None
+    lineage_id: str | None
+    round_ordinal: int | None
+
+    def snapshot(self) -> RunSnapshot:
+        """The three guarded fields, to hand back as ``expected``."""
+        return RunSnapshot(self.status, self.owner, self.heartbeat_at_ms)
+
+
+class LivenessEvidence(msgspec.Struct, frozen=True):
+    """A claim about the recorded owner the store checks before it admits a takeover.
+
+    ``checked_at_ms`` must equal the consuming call's ``now_ms`` exactly. ``kind`` is
+    ``same-host-pid-dead`` (observer and owner share a host), ``cross-host-unreachable-stale``
+    (the hosts differ) or ``lease-expired`` (any host; the store verifies the stale lease itself).
+    """
+
+    expected_owner: OwnerId
+    checked_at_ms: int
+    kind: str
+
+
+class LivenessContext(msgspec.Struct, frozen=True):
+    """What a liveness check is asked against: the claimant, the persisted heartbeat and the instant."""
+
+    claimant: OwnerId
+    heartbeat_at_ms: int | None
+    now_ms: int
+
+
+class Attempt(msgspec.Struct, frozen=True):
+    """One step attempt of a run. ``None`` in an optional field means absent (no column value)."""
+
+    run_id: str
+    step_key_digest: str
+    attempt: int
+    state: str
+    started_at_ms: int
+    finished_at_ms: int | None = None
+    heartbeat_at_ms: int | None = None
+    checkpoint: Any = None
+    error: Any = None
+    outcome: Any = None
+    meta: Any = msgspec.field(default_factory=dict)
+
+
+class AttemptPolicy(msgspec.Struct, frozen=True):
+    """How an attempt store judges attempts; validated when the store is built.
+
+    ``in_progress_states``: unique durable identifiers meaning "still moving" (``heartbeat`` and
+    ``finish`` fence on membership). ``max_checkpoint_bytes``: 1 ..= 16 MiB (UTF-8 bytes of the
+    encoded checkpoint). ``put_mode``: ``insert`` (first writer wins) or ``upsert`` (a re-put
+    overwrites an attempt that is still in progress).
+    """
+
+    in_progress_states: tuple[str, ...] = ("running",)
+    max_checkpoint_bytes: int = 1024 * 1024
+    put_mode: str = "insert"
+
+
+__all__ = [
+    "Attempt",
+    "AttemptPolicy",
+    "LivenessContext",
+    "LivenessEvidence",
+    "RunRow",
+    "RunSnapshot",
+]
