@@ -1,8 +1,34 @@
-"""Revision source, tombstones, keyset pages, snapshots and the live tail.
+"""Revision source, tombstones, keyset pages, snapshots and the live tail (SPEC 6, REFERENCE 4).
 
 ``__all__`` here is what ``fencepost`` re-exports from the change feed.
 """
 
 from fencepost.changefeed.feed import ChangeFeed
+from fencepost.changefeed.types import (
+    Acknowledgement,
+    Batch,
+    Cancellation,
+    Change,
+    ChangeBatch,
+    Missing,
+    Observed,
+    Position,
+    RunPage,
+    Waiting,
+    is_newer,
+)
 
-__all__ = ["ChangeFeed"]
+__all__ = [
+    "Acknowledgement",
+    "Batch",
+    "Cancellation",
+    "Change",
+    "ChangeBatch",
+    "ChangeFeed",
+    "Missing",
+    "Observed",
+    "Position",
+    "RunPage",
+    "Waiting",
+    "is_newer",
+]

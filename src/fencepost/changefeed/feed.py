@@ -1,13 +1,232 @@
-"""``store.feed`` (built out by the change-feed issue)."""
+"""``store.feed``: position, coalesced changes, snapshot reads, keyset listing, follow, rotation.
+
+Every read here runs in one snapshot (``store.db.read``): the watermark is read first and every row
+after it comes from the same committed state, bounded by that watermark (REFERENCE 4). Revisions are
+allocated by triggers inside serialized write transactions, so they increase in commit order and a
+reader paging ``revision > cursor AND revision <= watermark`` never skips a change.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import secrets
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.engine import Connection
+
+from fencepost._durable import DbFailure, map_failure
+from fencepost._values import identifier_problem, is_safe_int
+from fencepost.changefeed import _sql
+from fencepost.changefeed.snapshot import SOURCE_SHAPE, Corrupt, check_position, decode_run
+from fencepost.changefeed.types import Batch, Change, ChangeBatch, Missing, Observed, Position, RunPage
+from fencepost.errors import RunStoreError, SourceChanged
 
 if TYPE_CHECKING:
+    import asyncio
+    import threading
+
     from fencepost._store import Store
+
+MAX_CHANGES_LIMIT = 1000
+MAX_READ_IDS = 200
+
+
+def _decode_failed(method: str, detail: str) -> RunStoreError:
+    return RunStoreError("decode_failed", method, detail)
+
+
+def _check_requested_position(position: object, method: str) -> Position:
+    if type(position) is not Position:
+        raise _decode_failed(method, "position must be a fencepost.Position")
+    if type(position.source) is not str or not SOURCE_SHAPE.fullmatch(position.source):
+        raise _decode_failed(method, "position.source must be 32 lowercase hex characters")
+    if not is_safe_int(position.revision):
+        raise _decode_failed(method, "position.revision must be a non-negative safe integer")
+    return position
+
+
+def _read_position(conn: Connection) -> Position:
+    row = conn.execute(_sql.POSITION).first()
+    if row is None:
+        raise Corrupt("execution source identity is missing")
+    check_position(row.source, row.revision)
+    return Position(row.source, row.revision)
 
 
 class ChangeFeed:
+    """The observation surface of one store: read-only, snapshot-consistent, no pollers started.
+
+    A call made inside an open ``store.db.write`` joins that transaction and can see its uncommitted
+    rows; publish such an answer only after the write commits.
+    """
+
+    MAX_CHANGES_LIMIT = MAX_CHANGES_LIMIT
+    MAX_READ_IDS = MAX_READ_IDS
+
     def __init__(self, store: Store) -> None:
         self._store = store
+
+    # ------------------------------------------------------------------ internals
+    def _read(self, method: str, fn: Any) -> Any:
+        try:
+            return self._store.db.read(fn)
+        except DbFailure as exc:
+            raise map_failure(exc, RunStoreError, method, "change feed read") from None
+        except Corrupt as exc:
+            raise _decode_failed(method, str(exc)) from None
+
+    # ------------------------------------------------------------------ position
+    def position(self) -> Position:
+        """Return the current ``Position(source, revision)`` (the watermark of a fresh snapshot)."""
+        return self._read("position", _read_position)
+
+    # ------------------------------------------------------------------ changes
+    def changes_since(self, position: Position, limit: int = 500) -> ChangeBatch:
+        """Return up to ``limit`` (1..1000) changes with a revision above ``position.revision``.
+
+        One snapshot: the watermark is read first and only changes at or below it are returned, in
+        revision order, one per run id (the latest). ``next_revision`` is the last returned revision
+        when ``has_more``, else the watermark. A position of another source, or one whose revision
+        is ahead of the watermark (a restored older copy that kept its source id), raises
+        ``SourceChanged``: never compare it, rebuild. A malformed position or limit raises
+        ``RunStoreError('decode_failed')``; a database failure ``persistence_failed``.
+        """
+        method = "changes_since"
+        if type(limit) is not int or not 1 <= limit <= MAX_CHANGES_LIMIT:
+            raise _decode_failed(method, f"limit must be an integer in 1..{MAX_CHANGES_LIMIT}")
+        wanted = _check_requested_position(position, method)
+
+        def body(conn: Connection) -> ChangeBatch:
+            current = _read_position(conn)
+            if wanted.source != current.source:
+                raise SourceChanged("invalid_run", method, "change position belongs to another source: rebuild")
+            if wanted.revision > current.revision:
+                raise SourceChanged(
+                    "invalid_run", method, "change position is ahead of the source revision: rebuild"
+                )
+            rows = conn.execute(
+                _sql.CHANGES_SINCE, {"after": wanted.revision, "watermark": current.revision, "n": limit + 1}
+            ).all()
+            has_more = len(rows) > limit
+            if has_more:
+                rows = rows[:limit]
+            source = current.source
+            out = [Change(r[0], source, r[1], r[2] == 1) for r in rows]
+            next_revision = out[-1].revision if has_more else current.revision
+            return ChangeBatch(source, current.revision, out, has_more, next_revision)
+
+        return self._read(method, body)
+
+    # ------------------------------------------------------------------ snapshots
+    def read(self, run_ids: Sequence[str]) -> Batch:
+        """Read up to 200 runs in one snapshot: one ``Observed`` or ``Missing`` per id, in request order.
+
+        Duplicates are kept; an empty request still returns the position. ``Observed.revision`` is
+        the run's own change revision (never above ``Batch.revision``); ``Missing`` carries its
+        tombstone's revision when the id was deleted, else the batch watermark. Bad ids (not text,
+        empty, NUL, lone surrogate, over 1 024 UTF-16 units) or more than 200 ids raise
+        ``decode_failed`` before any query; a stored row that breaks an invariant raises
+        ``decode_failed`` naming the rule.
+        """
+        method = "read"
+        if isinstance(run_ids, (str, bytes)) or not isinstance(run_ids, Sequence):
+            raise _decode_failed(method, "run_ids must be a sequence of run ids")
+        if len(run_ids) > MAX_READ_IDS:
+            raise _decode_failed(method, f"at most {MAX_READ_IDS} run ids per read (got {len(run_ids)})")
+        for index, run_id in enumerate(run_ids):
+            problem = identifier_problem(run_id)
+            if problem:
+                raise _decode_failed(method, f"run_ids[{index}] {problem}")
+        ids = list(dict.fromkeys(run_ids))
+
+        def body(conn: Connection) -> Batch:
+            current = _read_position(conn)
+            source, watermark = current.source, current.revision
+            if not ids:
+                return Batch(source, watermark, [])
+            found: dict[str, Observed | Missing] = {}
+            for row in conn.execute(_sql.READ_RUNS, {"ids": ids}):
+                found[row.run_id] = decode_run(row, source, watermark)
+            absent = [i for i in ids if i not in found]
+            if absent:
+                for run_id, revision, deleted in conn.execute(_sql.READ_TOMBSTONES, {"ids": absent}):
+                    if deleted != 1:
+                        raise Corrupt("a live change row has no run row")
+                    if not is_safe_int(revision) or revision == 0 or revision > watermark:
+                        raise Corrupt("tombstone revision is outside 1..watermark")
+                    found[run_id] = Missing(run_id, source, revision, True)
+            snapshots: list[Observed | Missing] = []
+            for run_id in run_ids:
+                snap = found.get(run_id)
+                if snap is None:
+                    snap = found[run_id] = Missing(run_id, source, watermark, False)
+                snapshots.append(snap)
+            return Batch(source, watermark, snapshots)
+
+        return self._read(method, body)
+
+    # ------------------------------------------------------------------ rotation
+    def rotate_source(self) -> Position:
+        """Give this database a new random source identity and return the new position.
+
+        The host's explicit act after restoring a backup or writing a divergent copy: every consumer
+        position of the old source is then refused (``SourceChanged``) and projections rebuild. The
+        revision counter continues; tombstones and change rows stay, so paging the new source from
+        revision 0 visits every live run and every tombstone.
+        """
+        new_source = secrets.token_hex(16)
+
+        def body(conn: Connection) -> Position:
+            row = conn.execute(_sql.ROTATE, {"new_source": new_source}).first()
+            if row is None:
+                raise Corrupt("execution source identity is missing")
+            return Position(row.source, row.revision)
+
+        try:
+            return self._store.db.write(body)
+        except DbFailure as exc:
+            raise map_failure(exc, RunStoreError, "rotate_source", "source rotation") from None
+        except Corrupt as exc:
+            raise _decode_failed("rotate_source", str(exc)) from None
+
+    # ------------------------------------------------------------------ listing
+    def list_runs(
+        self, filters: Mapping[str, Any] | None = None, cursor: str | None = None, limit: int = 100
+    ) -> RunPage:
+        """Return one keyset page of runs ordered by ``(created_at_ms, run_id)``; see ``cursor.py``."""
+        from fencepost.changefeed.listing import list_runs
+
+        return list_runs(self._store, filters, cursor, limit)
+
+    # ------------------------------------------------------------------ live tail
+    def follow(
+        self,
+        position: Position | None = None,
+        *,
+        stop: threading.Event | None = None,
+        poll_interval: float = 2.0,
+    ) -> Iterator[Change]:
+        """Yield every change after ``position`` forever, ending only when ``stop`` is set.
+
+        ``position=None`` starts at revision 0 of the current source. Wake-ups come from watchfiles
+        on the SQLite files (confirmed with ``PRAGMA data_version``) or from PostgreSQL
+        ``LISTEN/NOTIFY``; they are hints only, the query is the truth, and a poll every
+        ``poll_interval`` seconds is the safety net. A database that is briefly unavailable is
+        retried with backoff without losing the place. ``SourceChanged`` (rotation, restore) and
+        ``decode_failed`` are raised to the caller.
+        """
+        from fencepost.changefeed.follow import follow
+
+        return follow(self, position, stop=stop, poll_interval=poll_interval)
+
+    def afollow(
+        self,
+        position: Position | None = None,
+        *,
+        stop: threading.Event | asyncio.Event | None = None,
+        poll_interval: float = 2.0,
+    ) -> AsyncIterator[Change]:
+        """The asyncio variant of ``follow``: an async iterator of the same changes."""
+        from fencepost.changefeed.follow import afollow
+
+        return afollow(self, position, stop=stop, poll_interval=poll_interval)

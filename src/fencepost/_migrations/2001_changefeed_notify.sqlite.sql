@@ -1,0 +1,3 @@
+-- Live-tail wake-ups on SQLite need no database object: followers watch the database files
+-- with watchfiles and confirm a commit with PRAGMA data_version (see changefeed/follow.py).
+-- This comment-only script keeps the changefeed block's numbering identical on both backends.

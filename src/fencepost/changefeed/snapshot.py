@@ -1,0 +1,184 @@
+"""Decoding stored rows into snapshots, failing closed (REFERENCE 4, ``ExecutionSnapshot.read``).
+
+A row that breaks an invariant the store maintains (the owner invariant, a revision above the
+watermark, a parent that is the run itself ...) is never passed on half-understood: the whole call
+fails with ``decode_failed``, naming the rule broken, never the value.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+
+import msgspec
+
+from fencepost._values import is_safe_int, parse_json_text
+from fencepost.changefeed.types import Acknowledgement, Cancellation, Observed, Waiting
+from fencepost.journal.owner import OwnerId
+
+STATUSES = frozenset({"pending", "running", "suspended", "completed", "failed", "cancelled"})
+SOURCE_SHAPE = re.compile(r"[0-9a-f]{32}")
+
+# Upstream's waiting kinds; "event" is the older name of "signal", anything else is "other".
+_KINDS = {
+    "timer": "timer",
+    "signal": "signal",
+    "event": "signal",
+    "approval": "approval",
+    "quota": "quota",
+    "human": "human",
+}
+
+
+class Corrupt(Exception):
+    """Internal: a stored row or position broke a rule; ``str()`` names the rule only."""
+
+
+class _FlowName(msgspec.Struct):
+    flowName: Any = None  # the stored state's own key, spelled as upstream stores it
+
+
+class _AckOwner(msgspec.Struct, rename="camel"):
+    host_id: str
+    pid: int
+    nonce: str
+
+
+class _AckJson(msgspec.Struct, rename="camel"):
+    observed_at_ms: int
+    owner: _AckOwner
+
+
+_flow_decoder = msgspec.json.Decoder(_FlowName)
+_ack_decoder = msgspec.json.Decoder(_AckJson)
+
+
+def check_position(source: object, revision: object) -> None:
+    """Refuse a malformed stored position (source not 32 lowercase hex, revision not a safe int)."""
+    if type(source) is not str or not SOURCE_SHAPE.fullmatch(source):
+        raise Corrupt("stored source is not 32 lowercase hex characters")
+    if not is_safe_int(revision):
+        raise Corrupt("stored revision is not a non-negative safe integer")
+
+
+def _opt_ms(value: object, field: str) -> int | None:
+    if value is None:
+        return None
+    if not is_safe_int(value):
+        raise Corrupt(f"{field} is not a non-negative safe integer")
+    return value  # type: ignore[return-value]
+
+
+def _flow_name(state_json: object) -> str | None:
+    if type(state_json) is not str:
+        raise Corrupt("state_json is not text")
+    try:
+        flow = _flow_decoder.decode(state_json).flowName
+    except msgspec.ValidationError:
+        # Valid JSON that is not an object: run state is the caller's, it need not name a flow.
+        _, problem = parse_json_text(state_json)
+        if problem:
+            raise Corrupt(f"state_json {problem}") from None
+        return None
+    except msgspec.DecodeError:
+        raise Corrupt("state_json is not valid JSON") from None
+    return flow if type(flow) is str else None
+
+
+def decode_run(row: Any, source: str, watermark: int) -> Observed:
+    """Turn one ``READ_RUNS`` row into an ``Observed`` at its own change revision."""
+    run_id = row.run_id
+    revision = row.change_revision
+    if revision is None:
+        raise Corrupt("live run has no change row")
+    if row.change_deleted != 0:
+        raise Corrupt("live run is marked deleted in flows_run_changes")
+    if not is_safe_int(revision) or revision == 0:
+        raise Corrupt("change revision is not a positive safe integer")
+    if revision > watermark:
+        raise Corrupt("change revision is above the source watermark")
+    status = row.status
+    if status not in STATUSES:
+        raise Corrupt("status is not a known run status")
+    heartbeat = _opt_ms(row.heartbeat_at_ms, "heartbeat_at_ms")
+    owner_parts = (row.owner_host_id, row.owner_pid, row.owner_nonce)
+    if status == "running":
+        if any(p is None for p in owner_parts) or heartbeat is None:
+            raise Corrupt("owner invariant broken: running run without a full owner and heartbeat")
+        if not row.owner_host_id or not row.owner_nonce or not is_safe_int(row.owner_pid):
+            raise Corrupt("owner invariant broken: malformed owner")
+        owner: OwnerId | None = OwnerId(row.owner_host_id, row.owner_pid, row.owner_nonce)
+    else:
+        if any(p is not None for p in owner_parts) or heartbeat is not None:
+            raise Corrupt("owner invariant broken: owner or heartbeat on a run that is not running")
+        owner = None
+    created = row.created_at_ms
+    if not is_safe_int(created):
+        raise Corrupt("created_at_ms is not a non-negative safe integer")
+    parent = row.parent_run_id
+    if parent is not None and (parent == run_id or parent == ""):
+        raise Corrupt("parent_run_id is empty or the run itself")
+    lineage, ordinal = row.lineage_id, row.round_ordinal
+    if (lineage is None) != (ordinal is None):
+        raise Corrupt("lineage_id and round_ordinal must be set together")
+    if lineage == "" or (ordinal is not None and not is_safe_int(ordinal)):
+        raise Corrupt("lineage_id is empty or round_ordinal is not a safe integer")
+    return Observed(
+        run_id=run_id,
+        source=source,
+        revision=revision,
+        status=status,
+        flow_name=_flow_name(row.state_json),
+        created_at_ms=created,
+        started_at_ms=_opt_ms(row.started_at_ms, "started_at_ms"),
+        finished_at_ms=_opt_ms(row.finished_at_ms, "finished_at_ms"),
+        parent_run_id=parent,
+        lineage_id=lineage if lineage is not None else run_id,
+        round_ordinal=ordinal if ordinal is not None else 0,
+        owner=owner,
+        cancellation=_cancellation(row),
+        waiting=_waiting(row),
+    )
+
+
+def _cancellation(row: Any) -> Cancellation | None:
+    requested = _opt_ms(row.cancel_requested_at_ms, "cancel_requested_at_ms")
+    ack_json = row.cancel_acknowledgement_json
+    if requested is None:
+        if ack_json is not None:
+            raise Corrupt("cancel acknowledgement without a cancel request")
+        return None
+    if ack_json is None:
+        return Cancellation(requested, None)
+    try:
+        ack = _ack_decoder.decode(ack_json)
+    except msgspec.DecodeError:
+        raise Corrupt("cancel_acknowledgement_json does not have the acknowledgement shape") from None
+    if not is_safe_int(ack.observed_at_ms) or not is_safe_int(ack.owner.pid):
+        raise Corrupt("cancel acknowledgement holds an unsafe integer")
+    return Cancellation(
+        requested,
+        Acknowledgement(ack.observed_at_ms, OwnerId(ack.owner.host_id, ack.owner.pid, ack.owner.nonce)),
+    )
+
+
+def _waiting(row: Any) -> Waiting | None:
+    reason = row.waiting_reason
+    wake = _opt_ms(row.waiting_wake_at_ms, "waiting_wake_at_ms")
+    token, request_json = row.waiting_token, row.waiting_request
+    if reason is None:
+        if wake is not None or token is not None or request_json is not None:
+            raise Corrupt("waiting fields are set without a waiting reason")
+        return None
+    if reason == "":
+        raise Corrupt("waiting_reason is empty")
+    if token == "":
+        raise Corrupt("waiting_token is empty")
+    request = None
+    if request_json is not None:
+        request, problem = parse_json_text(request_json)
+        if problem:
+            raise Corrupt(f"waiting_request {problem}")
+    digest = hashlib.sha256(token.encode("utf-8")).hexdigest() if token is not None else None
+    return Waiting(_KINDS.get(reason, "other"), reason, wake, digest, request)  # type: ignore[arg-type]
