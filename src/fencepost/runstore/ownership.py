@@ -1,0 +1,486 @@
+"""Ownership supervision: the owner's half of the heartbeat lease (seed leases.md, "The supervision loop").
+
+A supervisor pulses ``heartbeat`` every ``HEARTBEAT_INTERVAL`` on the store's clock and tells two
+failures apart on purpose:
+
+- **a lost fence** is any pulse outcome other than ``Updated``: durable evidence that another owner
+  holds the run, so the lease is interrupted at once (``on_lapse`` is *not* called);
+- **a failed write** is evidence of nothing: the persisted heartbeat is still on the row and no peer
+  may steal the run until it is ``STALE_AFTER`` old, so write errors are tolerated for
+  ``WRITE_TOLERANCE``, counted from the timestamp *sent* with the last confirmed pulse (or from the
+  start of supervision before the first one). When that budget is spent, ``runs.reconfirm`` gets one
+  ``HEARTBEAT_INTERVAL``; success journals a ``flows.engine.run-decision`` entry with decision
+  ``lease-reconfirmed`` on the run's own stream and calls ``on_reconfirm(unconfirmed_ms)``, and
+  supervision carries on; failure, an error or a timeout calls ``on_lapse(unconfirmed_ms)`` and
+  interrupts.
+
+One supervisor thread serves any number of runs of one owner: with more than one lease held it renews
+them all with one ``runs.heartbeat_many`` per interval. Every store call runs on a helper thread and is
+waited for against the clock, so a write that never returns cannot hold the deadline back, and the
+whole loop runs under ``ManualClock`` without wall-clock waits.
+
+Two front ends share it: ``async with supervise(...)`` cancels the owned asyncio task when the lease
+is lost (and turns that cancellation into ``LeaseLost``); ``LeaseKeeper`` serves threaded code,
+whose ``check()`` raises ``LeaseLost`` at the caller's next safe point.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from fencepost.journal.owner import OwnerId
+from fencepost.runstore.heartbeat import HEARTBEAT_INTERVAL, STALE_AFTER, WRITE_TOLERANCE
+from fencepost.runstore.liveness import LivenessContext, lease_liveness, same_host_pid_probe
+from fencepost.runstore.outcomes import Updated
+
+__all__ = [
+    "HEARTBEAT_INTERVAL",
+    "STALE_AFTER",
+    "WRITE_TOLERANCE",
+    "Lease",
+    "LeaseKeeper",
+    "LeaseLost",
+    "LivenessContext",
+    "Supervisor",
+    "lease_liveness",
+    "same_host_pid_probe",
+    "supervise",
+]
+
+log = logging.getLogger("fencepost.ownership")
+
+INTERVAL_MS = int(HEARTBEAT_INTERVAL.total_seconds() * 1000)
+TOLERANCE_MS = int(WRITE_TOLERANCE.total_seconds() * 1000)
+
+ENGINE_SOURCE_ID = "flows.engine"
+RUN_DECISION = "flows.engine.run-decision"
+
+# How often a wait re-reads the clock. A ManualClock cannot wake a waiter, so waits poll it; this
+# is the only wall-clock constant in the loop and it bounds reaction latency, never a lease.
+_POLL_S = 0.005
+_HUNG_S = 0.2
+
+LapseCallback = Callable[[int], Any]
+
+
+class LeaseLost(Exception):
+    """The lease on ``run_id`` is gone: the fence was lost (``reason`` = the outcome tag) or it lapsed.
+
+    ``unconfirmed_ms`` is set when the lease lapsed after write failures (``reason == "lapsed"``).
+    """
+
+    def __init__(self, run_id: str, reason: str, unconfirmed_ms: int | None = None) -> None:
+        self.run_id = run_id
+        self.reason = reason
+        self.unconfirmed_ms = unconfirmed_ms
+        detail = f" after {unconfirmed_ms} ms unconfirmed" if unconfirmed_ms is not None else ""
+        super().__init__(f"lease lost ({reason}){detail}")
+
+    def __reduce__(self):
+        return (type(self), (self.run_id, self.reason, self.unconfirmed_ms))
+
+
+class _Call:
+    """A store call on a helper thread, so the loop can stop waiting for it at a deadline."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.done = threading.Event()
+        self.began = time.monotonic()
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self._fn = fn
+        threading.Thread(target=self._run, name="fencepost-lease-call", daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            self.result = self._fn()
+        except BaseException as exc:  # reported to the loop, which decides what a failure means
+            self.error = exc
+        finally:
+            self.done.set()
+
+
+class Lease:
+    """One run held under a ``Supervisor``: ``check()`` raises ``LeaseLost`` once it is gone."""
+
+    def __init__(self, supervisor: Supervisor, run_id: str, on_lapse: LapseCallback | None,
+                 on_reconfirm: LapseCallback | None, on_lost: Callable[[Lease], None] | None,
+                 started_ms: int) -> None:
+        self.supervisor = supervisor
+        self.run_id = run_id
+        self._on_lapse = on_lapse
+        self._on_reconfirm = on_reconfirm
+        self._on_lost = on_lost
+        # The budget counts from the timestamp sent with the last confirmed pulse; before the first
+        # one it starts with supervision (seed leases.md).
+        self.confirmed_ms = started_ms
+        self.error: LeaseLost | None = None
+        self.released = False
+        self.reconfirmations = 0
+        self._failing = False
+
+    @property
+    def lost(self) -> bool:
+        """True once the fence was lost or the lease lapsed."""
+        return self.error is not None
+
+    @property
+    def deadline_ms(self) -> int:
+        return self.confirmed_ms + TOLERANCE_MS
+
+    def check(self) -> None:
+        """Raise ``LeaseLost`` if the lease is gone; call it between units of owned work."""
+        if self.error is not None:
+            raise self.error
+
+    def release(self) -> None:
+        """Stop renewing this run (call it before settling, or when the work is abandoned)."""
+        self.supervisor._release(self)
+
+
+class Supervisor:
+    """The heartbeat loop for every run one owner holds, on one background thread.
+
+    ``hold(run_id, ...)`` starts supervising a run the owner has just activated and returns its
+    ``Lease``. With one lease held a pulse is ``runs.heartbeat``; with several, one
+    ``runs.heartbeat_many`` renews them all in one write transaction, with the same per-run outcomes.
+    """
+
+    def __init__(self, store: Any, owner: OwnerId, *, clock: Any = None, journal_reconfirm: bool = True) -> None:
+        self.store = store
+        self.owner = owner
+        self.clock = clock if clock is not None else store.clock
+        self.journal_reconfirm = journal_reconfirm
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._leases: dict[str, Lease] = {}
+        self._pulse: _Call | None = None
+        self._pulse_sent = 0
+        self._pulse_ids: list[str] = []
+        self._next_pulse_ms: int | None = None
+        self._thread: threading.Thread | None = None
+        self._idle = threading.Condition()
+        self._idle_at: int | None = None
+        self.pulses = 0
+        self.failed_pulses = 0
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> Supervisor:
+        """Start the loop thread (idempotent)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="fencepost-supervisor", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self, timeout: float | None = 5.0) -> None:
+        """Stop pulsing; held leases simply stop being renewed (they are not released in the store)."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def __enter__(self) -> Supervisor:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def hold(self, run_id: str, *, on_lapse: LapseCallback | None = None,
+             on_reconfirm: LapseCallback | None = None,
+             on_lost: Callable[[Lease], None] | None = None) -> Lease:
+        """Supervise ``run_id``, owned by this supervisor's owner, from now on.
+
+        ``on_lapse(unconfirmed_ms)`` runs when write failures outlast ``WRITE_TOLERANCE`` and reconfirm
+        fails; ``on_reconfirm(unconfirmed_ms)`` after a successful reconfirm (it must finish within the
+        renewed budget, or the lease lapses); ``on_lost(lease)`` whenever the lease is gone, for either
+        cause. Callbacks run on the supervisor thread.
+        """
+        lease = Lease(self, run_id, on_lapse, on_reconfirm, on_lost, self.clock.now_ms())
+        with self._lock:
+            self._leases[run_id] = lease
+            if self._next_pulse_ms is None:
+                self._next_pulse_ms = lease.confirmed_ms + INTERVAL_MS
+        self.start()
+        self._wake.set()
+        return lease
+
+    def held(self) -> list[str]:
+        """The run ids currently supervised and not lost."""
+        with self._lock:
+            return [r for r, lease in self._leases.items() if lease.error is None]
+
+    def _release(self, lease: Lease) -> None:
+        with self._lock:
+            lease.released = True
+            if self._leases.get(lease.run_id) is lease:
+                del self._leases[lease.run_id]
+                if not self._leases:
+                    self._next_pulse_ms = None
+        self._wake.set()
+
+    def settle(self, timeout: float = 5.0) -> None:
+        """Block until the loop has handled everything due at the clock's current reading.
+
+        For tests driving a ``ManualClock``: advance the clock, then ``settle()`` before asserting.
+        """
+        target = self.clock.now_ms()
+        self._wake.set()
+        end = time.monotonic() + timeout
+        with self._idle:
+            while not (self._stop.is_set() or self._settled(target)):
+                if time.monotonic() > end:
+                    raise TimeoutError("supervisor did not settle")
+                self._idle.wait(0.01)
+
+    def _settled(self, target: int) -> bool:
+        if self._idle_at is None or self._idle_at < target:
+            return False
+        pulse = self._pulse
+        # A pulse still in flight after a short grace is treated as hung: the loop is waiting on
+        # the clock for it, which is exactly the idle state a test wants to observe.
+        return pulse is None or (pulse.done.is_set() is False and time.monotonic() - pulse.began > _HUNG_S)
+
+    # ------------------------------------------------------------------ the loop
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            now = self.clock.now_ms()
+            self._collect_pulse(now)
+            self._check_deadlines(now)
+            self._maybe_pulse(now)
+            self._wait(now)
+
+    def _wait(self, now: int) -> None:
+        with self._lock:
+            wake_at: list[int] = [lease.deadline_ms for lease in self._leases.values() if lease.error is None]
+            if self._pulse is None and self._next_pulse_ms is not None:
+                wake_at.append(self._next_pulse_ms)
+        until = min(wake_at) if wake_at else None
+        with self._idle:
+            self._idle_at = now
+            self._idle.notify_all()
+        self._wake.clear()
+        while not self._stop.is_set():
+            if self._pulse is not None and self._pulse.done.is_set():
+                break
+            if self._wake.wait(_POLL_S):
+                break
+            if until is not None and self.clock.now_ms() >= until:
+                break
+        with self._idle:
+            self._idle_at = None
+
+    def _maybe_pulse(self, now: int) -> None:
+        with self._lock:
+            if self._pulse is not None or self._next_pulse_ms is None or now < self._next_pulse_ms:
+                return
+            # A pulse past a lease's deadline must not renew it: that lease goes to reconfirm.
+            ids = [r for r, lease in self._leases.items() if lease.error is None and now < lease.deadline_ms]
+            if not ids:
+                self._next_pulse_ms = now + INTERVAL_MS
+                return
+            self._pulse_ids = ids
+            self._pulse_sent = now
+        runs, owner = self.store.runs, self.owner
+        if len(ids) == 1:
+            run_id = ids[0]
+            self._pulse = _Call(lambda: {run_id: runs.heartbeat(run_id, owner, now)})
+        else:
+            self._pulse = _Call(lambda: _as_mapping(ids, runs.heartbeat_many(owner, ids, now)))
+        self.pulses += 1
+
+    def _collect_pulse(self, now: int) -> None:
+        call = self._pulse
+        if call is None or not call.done.is_set():
+            return
+        self._pulse = None
+        sent = self._pulse_sent
+        with self._lock:
+            # Spaced pulses: the next one is one interval after this one finished, never a burst.
+            self._next_pulse_ms = now + INTERVAL_MS if self._leases else None
+            leases = [self._leases.get(r) for r in self._pulse_ids]
+        if call.error is not None:
+            self.failed_pulses += 1
+            for lease in leases:
+                if lease is not None and lease.error is None and not lease._failing:
+                    lease._failing = True
+                    log.warning("run heartbeat write failed",
+                                extra={"run_id": lease.run_id, "code": getattr(call.error, "code", None)
+                                       or getattr(call.error, "category", "persistence_failed")})
+            return
+        outcomes: dict[str, Any] = call.result
+        for lease in leases:
+            if lease is None or lease.error is not None or lease.released:
+                continue
+            outcome = outcomes.get(lease.run_id)
+            if isinstance(outcome, Updated):
+                # Re-arm from the stamp sent, not from when the write finished: a delayed success
+                # cannot stretch the budget past what the persisted heartbeat covers.
+                lease.confirmed_ms = max(lease.confirmed_ms, sent)
+                lease._failing = False
+            else:
+                self._lose(lease, LeaseLost(lease.run_id, type(outcome).__name__), lapse=False)
+
+    def _check_deadlines(self, now: int) -> None:
+        with self._lock:
+            due = [lease for lease in self._leases.values() if lease.error is None and now >= lease.deadline_ms]
+        if not due:
+            return
+        owner, runs = self.owner, self.store.runs
+        calls = [(lease, _Call(lambda r=lease.run_id: runs.reconfirm(r, owner, now))) for lease in due]
+        answer_by = now + INTERVAL_MS
+        for lease, call in calls:
+            unconfirmed = now - lease.confirmed_ms
+            if not self._wait_call(call, answer_by) or call.error is not None:
+                self._lapse(lease, unconfirmed)
+                continue
+            if not isinstance(call.result, Updated):
+                self._lapse(lease, unconfirmed)
+                continue
+            lease.confirmed_ms = max(lease.confirmed_ms, now)
+            lease._failing = False
+            lease.reconfirmations += 1
+            # The receipt (journal entry, then the caller's hook) must finish inside the renewed
+            # budget; reconfirmation time is already subtracted because the budget counts from ``now``.
+            receipt = _Call(lambda lease=lease, unconfirmed=unconfirmed: self._receipt(lease, unconfirmed))
+            if not self._wait_call(receipt, lease.deadline_ms) or receipt.error is not None:
+                self._lapse(lease, unconfirmed)
+
+    def _receipt(self, lease: Lease, unconfirmed_ms: int) -> None:
+        if self.journal_reconfirm:
+            self.store.journal.append(
+                lease.run_id, RUN_DECISION,
+                {"decision": "lease-reconfirmed", "detail": {"unconfirmedMs": unconfirmed_ms}},
+                owner=self.owner, source_id=ENGINE_SOURCE_ID,
+            )
+        if lease._on_reconfirm is not None:
+            lease._on_reconfirm(unconfirmed_ms)
+
+    def _wait_call(self, call: _Call, deadline_ms: int) -> bool:
+        while not call.done.wait(_POLL_S):
+            if self._stop.is_set() or self.clock.now_ms() >= deadline_ms:
+                return call.done.is_set()
+        return True
+
+    def _lapse(self, lease: Lease, unconfirmed_ms: int) -> None:
+        log.warning("run lease lapsed; interrupting owned work",
+                    extra={"run_id": lease.run_id, "unconfirmed_ms": unconfirmed_ms})
+        self._lose(lease, LeaseLost(lease.run_id, "lapsed", unconfirmed_ms), lapse=True)
+
+    def _lose(self, lease: Lease, error: LeaseLost, *, lapse: bool) -> None:
+        with self._lock:
+            if lease.error is not None or lease.released:
+                return
+            lease.error = error
+        if lapse and lease._on_lapse is not None:
+            _call_quietly(lease._on_lapse, error.unconfirmed_ms)
+        if lease._on_lost is not None:
+            _call_quietly(lease._on_lost, lease)
+
+
+def _call_quietly(fn: Callable[..., Any], *args: Any) -> None:
+    try:
+        fn(*args)
+    except Exception:  # a failing user hook must not stop the loop that keeps other leases alive
+        log.exception("supervision callback failed")
+
+
+def _as_mapping(run_ids: list[str], result: Any) -> dict[str, Any]:
+    """``heartbeat_many`` answers per run: accept a mapping or a sequence in request order."""
+    if isinstance(result, dict):
+        return result
+    return dict(zip(run_ids, result, strict=True))
+
+
+class LeaseKeeper:
+    """Threaded supervision of one run: ``check()`` raises ``LeaseLost`` once the lease is gone.
+
+    Use it as a context manager around the owned work and call ``check()`` between units of work
+    (before each side effect): the keeper cannot stop a thread, it can only refuse to let it go on.
+    """
+
+    def __init__(self, store: Any, run_id: str, owner: OwnerId, *, on_lapse: LapseCallback | None = None,
+                 on_reconfirm: LapseCallback | None = None, clock: Any = None) -> None:
+        self.supervisor = Supervisor(store, owner, clock=clock)
+        self.run_id = run_id
+        self._on_lapse = on_lapse
+        self._on_reconfirm = on_reconfirm
+        self.lease: Lease | None = None
+
+    def start(self) -> LeaseKeeper:
+        """Begin pulsing (the budget starts now)."""
+        if self.lease is None:
+            self.lease = self.supervisor.hold(self.run_id, on_lapse=self._on_lapse, on_reconfirm=self._on_reconfirm)
+        return self
+
+    def stop(self) -> None:
+        """Stop pulsing (does not release the run in the store: settle it with ``transition_owned``)."""
+        if self.lease is not None:
+            self.lease.release()
+        self.supervisor.stop()
+
+    @property
+    def lost(self) -> bool:
+        return self.lease is not None and self.lease.lost
+
+    def check(self) -> None:
+        """Raise ``LeaseLost`` if the fence was lost or the lease lapsed."""
+        if self.lease is not None:
+            self.lease.check()
+
+    def settle(self, timeout: float = 5.0) -> None:
+        """Wait until the loop has handled the clock's current reading (for ``ManualClock`` tests)."""
+        self.supervisor.settle(timeout)
+
+    def __enter__(self) -> LeaseKeeper:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@contextlib.asynccontextmanager
+async def supervise(store: Any, run_id: str, owner: OwnerId, on_lapse: LapseCallback | None = None,
+                    on_reconfirm: LapseCallback | None = None, *,
+                    supervisor: Supervisor | None = None) -> AsyncIterator[Lease]:
+    """Supervise ``run_id`` while the body runs; cancel the current task if the lease is lost.
+
+    The cancellation surfaces as ``LeaseLost`` from the ``async with`` block. A lost fence (any pulse
+    outcome other than ``Updated``) interrupts at once without ``on_lapse``; a lapse after
+    ``WRITE_TOLERANCE`` of write failures and a failed reconfirm calls ``on_lapse(unconfirmed_ms)``
+    first. Pass a shared ``supervisor`` to renew many runs with one ``heartbeat_many`` per interval.
+    """
+    task = asyncio.current_task()
+    if task is None:
+        raise RuntimeError("supervise() must run inside an asyncio task")
+    loop = asyncio.get_running_loop()
+    inside = True
+
+    def cancel_if_inside() -> None:
+        if inside:
+            task.cancel()
+
+    def on_lost(lease: Lease) -> None:
+        loop.call_soon_threadsafe(cancel_if_inside)
+
+    own = supervisor is None
+    sup = supervisor if supervisor is not None else Supervisor(store, owner)
+    lease = sup.hold(run_id, on_lapse=on_lapse, on_reconfirm=on_reconfirm, on_lost=on_lost)
+    try:
+        yield lease
+    except asyncio.CancelledError:
+        if lease.error is None:
+            raise
+        task.uncancel()
+        raise lease.error from None
+    finally:
+        inside = False
+        lease.release()
+        if own:
+            await asyncio.to_thread(sup.stop)

@@ -1,0 +1,374 @@
+"""Ownership supervision (UPSTREAM-TESTS A7): the heartbeat loop, its deadline, reconfirm, and the two
+front ends (threaded ``LeaseKeeper``, asyncio ``supervise``). Time is a ``ManualClock`` throughout:
+nothing here sleeps through a lease.
+
+The first group drives a small fake run store whose heartbeat/reconfirm answers each test scripts
+(writes that fail, hang, or succeed late); the second runs the loop against a real store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+import fencepost
+from fencepost.clock import ManualClock
+from fencepost.journal.owner import OwnerId
+from fencepost.runstore.heartbeat import HEARTBEAT_INTERVAL, WRITE_TOLERANCE
+from fencepost.runstore.outcomes import FenceLost, NotFound, Updated
+from fencepost.runstore.ownership import LeaseKeeper, LeaseLost, Supervisor, supervise
+
+A = OwnerId("host-a", 101, "owner-a")
+B = OwnerId("host-a", 202, "owner-b")
+
+
+def test_write_tolerance_is_derived_not_restated():
+    assert WRITE_TOLERANCE.total_seconds() == 19
+    assert HEARTBEAT_INTERVAL.total_seconds() == 1
+
+
+class FakeRuns:
+    """Scripted ``runs``: each behaviour is ``ok``, ``fail``, ``hang``, ``lost`` or ``notfound``."""
+
+    def __init__(self) -> None:
+        self.heartbeat_mode = "ok"
+        self.reconfirm_mode = "ok"
+        self.calls: list[tuple[str, int]] = []
+        self.reconfirms: list[int] = []
+        self.release = threading.Event()  # lets a hung write finish when set
+        self.delay_until: dict[int, threading.Event] = {}
+
+    def _answer(self, mode: str, now_ms: int):
+        if mode == "fail":
+            raise fencepost.RunStoreError("persistence_failed", "heartbeat", "run persistence failed")
+        if mode == "hang":
+            self.release.wait()
+            raise fencepost.RunStoreError("persistence_failed", "heartbeat", "run persistence failed")
+        if mode == "lost":
+            return FenceLost()
+        if mode == "notfound":
+            return NotFound()
+        return Updated(heartbeat_at_ms=now_ms)
+
+    def heartbeat(self, run_id, owner, now_ms):
+        self.calls.append((run_id, now_ms))
+        gate = self.delay_until.pop(len(self.calls), None)
+        if gate is not None:
+            gate.wait()
+            return Updated(heartbeat_at_ms=now_ms)
+        return self._answer(self.heartbeat_mode, now_ms)
+
+    def heartbeat_many(self, owner, run_ids, now_ms):
+        self.calls.append(("*", now_ms))
+        return {r: self._answer(self.heartbeat_mode, now_ms) for r in run_ids}
+
+    def reconfirm(self, run_id, owner, now_ms):
+        self.reconfirms.append(now_ms)
+        return self._answer(self.reconfirm_mode, now_ms)
+
+
+class FakeJournal:
+    def __init__(self) -> None:
+        self.entries: list[tuple] = []
+        self.fail = False
+
+    def append(self, run_id, event_type, payload, *, owner, source_id, **kw):
+        if self.fail:
+            raise fencepost.JournalError("fence_lost", "append", "owner does not hold the run")
+        self.entries.append((run_id, event_type, payload, owner, source_id))
+
+
+class FakeStore:
+    def __init__(self, clock: ManualClock) -> None:
+        self.clock = clock
+        self.runs = FakeRuns()
+        self.journal = FakeJournal()
+
+
+@pytest.fixture
+def fake(clock):
+    return FakeStore(clock)
+
+
+def advance_to(keeper, clock: ManualClock, ms: int, step: int = 1000) -> None:
+    """Move the clock to ``ms`` one interval at a time, letting the loop act at every tick."""
+    while clock.now_ms() < ms:
+        clock.set(min(ms, clock.now_ms() + step))
+        keeper.settle()
+
+
+def test_pulse_every_interval_with_updated_keeps_the_lease(fake, clock):
+    with LeaseKeeper(fake, "r1", A) as keeper:
+        advance_to(keeper, clock, 5000)
+        assert [t for _, t in fake.runs.calls] == [1000, 2000, 3000, 4000, 5000]
+        keeper.check()
+        assert not keeper.lost
+
+
+@pytest.mark.parametrize("mode,tag", [("lost", "FenceLost"), ("notfound", "NotFound")], ids=["FenceLost", "NotFound"])
+def test_any_outcome_other_than_updated_interrupts_without_on_lapse(fake, clock, mode, tag):
+    lapses: list[int] = []
+    fake.runs.heartbeat_mode = mode
+    with LeaseKeeper(fake, "r1", A, on_lapse=lapses.append) as keeper:
+        advance_to(keeper, clock, 1000)
+        with pytest.raises(LeaseLost) as info:
+            keeper.check()
+        assert info.value.reason == tag
+        assert lapses == []
+        advance_to(keeper, clock, 3000)
+        assert len(fake.runs.calls) == 1  # a lost lease is not pulsed again
+
+
+def test_write_failures_are_tolerated_until_the_budget_then_lapse_at_19000(fake, clock, caplog):
+    """OW-19: every write fails; one warning for the streak, lapse at 19 000 with unconfirmedMs 19 000."""
+    fake.runs.heartbeat_mode = "fail"
+    fake.runs.reconfirm_mode = "fail"
+    lapses: list[int] = []
+    with caplog.at_level("WARNING", logger="fencepost.ownership"), \
+            LeaseKeeper(fake, "r1", A, on_lapse=lapses.append) as keeper:
+        advance_to(keeper, clock, 18_999)
+        keeper.check()
+        assert len(fake.runs.calls) == 18
+        advance_to(keeper, clock, 19_000)
+        with pytest.raises(LeaseLost) as info:
+            keeper.check()
+    assert info.value.reason == "lapsed"
+    assert lapses == [19_000]
+    assert fake.runs.reconfirms == [19_000]
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages == ["run heartbeat write failed", "run lease lapsed; interrupting owned work"]
+
+
+def test_hung_heartbeat_write_cannot_hold_the_deadline_back(fake, clock):
+    """OW-16: the first write never completes; alive at 18 999 with one call, interrupted at 19 000."""
+    fake.runs.heartbeat_mode = "hang"
+    fake.runs.reconfirm_mode = "fail"
+    try:
+        with LeaseKeeper(fake, "r1", A) as keeper:
+            advance_to(keeper, clock, 18_999)
+            keeper.check()
+            assert len(fake.runs.calls) == 1
+            advance_to(keeper, clock, 19_000)
+            assert keeper.lost
+            advance_to(keeper, clock, 40_000)
+            assert len(fake.runs.calls) == 1
+    finally:
+        fake.runs.release.set()
+
+
+def test_deadline_rearms_from_the_stamp_sent_not_the_completion_time(fake, clock):
+    """OW-23: the write sent at 1 000 succeeds at 6 000, later writes hang: lapse at 20 000, not 25 000."""
+    gate = threading.Event()
+    fake.runs.delay_until[1] = gate
+    fake.runs.reconfirm_mode = "fail"
+    try:
+        with LeaseKeeper(fake, "r1", A) as keeper:
+            advance_to(keeper, clock, 6000)
+            fake.runs.heartbeat_mode = "hang"
+            gate.set()
+            _wait_for(lambda: len(fake.runs.calls) >= 1 and keeper.supervisor._pulse is None)
+            advance_to(keeper, clock, 19_999)
+            keeper.check()
+            assert len(fake.runs.calls) == 2
+            advance_to(keeper, clock, 20_000)
+            with pytest.raises(LeaseLost) as info:
+                keeper.check()
+            assert info.value.unconfirmed_ms == 19_000
+    finally:
+        fake.runs.release.set()
+
+
+def test_a_pulse_past_the_deadline_does_not_renew(fake, clock):
+    """OW-20..22: the host stalls past the deadline; the overdue pulse writes nothing and the lease lapses."""
+    fake.runs.reconfirm_mode = "fail"
+    with LeaseKeeper(fake, "r1", A) as keeper:
+        keeper.settle()
+        fake.runs.heartbeat_mode = "fail"
+        advance_to(keeper, clock, 0)
+        clock.set(20_000)  # one jump: both the pulse timer and the watchdog are overdue
+        keeper.settle()
+        assert keeper.lost
+        assert fake.runs.calls == []  # no heartbeat write was sent after the deadline
+
+
+def test_reconfirm_success_continues_and_journals_lease_reconfirmed(fake, clock):
+    fake.runs.heartbeat_mode = "fail"
+    seen: list[int] = []
+    with LeaseKeeper(fake, "r1", A, on_reconfirm=seen.append) as keeper:
+        advance_to(keeper, clock, 19_000)
+        keeper.check()
+        assert seen == [19_000]
+        assert fake.journal.entries == [
+            ("r1", "flows.engine.run-decision",
+             {"decision": "lease-reconfirmed", "detail": {"unconfirmedMs": 19_000}}, A, "flows.engine")
+        ]
+        fake.runs.heartbeat_mode = "ok"
+        advance_to(keeper, clock, 40_000)
+        keeper.check()
+        assert keeper.lease.reconfirmations == 1
+
+
+def test_reconfirm_lost_to_a_peer_lapses(fake, clock):
+    fake.runs.heartbeat_mode = "fail"
+    fake.runs.reconfirm_mode = "lost"
+    lapses: list[int] = []
+    with LeaseKeeper(fake, "r1", A, on_lapse=lapses.append) as keeper:
+        advance_to(keeper, clock, 19_000)
+        assert keeper.lost
+        assert lapses == [19_000]
+        assert fake.journal.entries == []
+
+
+def test_hung_reconfirm_times_out_after_one_interval(fake, clock):
+    fake.runs.heartbeat_mode = "fail"
+    fake.runs.reconfirm_mode = "hang"
+    try:
+        with LeaseKeeper(fake, "r1", A) as keeper:
+            advance_to(keeper, clock, 18_000)
+            clock.set(19_000)
+            _wait_for(lambda: fake.runs.reconfirms == [19_000])
+            clock.set(19_999)
+            time.sleep(0.05)
+            assert not keeper.lost
+            clock.set(20_000)
+            _wait_for(lambda: keeper.lost)
+    finally:
+        fake.runs.release.set()
+
+
+def test_failed_reconfirm_receipt_lapses_the_lease(fake, clock):
+    fake.runs.heartbeat_mode = "fail"
+    fake.journal.fail = True
+    with LeaseKeeper(fake, "r1", A) as keeper:
+        advance_to(keeper, clock, 19_000)
+        assert keeper.lost
+
+
+def test_many_leases_renew_with_one_heartbeat_many_per_interval(fake, clock):
+    with Supervisor(fake, A) as sup:
+        leases = [sup.hold(f"r{i}") for i in range(3)]
+        advance_to(sup, clock, 3000)
+        assert fake.runs.calls == [("*", 1000), ("*", 2000), ("*", 3000)]
+        leases[0].release()
+        leases[1].release()
+        advance_to(sup, clock, 4000)
+        assert fake.runs.calls[-1] == ("r2", 4000)
+
+
+def _wait_for(pred, timeout: float = 5.0) -> None:
+    end = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > end:
+            raise AssertionError("condition not reached")
+        time.sleep(0.005)
+
+
+# ------------------------------------------------------------------------------------------- asyncio
+def test_supervise_cancels_the_owned_task_on_a_lost_fence(fake, clock):
+    fake.runs.heartbeat_mode = "lost"
+    reached: list[str] = []
+
+    async def owned():
+        async with supervise(fake, "r1", A):
+            reached.append("started")
+            while True:
+                await asyncio.sleep(0.005)
+
+    async def main():
+        task = asyncio.create_task(owned())
+        await asyncio.sleep(0.02)
+        clock.set(1000)
+        with pytest.raises(LeaseLost) as info:
+            await asyncio.wait_for(task, 5)
+        return info.value
+
+    err = asyncio.run(main())
+    assert reached == ["started"]
+    assert err.reason == "FenceLost"
+
+
+def test_supervise_lapse_calls_on_lapse_then_cancels(fake, clock):
+    fake.runs.heartbeat_mode = "fail"
+    fake.runs.reconfirm_mode = "fail"
+    lapses: list[int] = []
+
+    async def owned():
+        async with supervise(fake, "r1", A, on_lapse=lapses.append) as lease:
+            while True:
+                await asyncio.sleep(0.005)
+                if clock.now_ms() < 19_000:
+                    lease.supervisor.settle()
+                    clock.advance(1000)
+
+    async def main():
+        with pytest.raises(LeaseLost):
+            await asyncio.wait_for(owned(), 10)
+
+    asyncio.run(main())
+    assert lapses == [19_000]
+
+
+def test_supervise_body_that_finishes_is_not_cancelled(fake, clock):
+    async def main():
+        async with supervise(fake, "r1", A):
+            await asyncio.sleep(0.01)
+        return "done"
+
+    assert asyncio.run(main()) == "done"
+
+
+# ------------------------------------------------------------------------------------------- real store
+def _activate(store, run_id, owner):
+    store.runs.create(run_id, "{}")
+    row = store.runs.get(run_id)
+    claimed = store.runs.claim(run_id, row.snapshot(), owner, store.clock.now_ms())
+    assert type(claimed).__name__ == "Claimed"
+    activated = store.runs.activate(run_id, owner, claimed.claimed_at_ms, row)
+    assert type(activated).__name__ == "Activated"
+
+
+def test_keeper_renews_a_real_lease_and_stops_on_steal(store, clock):
+    _activate(store, "r1", A)
+    with LeaseKeeper(store, "r1", A) as keeper:
+        advance_to(keeper, clock, 5000)
+        assert store.runs.get("r1").heartbeat_at_ms == 5000
+        keeper.check()
+        # The owner stalls (no pulses) long enough for a peer to steal and activate.
+        keeper.supervisor.stop()
+        clock.set(35_001)
+        row = store.runs.get("r1")
+        evidence = fencepost.LivenessEvidence(A, 35_001, "lease-expired")
+        claimed = store.runs.steal("r1", row, B, 35_001, evidence)
+        assert type(claimed).__name__ == "Claimed"
+        assert type(store.runs.activate("r1", B, claimed.claimed_at_ms, row)).__name__ == "Activated"
+    with LeaseKeeper(store, "r1", A) as keeper:
+        advance_to(keeper, clock, 36_001)
+        with pytest.raises(LeaseLost) as info:
+            keeper.check()
+        assert info.value.reason == "FenceLost"
+
+
+def test_reconfirm_on_a_real_store_journals_on_the_runs_own_stream(store, clock):
+    _activate(store, "r1", A)
+    sup = Supervisor(store, A)
+    lease = sup.hold("r1")
+    # Make every heartbeat write fail while reconfirm still reaches the store.
+    real = store.runs.heartbeat
+
+    def failing(*a, **k):
+        raise fencepost.RunStoreError("persistence_failed", "heartbeat", "run persistence failed")
+
+    store.runs.heartbeat = failing
+    try:
+        with sup:
+            advance_to(sup, clock, 19_000)
+            lease.check()
+    finally:
+        store.runs.heartbeat = real
+    assert store.runs.get("r1").heartbeat_at_ms == 19_000
+    page = store.journal.entries("r1")
+    decisions = [e.payload for e in page.entries if e.event_type == "flows.engine.run-decision"]
+    assert decisions == [{"decision": "lease-reconfirmed", "detail": {"unconfirmedMs": 19_000}}]
