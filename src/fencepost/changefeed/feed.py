@@ -17,7 +17,7 @@ from sqlalchemy.engine import Connection
 from fencepost._durable import DbFailure, map_failure
 from fencepost._values import identifier_problem, is_safe_int
 from fencepost.changefeed import _sql
-from fencepost.changefeed.snapshot import SOURCE_SHAPE, Corrupt, check_position, decode_run
+from fencepost.changefeed.snapshot import SOURCE_SHAPE, Corrupt, check_batch, check_position, decode_run
 from fencepost.changefeed.types import Batch, Change, ChangeBatch, Missing, Observed, Position, RunPage
 from fencepost.errors import RunStoreError, SourceChanged
 
@@ -163,7 +163,12 @@ class ChangeFeed:
                 snapshots.append(snap)
             return Batch(source, watermark, snapshots)
 
-        return self._read(method, body)
+        batch = self._read(method, body)
+        try:
+            check_batch(run_ids, batch)
+        except Corrupt as exc:
+            raise RunStoreError("persistence_failed", method, f"incoherent answer: {exc}") from None
+        return batch
 
     # ------------------------------------------------------------------ rotation
     def rotate_source(self) -> Position:

@@ -182,3 +182,33 @@ def _waiting(row: Any) -> Waiting | None:
             raise Corrupt(f"waiting_request {problem}")
     digest = hashlib.sha256(token.encode("utf-8")).hexdigest() if token is not None else None
     return Waiting(_KINDS.get(reason, "other"), reason, wake, digest, request)  # type: ignore[arg-type]
+
+
+def _revision_ok(value: object, low: int, high: int) -> bool:
+    return is_safe_int(value) and low <= value <= high  # type: ignore[operator]
+
+
+def check_batch(run_ids: list[str] | tuple[str, ...], batch: Any) -> None:
+    """Refuse an answer that does not describe one committed state for exactly ``run_ids``.
+
+    Port of upstream's coherence check on a read's answer (UPSTREAM-TESTS C2): the batch position is
+    well formed; there is one snapshot per requested id, in request order; each has the batch's
+    source and a revision within bounds (an ``Observed`` in 1..watermark, a ``Missing`` in
+    0..watermark). ``ChangeFeed.read`` runs it before answering; a failure is a defect of ours.
+    """
+    try:
+        check_position(batch.source, batch.revision)
+    except Corrupt:
+        raise Corrupt("batch position is malformed") from None
+    snapshots = batch.snapshots
+    if len(snapshots) != len(run_ids):
+        raise Corrupt("batch has a different number of snapshots than ids requested")
+    watermark = batch.revision
+    for run_id, snap in zip(run_ids, snapshots, strict=True):
+        if snap.run_id != run_id:
+            raise Corrupt("batch snapshots are not in request order")
+        if snap.source != batch.source:
+            raise Corrupt("a snapshot belongs to another source")
+        low = 1 if isinstance(snap, Observed) else 0
+        if not _revision_ok(snap.revision, low, watermark):
+            raise Corrupt("a snapshot revision is outside its bounds")
