@@ -1,1 +1,22 @@
-"""Projection builders: checkpoints, stale rejection, rotation rebuild (built out by the projections issue)."""
+"""Projection builders: exactly-once checkpoints, stale rejection, rebuild on source rotation.
+
+``ProjectionBuilder(source_store, target_url, projection)`` keeps a read model on a target database
+(the source's own or another, either backend); see ``docs/concepts/projections.md``.
+"""
+
+from fencepost.projections.builder import CatchUp, ProjectionBuilder, ProjectionStatus
+from fencepost.projections.builtin import OwnershipHistory, RunsByStatus
+from fencepost.projections.checkpoints import RebuildRecord
+from fencepost.projections.protocol import ConsensusFact, Projection, Target
+
+__all__ = [
+    "CatchUp",
+    "ConsensusFact",
+    "OwnershipHistory",
+    "Projection",
+    "ProjectionBuilder",
+    "ProjectionStatus",
+    "RebuildRecord",
+    "RunsByStatus",
+    "Target",
+]

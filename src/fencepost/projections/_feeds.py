@@ -1,0 +1,133 @@
+"""Where a builder's updates come from: the run change feed or the journal's consensus facts.
+
+Both answer the same three questions: the source's identity and head (``head``), one page of
+updates after a position, bounded by a watermark read in the same snapshot (``page``), and, for the
+journal, whether the entry at a checkpoint is still the one that was applied (``anchor_at``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import msgspec
+from sqlalchemy import bindparam, func, select
+from sqlalchemy.engine import Connection
+
+from fencepost._schema import flows_journal_events as ev
+from fencepost._schema import flows_run_source as src
+from fencepost.errors import ProjectionError, SourceChanged
+from fencepost.projections.protocol import ConsensusFact
+
+if TYPE_CHECKING:
+    from fencepost._store import Store
+
+READ_LIMIT = 200  # ids per snapshot read (SPEC 6)
+
+
+class Page(NamedTuple):
+    source: str
+    updates: list[Any]  # each has run_id, source, revision
+    next_revision: int
+    has_more: bool
+    anchor: str | None
+
+
+class RunsFeed:
+    """Run snapshots: ``changes_since`` for the ids, ``read`` for their current state."""
+
+    kind = "runs"
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def head(self) -> tuple[str, int]:
+        position = self._store.feed.position()
+        return position.source, position.revision
+
+    def anchor_at(self, revision: int) -> str | None:
+        return None
+
+    def page(self, source: str, after: int, limit: int) -> Page:
+        from fencepost.changefeed import Position
+
+        feed = self._store.feed
+        batch = feed.changes_since(Position(source, after), limit)
+        ids = [change.run_id for change in batch.changes]
+        snapshots: list[Any] = []
+        for start in range(0, len(ids), READ_LIMIT):
+            read = feed.read(ids[start:start + READ_LIMIT])
+            # A rotation between the page and the read: these snapshots belong to another source.
+            if read.source != source:
+                raise SourceChanged(method="read")
+            snapshots.extend(read.snapshots)
+        return Page(batch.source, snapshots, batch.next_revision, batch.has_more, None)
+
+
+_FACT_PREFIX = "flows.consensus."
+_source_row = select(src.c.source).where(src.c.singleton == 1)
+_journal_head = select(func.max(ev.c.position))
+_facts_after = (
+    select(ev.c.position, ev.c.event_type, ev.c.payload_json, ev.c.emitted_at_ms)
+    .where(
+        ev.c.position > bindparam("after"),
+        ev.c.position <= bindparam("head"),
+        ev.c.event_type.like(_FACT_PREFIX + "%"),
+    )
+    .order_by(ev.c.position)
+    .limit(bindparam("limit"))
+)
+_hash_at = select(ev.c.entry_hash).where(ev.c.position == bindparam("position"))
+_payload = msgspec.json.Decoder()
+
+
+class ConsensusFeed:
+    """``flows.consensus.*`` facts in global journal position order (gapless, commit order)."""
+
+    kind = "consensus"
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def head(self) -> tuple[str, int]:
+        def body(conn: Connection) -> tuple[str, int]:
+            return conn.execute(_source_row).scalar_one(), int(conn.execute(_journal_head).scalar() or 0)
+
+        return self._store.db.read(body)
+
+    def anchor_at(self, revision: int) -> str | None:
+        if revision <= 0:
+            return None
+        return self._store.db.read(lambda conn: conn.execute(_hash_at, {"position": revision}).scalar())
+
+    def page(self, source: str, after: int, limit: int) -> Page:
+        def body(conn: Connection) -> Page:
+            current = conn.execute(_source_row).scalar_one()
+            head = int(conn.execute(_journal_head).scalar() or 0)
+            if current != source or after > head:
+                raise SourceChanged(method="consensusFacts")
+            rows = conn.execute(_facts_after, {"after": after, "head": head, "limit": limit + 1}).all()
+            has_more = len(rows) > limit
+            rows = rows[:limit]
+            next_revision = int(rows[-1].position) if has_more else head
+            facts = [_fact(row, source) for row in rows]
+            anchor = conn.execute(_hash_at, {"position": next_revision}).scalar() if next_revision else None
+            return Page(source, facts, next_revision, has_more, anchor)
+
+        return self._store.db.read(body)
+
+
+def _fact(row: Any, source: str) -> ConsensusFact:
+    payload = _payload.decode(row.payload_json)
+    if type(payload) is not dict or type(payload.get("runId")) is not str or not payload["runId"]:
+        raise ProjectionError("decode_failed", "catchUp", "consensus fact payload has no runId string")
+    owner = payload.get("owner")
+    granted = payload.get("grantedAtMs")
+    return ConsensusFact(
+        run_id=payload["runId"],
+        source=source,
+        revision=int(row.position),
+        kind=row.event_type[len(_FACT_PREFIX):],
+        owner=owner if isinstance(owner, dict) else None,
+        granted_at_ms=granted if type(granted) is int else None,
+        emitted_at_ms=int(row.emitted_at_ms),
+    )

@@ -1,0 +1,97 @@
+"""One builder per projection name per target.
+
+The lock lives as long as the builder's process or connection, never in a table row: a builder
+killed with SIGKILL must not leave a lock that outlives it. PostgreSQL: a session advisory lock on a
+dedicated autocommit connection (released by the server when the connection dies). SQLite: an
+``flock`` on a file beside the database (released by the kernel when the process dies; separate
+opens conflict even inside one process).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import time
+from typing import Any
+
+from sqlalchemy import text
+
+from fencepost._durable import Database
+from fencepost.errors import ProjectionError
+
+_PG_TRY = text("SELECT pg_try_advisory_lock(hashtextextended(:key, 3001))")
+_PG_UNLOCK = text("SELECT pg_advisory_unlock(hashtextextended(:key, 3001))")
+
+
+class BuilderLock:
+    """Exclusive right to apply under one projection name on one target."""
+
+    def __init__(self, target: Database, name: str) -> None:
+        self._target = target
+        self._name = name
+        self._handle: Any = None
+        digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:24]
+        if target.backend.name == "sqlite":
+            assert target.path is not None
+            self._path = f"{target.path}.projection-{digest}.lock"
+        else:
+            self._key = f"fencepost.projection/{target.schema}/{name}"
+
+    @property
+    def held(self) -> bool:
+        return self._handle is not None
+
+    def acquire(self, timeout: float | None) -> None:
+        """Take the lock, waiting up to ``timeout`` seconds (None: forever; 0: refuse at once)."""
+        if self._handle is not None:
+            return
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if self._try():
+                return
+            if deadline is not None and time.monotonic() >= deadline:
+                raise ProjectionError(
+                    "builder_busy", "acquire", "another builder is applying this projection name on this target"
+                )
+            time.sleep(0.05)
+
+    def _try(self) -> bool:
+        if self._target.backend.name == "sqlite":
+            fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                return False
+            self._handle = fd
+            return True
+        conn = self._target.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        try:
+            got = bool(conn.execute(_PG_TRY, {"key": self._key}).scalar())
+        except BaseException:
+            conn.close()
+            raise
+        if not got:
+            conn.close()
+            return False
+        self._handle = conn
+        return True
+
+    def release(self) -> None:
+        """Give the lock up (idempotent)."""
+        handle, self._handle = self._handle, None
+        if handle is None:
+            return
+        if isinstance(handle, int):
+            try:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+            finally:
+                os.close(handle)
+            return
+        try:
+            handle.execute(_PG_UNLOCK, {"key": self._key})
+        except Exception:
+            handle.invalidate()  # a dead connection released the lock already
+        finally:
+            handle.close()

@@ -1,0 +1,82 @@
+"""The builder's own tables on the target (migration 3001) and the statements built from them.
+
+Statements are module-level Core objects with bind parameters, so SQLAlchemy compiles each once.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import BigInteger, Column, Integer, MetaData, Select, Table, Text, bindparam, select
+
+metadata = MetaData()
+
+Int = BigInteger().with_variant(Integer(), "sqlite")
+
+checkpoints = Table(
+    "projection_checkpoints",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("feed", Text, nullable=False),
+    Column("source", Text),
+    Column("revision", Int, nullable=False),
+    Column("anchor", Text),
+    Column("applied", Int, nullable=False),
+    Column("rejected", Int, nullable=False),
+    Column("rebuilds", Int, nullable=False),
+    Column("shadow_source", Text),
+    Column("shadow_revision", Int),
+    Column("shadow_anchor", Text),
+    Column("shadow_applied", Int),
+    Column("shadow_reason", Text),
+    Column("shadow_started_at_ms", Int),
+    Column("updated_at_ms", Int, nullable=False),
+)
+
+rebuilds = Table(
+    "projection_rebuilds",
+    metadata,
+    Column("rebuild_id", Int, primary_key=True, autoincrement=True),
+    Column("name", Text, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("from_source", Text),
+    Column("from_revision", Int),
+    Column("to_source", Text, nullable=False),
+    Column("to_revision", Int, nullable=False),
+    Column("applied", Int, nullable=False),
+    Column("started_at_ms", Int, nullable=False),
+    Column("finished_at_ms", Int, nullable=False),
+)
+
+
+def _revisions_table(name: str) -> Table:
+    return Table(
+        name,
+        metadata,
+        Column("name", Text, primary_key=True),
+        Column("run_id", Text, primary_key=True),
+        Column("source", Text, nullable=False),
+        Column("revision", Int, nullable=False),
+    )
+
+
+run_revisions = _revisions_table("projection_run_revisions")
+run_revisions_shadow = _revisions_table("projection_run_revisions_shadow")
+
+load_checkpoint = select(checkpoints).where(checkpoints.c.name == bindparam("name"))
+
+
+def held_revisions(table: Table) -> Select:
+    """``(run_id, source, revision)`` held by one projection for a list of run ids."""
+    return select(table.c.run_id, table.c.source, table.c.revision).where(
+        table.c.name == bindparam("name"), table.c.run_id.in_(bindparam("ids", expanding=True))
+    )
+
+
+held_live = held_revisions(run_revisions)
+held_shadow = held_revisions(run_revisions_shadow)
+
+last_rebuild = (
+    select(rebuilds)
+    .where(rebuilds.c.name == bindparam("name"))
+    .order_by(rebuilds.c.rebuild_id.desc())
+    .limit(1)
+)

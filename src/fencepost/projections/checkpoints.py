@@ -1,0 +1,172 @@
+"""Checkpoints and the rebuild log, as the builder reads and writes them on the target.
+
+Every write here runs inside the same target transaction as the updates it accounts for, and
+is a compare-and-swap on the position that transaction was computed from: a second writer that
+slipped past the builder lock finds the checkpoint moved and applies nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from sqlalchemy import and_, update
+from sqlalchemy.engine import Connection
+
+from fencepost.projections import _sql
+from fencepost.projections._sql import checkpoints as cp_table
+
+RebuildReason = str  # "source_changed" | "source_rewound" | "journal_diverged" | "requested"
+
+
+class Checkpoint(msgspec.Struct, frozen=True):
+    """The durable state of one projection on its target.
+
+    ``source``/``revision`` is what the live tables reflect (``None`` before the first page);
+    ``shadow_*`` is set only while a rebuild is filling the shadow copy.
+    """
+
+    name: str
+    feed: str
+    source: str | None
+    revision: int
+    anchor: str | None
+    applied: int
+    rejected: int
+    rebuilds: int
+    shadow_source: str | None
+    shadow_revision: int | None
+    shadow_anchor: str | None
+    shadow_applied: int | None
+    shadow_reason: str | None
+    shadow_started_at_ms: int | None
+    updated_at_ms: int
+
+
+class RebuildRecord(msgspec.Struct, frozen=True):
+    """One completed rebuild: why, from which applied position, to which one."""
+
+    reason: str
+    from_source: str | None
+    from_revision: int | None
+    to_source: str
+    to_revision: int
+    applied: int
+    started_at_ms: int
+    finished_at_ms: int
+
+
+class CheckpointMoved(Exception):
+    """Internal: the checkpoint is not where this transaction expected it (someone else moved it)."""
+
+
+def _row_to_checkpoint(row: Any) -> Checkpoint:
+    m = row._mapping
+    return Checkpoint(**{f: m[f] for f in Checkpoint.__struct_fields__})
+
+
+def load(conn: Connection, name: str) -> Checkpoint | None:
+    """The checkpoint of ``name``, or None."""
+    row = conn.execute(_sql.load_checkpoint, {"name": name}).first()
+    return None if row is None else _row_to_checkpoint(row)
+
+
+def ensure(conn: Connection, backend: Any, name: str, feed: str, now_ms: int) -> Checkpoint:
+    """Create the checkpoint row of ``name`` if absent and return it."""
+    stmt = backend.insert(cp_table).values(
+        name=name, feed=feed, source=None, revision=0, anchor=None, applied=0, rejected=0, rebuilds=0,
+        updated_at_ms=now_ms,
+    ).on_conflict_do_nothing(index_elements=["name"])
+    conn.execute(stmt)
+    found = load(conn, name)
+    assert found is not None
+    return found
+
+
+def _where_live(cp: Checkpoint) -> Any:
+    c = cp_table.c
+    src = c.source.is_(None) if cp.source is None else c.source == cp.source
+    return and_(c.name == cp.name, src, c.revision == cp.revision, c.shadow_source.is_(None))
+
+
+def _where_shadow(cp: Checkpoint) -> Any:
+    c = cp_table.c
+    return and_(c.name == cp.name, c.shadow_source == cp.shadow_source, c.shadow_revision == cp.shadow_revision)
+
+
+def advance_live(conn: Connection, cp: Checkpoint, *, source: str, revision: int, anchor: str | None,
+                 applied: int, rejected: int, now_ms: int) -> None:
+    """Move the live checkpoint from ``cp`` to ``(source, revision)``; raise CheckpointMoved if it moved."""
+    result = conn.execute(
+        update(cp_table).where(_where_live(cp)).values(
+            source=source, revision=revision, anchor=anchor, applied=cp_table.c.applied + applied,
+            rejected=cp_table.c.rejected + rejected, updated_at_ms=now_ms,
+        )
+    )
+    if result.rowcount != 1:
+        raise CheckpointMoved()
+
+
+def start_shadow(conn: Connection, cp: Checkpoint, *, source: str, reason: str, now_ms: int) -> None:
+    """Begin (or restart) filling the shadow copy from revision 0 of ``source``."""
+    c = cp_table.c
+    src = c.source.is_(None) if cp.source is None else c.source == cp.source
+    result = conn.execute(
+        update(cp_table).where(and_(c.name == cp.name, src, c.revision == cp.revision)).values(
+            shadow_source=source, shadow_revision=0, shadow_anchor=None, shadow_applied=0,
+            shadow_reason=reason, shadow_started_at_ms=now_ms, updated_at_ms=now_ms,
+        )
+    )
+    if result.rowcount != 1:
+        raise CheckpointMoved()
+
+
+def advance_shadow(conn: Connection, cp: Checkpoint, *, revision: int, anchor: str | None, applied: int,
+                   rejected: int, now_ms: int) -> None:
+    """Move the shadow checkpoint from ``cp`` to ``revision``; raise CheckpointMoved if it moved."""
+    result = conn.execute(
+        update(cp_table).where(_where_shadow(cp)).values(
+            shadow_revision=revision, shadow_anchor=anchor, shadow_applied=cp_table.c.shadow_applied + applied,
+            rejected=cp_table.c.rejected + rejected, updated_at_ms=now_ms,
+        )
+    )
+    if result.rowcount != 1:
+        raise CheckpointMoved()
+
+
+def swap_shadow(conn: Connection, cp: Checkpoint, *, now_ms: int) -> RebuildRecord:
+    """Make the shadow position the live one, clear the shadow state and log the rebuild."""
+    assert cp.shadow_source is not None and cp.shadow_revision is not None and cp.shadow_reason is not None
+    result = conn.execute(
+        update(cp_table).where(_where_shadow(cp)).values(
+            source=cp.shadow_source, revision=cp.shadow_revision, anchor=cp.shadow_anchor,
+            applied=cp_table.c.applied + (cp.shadow_applied or 0), rebuilds=cp_table.c.rebuilds + 1,
+            shadow_source=None, shadow_revision=None, shadow_anchor=None, shadow_applied=None,
+            shadow_reason=None, shadow_started_at_ms=None, updated_at_ms=now_ms,
+        )
+    )
+    if result.rowcount != 1:
+        raise CheckpointMoved()
+    record = RebuildRecord(
+        reason=cp.shadow_reason, from_source=cp.source, from_revision=cp.revision if cp.source else None,
+        to_source=cp.shadow_source, to_revision=cp.shadow_revision, applied=cp.shadow_applied or 0,
+        started_at_ms=cp.shadow_started_at_ms or now_ms, finished_at_ms=now_ms,
+    )
+    conn.execute(_sql.rebuilds.insert().values(name=cp.name, **msgspec.structs.asdict(record)))
+    return record
+
+
+def last_rebuild(conn: Connection, name: str) -> RebuildRecord | None:
+    """The most recent completed rebuild of ``name``, or None."""
+    row = conn.execute(_sql.last_rebuild, {"name": name}).first()
+    if row is None:
+        return None
+    m = row._mapping
+    return RebuildRecord(**{f: m[f] for f in RebuildRecord.__struct_fields__})
+
+
+def rebuild_log(conn: Connection, name: str) -> list[RebuildRecord]:
+    """Every completed rebuild of ``name``, oldest first."""
+    t = _sql.rebuilds
+    rows = conn.execute(t.select().where(t.c.name == name).order_by(t.c.rebuild_id))
+    return [RebuildRecord(**{f: r._mapping[f] for f in RebuildRecord.__struct_fields__}) for r in rows]

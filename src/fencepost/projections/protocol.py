@@ -1,0 +1,84 @@
+"""What a projection is: its tables, how to empty them, how to apply one update.
+
+A projection never sees checkpoints, shadows or stale updates: the builder decides which updates
+are newer (REFERENCE 4 "Projection contract") and hands each accepted one to ``apply`` inside the
+target transaction that also advances the checkpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import msgspec
+from sqlalchemy import Table
+from sqlalchemy.engine import Connection
+
+from fencepost._dialects import Backend
+
+FeedKind = Literal["runs", "consensus"]
+
+
+class ConsensusFact(msgspec.Struct, frozen=True):
+    """One ``flows.consensus.*`` journal fact, as a consensus-fed projection receives it.
+
+    ``revision`` is the fact's global journal position and ``source`` the database's source id, so
+    facts obey the same ``is_newer`` rule as run snapshots.
+    """
+
+    run_id: str
+    source: str
+    revision: int
+    kind: str
+    owner: dict[str, Any] | None
+    granted_at_ms: int | None
+    emitted_at_ms: int
+
+
+class Target:
+    """The target side of one transaction: the connection and the tables to write.
+
+    ``tables`` maps each declared (live) table name to the table this transaction writes: the live
+    table during catch-up, its shadow copy while a rebuild fills one. ``shadow`` says which.
+    """
+
+    __slots__ = ("backend", "conn", "shadow", "tables")
+
+    def __init__(self, conn: Connection, backend: Backend, tables: Mapping[str, Table], shadow: bool) -> None:
+        self.conn = conn
+        self.backend = backend
+        self.tables = tables
+        self.shadow = shadow
+
+    def table(self, name: str) -> Table:
+        """The table to write for the declared table ``name``."""
+        return self.tables[name]
+
+    def insert(self, table: Table) -> Any:
+        """A dialect INSERT for ``table`` that offers ``on_conflict_do_update`` on both backends."""
+        return self.backend.insert(table)
+
+
+@runtime_checkable
+class Projection(Protocol):
+    """A read model kept by a ``ProjectionBuilder``.
+
+    ``name`` identifies it on its target (one checkpoint per name); ``feed`` is ``"runs"`` (run
+    snapshots: ``Observed`` / ``Missing`` from the change feed) or ``"consensus"`` (``ConsensusFact``
+    from the journal, in global position order). ``tables`` are created on the target if absent,
+    together with a shadow copy of each for rebuilds. ``reset`` empties them; ``apply`` applies one
+    accepted update. An optional ``apply_batch(target, updates)`` may apply a whole page at once; it
+    must give the same result as calling ``apply`` for each update in order.
+    """
+
+    name: str
+    feed: FeedKind
+    tables: Sequence[Table]
+
+    def reset(self, target: Target) -> None:
+        """Remove every row this projection keeps in ``target.tables``."""
+        ...
+
+    def apply(self, target: Target, update: Any) -> None:
+        """Apply one update the builder has accepted as newer than what the projection holds."""
+        ...
