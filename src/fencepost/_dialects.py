@@ -11,7 +11,7 @@ import re
 import sqlite3
 from typing import Any
 
-from sqlalchemy import event, func, text
+from sqlalchemy import Text, case, event, func, literal, text
 from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import Connection, Engine
@@ -60,6 +60,10 @@ class Backend:
         raise NotImplementedError
 
     def split_script(self, script: str) -> list[str]:
+        raise NotImplementedError
+
+    def json_string(self, column: Any, key: str) -> Any:
+        """SQL for ``column``'s top-level ``key`` when it is a JSON string, else NULL (change-feed listing)."""
         raise NotImplementedError
 
 
@@ -118,6 +122,10 @@ class SqliteBackend(Backend):
 
     def greatest(self, a: Any, b: Any) -> Any:
         return func.max(a, b)
+
+    def json_string(self, column: Any, key: str) -> Any:
+        path = literal("$." + key)
+        return case((func.json_type(column, path) == "text", func.json_extract(column, path)), else_=None)
 
     def split_script(self, script: str) -> list[str]:
         statements: list[str] = []
@@ -186,6 +194,11 @@ class PostgresBackend(Backend):
 
     def greatest(self, a: Any, b: Any) -> Any:
         return func.greatest(a, b)
+
+    def json_string(self, column: Any, key: str) -> Any:
+        doc = column.cast(pg_dialect.JSONB)
+        field = doc.op("->")(literal(key))
+        return case((func.jsonb_typeof(field) == "string", doc.op("->>", return_type=Text())(literal(key))), else_=None)
 
     def split_script(self, script: str) -> list[str]:
         # PostgreSQL accepts a whole script in one simple-protocol execute.

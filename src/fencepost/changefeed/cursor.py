@@ -1,0 +1,150 @@
+"""Listing filters and the opaque keyset cursor (REFERENCE 4, ``RunCatalogRead.listRuns``).
+
+A cursor is versioned JSON text ``{"version": 1, "source", "filters", "createdAtMs", "runId"}``:
+the last key handed out, bound to the source it was read from and to the canonical filter tuple
+``[status, flowName, [parentRunId]|[], lineageId, [waitingReason]|[], after, before]``. It is
+opaque to callers: pass it back unchanged with the same filters (the limit may change). There are
+no numeric offsets, so a page never shifts when earlier rows are deleted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from fencepost._values import identifier_problem, is_safe_int, text_problem
+from fencepost.changefeed.snapshot import SOURCE_SHAPE, STATUSES
+from fencepost.errors import RunStoreError
+
+CURSOR_VERSION = 1
+MAX_CURSOR_CHARS = 65_536
+MAX_LIST_LIMIT = 200
+
+# Keys whose value None means "has none" rather than "any": presence in the mapping is the filter.
+_NULLABLE = ("parent_run_id", "waiting_reason")
+FILTER_KEYS = frozenset(
+    {"status", "flow_name", "parent_run_id", "lineage_id", "waiting_reason", "created_after_ms", "created_before_ms"}
+)
+
+
+class ListFilters(msgspec.Struct, frozen=True):
+    """Validated filters. ``parent_run_id`` / ``waiting_reason``: ``[]`` any, ``[None]`` none, ``[x]`` x."""
+
+    status: str | None = None
+    flow_name: str | None = None
+    parent_run_id: tuple[str | None, ...] = ()
+    lineage_id: str | None = None
+    waiting_reason: tuple[str | None, ...] = ()
+    created_after_ms: int | None = None
+    created_before_ms: int | None = None
+
+    def canonical(self) -> list[Any]:
+        """The filter tuple a cursor is bound to (key order of the caller's mapping is irrelevant)."""
+        return [
+            self.status,
+            self.flow_name,
+            list(self.parent_run_id),
+            self.lineage_id,
+            list(self.waiting_reason),
+            self.created_after_ms,
+            self.created_before_ms,
+        ]
+
+
+class _CursorV1(msgspec.Struct, forbid_unknown_fields=True):
+    version: int
+    source: str
+    filters: list[Any]
+    createdAtMs: int  # wire names of the cursor format (camelCase, as upstream)
+    runId: str
+
+
+_cursor_decoder = msgspec.json.Decoder(_CursorV1)
+_encoder = msgspec.json.Encoder()
+
+
+def invalid_options(detail: str) -> RunStoreError:
+    return RunStoreError("invalid_options", "list_runs", detail)
+
+
+def invalid_cursor(detail: str) -> RunStoreError:
+    return RunStoreError("invalid_cursor", "list_runs", detail)
+
+
+def parse_filters(filters: Mapping[str, Any] | None) -> ListFilters:
+    """Validate a caller's filter mapping; unknown keys or ill-typed values are ``invalid_options``."""
+    if filters is None:
+        return ListFilters()
+    if not isinstance(filters, Mapping):
+        raise invalid_options("filters must be a mapping")
+    unknown = sorted(k for k in filters if k not in FILTER_KEYS) if all(type(k) is str for k in filters) else None
+    if unknown is None:
+        raise invalid_options("filter names must be strings")
+    if unknown:
+        raise invalid_options(f"unknown filter {unknown[0]!r}; known: {', '.join(sorted(FILTER_KEYS))}")
+    values: dict[str, Any] = {}
+    for key, value in filters.items():
+        if key in ("created_after_ms", "created_before_ms"):
+            if value is not None and not is_safe_int(value):
+                raise invalid_options(f"{key} must be a non-negative safe integer")
+            values[key] = value
+            continue
+        if key in _NULLABLE:
+            if value is not None:
+                _check_text(key, value)
+            values[key] = (value,)
+            continue
+        if value is not None:
+            _check_text(key, value)
+            if key == "status" and value not in STATUSES:
+                raise invalid_options("status must be a run status")
+        values[key] = value
+    return ListFilters(**values)
+
+
+def _check_text(key: str, value: object) -> None:
+    # Run ids are bounded identifiers; a flow name or waiting reason is any non-empty clean text.
+    if key in ("parent_run_id", "lineage_id"):
+        problem = identifier_problem(value)
+    elif type(value) is not str:
+        problem = "must be a string"
+    else:
+        problem = "must not be empty" if not value else text_problem(value)
+    if problem:
+        raise invalid_options(f"{key} {problem}")
+
+
+def encode_cursor(source: str, filters: ListFilters, created_at_ms: int, run_id: str) -> str:
+    """The cursor that resumes after the key ``(created_at_ms, run_id)``."""
+    body = _CursorV1(CURSOR_VERSION, source, filters.canonical(), created_at_ms, run_id)
+    return _encoder.encode(body).decode("utf-8")
+
+
+def decode_cursor(cursor: object, source: str, filters: ListFilters) -> tuple[int, str]:
+    """Return the key a cursor resumes after, or raise.
+
+    Longer than 65 536 characters: ``invalid_options`` (as upstream). Not a version-1 cursor, or
+    issued for other filters: ``invalid_cursor``. Issued on another source: ``SourceChanged``.
+    Surrounding whitespace is tolerated.
+    """
+    from fencepost.errors import SourceChanged
+
+    if type(cursor) is not str:
+        raise invalid_options("cursor must be a string returned by list_runs")
+    if len(cursor) > MAX_CURSOR_CHARS:
+        raise invalid_options(f"cursor must be at most {MAX_CURSOR_CHARS} characters (got {len(cursor)})")
+    try:
+        body = _cursor_decoder.decode(cursor)
+    except (msgspec.DecodeError, UnicodeEncodeError):
+        raise invalid_cursor("cursor is not a listing cursor") from None
+    if body.version != CURSOR_VERSION:
+        raise invalid_cursor(f"cursor version must be {CURSOR_VERSION}")
+    if not SOURCE_SHAPE.fullmatch(body.source) or not is_safe_int(body.createdAtMs) or identifier_problem(body.runId):
+        raise invalid_cursor("cursor is malformed")
+    if body.filters != filters.canonical():
+        raise invalid_cursor("cursor was issued for other filters")
+    if body.source != source:
+        raise SourceChanged("invalid_run", "list_runs", "listing cursor belongs to another source: restart the listing")
+    return body.createdAtMs, body.runId

@@ -1,0 +1,118 @@
+"""Keyset listing of runs on ``(created_at_ms, run_id)`` with live-page semantics (REFERENCE 4).
+
+Each page is one snapshot, coherent at its own revision. The next page starts strictly after the
+last key handed out, so a run created later with a larger key can still appear, one with a smaller
+key is never revisited, and a deletion or status change can drop a later match. ``created_at_ms``
+and ``run_id`` are immutable (triggers), which keeps keys stable; changes behind an issued cursor
+reach consumers through the change feed, not the listing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import bindparam, func
+from sqlalchemy.engine import Connection
+
+from fencepost._durable import DbFailure
+from fencepost.changefeed import _sql
+from fencepost.changefeed.cursor import (
+    MAX_LIST_LIMIT,
+    ListFilters,
+    decode_cursor,
+    encode_cursor,
+    invalid_options,
+    parse_filters,
+)
+from fencepost.changefeed.snapshot import Corrupt, check_position, decode_run
+from fencepost.changefeed.types import RunPage
+from fencepost.errors import FencepostError, RunStoreError
+
+if TYPE_CHECKING:
+    from fencepost._store import Store
+
+runs = _sql.runs
+
+
+def _statement(store: Store, filters: ListFilters, keyset: bool) -> Any:
+    stmt = _sql.LIST_BASE
+    if filters.status is not None:
+        stmt = stmt.where(runs.status == bindparam("f_status"))
+    if filters.flow_name is not None:
+        stmt = stmt.where(store.db.backend.json_string(runs.state_json, "flowName") == bindparam("f_flow"))
+    if filters.parent_run_id:
+        if filters.parent_run_id[0] is None:
+            stmt = stmt.where(runs.parent_run_id.is_(None))
+        else:
+            stmt = stmt.where(runs.parent_run_id == bindparam("f_parent"))
+    if filters.lineage_id is not None:
+        stmt = stmt.where(func.coalesce(runs.lineage_id, runs.run_id) == bindparam("f_lineage"))
+    if filters.waiting_reason:
+        if filters.waiting_reason[0] is None:
+            stmt = stmt.where(runs.waiting_reason.is_(None))
+        else:
+            stmt = stmt.where(runs.waiting_reason == bindparam("f_reason"))
+    if filters.created_after_ms is not None:
+        stmt = stmt.where(runs.created_at_ms >= bindparam("f_after"))
+    if filters.created_before_ms is not None:
+        stmt = stmt.where(runs.created_at_ms <= bindparam("f_before"))
+    if keyset:
+        stmt = stmt.where(_sql.after_key())
+    return stmt.order_by(runs.created_at_ms, runs.run_id).limit(bindparam("n"))
+
+
+def list_runs(store: Store, filters: Mapping[str, Any] | None, cursor: str | None, limit: int) -> RunPage:
+    """Return one page of runs matching ``filters``, after ``cursor``, at most ``limit`` (1..200).
+
+    ``filters`` keys: ``status``, ``flow_name`` (the state's ``flowName``), ``parent_run_id`` and
+    ``waiting_reason`` (``None`` means "has none"), ``lineage_id`` (a run without one is its own
+    lineage), ``created_after_ms`` / ``created_before_ms`` (inclusive). Errors: ``invalid_options``
+    (unknown filter, bad value or limit, cursor over 65 536 characters), ``invalid_cursor`` (not a
+    cursor, or issued for other filters), ``SourceChanged`` (issued on another source),
+    ``list_failed`` (a database failure or a corrupt row, the cause named).
+    """
+    if type(limit) is not int or not 1 <= limit <= MAX_LIST_LIMIT:
+        raise invalid_options(f"limit must be an integer in 1..{MAX_LIST_LIMIT}")
+    parsed = parse_filters(filters)
+    if cursor is not None and type(cursor) is not str:
+        raise invalid_options("cursor must be a string returned by list_runs")
+    params: dict[str, Any] = {
+        "f_status": parsed.status,
+        "f_flow": parsed.flow_name,
+        "f_parent": parsed.parent_run_id[0] if parsed.parent_run_id else None,
+        "f_lineage": parsed.lineage_id,
+        "f_reason": parsed.waiting_reason[0] if parsed.waiting_reason else None,
+        "f_after": parsed.created_after_ms,
+        "f_before": parsed.created_before_ms,
+        "n": limit + 1,
+    }
+    stmt = _statement(store, parsed, cursor is not None)
+
+    def body(conn: Connection) -> RunPage:
+        row = conn.execute(_sql.POSITION).first()
+        if row is None:
+            raise Corrupt("execution source identity is missing")
+        check_position(row.source, row.revision)
+        source, watermark = row.source, row.revision
+        if cursor is not None:
+            params["after_created"], params["after_run"] = decode_cursor(cursor, source, parsed)
+        rows = conn.execute(stmt, params).all()
+        has_more = len(rows) > limit
+        page = [decode_run(r, source, watermark) for r in rows[:limit]]
+        next_cursor = None
+        if has_more:
+            last = page[-1]
+            next_cursor = encode_cursor(source, parsed, last.created_at_ms, last.run_id)
+        return RunPage(page, next_cursor, source, watermark)
+
+    try:
+        return store.db.read(body)
+    except FencepostError:
+        raise
+    except DbFailure as exc:
+        err = RunStoreError("list_failed", "list_runs", f"listing failed ({exc.category})")
+        err.db_code = exc.code  # type: ignore[attr-defined]
+        raise err from None
+    except Corrupt as exc:
+        raise RunStoreError("list_failed", "list_runs", f"decode_failed: {exc}") from None
