@@ -1,0 +1,92 @@
+"""The ``fencepost`` command line: each command parses, makes one library call and renders.
+
+One error boundary (``main``): a ``FencepostError``, a database failure or a bad argument prints one
+line on stderr and exits non-zero, never a traceback (set ``FENCEPOST_DEBUG=1`` to see one). Read
+commands open the database read-only and never create or migrate it. ``--json`` on every read
+command prints msgspec JSON of the library's own structs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from fencepost.cli._common import CliContext, echo_error
+from fencepost.cli.demo import demo
+from fencepost.cli.feed import feed, source
+from fencepost.cli.journal import journal
+from fencepost.cli.projection import projection
+from fencepost.cli.runs import init, runs
+from fencepost.cli.worker import worker
+
+__all__ = ["cli", "main"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("--db", "db", envvar="FENCEPOST_DB", metavar="URL",
+              help="Database URL (sqlite:///path.db or postgresql+psycopg://...). "
+                   "Default: $FENCEPOST_DB, else sqlite:///.flows/flows.db.")
+@click.version_option(package_name="fencepost")
+@click.pass_context
+def cli(ctx: click.Context, db: str | None) -> None:
+    """Durable run state: runs, their journal, the change feed and projections.
+
+    Example: fencepost demo && fencepost runs list --status completed
+    """
+    ctx.obj = CliContext(db)
+    ctx.call_on_close(ctx.obj.close)
+
+
+cli.add_command(init)
+cli.add_command(demo)
+cli.add_command(runs)
+cli.add_command(journal)
+cli.add_command(feed)
+cli.add_command(source)
+cli.add_command(projection)
+cli.add_command(worker)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the CLI: the single error boundary of every command."""
+    from fencepost._durable import DbFailure
+    from fencepost.errors import FencepostError
+
+    try:
+        code = cli.main(args=argv, prog_name="fencepost", standalone_mode=False)
+    except click.exceptions.Abort:
+        echo_error("aborted")
+        sys.exit(130)
+    except click.ClickException as exc:
+        # Bad arguments and usage errors: click's own one-line message, exit 2.
+        echo_error(exc.format_message())
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except FencepostError as exc:
+        _debug()
+        echo_error(str(exc))
+        sys.exit(1)
+    except DbFailure as exc:
+        _debug()
+        echo_error(f"database failure: {exc}")
+        sys.exit(1)
+    except Exception as exc:  # the boundary: never a traceback for the user
+        _debug()
+        echo_error(f"{type(exc).__name__}: {_first_line(exc)}")
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else "unexpected error"
+
+
+def _debug() -> None:
+    if os.environ.get("FENCEPOST_DEBUG") == "1":
+        import traceback
+
+        traceback.print_exc()

@@ -1,0 +1,115 @@
+"""What every command shares: the store opened once per invocation, ``--json``, rendering."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+import msgspec
+from rich.console import Console
+from rich.table import Table
+
+_encoder = msgspec.json.Encoder()
+console = Console()
+err_console = Console(stderr=True)
+
+
+class CliContext:
+    """The group's state: the ``--db`` URL and the store, opened lazily on first use."""
+
+    def __init__(self, url: str | None) -> None:
+        self.url = url
+        self._store: Any = None
+
+    def store(self, *, readonly: bool) -> Any:
+        """Open the store once: read-only for read commands (never creates or migrates)."""
+        if self._store is None:
+            import fencepost
+
+            self._store = fencepost.open(self.url, readonly=readonly)
+        return self._store
+
+    @property
+    def resolved_url(self) -> str:
+        from fencepost._durable import resolve_url
+
+        return resolve_url(self.url)
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+
+def read_store() -> Any:
+    """The store of the current invocation, opened read-only."""
+    return click.get_current_context().find_object(CliContext).store(readonly=True)
+
+
+def write_store() -> Any:
+    """The store of the current invocation, opened for writing (created and migrated if needed)."""
+    return click.get_current_context().find_object(CliContext).store(readonly=False)
+
+
+def json_option(fn: Callable) -> Callable:
+    """Add ``--json``: print msgspec JSON of the library structs instead of a table."""
+
+    @click.option("--json", "as_json", is_flag=True, help="Print JSON (msgspec encoding of the library structs).")
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+def print_json(value: Any) -> None:
+    """Write ``value`` as one JSON document (and a newline) to stdout."""
+    sys.stdout.write(_encoder.encode(value).decode() + "\n")
+    sys.stdout.flush()
+
+
+def print_json_line(value: Any) -> None:
+    print_json(value)
+
+
+def echo_error(message: str) -> None:
+    """One line on stderr: the only way an error reaches the user."""
+    line = " ".join(str(message).split())
+    click.echo(f"Error: {line}", err=True)
+
+
+def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    t = Table(title=title, show_lines=False, header_style="bold")
+    for c in columns:
+        t.add_column(c, overflow="fold")
+    for r in rows:
+        t.add_row(*[fmt(v) for v in r])
+    console.print(t)
+
+
+def fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, msgspec.Struct):
+        return _encoder.encode(value).decode()
+    return str(value)
+
+
+def when(ms: int | None) -> str:
+    """A millisecond stamp as UTC ISO time (stamps from a manual or demo clock print as they are)."""
+    if ms is None:
+        return "-"
+    try:
+        return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+    except (OverflowError, OSError, ValueError):
+        return str(ms)
+
+
+def owner_text(owner: Any) -> str:
+    if owner is None:
+        return "-"
+    return f"{owner.host_id}/{owner.pid}/{owner.nonce[:8]}"

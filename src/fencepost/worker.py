@@ -1,0 +1,394 @@
+"""A worker: sweep for claimable runs, take them with the two-phase claim, run a function under
+supervision, checkpoint, honour cancellation and settle.
+
+Several workers (threads or processes, on one host or many) may share one database: every step that
+decides who runs what is a compare-and-swap in the run store, so a lost race is an outcome the worker
+simply skips, never a second execution. What the worker adds on top of the store:
+
+- **Finding work.** ``pending`` and ``suspended`` runs without a claim; ``running`` runs whose lease
+  expired and whose owner a liveness check calls gone (taken with ``steal`` plus evidence, then
+  ``activate``); and claims left by a claimant that died between claim and activate
+  (``recover_claim``, after which they are ordinary candidates again).
+- **Keeping leases.** One ``Supervisor`` renews every run the worker holds with one
+  ``runs.heartbeat_many`` per ``HEARTBEAT_INTERVAL``.
+- **Cancellation.** Once per interval the worker reads the cancel requests of the runs it holds,
+  acknowledges them (``acknowledge_cancel``) and flags the run's context; the function sees
+  ``Cancelled`` at its next ``check()`` or ``checkpoint()``. A run is settled ``cancelled`` only
+  under the ``present`` guard, and ``completed`` only under the ``absent`` guard, so a request that
+  races the finish is never lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import socket
+import threading
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import msgspec
+from sqlalchemy import and_, bindparam, select
+
+from fencepost._schema import flows_runs as runs_t
+from fencepost.journal.owner import OwnerId
+from fencepost.runstore.heartbeat import HEARTBEAT_INTERVAL_MS as INTERVAL_MS
+from fencepost.runstore.heartbeat import STALE_AFTER_MS as STALE_MS
+from fencepost.runstore.liveness import LivenessCheck, LivenessContext, lease_liveness, same_host_pid_probe
+from fencepost.runstore.outcomes import Activated, Claimed, GuardFailed, Recovered, Transitioned
+from fencepost.runstore.ownership import Lease, LeaseLost, Supervisor
+from fencepost.runstore.rows import LivenessEvidence, RunRow, RunSnapshot
+
+__all__ = ["Cancelled", "RunContext", "Suspend", "Worker", "WorkerStats", "default_owner"]
+
+log = logging.getLogger("fencepost.worker")
+
+_json = msgspec.json.Encoder()
+_decode = msgspec.json.Decoder()
+
+
+class Cancelled(Exception):
+    """Cancellation was requested for the run; raised from ``RunContext.check()`` / ``checkpoint()``."""
+
+
+class Suspend(Exception):
+    """Raise from a run function to park the run as ``suspended`` (claimable again later)."""
+
+    def __init__(self, state: Any = None) -> None:
+        super().__init__("suspend")
+        self.state = state
+
+
+class WorkerStats(msgspec.Struct):
+    """What one worker did: runs taken, how they ended, takeovers, leases lost."""
+
+    claimed: int = 0
+    takeovers: int = 0
+    completed: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    suspended: int = 0
+    lost: int = 0
+    recovered_claims: int = 0
+
+
+def default_owner() -> OwnerId:
+    """This process's owner identity: host name, pid and a fresh nonce for this incarnation."""
+    return OwnerId(socket.gethostname() or "localhost", os.getpid(), uuid.uuid4().hex)
+
+
+class RunContext:
+    """What a run function gets: the run, its state, and the only ways to make progress durable."""
+
+    def __init__(self, worker: Worker, row: RunRow, lease: Lease) -> None:
+        self.worker = worker
+        self.run_id = row.run_id
+        self.row = row
+        self.state: Any = _decode.decode(row.state_json)
+        self.lease = lease
+        self._cancelled = threading.Event()
+        if row.cancel_requested_at_ms is not None:
+            self._cancelled.set()
+
+    @property
+    def owner(self) -> OwnerId:
+        return self.worker.owner
+
+    @property
+    def cancel_requested(self) -> bool:
+        """True once somebody asked to cancel this run."""
+        return self._cancelled.is_set()
+
+    def check(self) -> None:
+        """Raise ``LeaseLost`` if the lease is gone, ``Cancelled`` if cancellation was requested."""
+        self.lease.check()
+        if self._cancelled.is_set():
+            raise Cancelled(self.run_id)
+
+    def checkpoint(self, state: Any) -> None:
+        """Record ``state`` durably with a guarded ``running`` transition (the run stays owned).
+
+        The guard ``cancel_requested: absent`` means a checkpoint never lands on a run somebody asked
+        to cancel: that answer (``GuardFailed``) raises ``Cancelled``; a lost fence raises ``LeaseLost``.
+        """
+        self.lease.check()
+        text = _json.encode(state).decode()
+        outcome = self.worker.store.runs.transition_owned(
+            self.run_id, self.owner, "running", state_json=text, guard={"cancel_requested": "absent"}
+        )
+        if isinstance(outcome, GuardFailed):
+            self._cancelled.set()
+            raise Cancelled(self.run_id)
+        if not isinstance(outcome, Transitioned):
+            raise LeaseLost(self.run_id, type(outcome).__name__)
+        self.state = state
+
+
+RunFunction = Callable[[RunContext], Any]
+
+
+class Worker:
+    """Claim and run runs from ``store`` with ``fn`` on ``concurrency`` threads.
+
+    ``fn(ctx)`` returns the final state (``None`` keeps the last checkpoint) to settle ``completed``;
+    raising ``Cancelled`` (or returning after a request) settles ``cancelled``; ``Suspend(state)``
+    parks the run; any other exception settles ``failed``; ``LeaseLost`` abandons the run to whoever
+    holds it now. ``liveness`` decides whether the owner of an expired lease is gone
+    (default ``lease_liveness()``; pass ``same_host_pid_probe`` to ask the operating system too).
+    """
+
+    def __init__(self, store: Any, fn: RunFunction, *, owner: OwnerId | None = None, concurrency: int = 4,
+                 liveness: LivenessCheck | None = None, run_prefix: str | None = None) -> None:
+        self.store = store
+        self.fn = fn
+        self.owner = owner if owner is not None else default_owner()
+        self.concurrency = max(1, concurrency)
+        self.liveness = liveness if liveness is not None else lease_liveness()
+        self.run_prefix = run_prefix
+        self.stats = WorkerStats()
+        self.supervisor = Supervisor(store, self.owner)
+        self._contexts: dict[str, RunContext] = {}
+        self._futures: dict[str, Future] = {}
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+
+    def _count(self, name: str) -> None:
+        with self._lock:
+            setattr(self.stats, name, getattr(self.stats, name) + 1)
+
+    # ------------------------------------------------------------------ the loop
+    def run(self, stop: threading.Event | None = None, *, until_idle: bool = False) -> WorkerStats:
+        """Work until ``stop`` is set (or, with ``until_idle``, until nothing is claimable or running).
+
+        Returns the counts. When ``stop`` is set no new run is taken and the runs in hand are
+        finished (and settled) first; a killed process instead leaves them ``running`` until their
+        leases expire and a peer takes them over.
+        """
+        stop = stop if stop is not None else threading.Event()
+        clock = self.store.clock
+        self.supervisor.start()
+        pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="fencepost-run")
+        try:
+            next_cancel_check = clock.now_ms()
+            while not stop.is_set():
+                self._reap()
+                free = self.concurrency - len(self._futures)
+                took = 0
+                if free > 0:
+                    for row in self.take(free):
+                        self._start(pool, row)
+                        took += 1
+                now = clock.now_ms()
+                if now >= next_cancel_check:
+                    self._observe_cancellations()
+                    next_cancel_check = now + INTERVAL_MS
+                if until_idle and took == 0 and not self._futures and not self._waiting_for_leases():
+                    break
+                if took == 0 or not free:
+                    self._done.wait(0.05)
+                    self._done.clear()
+        finally:
+            # Let the runs in hand finish (their leases are still renewed meanwhile); nothing new
+            # is taken. A process that must stop at once is killed, and its leases simply expire.
+            pool.shutdown(wait=True, cancel_futures=True)
+            self._reap()
+            self.supervisor.stop()
+        return self.stats
+
+    def _waiting_for_leases(self) -> bool:
+        # With until_idle, a run held by a live peer keeps us waiting; one held by an expired lease
+        # will become claimable, so wait for it too rather than stopping with work left behind.
+        return bool(self._candidates(1, include_live=True))
+
+    def _start(self, pool: ThreadPoolExecutor, row: RunRow) -> None:
+        lease = self.supervisor.hold(row.run_id)
+        ctx = RunContext(self, row, lease)
+        with self._lock:
+            self._contexts[row.run_id] = ctx
+            self._futures[row.run_id] = pool.submit(self._execute, ctx)
+
+    def _reap(self) -> None:
+        with self._lock:
+            finished = [r for r, f in self._futures.items() if f.done()]
+            for r in finished:
+                del self._futures[r]
+                self._contexts.pop(r, None)
+
+    # ------------------------------------------------------------------ finding and taking work
+    def _candidates(self, limit: int, *, include_live: bool = False) -> list[dict[str, Any]]:
+        now = self.store.clock.now_ms()
+        cutoff = now - STALE_MS
+
+        def read(conn):
+            claimable = and_(runs_t.c.status.in_(("pending", "suspended")), runs_t.c.claim_host_id.is_(None))
+            expired = and_(runs_t.c.status == "running", runs_t.c.heartbeat_at_ms < cutoff,
+                           runs_t.c.claim_host_id.is_(None))
+            stale_claim = and_(runs_t.c.claim_host_id.is_not(None), runs_t.c.claimed_at_ms < cutoff)
+            where = claimable | expired | stale_claim
+            if include_live:
+                where = where | (runs_t.c.status == "running") | runs_t.c.claim_host_id.is_not(None)
+            if self.run_prefix is not None:
+                where = and_(where, runs_t.c.run_id.startswith(bindparam("prefix", self.run_prefix), autoescape=True))
+            stmt = select(*_CANDIDATE_COLUMNS).where(where).order_by(runs_t.c.created_at_ms, runs_t.c.run_id)
+            return [dict(r._mapping) for r in conn.execute(stmt.limit(limit))]
+
+        return self.store.db.read(read)
+
+    def take(self, limit: int) -> list[RunRow]:
+        """Sweep once and take up to ``limit`` runs; return the rows now owned (activated) by this worker.
+
+        Candidates are shuffled so that workers sweeping at once mostly pick different runs; a lost
+        race is an outcome (``AlreadyClaimed``, ``SnapshotChanged`` ...) and the run is skipped.
+        """
+        found = self._candidates(limit * 4)
+        random.shuffle(found)
+        taken: list[RunRow] = []
+        for cand in found:
+            if len(taken) >= limit:
+                break
+            row = self._take_one(cand)
+            if row is not None:
+                taken.append(row)
+        return taken
+
+    def _take_one(self, cand: dict[str, Any]) -> RunRow | None:
+        runs = self.store.runs
+        now = self.store.clock.now_ms()
+        run_id = cand["run_id"]
+        if cand["claim_host_id"] is not None:
+            self._recover_claim(cand, now)
+            return None
+        owner = _owner(cand, "owner")
+        expected = RunSnapshot(cand["status"], owner, cand["heartbeat_at_ms"])
+        if cand["status"] == "running":
+            if owner is None or self.liveness(owner, LivenessContext(self.owner, cand["heartbeat_at_ms"], now)):
+                return None
+            evidence = LivenessEvidence(owner, now, self._evidence_kind(owner))
+            claimed = runs.steal(run_id, expected, self.owner, now, evidence)
+        else:
+            claimed = runs.claim(run_id, expected, self.owner, now)
+        if not isinstance(claimed, Claimed):
+            return None
+        try:
+            activated = runs.activate(run_id, self.owner, claimed.claimed_at_ms, expected)
+        except BaseException:
+            runs.abandon_claim(run_id, self.owner, claimed.claimed_at_ms)
+            raise
+        if not isinstance(activated, Activated):
+            return None
+        self._count("claimed")
+        if cand["status"] == "running":
+            self._count("takeovers")
+            log.info("took over a run whose lease expired", extra={"run_id": run_id})
+        return runs.get(run_id)
+
+    def _evidence_kind(self, owner: OwnerId) -> str:
+        if self.liveness is same_host_pid_probe and owner.host_id == self.owner.host_id:
+            return "same-host-pid-dead"
+        return "lease-expired"
+
+    def _recover_claim(self, cand: dict[str, Any], now: int) -> None:
+        claimant = _owner(cand, "claim")
+        if claimant is None or cand["claimed_at_ms"] >= now - STALE_MS:
+            return
+        evidence = LivenessEvidence(claimant, now, "lease-expired")
+        outcome = self.store.runs.recover_claim(cand["run_id"], claimant, cand["claimed_at_ms"], self.owner,
+                                                now, evidence)
+        if isinstance(outcome, Recovered):
+            self._count("recovered_claims")
+
+    # ------------------------------------------------------------------ running and settling
+    def _execute(self, ctx: RunContext) -> None:
+        try:
+            self._execute_inner(ctx)
+        except LeaseLost:
+            self._count("lost")
+        except Exception:
+            log.exception("settling a run failed", extra={"run_id": ctx.run_id})
+        finally:
+            ctx.lease.release()
+            self._done.set()
+
+    def _execute_inner(self, ctx: RunContext) -> None:
+        runs = self.store.runs
+        if ctx.cancel_requested:
+            self._settle_cancelled(ctx)
+            return
+        try:
+            result = self.fn(ctx)
+        except Cancelled:
+            self._settle_cancelled(ctx)
+            return
+        except Suspend as s:
+            ctx.lease.check()
+            text = None if s.state is None else _json.encode(s.state).decode()
+            outcome = runs.transition_owned(ctx.run_id, self.owner, "suspended", state_json=text,
+                                            guard={"cancel_requested": "absent"})
+            if isinstance(outcome, GuardFailed):
+                self._settle_cancelled(ctx)
+            elif isinstance(outcome, Transitioned):
+                self._count("suspended")
+            return
+        except LeaseLost:
+            raise
+        except Exception:
+            log.warning("run function raised; settling the run failed", extra={"run_id": ctx.run_id})
+            ctx.lease.check()
+            outcome = runs.transition_owned(ctx.run_id, self.owner, "failed")
+            if isinstance(outcome, Transitioned):
+                self._count("failed")
+            return
+        ctx.lease.check()
+        text = None if result is None else _json.encode(result).decode()
+        outcome = runs.transition_owned(ctx.run_id, self.owner, "completed", state_json=text,
+                                        guard={"cancel_requested": "absent"})
+        if isinstance(outcome, GuardFailed):
+            self._settle_cancelled(ctx)
+        elif isinstance(outcome, Transitioned):
+            self._count("completed")
+        else:
+            raise LeaseLost(ctx.run_id, type(outcome).__name__)
+
+    def _settle_cancelled(self, ctx: RunContext) -> None:
+        runs, now = self.store.runs, self.store.clock.now_ms()
+        runs.acknowledge_cancel(ctx.run_id, self.owner, now)
+        outcome = runs.transition_owned(ctx.run_id, self.owner, "cancelled", guard={"cancel_requested": "present"})
+        if isinstance(outcome, Transitioned):
+            self._count("cancelled")
+        elif not isinstance(outcome, GuardFailed):
+            raise LeaseLost(ctx.run_id, type(outcome).__name__)
+
+    def _observe_cancellations(self) -> None:
+        with self._lock:
+            held = {r: c for r, c in self._contexts.items() if not c.cancel_requested}
+        if not held:
+            return
+        ids = list(held)
+
+        def read(conn):
+            stmt = select(runs_t.c.run_id).where(runs_t.c.run_id.in_(ids),
+                                                 runs_t.c.cancel_requested_at_ms.is_not(None))
+            return [r[0] for r in conn.execute(stmt)]
+
+        now = self.store.clock.now_ms()
+        for run_id in self.store.db.read(read):
+            # Acknowledge at once (within one interval of the request), before the function notices.
+            self.store.runs.acknowledge_cancel(run_id, self.owner, now)
+            held[run_id]._cancelled.set()
+
+
+_CANDIDATE_COLUMNS = (
+    runs_t.c.run_id, runs_t.c.status, runs_t.c.heartbeat_at_ms,
+    runs_t.c.owner_host_id, runs_t.c.owner_pid, runs_t.c.owner_nonce,
+    runs_t.c.claim_host_id, runs_t.c.claim_pid, runs_t.c.claim_nonce, runs_t.c.claimed_at_ms,
+)
+
+
+def _owner(cand: dict[str, Any], prefix: str) -> OwnerId | None:
+    host = cand[f"{prefix}_host_id"]
+    if host is None:
+        return None
+    return OwnerId(host, cand[f"{prefix}_pid"], cand[f"{prefix}_nonce"])
