@@ -1,0 +1,322 @@
+"""The live tail: ``ChangeFeed.follow`` and ``afollow``.
+
+A follower pages ``changes_since`` until it is caught up, then sleeps until a *hint* says the
+database may have changed, or until the fallback poll is due, and pages again. Hints never carry
+data and may be lost, duplicated or spurious; the query on ``revision > position`` is the only
+truth (PITFALLS "LISTEN/NOTIFY is a hint"):
+
+* SQLite: watchfiles watches the database's directory for writes to the database, ``-wal`` or
+  ``-journal`` file; each event (and each poll) is confirmed with ``PRAGMA data_version`` on a
+  connection the follower keeps, which changes exactly when another connection committed, so file
+  noise (checkpoints, other files) costs one pragma and no page query.
+* PostgreSQL: a dedicated autocommit psycopg connection ``LISTEN``s on ``fencepost_changes_v1``
+  (sent by the 2001 migration's triggers with the schema as payload). After any reconnect the
+  follower re-queries, since notifications sent while it was away are gone.
+
+The hint is cleared (and on SQLite the data version sampled) *before* each page query, so a commit
+that lands after the query's snapshot always leaves a hint behind: no missed wake-up. Database
+failures (a restarting server, a busy file) are retried with capped backoff from the same position.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING, Any, Protocol
+
+from fencepost.changefeed.types import Change, Position
+from fencepost.errors import FencepostError, SourceChanged
+
+if TYPE_CHECKING:
+    from fencepost.changefeed.feed import ChangeFeed
+
+log = logging.getLogger("fencepost.changefeed")
+
+CHANNEL = "fencepost_changes_v1"
+PAGE = 500
+STOP_SLICE = 0.1  # how often a waiting follower looks at its stop event (no query involved)
+MAX_BACKOFF = 5.0
+
+
+class _Stop(Protocol):
+    def is_set(self) -> bool: ...
+
+
+class _Never:
+    def is_set(self) -> bool:
+        return False
+
+
+class _Either:
+    def __init__(self, *events: _Stop) -> None:
+        self.events = events
+
+    def is_set(self) -> bool:
+        return any(e.is_set() for e in self.events)
+
+
+def _sleep(seconds: float, stop: _Stop) -> None:
+    deadline = time.monotonic() + seconds
+    while not stop.is_set():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        time.sleep(min(STOP_SLICE, left))
+
+
+class _Waiter:
+    """Base waiter: no hints at all, only the fallback poll."""
+
+    def __init__(self) -> None:
+        self.hint = threading.Event()
+
+    def before_query(self) -> None:
+        self.hint.clear()
+
+    def changed(self) -> bool:
+        """Confirm a hint (or a due poll): True means "page again"."""
+        return True
+
+    def wait(self, stop: _Stop, poll_interval: float) -> None:
+        deadline = time.monotonic() + poll_interval
+        while not stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                if self.changed():
+                    return
+                deadline = time.monotonic() + poll_interval
+                continue
+            if self.hint.wait(min(STOP_SLICE, left)):
+                self.hint.clear()
+                if self.changed():
+                    return
+
+    def close(self) -> None:
+        pass
+
+
+class _SqliteWaiter(_Waiter):
+    def __init__(self, feed: ChangeFeed) -> None:
+        super().__init__()
+        db = feed._store.db
+        self._engine = db.engine
+        self._conn: Any = None
+        self._version: int | None = None
+        self._closed = threading.Event()
+        path = os.path.abspath(str(db.path))
+        self._names = {os.path.basename(path) + suffix for suffix in ("", "-wal", "-journal")}
+        self._thread = threading.Thread(
+            target=self._watch, args=(os.path.dirname(path),), name="fencepost-follow-watch", daemon=True
+        )
+        self._thread.start()
+
+    def _watch(self, directory: str) -> None:
+        try:
+            import watchfiles
+
+            names = self._names
+            for _changes in watchfiles.watch(
+                directory,
+                watch_filter=lambda _change, p: os.path.basename(p) in names,
+                debounce=50,
+                step=5,
+                stop_event=self._closed,
+                recursive=False,
+                rust_timeout=500,
+                yield_on_timeout=False,
+            ):
+                self.hint.set()
+        except Exception:  # no watcher (inotify limits ...): the poll still runs
+            if not self._closed.is_set():
+                log.warning("change-feed file watcher stopped; relying on the fallback poll", exc_info=True)
+
+    def _data_version(self) -> int | None:
+        try:
+            if self._conn is None:
+                self._conn = self._engine.connect()
+            try:
+                return int(self._conn.exec_driver_sql("PRAGMA data_version").scalar())
+            finally:
+                self._conn.rollback()
+        except Exception:  # an unusable connection: drop it and page to be safe
+            self._drop()
+            return None
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.invalidate()
+                conn.close()
+            except Exception:
+                pass
+
+    def before_query(self) -> None:
+        super().before_query()
+        self._version = self._data_version()
+
+    def changed(self) -> bool:
+        if self._version is None:
+            return True
+        return self._data_version() != self._version
+
+    def close(self) -> None:
+        self._closed.set()
+        self._thread.join(timeout=5)
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except Exception:
+                pass
+            self._conn = None
+
+
+class _PostgresWaiter(_Waiter):
+    def __init__(self, feed: ChangeFeed) -> None:
+        super().__init__()
+        db = feed._store.db
+        self._schema = db.schema
+        self._conninfo = db.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        self.application_name = f"fencepost-follow-{self._schema}"[:63]
+        self._closed = threading.Event()
+        self._conn: Any = None
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._listen, name="fencepost-follow-listen", daemon=True)
+        self._thread.start()
+
+    def _connect(self) -> Any:
+        import psycopg
+
+        conn = psycopg.connect(
+            self._conninfo, autocommit=True, connect_timeout=10, application_name=self.application_name
+        )
+        conn.execute(f"LISTEN {CHANNEL}")
+        return conn
+
+    def _listen(self) -> None:
+        backoff = 0.05
+        while not self._closed.is_set():
+            try:
+                conn = self._connect()
+            except Exception:  # server down or restarting: try again later
+                _sleep(backoff, self._closed)
+                backoff = min(backoff * 2, MAX_BACKOFF)
+                continue
+            with self._lock:
+                self._conn = conn
+            backoff = 0.05
+            # Notifications sent while we were not listening are lost: page once now.
+            self.hint.set()
+            try:
+                while not self._closed.is_set():
+                    for note in conn.notifies(timeout=0.5):
+                        if note.payload == self._schema:
+                            self.hint.set()
+            except Exception:  # connection lost: reconnect and re-query
+                if not self._closed.is_set():
+                    log.info("change-feed listener lost its connection; reconnecting")
+                self.hint.set()
+            finally:
+                with self._lock:
+                    self._conn = None
+                try:
+                    conn.close()
+                except Exception:
+                    pass
+
+    def close(self) -> None:
+        self._closed.set()
+        self._thread.join(timeout=5)
+
+
+def _make_waiter(feed: ChangeFeed) -> _Waiter:
+    name = feed._store.db.backend.name
+    if name == "sqlite":
+        return _SqliteWaiter(feed)
+    if name == "postgresql":
+        return _PostgresWaiter(feed)
+    return _Waiter()  # pragma: no cover - only two backends exist
+
+
+def _retryable(exc: FencepostError) -> bool:
+    # A failed read is worth retrying; a source change or a corrupt row is the caller's to handle.
+    return not isinstance(exc, SourceChanged) and exc.code == "persistence_failed"
+
+
+def follow(
+    feed: ChangeFeed, position: Position | None, *, stop: _Stop | None, poll_interval: float
+) -> Iterator[Change]:
+    """Generator behind ``ChangeFeed.follow`` (see its docstring for the contract)."""
+    if not (isinstance(poll_interval, (int, float)) and 0 < poll_interval <= 3600):
+        raise ValueError("poll_interval must be a number of seconds in (0, 3600]")
+    halt: _Stop = stop if stop is not None else _Never()
+    if position is not None:
+        # Refuse a malformed position now, not at the first page (decode_failed).
+        from fencepost.changefeed.feed import _check_requested_position
+
+        _check_requested_position(position, "follow")
+    return _follow(feed, position, halt, float(poll_interval))
+
+
+def _follow(feed: ChangeFeed, position: Position | None, stop: _Stop, poll_interval: float) -> Iterator[Change]:
+    waiter = _make_waiter(feed)
+    backoff = 0.05
+    try:
+        while not stop.is_set():
+            waiter.before_query()
+            try:
+                if position is None:
+                    position = Position(feed.position().source, 0)
+                batch = feed.changes_since(position, PAGE)
+            except FencepostError as exc:
+                if not _retryable(exc):
+                    raise
+                log.info("change-feed follow: database unavailable, retrying in %.2fs", backoff)
+                _sleep(backoff, stop)
+                backoff = min(backoff * 2, MAX_BACKOFF)
+                continue
+            backoff = 0.05
+            for change in batch.changes:
+                if stop.is_set():
+                    return
+                yield change
+                position = change.position
+            position = batch.next_position
+            if not batch.has_more:
+                waiter.wait(stop, poll_interval)
+    finally:
+        waiter.close()
+
+
+_END = object()
+
+
+async def afollow(
+    feed: ChangeFeed, position: Position | None, *, stop: Any, poll_interval: float
+) -> AsyncIterator[Change]:
+    """Async generator behind ``ChangeFeed.afollow``: the blocking follower runs in a worker thread.
+
+    ``stop`` may be a ``threading.Event`` or an ``asyncio.Event``. Leaving the ``async for`` (break,
+    cancellation) stops the worker within ``STOP_SLICE`` seconds and releases its connections.
+    """
+    inner = threading.Event()
+    halt = _Either(inner, stop) if stop is not None else inner
+    it = follow(feed, position, stop=halt, poll_interval=poll_interval)
+    running = False
+    try:
+        while True:
+            running = True
+            change = await asyncio.to_thread(next, it, _END)
+            running = False
+            if change is _END:
+                return
+            yield change  # type: ignore[misc]
+    finally:
+        inner.set()
+        if not running:
+            it.close()
+        # else: the worker thread sees ``inner`` within STOP_SLICE, returns and runs its cleanup.
