@@ -1,0 +1,210 @@
+"""Input validation and strict row decoding for the run store.
+
+Every refusal names the field and the rule (and lengths or flags), never the value: messages and
+causes reach logs, spans and telemetry. Validation happens before the first statement, so bad input
+writes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fencepost._values import (
+    MAXIMUM_JSON_DEPTH,
+    MAXIMUM_JSON_NODES,
+    identifier_problem,
+    is_safe_int,
+    parse_json_text,
+)
+from fencepost.errors import RunStoreError
+from fencepost.journal import COMPANION_PREFIX
+from fencepost.journal.owner import OwnerId, owner_problem
+from fencepost.runstore.heartbeat import SKEW_ALLOWANCE_MS
+from fencepost.runstore.rows import EVIDENCE_KINDS, STATUSES, LivenessEvidence, RunRow, RunSnapshot
+
+TIMESTAMP_DETAIL = "must be a non-negative safe integer"
+
+
+def refuse(method: str, detail: str, cause: dict[str, Any] | None = None, *,
+           code: str = "invalid_run", cls: type[RunStoreError] = RunStoreError) -> RunStoreError:
+    err = cls(code, method, detail)
+    err.cause = cause or {}  # type: ignore[attr-defined]
+    return err
+
+
+def run_id(value: object, method: str, field: str = "run_id") -> str:
+    p = identifier_problem(value)
+    if p:
+        raise refuse(method, f"{field} {p}", {"field": field})
+    return value  # type: ignore[return-value]
+
+
+def owner(value: object, method: str, field: str = "owner") -> OwnerId:
+    p = owner_problem(value)
+    if p:
+        raise refuse(method, f"{field} {p}", {"field": field})
+    return value  # type: ignore[return-value]
+
+
+def timestamp(value: object, method: str, field: str = "now_ms") -> int:
+    if not is_safe_int(value):
+        raise refuse(method, f"{field} {TIMESTAMP_DETAIL}", {"field": field, "detail": TIMESTAMP_DETAIL})
+    return value  # type: ignore[return-value]
+
+
+def lease_now(value: object, clock_now_ms: int, method: str) -> int:
+    """A lease reading: a safe integer at most ``SKEW_ALLOWANCE`` ahead of the store clock."""
+    now = timestamp(value, method)
+    if now > clock_now_ms + SKEW_ALLOWANCE_MS:
+        raise refuse(method, f"now_ms is more than {SKEW_ALLOWANCE_MS} ms ahead of the store clock",
+                     {"field": "now_ms", "detail": "exceeds the skew allowance",
+                      "aheadMs": now - clock_now_ms})
+    return now
+
+
+def snapshot(expected: object, method: str) -> tuple[str, OwnerId | None, int | None]:
+    """The three guarded fields of a ``RunSnapshot`` or a whole ``RunRow``, validated."""
+    t = type(expected)
+    if t is not RunSnapshot and t is not RunRow:
+        raise refuse(method, "expected must be a RunSnapshot or a RunRow", {"field": "expected"})
+    status = expected.status  # type: ignore[union-attr]
+    own = expected.owner  # type: ignore[union-attr]
+    hb = expected.heartbeat_at_ms  # type: ignore[union-attr]
+    if type(status) is not str or status not in STATUSES:
+        raise refuse(method, "expected.status is not a run status", {"field": "expected.status"})
+    if own is not None:
+        p = owner_problem(own)
+        if p:
+            raise refuse(method, f"expected.owner {p}", {"field": "expected.owner"})
+    if hb is not None and not is_safe_int(hb):
+        raise refuse(method, f"expected.heartbeat_at_ms {TIMESTAMP_DETAIL}", {"field": "expected.heartbeat_at_ms"})
+    if status == "running":
+        if own is None or hb is None:
+            raise refuse(method, "a running snapshot requires owner and heartbeat_at_ms",
+                         {"field": "expected", "partial": True})
+    elif own is not None or hb is not None:
+        raise refuse(method, "a snapshot that is not running carries neither owner nor heartbeat_at_ms",
+                     {"field": "expected", "partial": True})
+    return status, own, hb
+
+
+def evidence(value: object, method: str, *, required: bool) -> LivenessEvidence | None:
+    if value is None:
+        if required:
+            raise refuse(method, "evidence is required", {"field": "evidence"})
+        return None
+    if type(value) is not LivenessEvidence:
+        raise refuse(method, "evidence must be a LivenessEvidence", {"field": "evidence"})
+    p = owner_problem(value.expected_owner)
+    if p:
+        raise refuse(method, f"evidence.expected_owner {p}", {"field": "evidence.expected_owner"})
+    timestamp(value.checked_at_ms, method, "evidence.checked_at_ms")
+    if type(value.kind) is not str or value.kind not in EVIDENCE_KINDS:
+        raise refuse(method, "evidence.kind is not a known evidence kind", {"field": "evidence.kind"})
+    return value
+
+
+def state_json(text: object, method: str, rid: str | None, field: str = "state_json") -> str:
+    _, problem = parse_json_text(text, max_depth=MAXIMUM_JSON_DEPTH, max_nodes=MAXIMUM_JSON_NODES)
+    if problem:
+        cause: dict[str, Any] = {"field": field, "stateJsonValid": False}
+        if rid is not None:
+            cause["runId"] = rid
+        if type(text) is str:
+            cause["stateJsonLength"] = len(text)
+        raise refuse(method, f"{field} {problem}", cause)
+    return text  # type: ignore[return-value]
+
+
+def not_companion(rid: str, method: str) -> None:
+    if rid.startswith(COMPANION_PREFIX):
+        raise refuse(method, "run_id uses the reserved companion-stream prefix", {"field": "runId"})
+
+
+_GUARDS = {"absent": 1, "present": 2}
+
+
+def guard(value: object, method: str) -> int:
+    """0 for no guard, 1 for ``cancel_requested: absent``, 2 for ``present``."""
+    if value is None:
+        return 0
+    if type(value) is not dict:
+        raise refuse(method, "guard must be a dict", {"field": "guard"})
+    if not value:
+        return 0
+    if set(value) != {"cancel_requested"} or value["cancel_requested"] not in _GUARDS:
+        raise refuse(method, 'guard accepts only cancel_requested: "absent" or "present"', {"field": "guard"})
+    return _GUARDS[value["cancel_requested"]]
+
+
+def decode_failed(method: str, detail: str, cause: dict[str, Any]) -> RunStoreError:
+    return refuse(method, detail, cause, code="decode_failed")
+
+
+def _opt_int(v: object) -> bool:
+    return v is None or is_safe_int(v)
+
+
+def decode_run(row: Any, method: str) -> RunRow:
+    """Decode a full ``flows_runs`` row strictly; a row that breaks any invariant is ``decode_failed``."""
+    (rid, status, state, created, started, finished, hb, o_host, o_pid, o_nonce, c_host, c_pid, c_nonce,
+     claimed_at, cancel_at, ack_json, parent, lineage, round_ordinal) = row
+    has_owner = any(v is not None for v in (o_host, o_pid, o_nonce))
+    has_claim = any(v is not None for v in (c_host, c_pid, c_nonce, claimed_at))
+    cause: dict[str, Any] = {"runId": rid, "hasOwnerColumns": has_owner, "hasClaimColumns": has_claim}
+
+    def fail(detail: str, **extra: Any) -> RunStoreError:
+        cause.update(extra)
+        cause.setdefault("stateJsonValid", _state_ok(state))
+        return decode_failed(method, f"stored run {detail}", cause)
+
+    if identifier_problem(rid):
+        raise fail("has an invalid run_id")
+    if type(status) is not str or status not in STATUSES:
+        raise fail("has an unknown status", field="status")
+    if not is_safe_int(created):
+        raise fail(f"created_at_ms {TIMESTAMP_DETAIL}", field="created_at_ms")
+    for name, v in (("started_at_ms", started), ("finished_at_ms", finished), ("heartbeat_at_ms", hb),
+                    ("claimed_at_ms", claimed_at), ("cancel_requested_at_ms", cancel_at),
+                    ("round_ordinal", round_ordinal)):
+        if not _opt_int(v):
+            raise fail(f"{name} {TIMESTAMP_DETAIL}", field=name)
+    own: OwnerId | None = None
+    if has_owner:
+        own = OwnerId(o_host, o_pid, o_nonce)
+        if owner_problem(own):
+            raise fail("has incomplete or invalid owner columns", field="owner")
+    if status == "running":
+        if own is None or hb is None:
+            raise fail("is running without an owner and a heartbeat", field="owner")
+    elif own is not None or hb is not None:
+        raise fail("carries owner columns but is not running", field="owner")
+    claimant: OwnerId | None = None
+    if has_claim:
+        if claimed_at is None:
+            raise fail("has incomplete claim columns", field="claim")
+        claimant = OwnerId(c_host, c_pid, c_nonce)
+        if owner_problem(claimant):
+            raise fail("has incomplete or invalid claim columns", field="claim")
+    if not _state_ok(state):
+        raise fail("state_json is not valid durable JSON", field="state_json", stateJsonValid=False)
+    ack = None
+    if ack_json is not None:
+        ack, p = parse_json_text(ack_json)
+        if p or type(ack) is not dict:
+            raise fail("cancel_acknowledgement_json is not a JSON object", field="cancel_acknowledgement_json")
+        if cancel_at is None:
+            raise fail("has an acknowledgement without a cancel request", field="cancel_acknowledgement_json")
+    if parent is not None and identifier_problem(parent):
+        raise fail("has an invalid parent_run_id", field="parent_run_id")
+    if lineage is not None and identifier_problem(lineage):
+        raise fail("has an invalid lineage_id", field="lineage_id")
+    if (lineage is None) != (round_ordinal is None):
+        raise fail("has only one of lineage_id and round_ordinal", field="lineage_id")
+    return RunRow(rid, status, state, created, started, finished, hb, own, claimant, claimed_at, cancel_at,
+                  ack, parent, lineage, round_ordinal)
+
+
+def _state_ok(state: object) -> bool:
+    _, p = parse_json_text(state, max_depth=MAXIMUM_JSON_DEPTH, max_nodes=MAXIMUM_JSON_NODES)
+    return p is None
