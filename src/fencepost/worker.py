@@ -31,7 +31,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import msgspec
-from sqlalchemy import and_, bindparam, select
+from sqlalchemy import and_, select
 
 from fencepost._schema import flows_runs as runs_t
 from fencepost.journal.owner import OwnerId
@@ -231,7 +231,7 @@ class Worker:
             if include_live:
                 where = where | (runs_t.c.status == "running") | runs_t.c.claim_host_id.is_not(None)
             if self.run_prefix is not None:
-                where = and_(where, runs_t.c.run_id.startswith(bindparam("prefix", self.run_prefix), autoescape=True))
+                where = and_(where, runs_t.c.run_id.startswith(self.run_prefix, autoescape=True))
             stmt = select(*_CANDIDATE_COLUMNS).where(where).order_by(runs_t.c.created_at_ms, runs_t.c.run_id)
             return [dict(r._mapping) for r in conn.execute(stmt.limit(limit))]
 
@@ -335,7 +335,7 @@ class Worker:
         except LeaseLost:
             raise
         except Exception:
-            log.warning("run function raised; settling the run failed", extra={"run_id": ctx.run_id})
+            log.warning("run function raised; settling the run as failed", extra={"run_id": ctx.run_id})
             ctx.lease.check()
             outcome = runs.transition_owned(ctx.run_id, self.owner, "failed")
             if isinstance(outcome, Transitioned):

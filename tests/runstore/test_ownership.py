@@ -20,6 +20,7 @@ from fencepost.journal.owner import OwnerId
 from fencepost.runstore.heartbeat import HEARTBEAT_INTERVAL, WRITE_TOLERANCE
 from fencepost.runstore.outcomes import FenceLost, NotFound, Updated
 from fencepost.runstore.ownership import LeaseKeeper, LeaseLost, Supervisor, supervise
+from fencepost.runstore.rows import LivenessEvidence
 
 A = OwnerId("host-a", 101, "owner-a")
 B = OwnerId("host-a", 202, "owner-b")
@@ -340,7 +341,7 @@ def test_keeper_renews_a_real_lease_and_stops_on_steal(store, clock):
         keeper.supervisor.stop()
         clock.set(35_001)
         row = store.runs.get("r1")
-        evidence = fencepost.LivenessEvidence(A, 35_001, "lease-expired")
+        evidence = LivenessEvidence(A, 35_001, "lease-expired")
         claimed = store.runs.steal("r1", row, B, 35_001, evidence)
         assert type(claimed).__name__ == "Claimed"
         assert type(store.runs.activate("r1", B, claimed.claimed_at_ms, row)).__name__ == "Activated"

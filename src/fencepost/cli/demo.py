@@ -113,7 +113,7 @@ def demo(obj: CliContext, n_runs: int, n_workers: int, speed: float, timeout: fl
     import fencepost
     from fencepost._durable import redact_url
     from fencepost.cli.worker import spawn_workers
-    from fencepost.journal import companion_stream, verify
+    from fencepost.journal import companion_stream
     from fencepost.projections import ProjectionBuilder, RunsByStatus
 
     started = time.monotonic()
@@ -143,7 +143,8 @@ def demo(obj: CliContext, n_runs: int, n_workers: int, speed: float, timeout: fl
         projector = threading.Thread(target=builder.run, args=(stop_projection,), daemon=True)
         projector.start()
 
-        procs = spawn_workers(url, n_workers, concurrency=4, clock_spec=(base, speed), prefix=prefix)
+        procs = spawn_workers(url, n_workers, concurrency=4, clock_spec=(base, speed), prefix=prefix,
+                              log_level="ERROR")
         victim = procs[0]
         console.print(f"started {n_workers} worker processes: pids {', '.join(str(p.pid) for p in procs)}")
         work = progress.add_task("settling runs", total=n_runs)
@@ -167,6 +168,9 @@ def demo(obj: CliContext, n_runs: int, n_workers: int, speed: float, timeout: fl
                 progress.console.print(f"requested cancellation of {len(cancelled_ids)} run(s)")
             if settled >= n_runs and killed and cancelled_ids:
                 break
+            if not any(p.is_alive() for p in procs):
+                progress.console.print("[red]every worker process exited[/red]")
+                break
             time.sleep(0.1)
         for p in procs:
             if p.is_alive():
@@ -183,6 +187,8 @@ def demo(obj: CliContext, n_runs: int, n_workers: int, speed: float, timeout: fl
     projected = _projected(builder, RunsByStatus())
     source_rows = {r.run_id: r.status for r in _all_runs(store)}
     in_step = status.lag == 0 and projected == source_rows
+    from fencepost.journal import verify
+
     verified = verify(store)
     ok = bool(getattr(verified, "ok", False))
     builder.close()

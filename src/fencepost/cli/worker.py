@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import multiprocessing
+import os
 import signal
 import threading
 from typing import Any
@@ -31,9 +32,13 @@ def load_task(ref: str) -> Any:
 
 
 def worker_process(url: str, task: str, concurrency: int, until_idle: bool, clock_spec: tuple[int, float] | None,
-                   prefix: str | None, results: Any) -> None:
+                   prefix: str | None, results: Any, log_level: str = "WARNING") -> None:
     """Entry point of one worker process: open the store, work until SIGTERM/SIGINT (or idle)."""
+    import logging
+
     import fencepost
+
+    logging.basicConfig(level=log_level, format=f"%(asctime)s worker {os.getpid()} %(levelname)s %(message)s")
     from fencepost.cli.demo import ScaledClock
     from fencepost.worker import Worker
 
@@ -45,20 +50,18 @@ def worker_process(url: str, task: str, concurrency: int, until_idle: bool, cloc
         worker = Worker(store, load_task(task), concurrency=concurrency, run_prefix=prefix)
         stats = worker.run(stop, until_idle=until_idle)
     if results is not None:
-        import os
-
         results.put((os.getpid(), msgspec.json.encode(stats)))
 
 
 def spawn_workers(url: str, n: int, *, task: str = DEFAULT_TASK, concurrency: int = 4, until_idle: bool = False,
                   clock_spec: tuple[int, float] | None = None, prefix: str | None = None,
-                  results: Any = None) -> list[Any]:
+                  results: Any = None, log_level: str = "WARNING") -> list[Any]:
     """Start ``n`` worker processes (spawned, so each opens its own connections)."""
     ctx = multiprocessing.get_context("spawn")
     procs = []
     for i in range(n):
         p = ctx.Process(target=worker_process, name=f"fencepost-worker-{i}",
-                        args=(url, task, concurrency, until_idle, clock_spec, prefix, results))
+                        args=(url, task, concurrency, until_idle, clock_spec, prefix, results, log_level))
         p.start()
         procs.append(p)
     return procs
@@ -72,8 +75,11 @@ def spawn_workers(url: str, n: int, *, task: str = DEFAULT_TASK, concurrency: in
 @click.option("--task", default=DEFAULT_TASK, show_default=True, metavar="MODULE:FUNCTION",
               help="The run function: called with a RunContext; its return value settles the run.")
 @click.option("--until-idle", is_flag=True, help="Exit once no run is claimable or running.")
+@click.option("--log-level", default="WARNING", show_default=True,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+              help="Log level of the worker processes (logs go to stderr).")
 @click.pass_obj
-def worker(obj: CliContext, processes: int, concurrency: int, task: str, until_idle: bool) -> None:
+def worker(obj: CliContext, processes: int, concurrency: int, task: str, until_idle: bool, log_level: str) -> None:
     """Run worker processes that claim, heartbeat, checkpoint and settle runs.
 
     Stops on Ctrl-C or SIGTERM (each process finishes the runs it holds), or with --until-idle once
@@ -88,7 +94,8 @@ def worker(obj: CliContext, processes: int, concurrency: int, task: str, until_i
     ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
     procs = spawn_workers(obj.resolved_url, processes, task=task, concurrency=concurrency,
-                          until_idle=until_idle, results=results)
+                          until_idle=until_idle, results=results,
+                          log_level=log_level.upper())
     previous = signal.signal(signal.SIGTERM, lambda *_: [p.terminate() for p in procs])
     try:
         for p in procs:

@@ -1,0 +1,91 @@
+"""The error boundary: bad input and unreachable databases give one line and a non-zero exit."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.cli.conftest import assert_one_line_error
+
+READ_COMMANDS = [
+    ["runs", "list"],
+    ["runs", "show", "r1"],
+    ["journal", "show", "r1"],
+    ["journal", "verify"],
+    ["journal", "replay", "r1"],
+    ["feed", "tail"],
+    ["feed", "snapshot", "r1"],
+    ["source", "show"],
+    ["projection", "status"],
+]
+
+
+def test_unknown_option_is_a_one_line_usage_error(run_cli):
+    result = run_cli("runs", "list", "--bogus")
+    assert_one_line_error(result)
+    assert result.code == 2
+    assert "--bogus" in result.err
+
+
+def test_unknown_command_is_a_one_line_usage_error(run_cli):
+    result = run_cli("nonsense")
+    assert_one_line_error(result)
+    assert result.code == 2
+
+
+def test_bad_choice_and_bad_integer_are_refused_before_opening_anything(run_cli, tmp_path):
+    assert_one_line_error(run_cli("runs", "list", "--status", "sleeping"))
+    assert_one_line_error(run_cli("runs", "list", "--limit", "zero"))
+    assert not (tmp_path / ".flows").exists()
+
+
+def test_missing_argument_is_a_usage_error(run_cli):
+    result = run_cli("runs", "show")
+    assert_one_line_error(result)
+    assert result.code == 2
+
+
+@pytest.mark.parametrize("args", READ_COMMANDS, ids=[" ".join(a) for a in READ_COMMANDS])
+def test_read_command_on_a_missing_database_fails_and_creates_nothing(run_cli, tmp_path, args):
+    result = run_cli(*args)
+    assert_one_line_error(result)
+    assert result.code == 1
+    assert not (tmp_path / ".flows").exists()
+
+
+def test_missing_database_named_by_env_var_is_an_error(run_cli, tmp_path):
+    db = tmp_path / "elsewhere" / "x.db"
+    result = run_cli("runs", "list", env={"FENCEPOST_DB": f"sqlite:///{db}"})
+    assert_one_line_error(result)
+    assert not db.exists() and not db.parent.exists()
+
+
+def test_unreachable_postgresql_url_is_one_line(run_cli):
+    started = time.monotonic()
+    result = run_cli("--db", "postgresql+psycopg://nobody:secret-pw@127.0.0.1:1/none", "runs", "list")
+    assert_one_line_error(result)
+    assert "secret-pw" not in result.err
+    assert time.monotonic() - started < 30
+
+
+def test_unreachable_postgresql_url_on_a_write_command_is_one_line(run_cli):
+    result = run_cli("--db", "postgresql+psycopg://nobody:secret-pw@127.0.0.1:1/none", "init")
+    assert_one_line_error(result)
+    assert "secret-pw" not in result.err
+
+
+def test_unsupported_url_scheme_is_one_line(run_cli):
+    assert_one_line_error(run_cli("--db", "mysql://x/y", "runs", "list"))
+
+
+def test_a_file_that_is_not_a_database_is_one_line(run_cli, tmp_path):
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"this is not sqlite" * 100)
+    assert_one_line_error(run_cli("--db", f"sqlite:///{junk}", "runs", "list"))
+
+
+def test_bad_task_reference_for_worker_is_a_usage_error(run_cli):
+    result = run_cli("worker", "--task", "no_such_module:fn")
+    assert_one_line_error(result)
+    assert result.code == 2

@@ -1,0 +1,295 @@
+"""The worker: sweep, two-phase claim, takeover of expired leases, checkpoints, cancellation, settling,
+and several workers sharing one database. Every test runs on SQLite and PostgreSQL; time is a
+``ManualClock`` (leases expire because the test moves the clock, never by waiting)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+
+import msgspec
+import pytest
+
+import fencepost
+from fencepost.journal import companion_stream
+from fencepost.journal.owner import OwnerId
+from fencepost.runstore.outcomes import Claimed
+from fencepost.runstore.rows import LivenessEvidence
+from fencepost.worker import Cancelled, RunContext, Suspend, Worker
+
+DEAD = OwnerId("host-gone", 999_999, "dead-owner")
+
+
+def _json(value) -> str:
+    return msgspec.json.encode(value).decode()
+
+
+def _create(store, n: int, prefix: str = "r", state=None) -> list[str]:
+    ids = [f"{prefix}{i:03d}" for i in range(n)]
+    for run_id in ids:
+        store.runs.create(run_id, _json(state if state is not None else {"n": run_id}))
+    return ids
+
+
+def _own(store, run_id: str, owner: OwnerId) -> None:
+    row = store.runs.get(run_id)
+    claimed = store.runs.claim(run_id, row.snapshot(), owner, store.clock.now_ms())
+    assert isinstance(claimed, Claimed)
+    store.runs.activate(run_id, owner, claimed.claimed_at_ms, row)
+
+
+def _facts(store, run_id: str) -> list[str]:
+    page = store.journal.entries(companion_stream(run_id))
+    return [e.event_type.rsplit(".", 1)[-1] for e in page.entries]
+
+
+def _wait_for(pred, timeout: float = 10.0) -> None:
+    end = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > end:
+            raise AssertionError("condition not reached")
+        time.sleep(0.01)
+
+
+def test_worker_completes_pending_runs_with_the_two_phase_claim(store):
+    ids = _create(store, 5)
+
+    def fn(ctx: RunContext):
+        return {"done": ctx.run_id}
+
+    stats = Worker(store, fn, concurrency=2).run(until_idle=True)
+    assert stats.completed == 5 and stats.claimed == 5 and stats.takeovers == 0
+    for run_id in ids:
+        row = store.runs.get(run_id)
+        assert row.status == "completed"
+        assert msgspec.json.decode(row.state_json) == {"done": run_id}
+        assert row.owner is None and row.heartbeat_at_ms is None
+        assert _facts(store, run_id) == ["claimed", "activated", "released"]
+
+
+def test_checkpoints_are_guarded_running_transitions_and_none_keeps_the_last_state(store):
+    _create(store, 1, state={"step": 0})
+    seen: list[str] = []
+
+    def fn(ctx: RunContext):
+        for step in (1, 2, 3):
+            ctx.checkpoint({"step": step})
+            seen.append(store.runs.get(ctx.run_id).state_json)
+        return None
+
+    Worker(store, fn).run(until_idle=True)
+    assert [msgspec.json.decode(s) for s in seen] == [{"step": 1}, {"step": 2}, {"step": 3}]
+    row = store.runs.get("r000")
+    assert row.status == "completed" and msgspec.json.decode(row.state_json) == {"step": 3}
+
+
+def test_a_failing_function_settles_failed_and_suspend_parks_the_run(store):
+    store.runs.create("boom", "{}")
+    store.runs.create("park", "{}")
+    parked = threading.Event()
+
+    def fn(ctx: RunContext):
+        if ctx.run_id == "boom":
+            raise ValueError("nope")
+        if not parked.is_set():
+            parked.set()
+            raise Suspend({"parked": True})
+        return {"resumed": True}
+
+    worker = Worker(store, fn)
+    stats = worker.run(until_idle=True)
+    assert store.runs.get("boom").status == "failed"
+    # The suspended run is claimable again, so the same sweep loop resumed and completed it.
+    row = store.runs.get("park")
+    assert row.status == "completed" and msgspec.json.decode(row.state_json) == {"resumed": True}
+    assert stats.failed == 1 and stats.suspended == 1 and stats.completed == 1
+
+
+def test_cancel_requested_before_the_claim_settles_cancelled_without_running(store):
+    _create(store, 1)
+    store.runs.request_cancel("r000", 0)
+    ran: list[str] = []
+    stats = Worker(store, lambda ctx: ran.append(ctx.run_id)).run(until_idle=True)
+    row = store.runs.get("r000")
+    assert ran == [] and stats.cancelled == 1
+    assert row.status == "cancelled"
+    assert row.cancel_acknowledgement is not None
+
+
+def test_cancel_during_the_run_is_acknowledged_within_an_interval_then_settled(store, clock):
+    """EO-10: the live owner acknowledges within one heartbeat interval, before its cleanup ends."""
+    _create(store, 1)
+    started = threading.Event()
+    cleanup = threading.Event()
+    observed: list[object] = []
+
+    def fn(ctx: RunContext):
+        started.set()
+        try:
+            while True:
+                ctx.check()
+                time.sleep(0.005)
+        except Cancelled:
+            cleanup.wait(10)
+            observed.append(store.runs.get(ctx.run_id))
+            raise
+
+    worker = Worker(store, fn)
+    t = threading.Thread(target=worker.run, kwargs={"until_idle": True})
+    t.start()
+    assert started.wait(10)
+    store.runs.request_cancel("r000", clock.now_ms())
+    clock.advance(1000)
+    _wait_for(lambda: store.runs.get("r000").cancel_acknowledgement is not None)
+    row = store.runs.get("r000")
+    assert row.status == "running" and row.owner == worker.owner
+    cleanup.set()
+    t.join(10)
+    assert store.runs.get("r000").status == "cancelled"
+    assert observed and observed[0].status == "running"
+
+
+def test_a_checkpoint_after_a_cancel_request_raises_cancelled_and_settles_cancelled(store, clock):
+    _create(store, 1)
+
+    def fn(ctx: RunContext):
+        store.runs.request_cancel(ctx.run_id, clock.now_ms())
+        ctx.checkpoint({"late": True})  # refused by the absent guard
+        return {"never": True}
+
+    stats = Worker(store, fn).run(until_idle=True)
+    row = store.runs.get("r000")
+    assert row.status == "cancelled" and stats.cancelled == 1
+    assert "late" not in row.state_json
+
+
+def test_completion_racing_a_cancel_request_settles_cancelled(store, clock):
+    _create(store, 1)
+
+    def fn(ctx: RunContext):
+        store.runs.request_cancel(ctx.run_id, clock.now_ms())
+        return {"finished": True}  # the completed transition meets the absent guard and fails
+
+    Worker(store, fn).run(until_idle=True)
+    assert store.runs.get("r000").status == "cancelled"
+
+
+def test_expired_lease_of_a_dead_owner_is_stolen_with_evidence_and_resumed(store, clock):
+    _create(store, 1, state={"done": 1})
+    _own(store, "r000", DEAD)
+    resumed: list[object] = []
+
+    def fn(ctx: RunContext):
+        resumed.append(ctx.state)
+        return {"done": 2}
+
+    clock.set(30_000)  # exactly 30 s old: still fresh, nobody may take it
+    worker = Worker(store, fn)
+    assert worker.take(1) == []
+    clock.set(30_001)
+    stats = worker.run(until_idle=True)
+    assert stats.takeovers == 1 and resumed == [{"done": 1}]
+    assert store.runs.get("r000").status == "completed"
+    assert _facts(store, "r000") == ["claimed", "activated", "stolen", "activated", "released"]
+
+
+def test_a_live_owner_is_not_stolen_when_the_liveness_check_says_alive(store, clock):
+    _create(store, 1)
+    _own(store, "r000", DEAD)
+    clock.set(40_000)
+    worker = Worker(store, lambda ctx: None, liveness=lambda owner, context: True)
+    assert worker.take(5) == []
+    assert store.runs.get("r000").owner == DEAD
+
+
+def test_a_claim_left_by_a_dead_claimant_is_recovered_then_taken(store, clock):
+    _create(store, 1)
+    row = store.runs.get("r000")
+    assert isinstance(store.runs.claim("r000", row.snapshot(), DEAD, 0), Claimed)
+    clock.set(30_001)
+    stats = Worker(store, lambda ctx: {"ok": 1}).run(until_idle=True)
+    assert stats.recovered_claims == 1 and stats.completed == 1
+    assert store.runs.get("r000").status == "completed"
+
+
+def test_held_runs_are_renewed_together_by_one_heartbeat_many(store, clock):
+    _create(store, 3)
+    release = threading.Event()
+    running = Counter()
+
+    def fn(ctx: RunContext):
+        running[ctx.run_id] += 1
+        release.wait(10)
+        return None
+
+    worker = Worker(store, fn, concurrency=3)
+    calls: list[int] = []
+    real = store.runs.heartbeat_many
+
+    def counting(owner, run_ids, now_ms):
+        calls.append(len(list(run_ids)))
+        return real(owner, run_ids, now_ms)
+
+    store.runs.heartbeat_many = counting
+    t = threading.Thread(target=worker.run, kwargs={"until_idle": True})
+    t.start()
+    try:
+        _wait_for(lambda: len(running) == 3)
+        clock.set(1000)
+        worker.supervisor.settle()
+        clock.set(2000)
+        worker.supervisor.settle()
+        assert calls and all(n == 3 for n in calls)
+        assert [store.runs.get(r).heartbeat_at_ms for r in sorted(running)] == [2000, 2000, 2000]
+    finally:
+        release.set()
+        t.join(10)
+
+
+@pytest.mark.slow
+def test_several_workers_on_one_database_run_each_run_exactly_once(db_url, clock):
+    """A race as a race: four workers, each with its own store (own connections), start at a barrier."""
+    n_runs, n_workers = 40, 4
+    with fencepost.open(db_url, clock=clock) as setup:
+        _create(setup, n_runs)
+    executions: Counter = Counter()
+    lock = threading.Lock()
+    barrier = threading.Barrier(n_workers)
+
+    def fn(ctx: RunContext):
+        with lock:
+            executions[ctx.run_id] += 1
+        time.sleep(0.002)
+        return {"by": ctx.owner.nonce}
+
+    def work(i: int) -> None:
+        with fencepost.open(db_url, clock=clock) as s:
+            w = Worker(s, fn, owner=OwnerId("host-a", 1000 + i, f"w{i}"), concurrency=3)
+            barrier.wait()
+            w.run(until_idle=True)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(n_workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sum(executions.values()) == n_runs and set(executions.values()) == {1}
+    with fencepost.open(db_url, clock=clock) as check:
+        rows = [check.runs.get(f"r{i:03d}") for i in range(n_runs)]
+        assert {r.status for r in rows} == {"completed"}
+        winners = {msgspec.json.decode(r.state_json)["by"] for r in rows}
+        assert len(winners) > 1  # the work really was shared
+        for r in rows:
+            assert _facts(check, r.run_id) == ["claimed", "activated", "released"]
+
+
+def test_steal_refuses_evidence_for_another_owner(store, clock):
+    """OW-07 through the worker's own evidence: it always names the owner it read."""
+    _create(store, 1)
+    _own(store, "r000", DEAD)
+    clock.set(30_001)
+    row = store.runs.get("r000")
+    wrong = LivenessEvidence(OwnerId("host-b", 1, "x"), 30_001, "lease-expired")
+    assert type(store.runs.steal("r000", row, OwnerId("host-c", 2, "y"), 30_001, wrong)).__name__ == \
+        "LivenessUnconfirmed"
