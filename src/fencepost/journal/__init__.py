@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import hashlib
 
-from fencepost.journal.entries import Accepted, Duplicate, EntriesPage, Entry
-from fencepost.journal.journal import Journal
+from fencepost.journal.entries import Accepted, Duplicate, EntriesPage, Entry, NewEntry
+from fencepost.journal.journal import Journal, JournalTransaction
 from fencepost.journal.owner import OwnerId
+from fencepost.journal.redaction import Redaction, Rule
 
 COMPANION_PREFIX = "flows.companion/"
 
@@ -17,6 +18,7 @@ def companion_stream(run_id: str, stream: str = "run-store") -> str:
 
 
 def is_companion_run_id(run_id: str) -> bool:
+    """True when ``run_id`` names a companion stream (a prefix test; run ids may not start with it)."""
     return run_id.startswith(COMPANION_PREFIX)
 
 
@@ -27,7 +29,11 @@ __all__ = [
     "EntriesPage",
     "Entry",
     "Journal",
+    "JournalTransaction",
+    "NewEntry",
     "OwnerId",
+    "Redaction",
+    "Rule",
     "companion_stream",
     "is_companion_run_id",
 ]

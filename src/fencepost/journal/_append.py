@@ -2,24 +2,29 @@
 
 Runs inside the caller's write transaction (a ``Connection`` from ``Database.write``), so an entry
 commits or rolls back with the mutation it records. Sequences and positions are allocated here,
-under the writer lock, which is what makes them gapless and in commit order.
+under the writer lock, which is what makes them gapless and in commit order. Payload and meta are
+redacted, checked and encoded *before* any sequence is allocated, so a refused entry leaves no gap.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import bindparam, func, select
 from sqlalchemy.engine import Connection
 
-from fencepost._schema import flows_journal_events as ev
-from fencepost._values import canonical_json, encode_json
+from fencepost._values import SAFE_MAX, canonical_json, json_equal, parse_json_text, value_problem
 from fencepost.errors import JournalError
-from fencepost.journal.entries import Accepted, Duplicate
+from fencepost.journal._sql import EXISTING, HEADS, INSERT
+from fencepost.journal.entries import Accepted, Duplicate, NewEntry
+from fencepost.journal.redaction import NotDurable, Redaction
 
 ZERO_HASH = "0" * 64
+#: Container edges a payload or meta may nest (REFERENCE 3.6 ``maxDepth``).
+MAXIMUM_DEPTH = 256
+#: Nodes a payload or meta may hold; bounds the work of one append, not its bytes.
+MAXIMUM_NODES = 1_000_000
 
 Redactor = Callable[[Any], Any]
 
@@ -30,6 +35,7 @@ def event_id_for(run_id: str, source_id: str, source_seq: int) -> str:
 
 
 def content_hash(event_type: str, payload_json: str, meta_json: str) -> str:
+    """SHA-256 over what an idempotent retry must repeat: type and the canonical payload/meta text."""
     return hashlib.sha256(canonical_json([event_type, payload_json, meta_json])).hexdigest()
 
 
@@ -43,10 +49,129 @@ def entry_hash(row: dict[str, Any]) -> str:
     return hashlib.sha256(canonical_json(material)).hexdigest()
 
 
-_last_in_stream = (
-    select(ev.c.seq, ev.c.entry_hash).where(ev.c.run_id == bindparam("run_id")).order_by(ev.c.seq.desc()).limit(1)
-)
-_last_in_log = select(ev.c.position, ev.c.entry_hash).order_by(ev.c.position.desc()).limit(1)
+def prepare(value: Any, field: str, redact: Redactor | None) -> str:
+    """Redact ``value``, check it is a durable JSON value and return its canonical JSON text.
+
+    A redactor that raises, or returns something that is not a durable value, is
+    ``invalid_event`` naming only ``field``: the redactor's own error may quote the secret.
+    """
+    if isinstance(redact, Redaction):
+        # The built-in redactor checks durability in the same walk: nothing left to check.
+        try:
+            value = redact(value)
+        except NotDurable as exc:
+            raise JournalError("invalid_event", "append", f"{field} could not be redacted: value {exc}") from None
+        except Exception:
+            raise JournalError("invalid_event", "append", f"{field} could not be redacted") from None
+        return canonical_json(value).decode("utf-8")
+    if redact is not None:
+        try:
+            value = redact(value)
+        except Exception:
+            raise JournalError("invalid_event", "append", f"{field} could not be redacted") from None
+    problem = value_problem(value, max_depth=MAXIMUM_DEPTH, max_nodes=MAXIMUM_NODES)
+    if problem is not None:
+        verb = "redacted" if redact is not None else "canonicalized"
+        raise JournalError("invalid_event", "append", f"{field} could not be {verb}: value {problem}")
+    # Stored as canonical (sorted-key) text: the stored bytes are the hashed bytes.
+    return canonical_json(value).decode("utf-8")
+
+
+def _same_content(row: Any, event_type: str, payload_json: str, meta_json: str) -> bool:
+    # Equal text is the common case; otherwise compare as JSON (1 == 1.0, true != 1).
+    if row[3] != event_type:
+        return False
+    if row[4] == payload_json and row[5] == meta_json:
+        return True
+    stored_p, p1 = parse_json_text(row[4], max_depth=MAXIMUM_DEPTH, max_nodes=MAXIMUM_NODES)
+    stored_m, p2 = parse_json_text(row[5], max_depth=MAXIMUM_DEPTH, max_nodes=MAXIMUM_NODES)
+    new_p, _ = parse_json_text(payload_json, max_depth=MAXIMUM_DEPTH, max_nodes=MAXIMUM_NODES)
+    new_m, _ = parse_json_text(meta_json, max_depth=MAXIMUM_DEPTH, max_nodes=MAXIMUM_NODES)
+    return p1 is None and p2 is None and json_equal(stored_p, new_p) and json_equal(stored_m, new_m)
+
+
+def append_prepared(
+    conn: Connection,
+    *,
+    run_id: str,
+    source_id: str,
+    emitted_at_ms: int,
+    items: Sequence[tuple[str, str, str, int | None]],
+    dedupe: str = "content",
+) -> list[Accepted | Duplicate]:
+    """Append already prepared ``(event_type, payload_json, meta_json, source_seq)`` items to one stream.
+
+    One lookup for the heads, one per explicit ``source_seq`` for its identity, one multi-row
+    insert; receipts in input order. An item whose identity exists (in the table or earlier in
+    ``items``) is a ``Duplicate`` (same content, or any content with ``dedupe="identity"``) or
+    ``idempotency_conflict``; a conflict raises before anything is inserted.
+    """
+    heads = HEADS.execute(conn, {"run_id": run_id, "source_id": source_id})[0]
+    last_seq, stream_prev, last_pos, log_prev, source_max = heads
+    seq = 0 if last_seq is None else int(last_seq) + 1
+    position = 1 if last_pos is None else int(last_pos) + 1
+    stream_prev = stream_prev or ZERO_HASH
+    log_prev = log_prev or ZERO_HASH
+    next_source = 0 if source_max is None else int(source_max) + 1
+
+    receipts: list[Accepted | Duplicate] = []
+    rows: list[dict[str, Any]] = []
+    in_batch: dict[int, tuple[Any, ...]] = {}
+    for event_type, payload_json, meta_json, source_seq in items:
+        if source_seq is None:
+            source_seq = next_source
+            if source_seq >= SAFE_MAX:
+                raise JournalError(
+                    "invalid_event", "append", "journal sequence is outside the allocatable safe integer range"
+                )
+        else:
+            found = in_batch.get(source_seq)
+            if found is None:
+                existing = EXISTING.execute(
+                    conn, {"run_id": run_id, "source_id": source_id, "source_seq": source_seq}
+                )
+                found = existing[0] if existing else None
+            if found is not None:
+                if dedupe == "content" and not _same_content(found, event_type, payload_json, meta_json):
+                    raise JournalError(
+                        "idempotency_conflict", "append",
+                        f"producer:{source_seq} already holds an entry with other content",
+                    )
+                receipts.append(Duplicate(seq=int(found[0]), source_seq=source_seq, position=int(found[1])))
+                continue
+        if seq >= SAFE_MAX or position > SAFE_MAX:
+            raise JournalError(
+                "invalid_event", "append", "journal sequence is outside the allocatable safe integer range"
+            )
+        chash = content_hash(event_type, payload_json, meta_json)
+        row = {
+            "run_id": run_id,
+            "seq": seq,
+            "event_id": event_id_for(run_id, source_id, source_seq),
+            "source_id": source_id,
+            "source_seq": source_seq,
+            "emitted_at_ms": emitted_at_ms,
+            "event_type": event_type,
+            "payload_json": payload_json,
+            "meta_json": meta_json,
+            "content_hash": chash,
+            "position": position,
+            "stream_prev_hash": stream_prev,
+            "log_prev_hash": log_prev,
+        }
+        row["entry_hash"] = h = entry_hash(row)
+        rows.append(row)
+        in_batch[source_seq] = (seq, position, chash, event_type, payload_json, meta_json)
+        receipts.append(Accepted(seq=seq, source_seq=source_seq, position=position))
+        stream_prev = log_prev = h
+        seq += 1
+        position += 1
+        next_source = max(next_source, source_seq + 1)
+    if len(rows) == 1:
+        INSERT.execute(conn, rows[0])
+    elif rows:
+        INSERT.execute_many(conn, rows)
+    return receipts
 
 
 def append(
@@ -62,54 +187,35 @@ def append(
     dedupe: str = "content",
     redact: Redactor | None = None,
 ) -> Accepted | Duplicate:
-    """Append one entry inside ``conn``'s write transaction (inputs already validated)."""
-    if redact is not None:
-        payload = redact(payload)
-        meta = redact(meta if meta is not None else {})
-    payload_json = encode_json(payload)
-    meta_json = encode_json(meta if meta is not None else {})
-    chash = content_hash(event_type, payload_json, meta_json)
+    """Append one entry inside ``conn``'s write transaction (identifiers already validated)."""
+    payload_json = prepare(payload, "payload", redact)
+    meta_json = prepare(meta if meta is not None else {}, "meta", redact)
+    return append_prepared(
+        conn, run_id=run_id, source_id=source_id, emitted_at_ms=emitted_at_ms,
+        items=[(event_type, payload_json, meta_json, source_seq)], dedupe=dedupe,
+    )[0]
 
-    if source_seq is None:
-        last_source = conn.execute(
-            select(func.max(ev.c.source_seq)).where(ev.c.run_id == run_id, ev.c.source_id == source_id)
-        ).scalar()
-        source_seq = 0 if last_source is None else int(last_source) + 1
-    else:
-        existing = conn.execute(
-            select(ev.c.seq, ev.c.position, ev.c.content_hash).where(
-                ev.c.run_id == run_id, ev.c.source_id == source_id, ev.c.source_seq == source_seq
-            )
-        ).first()
-        if existing is not None:
-            if dedupe == "content" and existing.content_hash != chash:
-                raise JournalError(
-                    "idempotency_conflict", "append", "an entry with this source sequence has other content"
-                )
-            return Duplicate(seq=int(existing.seq), source_seq=source_seq, position=int(existing.position))
 
-    last = conn.execute(_last_in_stream, {"run_id": run_id}).first()
-    seq = 0 if last is None else int(last.seq) + 1
-    stream_prev = ZERO_HASH if last is None else last.entry_hash
-    head = conn.execute(_last_in_log).first()
-    position = 1 if head is None else int(head.position) + 1
-    log_prev = ZERO_HASH if head is None else head.entry_hash
-
-    row = {
-        "run_id": run_id,
-        "seq": seq,
-        "event_id": event_id_for(run_id, source_id, source_seq),
-        "source_id": source_id,
-        "source_seq": source_seq,
-        "emitted_at_ms": emitted_at_ms,
-        "event_type": event_type,
-        "payload_json": payload_json,
-        "meta_json": meta_json,
-        "content_hash": chash,
-        "position": position,
-        "stream_prev_hash": stream_prev,
-        "log_prev_hash": log_prev,
-    }
-    row["entry_hash"] = entry_hash(row)
-    conn.execute(ev.insert(), row)
-    return Accepted(seq=seq, source_seq=source_seq, position=position)
+def append_many(
+    conn: Connection,
+    *,
+    run_id: str,
+    source_id: str,
+    emitted_at_ms: int,
+    entries: Sequence[NewEntry],
+    dedupe: str = "content",
+    redact: Redactor | None = None,
+) -> list[Accepted | Duplicate]:
+    """Append several entries to one stream in ``conn``'s transaction with one multi-row insert."""
+    items = [
+        (
+            e.event_type,
+            prepare(e.payload, "payload", redact),
+            prepare(e.meta if e.meta is not None else {}, "meta", redact),
+            e.source_seq,
+        )
+        for e in entries
+    ]
+    return append_prepared(
+        conn, run_id=run_id, source_id=source_id, emitted_at_ms=emitted_at_ms, items=items, dedupe=dedupe
+    )

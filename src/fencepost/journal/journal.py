@@ -1,22 +1,127 @@
-"""``store.journal``: fenced and unfenced appends, reads (built out by the journal issue)."""
+"""``store.journal``: fenced and unfenced appends, transactions, stream reads and the whole log.
+
+Every write funnels into ``_append`` (the one append path). A fenced append asks the consensus
+strategy's ``guard`` inside the same serialized write transaction as the insert, so no takeover can
+commit between the check and the write (REFERENCE 3.2), and the guard runs before the idempotency
+lookup: a displaced owner's retry is ``fence_lost`` even when its entry already exists.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
+import msgspec
+from sqlalchemy import bindparam, select
 from sqlalchemy.engine import Connection
 
+from fencepost._durable import DbFailure
+from fencepost._schema import flows_journal_events as ev
+from fencepost._values import SAFE_MAX, identifier_problem, is_safe_int, text_problem
+from fencepost.errors import FencepostError, JournalError
 from fencepost.journal import _append
-from fencepost.journal.entries import Accepted, Duplicate
+from fencepost.journal._sql import ENTRY_COLUMNS
+from fencepost.journal.entries import Accepted, Duplicate, EntriesPage, Entry, NewEntry
+from fencepost.journal.owner import OwnerId
+from fencepost.journal.redaction import DEFAULT, Redaction
 
 if TYPE_CHECKING:
     from fencepost._store import Store
 
+T = TypeVar("T")
+
+#: Largest ``limit`` one ``entries`` page may ask for (REFERENCE 3.1).
+MAXIMUM_ENTRIES_LIMIT = 10_000
+#: Most event types one ``entries`` filter may name.
+MAXIMUM_EVENT_TYPES = 64
+
+_decode_any = msgspec.json.Decoder()
+
+
+def _owner_problem(owner: object) -> str | None:
+    # A malformed fence is invalid input; a well-formed owner that holds nothing (including an
+    # empty host or nonce, which no lease row can carry) is ``fence_lost`` (JF-04).
+    if type(owner) is not OwnerId:
+        return "must be an OwnerId"
+    if not is_safe_int(owner.pid):
+        return "pid must be a non-negative safe integer"
+    for name, value in (("host_id", owner.host_id), ("nonce", owner.nonce)):
+        if type(value) is not str:
+            return f"{name} must be a string"
+        if value and identifier_problem(value):
+            return f"{name} {identifier_problem(value)}"
+    return None
+
+
+def _input_problem(run_id: object, event_type: object, source_id: object, source_seq: object,
+                   dedupe: object) -> str | None:
+    for name, value in (("run_id", run_id), ("event_type", event_type), ("source_id", source_id)):
+        p = identifier_problem(value)
+        if p:
+            return f"{name} {p}"
+    if source_seq is not None and not (is_safe_int(source_seq) and source_seq < SAFE_MAX):  # type: ignore[operator]
+        return "source_seq must be a non-negative safe integer below 2**53 - 1"
+    if dedupe not in ("content", "identity"):
+        return "dedupe must be 'content' or 'identity'"
+    return None
+
+
+class JournalTransaction:
+    """The handle ``Journal.transact`` passes to its callable: appends that join one transaction.
+
+    ``conn`` is the open write connection, for the caller's own statements; ``store.runs`` and
+    ``store.attempts`` calls made inside the callable join the same transaction too. A refused
+    append (``fence_lost``, ``idempotency_conflict``, ``invalid_event``) raises before it writes
+    anything, so catching it leaves the transaction usable.
+    """
+
+    def __init__(self, journal: Journal, conn: Connection) -> None:
+        self._journal = journal
+        self.conn = conn
+
+    def append(self, run_id: str, event_type: str, payload: Any, *, owner: OwnerId, source_id: str,
+               source_seq: int | None = None, meta: Any = None, dedupe: str = "content") -> Accepted | Duplicate:
+        """Fenced append inside this transaction (see ``Journal.append``)."""
+        return self._run(run_id, [NewEntry(event_type, payload, meta, source_seq)], owner, source_id, dedupe,
+                         "append", fenced=True)[0]
+
+    def append_unfenced(self, run_id: str, event_type: str, payload: Any, *, source_id: str,
+                        source_seq: int | None = None, meta: Any = None,
+                        dedupe: str = "content") -> Accepted | Duplicate:
+        """Unfenced append inside this transaction (see ``Journal.append_unfenced``)."""
+        return self._run(run_id, [NewEntry(event_type, payload, meta, source_seq)], None, source_id, dedupe,
+                         "append_unfenced", fenced=False)[0]
+
+    def append_many(self, run_id: str, entries: Sequence[NewEntry], *, owner: OwnerId, source_id: str,
+                    dedupe: str = "content") -> list[Accepted | Duplicate]:
+        """Fenced multi-entry append inside this transaction (see ``Journal.append_many``)."""
+        return self._run(run_id, entries, owner, source_id, dedupe, "append_many", fenced=True)
+
+    def append_many_unfenced(self, run_id: str, entries: Sequence[NewEntry], *, source_id: str,
+                             dedupe: str = "content") -> list[Accepted | Duplicate]:
+        """Unfenced multi-entry append inside this transaction."""
+        return self._run(run_id, entries, None, source_id, dedupe, "append_many_unfenced", fenced=False)
+
+    def _run(self, run_id: str, entries: Sequence[NewEntry], owner: OwnerId | None, source_id: str, dedupe: str,
+             method: str, *, fenced: bool) -> list[Accepted | Duplicate]:
+        j = self._journal
+        items, now = j._prepare(run_id, entries, owner, source_id, dedupe, method, fenced=fenced)
+        return j._append_body(self.conn, run_id, items, owner if fenced else None, source_id, dedupe, now, method)
+
 
 class Journal:
-    def __init__(self, store: Store) -> None:
-        self._store = store
+    """Append-only streams with fenced, idempotent appends, redacted on the write path.
 
+    ``redaction`` (default ``fencepost.journal.redaction.DEFAULT``) scrubs every payload and meta
+    before it is encoded; assign ``Redaction(rules=...)`` to replace the textual rules or
+    ``Redaction.noop()`` to opt out explicitly.
+    """
+
+    def __init__(self, store: Store, *, redaction: Redaction | None = None) -> None:
+        self._store = store
+        self.redaction: Redaction = redaction if redaction is not None else DEFAULT
+
+    # ------------------------------------------------------------------ the internal path
     def append_in(
         self,
         conn: Connection,
@@ -32,7 +137,8 @@ class Journal:
         """Append inside the caller's open write transaction (``conn`` from ``store.db.write``).
 
         Internal path shared by companion facts and the public appends, so there is one append
-        path. Inputs must already be validated; redaction is applied here.
+        path. Identifiers must already be validated; redaction and the durable-value check of
+        payload and meta are applied here.
         """
         return _append.append(
             conn,
@@ -43,5 +149,220 @@ class Journal:
             source_seq=source_seq,
             meta=meta,
             dedupe=dedupe,
-            emitted_at_ms=self._store.clock.now_ms(),
+            emitted_at_ms=self._now("append"),
+            redact=self._redactor(),
         )
+
+    def _redactor(self) -> Callable[[Any], Any] | None:
+        r = self.redaction
+        return r if r.enabled else None
+
+    def _now(self, method: str) -> int:
+        now = self._store.clock.now_ms()
+        if not is_safe_int(now):
+            raise JournalError("invalid_event", method, "clock reading must be a non-negative safe integer")
+        return now
+
+    def _prepare(self, run_id: str, entries: Sequence[NewEntry], owner: OwnerId | None, source_id: str,
+                 dedupe: str, method: str, *, fenced: bool) -> tuple[list[tuple[str, str, str, int | None]], int]:
+        # Everything that can refuse an entry runs here, before the transaction allocates anything.
+        if fenced:
+            p = _owner_problem(owner)
+            if p:
+                raise JournalError("invalid_event", method, f"{method} requires a well-formed owner fence ({p})")
+        if type(entries) not in (list, tuple) or not entries:
+            raise JournalError("invalid_event", method, "entries must be a non-empty list")
+        redact = self._redactor()
+        items = []
+        for e in entries:
+            if type(e) is not NewEntry:
+                raise JournalError("invalid_event", method, "entries must be NewEntry values")
+            p = _input_problem(run_id, e.event_type, source_id, e.source_seq, dedupe)
+            if p:
+                raise JournalError("invalid_event", method, f"event violates the journal input contract: {p}")
+            try:
+                payload_json = _append.prepare(e.payload, "payload", redact)
+                meta_json = _append.prepare(e.meta if e.meta is not None else {}, "meta", redact)
+            except JournalError as err:
+                raise JournalError(err.code, method, err.detail) from None
+            items.append((e.event_type, payload_json, meta_json, e.source_seq))
+        return items, self._now(method)
+
+    def _append_body(self, conn: Connection, run_id: str, items: list[tuple[str, str, str, int | None]],
+                     owner: OwnerId | None, source_id: str, dedupe: str, now: int,
+                     method: str) -> list[Accepted | Duplicate]:
+        if owner is not None:
+            try:
+                held = self._store.consensus.guard(conn, run_id, owner)
+            except JournalError:
+                raise
+            except FencepostError as err:
+                if err.code == "fence_lost":
+                    raise JournalError("fence_lost", method, "owner does not hold the run") from None
+                raise
+            if not held:
+                raise JournalError("fence_lost", method, "owner does not hold the run")
+        try:
+            return _append.append_prepared(
+                conn, run_id=run_id, source_id=source_id, emitted_at_ms=now, items=items, dedupe=dedupe
+            )
+        except JournalError as err:
+            if err.method == method:
+                raise
+            raise JournalError(err.code, method, err.detail) from None
+
+    def _write(self, body: Callable[[Connection], T], method: str) -> T:
+        try:
+            return self._store.db.write(body)
+        except DbFailure as exc:
+            err = JournalError("sink_failed", method, "journal write persistence failed")
+            err.cause_code = exc.category  # type: ignore[attr-defined]
+            err.db_code = exc.code  # type: ignore[attr-defined]
+            raise err from None
+
+    # ------------------------------------------------------------------ public appends
+    def append(self, run_id: str, event_type: str, payload: Any, *, owner: OwnerId, source_id: str,
+               source_seq: int | None = None, meta: Any = None, dedupe: str = "content") -> Accepted | Duplicate:
+        """Append one entry to stream ``run_id`` while ``owner`` holds the run.
+
+        Commits only if ``store.consensus.guard`` admits ``owner`` inside the same write
+        transaction; otherwise ``JournalError("fence_lost")`` and nothing is written, even when
+        an entry with this identity already exists (the fence outranks dedup). ``seq`` is the next
+        in the stream, gapless; ``source_seq`` defaults to the producer's next. An existing
+        ``(run_id, source_id, source_seq)`` gives ``Duplicate`` (same content, or any content with
+        ``dedupe="identity"``) or ``idempotency_conflict``. Payload and meta are redacted first;
+        bad input is ``invalid_event`` naming the field, never the value, and is refused before
+        a sequence is allocated.
+        """
+        return self._run(run_id, [NewEntry(event_type, payload, meta, source_seq)], owner, source_id, dedupe,
+                         "append", fenced=True)[0]
+
+    def append_unfenced(self, run_id: str, event_type: str, payload: Any, *, source_id: str,
+                        source_seq: int | None = None, meta: Any = None,
+                        dedupe: str = "content") -> Accepted | Duplicate:
+        """Append one entry with no owner check: admissions that have no owner (imports, sweepers)."""
+        return self._run(run_id, [NewEntry(event_type, payload, meta, source_seq)], None, source_id, dedupe,
+                         "append_unfenced", fenced=False)[0]
+
+    def append_many(self, run_id: str, entries: Sequence[NewEntry], *, owner: OwnerId, source_id: str,
+                    dedupe: str = "content") -> list[Accepted | Duplicate]:
+        """Append ``entries`` to one stream in one transaction while ``owner`` holds the run.
+
+        All or nothing: one refused entry refuses the batch. Receipts in input order; an identity
+        repeated inside the batch is a ``Duplicate`` of its first occurrence. One multi-row insert.
+        """
+        return self._run(run_id, entries, owner, source_id, dedupe, "append_many", fenced=True)
+
+    def append_many_unfenced(self, run_id: str, entries: Sequence[NewEntry], *, source_id: str,
+                             dedupe: str = "content") -> list[Accepted | Duplicate]:
+        """``append_many`` without the owner check."""
+        return self._run(run_id, entries, None, source_id, dedupe, "append_many_unfenced", fenced=False)
+
+    def _run(self, run_id: str, entries: Sequence[NewEntry], owner: OwnerId | None, source_id: str, dedupe: str,
+             method: str, *, fenced: bool) -> list[Accepted | Duplicate]:
+        items, now = self._prepare(run_id, entries, owner, source_id, dedupe, method, fenced=fenced)
+        fence = owner if fenced else None
+        return self._write(
+            lambda conn: self._append_body(conn, run_id, items, fence, source_id, dedupe, now, method), method
+        )
+
+    def transact(self, fn: Callable[[JournalTransaction], T]) -> T:
+        """Run ``fn(tx)`` in one write transaction and commit its journal entries with its other writes.
+
+        ``tx.append``/``tx.append_unfenced``/``tx.append_many`` append inside it, ``tx.conn`` runs the
+        caller's own statements, and ``store.runs``/``store.attempts`` calls made inside ``fn`` join
+        it. Everything commits together or, if ``fn`` raises, nothing does.
+        """
+        return self._write(lambda conn: fn(JournalTransaction(self, conn)), "transact")
+
+    # ------------------------------------------------------------------ reads
+    def entries(self, run_id: str, after: int | None = None, event_types: Iterable[str] | None = None,
+                limit: int = 1000) -> EntriesPage:
+        """Read stream ``run_id`` (a run id or a companion stream id) in ``seq`` order.
+
+        ``after`` excludes ``seq <= after`` (None or -1: from the start); ``event_types`` filters
+        (at most 64); ``limit`` is 1..10 000. ``has_more`` says a later page exists.
+        """
+        p = identifier_problem(run_id)
+        if p:
+            raise JournalError("invalid_event", "entries", f"run_id {p}")
+        if after is not None and not (type(after) is int and -1 <= after <= SAFE_MAX):
+            raise JournalError("invalid_event", "entries", "after must be None or a safe integer >= -1")
+        if not (type(limit) is int and 1 <= limit <= MAXIMUM_ENTRIES_LIMIT):
+            raise JournalError("invalid_event", "entries", f"limit must be an integer in 1..{MAXIMUM_ENTRIES_LIMIT}")
+        types: list[str] | None = None
+        if event_types is not None:
+            if isinstance(event_types, str):
+                raise JournalError("invalid_event", "entries", "event_types must be a collection of strings")
+            types = list(event_types)
+            if len(types) > MAXIMUM_EVENT_TYPES:
+                raise JournalError("invalid_event", "entries", f"event_types holds more than {MAXIMUM_EVENT_TYPES}")
+            for t in types:
+                tp = identifier_problem(t)
+                if tp:
+                    raise JournalError("invalid_event", "entries", f"event_types member {tp}")
+        stmt = select(*ENTRY_COLUMNS).where(ev.c.run_id == run_id)
+        if after is not None:
+            stmt = stmt.where(ev.c.seq > after)
+        if types is not None:
+            if not types:
+                return EntriesPage(entries=[], has_more=False)
+            stmt = stmt.where(ev.c.event_type.in_(types))
+        stmt = stmt.order_by(ev.c.seq).limit(limit + 1)
+        rows = self._read(lambda conn: conn.execute(stmt).all(), "entries")
+        return EntriesPage(entries=[_decode(r, "entries") for r in rows[:limit]], has_more=len(rows) > limit)
+
+    def log(self, after: int = 0, *, page_size: int = 1000) -> Iterator[Entry]:
+        """Iterate over the whole journal in global ``position`` order, from ``position > after``.
+
+        Positions are allocated in commit order under the writer lock, so paging on ``position``
+        never skips an entry that commits while the iterator runs; it ends at the log's head as of
+        its last page.
+        """
+        if not (type(after) is int and 0 <= after <= SAFE_MAX):
+            raise JournalError("invalid_event", "log", "after must be a non-negative safe integer")
+        if not (type(page_size) is int and 1 <= page_size <= MAXIMUM_ENTRIES_LIMIT):
+            raise JournalError("invalid_event", "log", f"page_size must be an integer in 1..{MAXIMUM_ENTRIES_LIMIT}")
+        while True:
+            rows = self._read(
+                lambda conn, a=after: conn.execute(_LOG_PAGE, {"after": a, "n": page_size}).all(), "log"
+            )
+            for r in rows:
+                yield _decode(r, "log")
+            if len(rows) < page_size:
+                return
+            after = int(rows[-1].position)
+
+    def _read(self, fn: Callable[[Connection], T], method: str) -> T:
+        try:
+            return self._store.db.read(fn)
+        except DbFailure as exc:
+            err = JournalError("read_failed", method, "journal read persistence failed")
+            err.db_code = exc.code  # type: ignore[attr-defined]
+            raise err from None
+
+
+_LOG_PAGE = (
+    select(*ENTRY_COLUMNS).where(ev.c.position > bindparam("after")).order_by(ev.c.position).limit(bindparam("n"))
+)
+
+
+def _decode(row: Any, method: str) -> Entry:
+    try:
+        payload = _decode_any.decode(row.payload_json)
+        meta = _decode_any.decode(row.meta_json)
+    except (msgspec.DecodeError, TypeError):
+        raise JournalError("decode_failed", method, "stored payload or meta is not valid JSON") from None
+    for name in ("seq", "source_seq", "emitted_at_ms", "position"):
+        v = getattr(row, name)
+        if not (is_safe_int(v) and v < SAFE_MAX) and not (name in ("emitted_at_ms", "position") and v == SAFE_MAX):
+            raise JournalError("decode_failed", method, f"stored {name} is outside the safe integer range")
+    for name in ("run_id", "event_id", "source_id", "event_type"):
+        v = getattr(row, name)
+        if type(v) is not str or text_problem(v):
+            raise JournalError("decode_failed", method, f"stored {name} is not a valid identifier")
+    return Entry(
+        run_id=row.run_id, seq=row.seq, event_id=row.event_id, source_id=row.source_id, source_seq=row.source_seq,
+        emitted_at_ms=row.emitted_at_ms, event_type=row.event_type, payload=payload, meta=meta,
+        position=row.position, entry_hash=row.entry_hash,
+    )

@@ -1,0 +1,450 @@
+"""Redaction on the journal write path (REFERENCE 3.6).
+
+Every journal payload and meta passes through a ``Redaction`` before it is encoded, so credentials
+never reach ``flows_journal_events``. Two layers:
+
+* **structural**: the value under a sensitive key becomes ``"[REDACTED]"`` (integer token counters
+  such as ``inputTokens`` are kept; ``tokenizer``, ``idempotencyKey``, ``publicKey`` are not
+  sensitive), and the element after a credential flag in a list (``["--password", x]``);
+* **textual**: rules rewrite credential-shaped text inside every string and key (URL passwords,
+  bearer and basic tokens, JWTs, private-key blocks, vendor keys, ``KEY=value`` assignments ...).
+
+Each rule is applied until the text stops changing, and the whole rule list until a pass changes
+nothing, so redacting a redacted value is a no-op. Run state (``flows_runs.state_json``) and
+attempt outcomes are never redacted: resume re-reads them byte for byte.
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime as _dt
+import math
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from fencepost._values import text_problem
+
+REDACTED = "[REDACTED]"
+REDACTED_TOKEN = "[REDACTED_TOKEN]"
+REDACTED_API_KEY = "[REDACTED_API_KEY]"
+CIRCULAR = "[Circular]"
+#: Container edges the redactor walks before it refuses the value.
+MAX_DEPTH = 256
+#: Nodes (values plus keys) one walk may visit.
+MAX_NODES = 1_000_000
+_FIXED_POINT_ROUNDS = 8
+
+
+class RedactionError(ValueError):
+    """The value could not be redacted (too deep, or a rule failed). Never carries the value."""
+
+
+class NotDurable(RedactionError):
+    """The value holds something JSON cannot carry (a set, NaN, NUL ...); ``str()`` names the rule only."""
+
+
+# ----------------------------------------------------------------------------- sensitive keys
+_SENSITIVE_SUFFIXES = (
+    "auth", "authorization", "cookie", "apikey", "token", "password", "passphrase", "secret",
+    "secretaccesskey", "credential", "dsn", "connection", "connectionstring", "connectionuri",
+    "connectionurl", "secretkey", "privatekey", "sshkey", "signingkey", "signature", "encryptionkey",
+    "session", "sessionkey",
+)
+_NON_ALNUM = re.compile(r"[^a-z0-9]+")
+_SEPARATE_WORD_KEY = re.compile(r"(?:^|[^A-Za-z0-9])key$", re.IGNORECASE)
+_key_cache: dict[str, bool] = {}
+
+
+def _canonical_key(key: str) -> str:
+    c = _NON_ALNUM.sub("", key.lower())
+    return c[:-1] if c.endswith("s") else c
+
+
+def is_sensitive_key(key: str) -> bool:
+    """True when the value under ``key`` is a credential by name (``apiKey``, ``x-api-key``, ``tokens``)."""
+    found = _key_cache.get(key)
+    if found is None:
+        canonical = _canonical_key(key)
+        found = bool(_SEPARATE_WORD_KEY.search(key)) or canonical.endswith(_SENSITIVE_SUFFIXES)
+        if len(_key_cache) < 4096:
+            _key_cache[key] = found
+    return found
+
+
+def _is_token_counter(key: str, value: Any) -> bool:
+    # ``inputTokens: 120`` counts tokens; ``token: 123456`` is one. Only the plural name with a
+    # non-negative integer is a counter.
+    return type(value) is int and value >= 0 and _NON_ALNUM.sub("", key.lower()).endswith("tokens")
+
+
+# ----------------------------------------------------------------------------- textual rules
+@dataclass(frozen=True)
+class Rule:
+    """A textual rule: every match of ``pattern`` is replaced.
+
+    ``replacement`` is a ``re.sub`` template or a function of the match; ``None`` replaces the whole
+    match with ``"[REDACTED]"``. Patterns always apply to every match (``re.sub`` is global).
+    """
+
+    id: str
+    pattern: re.Pattern[str] | str
+    replacement: str | Callable[[re.Match[str]], str] | None = None
+
+    def apply(self, text: str) -> str:
+        """Apply this rule to ``text`` until a pass changes nothing (bounded)."""
+        pattern = self.pattern if isinstance(self.pattern, re.Pattern) else re.compile(self.pattern)
+        replacement = REDACTED if self.replacement is None else self.replacement
+        for _ in range(_FIXED_POINT_ROUNDS):
+            new = pattern.sub(replacement, text)
+            if new == text:
+                return new
+            text = new
+        return text
+
+
+@dataclass(frozen=True)
+class FunctionRule:
+    """A textual rule implemented as a function (for what one regular expression cannot say in linear time)."""
+
+    id: str
+    function: Callable[[str], str]
+
+    def apply(self, text: str) -> str:
+        """Apply the function until a pass changes nothing (bounded)."""
+        for _ in range(_FIXED_POINT_ROUNDS):
+            new = self.function(text)
+            if new == text:
+                return new
+            text = new
+        return text
+
+
+TextRule = Rule | FunctionRule
+
+_SECRET_WORD = r"(?:key|keys|token|tokens|secret|secrets|password|passwords|passwd|passphrase|credentials?)"
+# ``value`` forms: a quoted string (double, single, backtick) or a run without spaces, ``;`` or ``,``.
+_VALUE = r"""(?:"(?:[^"\\\n]|\\.)*"|'[^'\n]*'|`[^`\n]*`|[^\s;,'"`]+)"""
+
+
+def _assignment(m: re.Match[str]) -> str:
+    key, sep, value = m.group(1), m.group(2), m.group(3)
+    if not is_sensitive_key(key):
+        return m.group(0)
+    if value.isdigit() and _NON_ALNUM.sub("", key.lower()).endswith("tokens"):
+        return m.group(0)  # ``max_tokens=4096`` is a counter, not a credential
+    return f"{key}{sep}{REDACTED}"
+
+
+def _flag(m: re.Match[str]) -> str:
+    dashes, name, sep, value = m.group(1), m.group(2), m.group(3), m.group(4)
+    if not is_sensitive_key(name) or value.startswith("-"):
+        return m.group(0)
+    if value.isdigit() and _NON_ALNUM.sub("", name.lower()).endswith("tokens"):
+        return m.group(0)
+    return f"{dashes}{name}{sep}{REDACTED}"
+
+
+_JSON_MEMBER = re.compile(r'(?P<q>\\{0,7}")(?P<key>[A-Za-z0-9_.\-]{1,128})(?P=q)(?P<sep>\s*:\s*)')
+_OPENERS = {"{": "}", "[": "]"}
+
+
+def _embedded_json(text: str) -> str:
+    # ``{"apiToken":"x"}`` inside text, at any escaping depth; a container opened by a credential
+    # name (``"credentials": {...}``) is replaced whole. A scanner, not one regex: the value end
+    # depends on the escaping depth of the key's quote.
+    if '"' not in text:
+        return text
+    out: list[str] = []
+    i = 0
+    for m in _JSON_MEMBER.finditer(text):
+        if m.start() < i or not is_sensitive_key(m.group("key")):
+            continue
+        q = m.group("q")
+        start = m.end()
+        if text.startswith(q, start):
+            end = text.find(q, start + len(q))
+            if end < 0:
+                continue
+            value = text[start + len(q):end]
+            if value == REDACTED:
+                continue
+            out.append(text[i:start])
+            out.append(f"{q}{REDACTED}{q}")
+            i = end + len(q)
+        elif start < len(text) and text[start] in _OPENERS:
+            end = _container_end(text, start)
+            out.append(text[i:start])
+            out.append(f"{q}{REDACTED}{q}")
+            i = end
+        else:
+            n = re.match(r"-?\d[\d.eE+-]*|true|false", text[start:start + 64])
+            if n is None or (n.group(0).isdigit() and m.group("key").lower().endswith("tokens")):
+                continue
+            out.append(text[i:start])
+            out.append(f"{q}{REDACTED}{q}")
+            i = start + n.end()
+    if not out:
+        return text
+    out.append(text[i:])
+    return "".join(out)
+
+
+def _container_end(text: str, start: int) -> int:
+    depth = 0
+    in_string = False
+    k = start
+    while k < len(text):
+        ch = text[k]
+        if in_string:
+            if ch == "\\":
+                k += 1
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+            if depth == 0:
+                return k + 1
+        k += 1
+    return len(text)
+
+
+_KEY_HEADER = re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")
+_KEY_FOOTER = re.compile(r"-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")
+_KEY_BODY = re.compile(r"(?:[ \t]*\r?\n)?(?:[ \t]*[A-Za-z0-9+/=:_-]{4,}[ \t]*(?:\r?\n|$))+")
+
+
+def _private_key_blocks(text: str) -> str:
+    # Linear in the text: every footer is found once, each header takes the next footer after it;
+    # a header without a footer takes only the base64 body lines that follow it.
+    if "PRIVATE KEY" not in text:
+        return text
+    footers = [(f.start(), f.end()) for f in _KEY_FOOTER.finditer(text)]
+    starts = [s for s, _ in footers]
+    out: list[str] = []
+    i = 0
+    for h in _KEY_HEADER.finditer(text):
+        if h.start() < i:
+            continue
+        k = bisect.bisect_left(starts, h.end())
+        if k < len(footers):
+            end = footers[k][1]
+        else:
+            body = _KEY_BODY.match(text, h.end())
+            if body is None:
+                continue
+            end = body.end()
+            if text[end - 1:end] == "\n":
+                end -= 2 if text[end - 2:end] == "\r\n" else 1
+        out.append(text[i:h.start()])
+        out.append(REDACTED)
+        i = end
+    if not out:
+        return text
+    out.append(text[i:])
+    return "".join(out)
+
+
+_A = re.ASCII
+_I = re.IGNORECASE | re.ASCII
+
+DEFAULT_RULES: tuple[TextRule, ...] = (
+    FunctionRule("private-key-block", _private_key_blocks),
+    Rule("url-credentials", re.compile(r"([A-Za-z][A-Za-z0-9+.\-]{0,31}://[^\s:/@]{1,256}):[^\s@/]{1,1024}@", _A),
+         rf"\1:{REDACTED}@"),
+    Rule("bearer-token", re.compile(r"\b(Bearer)[ \t]+(?!\[REDACTED)[A-Za-z0-9\-._~+/]{4,}+=*", _I),
+         rf"\1 {REDACTED_TOKEN}"),
+    Rule("basic-authorization",
+         re.compile(r"\b(authorization[\"']?\s*[:=]\s*[\"']?Basic)[ \t]+(?!\[REDACTED)[A-Za-z0-9+/]{4,}+=*", _I),
+         rf"\1 {REDACTED_TOKEN}"),
+    Rule("jwt", re.compile(
+        r"(?<![A-Za-z0-9])eyJ[A-Za-z0-9_\-]{5,4096}+\.[A-Za-z0-9_\-]{1,16384}+\.[A-Za-z0-9_\-]{0,4096}+"
+        r"(?![A-Za-z0-9_\-]|\.[A-Za-z0-9_\-])", _A), REDACTED_TOKEN),
+    Rule("github-token", re.compile(r"(?<![A-Za-z0-9_])gh[pousr]_[A-Za-z0-9]{20,}+", _A), REDACTED),
+    Rule("github-fine-grained-token", re.compile(r"(?<![A-Za-z0-9_])github_pat_[A-Za-z0-9_]{20,}+", _A), REDACTED),
+    Rule("aws-access-key", re.compile(r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])", _A), REDACTED),
+    Rule("slack-token", re.compile(r"(?<![A-Za-z0-9])xox[abposr]-[A-Za-z0-9\-]{10,}+", _A), REDACTED),
+    Rule("google-api-key", re.compile(r"(?<![A-Za-z0-9])AIza[A-Za-z0-9_\-]{35,}+", _A), REDACTED),
+    Rule("api-key", re.compile(r"(?<![A-Za-z0-9_\-])(?:sk|pk)-[A-Za-z0-9_\-]{8,}+", _A), REDACTED_API_KEY),
+    Rule("cookie-session-assignment",
+         re.compile(r"\b([A-Za-z0-9_\-]*sess(?:ion)?(?:[_-]?id)?|sid)=(?!\[REDACTED\](?:[;\s,]|$))[^;\s,]+", _I),
+         rf"\1={REDACTED}"),
+    FunctionRule("embedded-json-credential", _embedded_json),
+    Rule("cli-flag", re.compile(rf"(?<![A-Za-z0-9_\-])(--?)([A-Za-z0-9_\-]*{_SECRET_WORD})([ \t]+)({_VALUE})", _I),
+         _flag),
+    Rule("assignment",
+         re.compile(rf"(?<![A-Za-z0-9_.\-])(?<!://)([A-Za-z0-9_.\-]*{_SECRET_WORD})([ \t]*[:=][ \t]*)({_VALUE})", _I),
+         _assignment),
+)
+
+# A string that contains none of these cannot match a default rule: skip the rules entirely.
+_DEFAULT_TRIGGER = re.compile(
+    r"://|bearer|basic|eyJ|PRIVATE KEY|sk-|pk-|gh[pousr]_|github_pat_|AKIA|ASIA|xox|AIza|sess|sid="
+    r"|key|token|secret|passw|passphrase|credential|auth|cookie|dsn|connection|signature",
+    re.IGNORECASE,
+)
+_FLAG_ELEMENT = re.compile(r"^--?([A-Za-z][A-Za-z0-9_\-]*)$")
+
+
+class _Walk:
+    """Per-call walk state (the redactor itself is shared between threads)."""
+
+    __slots__ = ("nodes", "path")
+
+    def __init__(self) -> None:
+        self.nodes = 0
+        self.path: set[int] = set()
+
+
+class Redaction:
+    """Scrub credentials from a JSON-like value; the journal applies it to every payload and meta.
+
+    ``Redaction()`` is the default (structural rules plus ``DEFAULT_RULES``); ``Redaction(rules=...)``
+    *replaces* the textual rules (``rules=[]`` keeps only the structural ones);
+    ``Redaction.noop()`` is the explicit opt-out. Call it (``redaction(value)``) to get a redacted
+    copy; the input is never modified.
+
+    Values are copied into plain JSON shapes on the way: ``dict``/``list``/``tuple`` subclasses
+    become ``dict``/``list``, ``datetime``/``date`` become ISO strings, bytes become a named marker,
+    a cycle becomes ``"[Circular]"``. Anything JSON cannot carry (a set, NaN, a NUL or lone surrogate,
+    a non-string key) raises ``NotDurable``; nesting deeper than ``max_depth`` raises
+    ``RedactionError``. Neither message holds the value.
+    """
+
+    def __init__(self, rules: Iterable[TextRule] | None = None, *, max_depth: int = MAX_DEPTH,
+                 structural: bool = True, max_nodes: int = MAX_NODES) -> None:
+        if type(max_depth) is not int or max_depth < 1:
+            raise ValueError("max_depth must be a positive integer")
+        self.max_nodes = max_nodes
+        self.rules: tuple[TextRule, ...] = DEFAULT_RULES if rules is None else tuple(rules)
+        self.max_depth = max_depth
+        self.structural = structural
+        self._trigger = _DEFAULT_TRIGGER if rules is None else None
+        self.enabled = True
+
+    @classmethod
+    def noop(cls) -> Redaction:
+        """The explicit opt-out: values are stored as given (still checked as durable values)."""
+        r = cls(rules=(), structural=False)
+        r.enabled = False
+        return r
+
+    def __call__(self, value: Any) -> Any:
+        """Return a redacted copy of ``value``."""
+        if not self.enabled:
+            return value
+        return self._walk(value, 0, _Walk())
+
+    def text(self, text: str) -> str:
+        """Apply the textual rules to one string until a whole pass changes nothing."""
+        if not self.rules or (self._trigger is not None and self._trigger.search(text) is None):
+            return text
+        for _ in range(_FIXED_POINT_ROUNDS):
+            new = text
+            for rule in self.rules:
+                new = rule.apply(new)
+            if new == text:
+                return new
+            text = new
+        return text
+
+    def _key(self, key: str) -> str:
+        return key if self.text(key) == key else REDACTED
+
+    def _walk(self, value: Any, depth: int, st: _Walk) -> Any:
+        # One walk both redacts and checks durability, so the journal's write path walks once.
+        st.nodes += 1
+        if st.nodes > self.max_nodes:
+            raise NotDurable(f"exceeds the node limit of {self.max_nodes}")
+        t = type(value)
+        if t is str:
+            problem = text_problem(value)
+            if problem:
+                raise NotDurable(f"string {problem}")
+            return self.text(value)
+        if value is None or t is int or t is bool:
+            return value
+        if t is float:
+            if not math.isfinite(value):
+                raise NotDurable("contains a non-finite number")
+            return value
+        if isinstance(value, dict | list | tuple):
+            if depth >= self.max_depth:
+                raise RedactionError(f"redaction depth exceeds {self.max_depth}")
+            ident = id(value)
+            if ident in st.path:
+                return CIRCULAR
+            st.path.add(ident)
+            try:
+                if isinstance(value, dict):
+                    return self._walk_dict(value, depth, st)
+                return self._walk_list(value, depth, st)
+            finally:
+                st.path.discard(ident)
+        if isinstance(value, str):
+            return self._walk(str.__str__(value), depth, st)
+        if isinstance(value, _dt.datetime | _dt.date | _dt.time):
+            return value.isoformat()
+        if isinstance(value, bytes | bytearray | memoryview):
+            return f"[{type(value).__name__} {memoryview(value).nbytes} bytes]"
+        if isinstance(value, int) and not isinstance(value, bool):
+            return int(value)
+        raise NotDurable(f"holds a value of type {t.__name__}, which is not durable")
+
+    def _walk_dict(self, value: dict[Any, Any], depth: int, st: _Walk) -> dict[Any, Any]:
+        out: dict[Any, Any] = {}
+        for k, v in dict.items(value):
+            if type(k) is not str:
+                raise NotDurable("has a key that is not a string")
+            problem = text_problem(k)
+            if problem:
+                raise NotDurable(f"key {problem}")
+            st.nodes += 1
+            if self.structural and is_sensitive_key(k) and not _is_token_counter(k, v):
+                out[self._key(k)] = REDACTED
+            else:
+                out[self._key(k)] = self._walk(v, depth + 1, st)
+        return out
+
+    def _walk_list(self, value: list[Any] | tuple[Any, ...], depth: int, st: _Walk) -> list[Any]:
+        items = list.__iter__(value) if isinstance(value, list) else tuple.__iter__(value)
+        out: list[Any] = []
+        redact_next = False
+        for item in items:
+            if redact_next and type(item) is str:
+                out.append(REDACTED)
+                redact_next = False
+                continue
+            redact_next = False
+            out.append(self._walk(item, depth + 1, st))
+            if self.structural and type(item) is str:
+                m = _FLAG_ELEMENT.match(item)
+                redact_next = bool(m and is_sensitive_key(m.group(1)))
+        return out
+
+
+DEFAULT = Redaction()
+NOOP = Redaction.noop()
+
+__all__ = [
+    "CIRCULAR",
+    "DEFAULT",
+    "DEFAULT_RULES",
+    "MAX_DEPTH",
+    "MAX_NODES",
+    "NOOP",
+    "REDACTED",
+    "REDACTED_API_KEY",
+    "REDACTED_TOKEN",
+    "FunctionRule",
+    "NotDurable",
+    "Redaction",
+    "RedactionError",
+    "Rule",
+    "is_sensitive_key",
+]
