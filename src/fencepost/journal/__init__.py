@@ -8,6 +8,8 @@ from fencepost.journal.entries import Accepted, Duplicate, EntriesPage, Entry, N
 from fencepost.journal.journal import Journal, JournalTransaction
 from fencepost.journal.owner import OwnerId
 from fencepost.journal.redaction import Redaction, Rule
+from fencepost.journal.replay import OwnershipHistory, OwnershipInterval, Violation, ownership_history
+from fencepost.journal.verify import Break, Head, VerifyReport, head, verify
 
 COMPANION_PREFIX = "flows.companion/"
 
@@ -25,15 +27,24 @@ def is_companion_run_id(run_id: str) -> bool:
 __all__ = [
     "COMPANION_PREFIX",
     "Accepted",
+    "Break",
     "Duplicate",
     "EntriesPage",
     "Entry",
+    "Head",
     "Journal",
     "JournalTransaction",
     "NewEntry",
     "OwnerId",
+    "OwnershipHistory",
+    "OwnershipInterval",
     "Redaction",
     "Rule",
+    "VerifyReport",
+    "Violation",
     "companion_stream",
+    "head",
     "is_companion_run_id",
+    "ownership_history",
+    "verify",
 ]

@@ -1,0 +1,169 @@
+"""Hash-chain verification of the whole journal, for auditors.
+
+Every entry stores ``stream_prev_hash`` (its predecessor in the stream), ``log_prev_hash`` (its
+predecessor in the global log) and ``entry_hash``, a SHA-256 over its canonical bytes and both
+links. ``verify`` recomputes all of it from the rows alone, in one read snapshot, so it catches an
+edited, deleted, reordered or inserted entry even when the append-only triggers were dropped.
+
+What a chain cannot catch on its own: someone who rewrites a whole suffix with freshly computed
+hashes, or deletes the newest entries. Keep the reported ``head`` somewhere else (a log line, a
+ticket, another database) and pass it back as ``anchor``: the chain then proves everything up to it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+from sqlalchemy import bindparam, select
+from sqlalchemy.engine import Connection
+
+from fencepost._durable import DbFailure
+from fencepost._schema import flows_journal_events as ev
+from fencepost.errors import JournalError
+from fencepost.journal._append import ZERO_HASH, content_hash, entry_hash, event_id_for
+
+if TYPE_CHECKING:
+    from fencepost._store import Store
+
+PAGE = 2000
+
+
+class Head(msgspec.Struct, frozen=True):
+    """The newest entry of the log: keep it elsewhere and pass it to ``verify(anchor=...)`` later."""
+
+    position: int
+    entry_hash: str
+
+
+class Break(msgspec.Struct, frozen=True):
+    """One broken link: which entry, and what differs.
+
+    ``what`` is one of ``position`` (a gap or repeat in the global log), ``log_link`` (the entry does
+    not follow its log predecessor), ``seq`` (a gap or repeat in the stream), ``stream_link`` (the
+    entry does not follow its stream predecessor), ``content`` (type, payload or meta differ from
+    what was hashed), ``entry_hash`` (any other field differs), ``event_id`` and ``anchor``.
+    """
+
+    stream: str
+    seq: int
+    position: int
+    what: str
+    detail: str
+
+
+class VerifyReport(msgspec.Struct, frozen=True):
+    """``ok`` when every link holds; ``first_break`` is the lowest-position problem, ``breaks`` the count."""
+
+    ok: bool
+    entries_checked: int
+    streams_checked: int
+    breaks: int
+    first_break: Break | None
+    head: Head | None
+
+
+_PAGE = (
+    select(
+        ev.c.run_id, ev.c.seq, ev.c.event_id, ev.c.source_id, ev.c.source_seq, ev.c.emitted_at_ms, ev.c.event_type,
+        ev.c.payload_json, ev.c.meta_json, ev.c.content_hash, ev.c.position, ev.c.stream_prev_hash,
+        ev.c.log_prev_hash, ev.c.entry_hash,
+    )
+    .where(ev.c.position > bindparam("after"))
+    .order_by(ev.c.position)
+    .limit(bindparam("n"))
+)
+
+
+class _Checker:
+    def __init__(self) -> None:
+        self.expected_position = 1
+        self.log_prev = ZERO_HASH
+        self.streams: dict[str, tuple[int, str]] = {}
+        self.count = 0
+        self.breaks = 0
+        self.first: Break | None = None
+        self.last: Head | None = None
+
+    def fail(self, row: Any, what: str, detail: str) -> None:
+        self.breaks += 1
+        if self.first is None:
+            self.first = Break(stream=row.run_id, seq=int(row.seq), position=int(row.position), what=what,
+                               detail=detail)
+
+    def check(self, row: Any) -> None:
+        self.count += 1
+        position = int(row.position)
+        if position != self.expected_position:
+            self.fail(row, "position", f"expected position {self.expected_position}, found {position}")
+        if row.log_prev_hash != self.log_prev:
+            self.fail(row, "log_link", "log_prev_hash does not match the previous entry in the log")
+        prev = self.streams.get(row.run_id)
+        expected_seq = 0 if prev is None else prev[0] + 1
+        if int(row.seq) != expected_seq:
+            self.fail(row, "seq", f"expected seq {expected_seq} in the stream, found {int(row.seq)}")
+        if row.stream_prev_hash != (ZERO_HASH if prev is None else prev[1]):
+            self.fail(row, "stream_link", "stream_prev_hash does not match the previous entry in the stream")
+        if content_hash(row.event_type, row.payload_json, row.meta_json) != row.content_hash:
+            self.fail(row, "content", "event type, payload or meta differ from what was hashed")
+        if entry_hash(row._mapping) != row.entry_hash:
+            self.fail(row, "entry_hash", "the entry's fields differ from what was hashed")
+        if event_id_for(row.run_id, row.source_id, int(row.source_seq)) != row.event_id:
+            self.fail(row, "event_id", "event_id is not derived from run_id, source_id and source_seq")
+        # Continue from what is stored, so one break is reported once, not at every later entry.
+        self.expected_position = position + 1
+        self.log_prev = row.entry_hash
+        self.streams[row.run_id] = (int(row.seq), row.entry_hash)
+        self.last = Head(position=position, entry_hash=row.entry_hash)
+
+
+def verify(store: Store, *, anchor: Head | None = None) -> VerifyReport:
+    """Check every link of the journal's hash chains and return a report (never raises on a break).
+
+    Reads the whole log in ``position`` order inside one read snapshot. With ``anchor`` (a ``Head``
+    recorded earlier), also checks that the entry at that position still carries that hash.
+    """
+    if anchor is not None and type(anchor) is not Head:
+        raise JournalError("invalid_event", "verify", "anchor must be a Head")
+    checker = _Checker()
+
+    def run(conn: Connection) -> str | None:
+        after = 0
+        anchor_hash: str | None = None
+        while True:
+            rows = conn.execute(_PAGE, {"after": after, "n": PAGE}).all()
+            for row in rows:
+                checker.check(row)
+                if anchor is not None and int(row.position) == anchor.position:
+                    anchor_hash = row.entry_hash
+            if len(rows) < PAGE:
+                return anchor_hash
+            after = int(rows[-1].position)
+
+    try:
+        anchor_hash = store.db.read(run)
+    except DbFailure:
+        raise JournalError("read_failed", "verify", "journal read persistence failed") from None
+    if anchor is not None and anchor_hash != anchor.entry_hash:
+        checker.breaks += 1
+        if checker.first is None:
+            detail = "the anchored entry is missing" if anchor_hash is None else "the anchored entry has another hash"
+            checker.first = Break(stream="", seq=-1, position=anchor.position, what="anchor", detail=detail)
+    return VerifyReport(
+        ok=checker.breaks == 0,
+        entries_checked=checker.count,
+        streams_checked=len(checker.streams),
+        breaks=checker.breaks,
+        first_break=checker.first,
+        head=checker.last,
+    )
+
+
+def head(store: Store) -> Head | None:
+    """The newest entry's position and hash (None for an empty journal): an anchor for ``verify``."""
+    stmt = select(ev.c.position, ev.c.entry_hash).order_by(ev.c.position.desc()).limit(1)
+    try:
+        row = store.db.read(lambda conn: conn.execute(stmt).first())
+    except DbFailure:
+        raise JournalError("read_failed", "head", "journal read persistence failed") from None
+    return None if row is None else Head(position=int(row.position), entry_hash=row.entry_hash)
