@@ -1,0 +1,177 @@
+"""Every command against a populated database, on SQLite and PostgreSQL, through the real executable."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import msgspec
+import pytest
+
+import fencepost
+from fencepost.clock import SystemClock
+from fencepost.journal.owner import OwnerId
+from fencepost.runstore.outcomes import Claimed
+from fencepost.runstore.rows import RunRow
+from tests.cli.conftest import fencepost_exe
+
+A = OwnerId("host-a", 101, "owner-a")
+
+
+def _own(store, run_id: str, owner: OwnerId) -> None:
+    row = store.runs.get(run_id)
+    claimed = store.runs.claim(run_id, row.snapshot(), owner, store.clock.now_ms())
+    assert isinstance(claimed, Claimed)
+    store.runs.activate(run_id, owner, claimed.claimed_at_ms, row)
+
+
+@pytest.fixture
+def populated(db_url):
+    """Three runs: pending ``r-pending``, completed ``r-done``, running ``r-live`` with a reconfirm warning."""
+    with fencepost.open(db_url, clock=SystemClock()) as store:
+        for run_id in ("r-pending", "r-done", "r-live"):
+            store.runs.create(run_id, '{"flowName":"demo"}')
+        _own(store, "r-done", A)
+        store.runs.transition_owned("r-done", A, "completed", state_json='{"ok":true}')
+        _own(store, "r-live", A)
+        store.journal.append("r-live", "flows.engine.run-decision",
+                             {"decision": "lease-reconfirmed", "detail": {"unconfirmedMs": 19_000}},
+                             owner=A, source_id="flows.engine")
+    return db_url
+
+
+def test_runs_list_json_is_an_array_of_run_rows(run_cli, populated):
+    result = run_cli("--db", populated, "runs", "list", "--json")
+    assert result.code == 0, result
+    rows = msgspec.json.decode(result.out, type=list[RunRow])
+    assert [r.run_id for r in rows] == ["r-pending", "r-done", "r-live"]
+    assert set(json.loads(result.out)[0]) == set(RunRow.__struct_fields__)
+    assert {r.run_id: r.status for r in rows} == {"r-pending": "pending", "r-done": "completed",
+                                                   "r-live": "running"}
+
+
+def test_runs_list_filters_by_status_and_renders_a_table(run_cli, populated):
+    result = run_cli("--db", populated, "runs", "list", "--status", "running", "--status", "pending")
+    assert result.code == 0, result
+    assert "r-live" in result.out and "r-pending" in result.out and "r-done" not in result.out
+
+
+def test_runs_show_reports_lease_reconfirmed_warnings_and_keeps_the_status(run_cli, populated):
+    result = run_cli("--db", populated, "runs", "show", "r-live", "--json")
+    assert result.code == 0, result
+    detail = json.loads(result.out)
+    assert detail["run"]["status"] == "running"
+    assert [(w["code"], w["unconfirmed_ms"]) for w in detail["warnings"]] == [("lease-reconfirmed", 19_000)]
+    human = run_cli("--db", populated, "runs", "show", "r-live")
+    assert "lease-reconfirmed" in human.out and "19000" in human.out
+
+
+def test_runs_show_of_an_unknown_run_is_one_line(run_cli, populated):
+    result = run_cli("--db", populated, "runs", "show", "nope")
+    assert result.code == 1 and "not_found_row" in result.err and "Traceback" not in result.err
+
+
+def test_runs_cancel_records_the_request_and_refuses_settled_runs(run_cli, populated):
+    first = run_cli("--db", populated, "runs", "cancel", "r-live", "--json")
+    assert first.code == 0, first
+    assert json.loads(first.out)["type"] == "CancelRequested"
+    again = run_cli("--db", populated, "runs", "cancel", "r-live")
+    assert again.code == 0 and "AlreadyRequested" in again.out
+    settled = run_cli("--db", populated, "runs", "cancel", "r-done")
+    assert settled.code == 1 and "Terminal" in settled.out
+    with fencepost.open(populated, readonly=True) as store:
+        assert store.runs.get("r-live").cancel_requested_at_ms is not None
+
+
+def test_journal_show_lists_the_companion_facts(run_cli, populated):
+    result = run_cli("--db", populated, "journal", "show", "r-done", "--companion", "--json")
+    assert result.code == 0, result
+    page = json.loads(result.out)
+    assert [e["event_type"] for e in page["entries"]] == [
+        "flows.consensus.claimed", "flows.consensus.activated", "flows.consensus.released"]
+    own = run_cli("--db", populated, "journal", "show", "r-live")
+    assert own.code == 0 and "flows.engine.run-decision" in own.out
+
+
+def test_feed_tail_prints_every_change_once(run_cli, populated):
+    result = run_cli("--db", populated, "feed", "tail", "--json")
+    assert result.code == 0, result
+    changes = [json.loads(line) for line in result.out.splitlines()]
+    assert sorted(c["run_id"] for c in changes) == ["r-done", "r-live", "r-pending"]
+    revisions = [c["revision"] for c in changes]
+    assert revisions == sorted(revisions)
+
+
+def test_feed_tail_follow_prints_new_changes_until_terminated(run_cli, populated):
+    proc = subprocess.Popen([fencepost_exe(), "--db", populated, "feed", "tail", "--follow", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = [json.loads(proc.stdout.readline()) for _ in range(3)]
+        assert {c["run_id"] for c in first} == {"r-pending", "r-done", "r-live"}
+        with fencepost.open(populated) as store:
+            store.runs.create("r-new", "{}")
+        nxt = json.loads(proc.stdout.readline())
+        assert nxt["run_id"] == "r-new"
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=20)
+    assert "Traceback" not in err
+
+
+def test_feed_snapshot_reads_in_request_order(run_cli, populated):
+    result = run_cli("--db", populated, "feed", "snapshot", "r-live", "nope", "r-done", "--json")
+    assert result.code == 0, result
+    batch = json.loads(result.out)
+    assert [(s["type"], s["run_id"]) for s in batch["snapshots"]] == [
+        ("Observed", "r-live"), ("Missing", "nope"), ("Observed", "r-done")]
+
+
+def test_source_show_and_rotate(run_cli, populated):
+    before = json.loads(run_cli("--db", populated, "source", "show", "--json").out)
+    rotated = run_cli("--db", populated, "source", "rotate", "--json")
+    assert rotated.code == 0, rotated
+    after = json.loads(run_cli("--db", populated, "source", "show", "--json").out)
+    assert after["source"] != before["source"] and after["source"] == json.loads(rotated.out)["source"]
+
+
+def test_projection_run_status_and_rebuild(run_cli, populated):
+    ran = run_cli("--db", populated, "projection", "run", "--json")
+    assert ran.code == 0, ran
+    assert json.loads(ran.out)["applied"] == 3
+    status = json.loads(run_cli("--db", populated, "projection", "status", "--json").out)
+    assert status["lag"] == 0 and status["name"] == "runs_by_status"
+    rebuilt = run_cli("--db", populated, "projection", "rebuild", "--json")
+    assert rebuilt.code == 0 and json.loads(rebuilt.out)["rebuilt"] is True
+    history = run_cli("--db", populated, "projection", "run", "--name", "ownership-history", "--json")
+    assert history.code == 0, history
+
+
+def test_init_creates_and_migrates_then_reads_work(run_cli, tmp_path):
+    db = tmp_path / "fresh" / "f.db"
+    result = run_cli("--db", f"sqlite:///{db}", "init")
+    assert result.code == 0 and db.exists(), result
+    listed = run_cli("--db", f"sqlite:///{db}", "runs", "list", "--json")
+    assert listed.code == 0 and json.loads(listed.out) == []
+
+
+def test_init_uses_the_default_path_in_the_working_directory(run_cli, tmp_path):
+    assert run_cli("init", cwd=tmp_path).code == 0
+    assert (tmp_path / ".flows" / "flows.db").exists()
+
+
+def test_fencepost_db_env_var_selects_the_database(run_cli, populated):
+    result = run_cli("runs", "list", "--json", env={"FENCEPOST_DB": populated})
+    assert result.code == 0 and len(json.loads(result.out)) == 3
+
+
+def test_worker_command_settles_every_pending_run(run_cli, db_url):
+    with fencepost.open(db_url) as store:
+        for i in range(12):
+            store.runs.create(f"w{i:02d}", '{"steps": 1}')
+    started = time.monotonic()
+    result = run_cli("--db", db_url, "worker", "-n", "2", "--concurrency", "3", "--until-idle", timeout=90)
+    assert result.code == 0, result
+    assert time.monotonic() - started < 60
+    with fencepost.open(db_url, readonly=True) as store:
+        assert {store.runs.get(f"w{i:02d}").status for i in range(12)} == {"completed"}
