@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from fencepost.cli._common import console, fmt, json_option, print_json, read_store, table, when
+from fencepost.cli._common import console, fmt, json_option, owner_text, print_json, read_store, table, when
 
 
 @click.group()
@@ -62,19 +62,18 @@ def journal_replay(run_id: str, as_json: bool) -> None:
 
     store = read_store()
     history = ownership_history(store, run_id)
-    violations = list(getattr(history, "violations", []) or [])
     if as_json:
         print_json(history)
     else:
-        intervals = list(getattr(history, "intervals", []) or [])
-        table(f"ownership of {run_id}", [f for f in _fields(intervals[0])] if intervals else ["interval"],
-              [[fmt(getattr(i, f)) for f in _fields(i)] for i in intervals])
-        if violations:
-            for v in violations:
-                console.print(f"[red]violation[/red] {fmt(v)}")
-        else:
+        table(f"ownership of {run_id} ({history.facts} fact(s))",
+              ["owner", "granted", "from seq", "started", "to seq", "ended", "ended by"],
+              [(owner_text(i.owner), i.granted_at_ms, i.start_seq, when(i.started_at_ms), i.end_seq,
+                when(i.ended_at_ms), i.ended_by) for i in history.intervals])
+        for v in history.violations:
+            console.print(f"[red]violation[/red] {v.rule} at seq {v.seq} ({v.event_type}): {v.detail}")
+        if not history.violations:
             console.print("[green]ownership history is consistent[/green]")
-    if violations:
+    if history.violations:
         raise SystemExit(1)
 
 
@@ -94,24 +93,15 @@ def journal_verify(as_json: bool) -> None:
     from fencepost.journal import verify
 
     store = read_store()
-    result = verify(store)
-    ok = bool(getattr(result, "ok", False))
+    report = verify(store)
     if as_json:
-        print_json(result)
-    elif ok:
-        console.print(f"[green]journal verified[/green]: {fmt(_summary(result))}")
+        print_json(report)
+    elif report.ok:
+        console.print(f"[green]journal verified[/green]: {report.entries_checked} entries in "
+                      f"{report.streams_checked} streams, chains intact")
     else:
-        console.print(f"[red]journal broken[/red]: {fmt(_summary(result))}")
-    if not ok:
+        b = report.first_break
+        where = f" first at stream {b.stream} seq {b.seq} (position {b.position}): {b.what}, {b.detail}" if b else ""
+        console.print(f"[red]journal broken[/red]: {report.breaks} break(s);{where}")
+    if not report.ok:
         raise SystemExit(1)
-
-
-def _summary(result: Any) -> str:
-    parts = []
-    for f in _fields(result):
-        value = getattr(result, f)
-        if isinstance(value, list):
-            parts.append(f"{f}={len(value)}")
-        else:
-            parts.append(f"{f}={value}")
-    return ", ".join(parts)
