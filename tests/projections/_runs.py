@@ -24,7 +24,7 @@ _DELETE = text("DELETE FROM flows_runs WHERE run_id = :run_id")
 
 
 def create(conn: Any, run_id: str, t: int = 0, flow: str = "demo") -> None:
-    conn.execute(_CREATE, {"run_id": run_id, "state": '{"flowName": "%s"}' % flow, "t": t})
+    conn.execute(_CREATE, {"run_id": run_id, "state": f'{{"flowName": "{flow}"}}', "t": t})
 
 
 def start(conn: Any, run_id: str, t: int = 0, host: str = "host-a", pid: int = 1, nonce: str = "n1") -> None:
@@ -84,3 +84,8 @@ def projected_rows(conn: Any, table: str = "projection_runs_by_status") -> dict[
         f"finished_at_ms, cancel_requested_at_ms FROM {table}"
     ))
     return {r[0]: tuple(r[1:]) for r in rows}
+
+
+def projected_rows_fn(table: str):
+    """``projected_rows`` for ``table`` as a callable for ``Database.read``."""
+    return lambda conn: projected_rows(conn, table)

@@ -60,8 +60,9 @@ class ProjectionStatus(msgspec.Struct, frozen=True):
     ``source``/``applied_revision`` is what the projection reflects (``source`` is None before the
     first page); ``current_source``/``source_revision`` is the feed now. ``lag`` is the number of
     revisions (journal positions for a consensus projection) still to consume; while a rebuild is
-    pending (``pending_rebuild`` names why) it is the whole source revision. ``rejected``,
-    ``applied`` and ``rebuilds`` are totals since the checkpoint was created.
+    pending (``pending_rebuild`` names why) it is the whole source revision. ``applied`` (every
+    committed application, shadow fills included), ``rejected`` and ``rebuilds`` are totals since the
+    checkpoint was created.
     """
 
     name: str

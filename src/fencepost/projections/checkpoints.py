@@ -127,7 +127,7 @@ def advance_shadow(conn: Connection, cp: Checkpoint, *, revision: int, anchor: s
     result = conn.execute(
         update(cp_table).where(_where_shadow(cp)).values(
             shadow_revision=revision, shadow_anchor=anchor, shadow_applied=cp_table.c.shadow_applied + applied,
-            rejected=cp_table.c.rejected + rejected, updated_at_ms=now_ms,
+            applied=cp_table.c.applied + applied, rejected=cp_table.c.rejected + rejected, updated_at_ms=now_ms,
         )
     )
     if result.rowcount != 1:
@@ -140,7 +140,7 @@ def swap_shadow(conn: Connection, cp: Checkpoint, *, now_ms: int) -> RebuildReco
     result = conn.execute(
         update(cp_table).where(_where_shadow(cp)).values(
             source=cp.shadow_source, revision=cp.shadow_revision, anchor=cp.shadow_anchor,
-            applied=cp_table.c.applied + (cp.shadow_applied or 0), rebuilds=cp_table.c.rebuilds + 1,
+            rebuilds=cp_table.c.rebuilds + 1,
             shadow_source=None, shadow_revision=None, shadow_anchor=None, shadow_applied=None,
             shadow_reason=None, shadow_started_at_ms=None, updated_at_ms=now_ms,
         )
