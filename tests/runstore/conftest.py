@@ -86,3 +86,34 @@ def lease(store: Any, run_id: str) -> tuple | None:
 @pytest.fixture
 def runs(store: Any) -> Any:
     return store.runs
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def mstore(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """One store per module and backend, for tests that only need fresh run ids (faster than ``store``)."""
+    import uuid
+
+    import fencepost
+    from fencepost.clock import ManualClock
+    from tests.conftest import _with_schema, drop_schema, require_postgres
+
+    schema = None
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path_factory.mktemp('m') / 'flows.db'}"
+    else:
+        base = require_postgres()
+        schema = "t_" + uuid.uuid4().hex[:16]
+        url = _with_schema(base, schema)
+    s = fencepost.open(url, clock=ManualClock(0))
+    try:
+        yield s
+    finally:
+        s.close()
+        if schema is not None:
+            drop_schema(require_postgres(), schema)
+
+
+def fresh(prefix: str = "r") -> str:
+    import uuid
+
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
