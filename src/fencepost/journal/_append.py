@@ -49,30 +49,37 @@ def entry_hash(row: dict[str, Any]) -> str:
     return hashlib.sha256(canonical_json(material)).hexdigest()
 
 
-def prepare(value: Any, field: str, redact: Redactor | None) -> str:
+def prepare(value: Any, field: str, redact: Redactor | None, method: str = "append") -> str:
     """Redact ``value``, check it is a durable JSON value and return its canonical JSON text.
 
     A redactor that raises, or returns something that is not a durable value, is
     ``invalid_event`` naming only ``field``: the redactor's own error may quote the secret.
     """
+    # Errors are raised outside the ``except`` blocks so the redactor's own exception (which may
+    # quote the secret) is not even kept as ``__context__``.
+    failure: str | None = None
     if isinstance(redact, Redaction):
         # The built-in redactor checks durability in the same walk: nothing left to check.
         try:
             value = redact(value)
         except NotDurable as exc:
-            raise JournalError("invalid_event", "append", f"{field} could not be redacted: value {exc}") from None
+            failure = f"{field} could not be redacted: value {exc}"
         except Exception:
-            raise JournalError("invalid_event", "append", f"{field} could not be redacted") from None
+            failure = f"{field} could not be redacted"
+        if failure is not None:
+            raise JournalError("invalid_event", method, failure)
         return canonical_json(value).decode("utf-8")
     if redact is not None:
         try:
             value = redact(value)
         except Exception:
-            raise JournalError("invalid_event", "append", f"{field} could not be redacted") from None
+            failure = f"{field} could not be redacted"
+        if failure is not None:
+            raise JournalError("invalid_event", method, failure)
     problem = value_problem(value, max_depth=MAXIMUM_DEPTH, max_nodes=MAXIMUM_NODES)
     if problem is not None:
         verb = "redacted" if redact is not None else "canonicalized"
-        raise JournalError("invalid_event", "append", f"{field} could not be {verb}: value {problem}")
+        raise JournalError("invalid_event", method, f"{field} could not be {verb}: value {problem}")
     # Stored as canonical (sorted-key) text: the stored bytes are the hashed bytes.
     return canonical_json(value).decode("utf-8")
 

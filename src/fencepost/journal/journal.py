@@ -180,11 +180,8 @@ class Journal:
             p = _input_problem(run_id, e.event_type, source_id, e.source_seq, dedupe)
             if p:
                 raise JournalError("invalid_event", method, f"event violates the journal input contract: {p}")
-            try:
-                payload_json = _append.prepare(e.payload, "payload", redact)
-                meta_json = _append.prepare(e.meta if e.meta is not None else {}, "meta", redact)
-            except JournalError as err:
-                raise JournalError(err.code, method, err.detail) from None
+            payload_json = _append.prepare(e.payload, "payload", redact, method)
+            meta_json = _append.prepare(e.meta if e.meta is not None else {}, "meta", redact, method)
             items.append((e.event_type, payload_json, meta_json, e.source_seq))
         return items, self._now(method)
 

@@ -9,8 +9,8 @@ never reach ``flows_journal_events``. Two layers:
 * **textual**: rules rewrite credential-shaped text inside every string and key (URL passwords,
   bearer and basic tokens, JWTs, private-key blocks, vendor keys, ``KEY=value`` assignments ...).
 
-Each rule is applied until the text stops changing, and the whole rule list until a pass changes
-nothing, so redacting a redacted value is a no-op. Run state (``flows_runs.state_json``) and
+The default rules are applied in passes until a pass changes nothing, so redacting a redacted value
+is a no-op. Run state (``flows_runs.state_json``) and
 attempt outcomes are never redacted: resume re-reads them byte for byte.
 """
 
@@ -93,15 +93,9 @@ class Rule:
     replacement: str | Callable[[re.Match[str]], str] | None = None
 
     def apply(self, text: str) -> str:
-        """Apply this rule to ``text`` until a pass changes nothing (bounded)."""
+        """Replace every match of this rule in ``text`` (one pass)."""
         pattern = self.pattern if isinstance(self.pattern, re.Pattern) else re.compile(self.pattern)
-        replacement = REDACTED if self.replacement is None else self.replacement
-        for _ in range(_FIXED_POINT_ROUNDS):
-            new = pattern.sub(replacement, text)
-            if new == text:
-                return new
-            text = new
-        return text
+        return pattern.sub(REDACTED if self.replacement is None else self.replacement, text)
 
 
 @dataclass(frozen=True)
@@ -112,13 +106,8 @@ class FunctionRule:
     function: Callable[[str], str]
 
     def apply(self, text: str) -> str:
-        """Apply the function until a pass changes nothing (bounded)."""
-        for _ in range(_FIXED_POINT_ROUNDS):
-            new = self.function(text)
-            if new == text:
-                return new
-            text = new
-        return text
+        """Apply the function to ``text`` (one pass)."""
+        return self.function(text)
 
 
 TextRule = Rule | FunctionRule
@@ -272,7 +261,7 @@ DEFAULT_RULES: tuple[TextRule, ...] = (
     Rule("google-api-key", re.compile(r"(?<![A-Za-z0-9])AIza[A-Za-z0-9_\-]{35,}+", _A), REDACTED),
     Rule("api-key", re.compile(r"(?<![A-Za-z0-9_\-])(?:sk|pk)-[A-Za-z0-9_\-]{8,}+", _A), REDACTED_API_KEY),
     Rule("cookie-session-assignment",
-         re.compile(r"\b([A-Za-z0-9_\-]*sess(?:ion)?(?:[_-]?id)?|sid)=(?!\[REDACTED\](?:[;\s,]|$))[^;\s,]+", _I),
+         re.compile(r"(?<![A-Za-z0-9_\-])([A-Za-z0-9_\-]*sess(?:ion)?(?:[_-]?id)?|sid)=[^;\s,]+", _I),
          rf"\1={REDACTED}"),
     FunctionRule("embedded-json-credential", _embedded_json),
     Rule("cli-flag", re.compile(rf"(?<![A-Za-z0-9_\-])(--?)([A-Za-z0-9_\-]*{_SECRET_WORD})([ \t]+)({_VALUE})", _I),
@@ -341,8 +330,19 @@ class Redaction:
         return self._walk(value, 0, _Walk())
 
     def text(self, text: str) -> str:
-        """Apply the textual rules to one string until a whole pass changes nothing."""
-        if not self.rules or (self._trigger is not None and self._trigger.search(text) is None):
+        """Apply the textual rules to one string.
+
+        The default rules are applied in passes until a pass changes nothing (each is built to
+        reach that fixed point, so redacting redacted text is a no-op); custom rules are applied
+        once each, in order, because a custom replacement may itself match its pattern.
+        """
+        if not self.rules:
+            return text
+        if self._trigger is None:
+            for rule in self.rules:
+                text = rule.apply(text)
+            return text
+        if self._trigger.search(text) is None:
             return text
         for _ in range(_FIXED_POINT_ROUNDS):
             new = text
