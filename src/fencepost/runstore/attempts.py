@@ -120,8 +120,10 @@ class AttemptStore:
         return {"o_host": owner.host_id, "o_pid": owner.pid, "o_nonce": owner.nonce}  # type: ignore[union-attr]
 
     def _json(self, method: str, field: str, value: Any, *, optional: bool = True) -> str | None:
-        if value is None and optional:
-            return None
+        if value is None:
+            if optional:
+                return None
+            raise _refuse(method, f"{field} is required")
         p = value_problem(value, max_depth=MAXIMUM_JSON_DEPTH, max_nodes=MAXIMUM_JSON_NODES)
         if p:
             raise _refuse(method, f"{field} {p}")
