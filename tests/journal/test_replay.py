@@ -1,0 +1,149 @@
+"""Ownership replay from ``flows.consensus.*`` facts alone (SPEC 5, REFERENCE 3.5 expected sequences)."""
+
+from __future__ import annotations
+
+import pytest
+
+import fencepost
+from fencepost.journal import OwnerId, companion_stream, ownership_history
+from tests.journal.conftest import A, B
+
+
+def fact(store: fencepost.Store, run_id: str, kind: str, owner: OwnerId, grant: int | None, at_ms: int) -> None:
+    """Append one consensus fact with upstream's envelope, as the run store does."""
+    store.clock.set(max(at_ms, store.clock.now_ms()))  # type: ignore[attr-defined]
+    payload = {"runId": run_id, "owner": owner.to_json(), "grantedAtMs": grant}
+    store.db.write(lambda conn: store.journal.append_in(
+        conn, companion_stream(run_id), f"flows.consensus.{kind}", payload, source_id="flows.run-store",
+        meta={"runId": run_id},
+    ))
+
+
+def rules(history) -> list[str]:
+    return [v.rule for v in history.violations]
+
+
+def test_two_phase_claim_then_settle_is_one_closed_interval(store: fencepost.Store) -> None:
+    """claimed(A,0), activated(A,0), heartbeats (nothing), completed -> released(A,null)."""
+    fact(store, "run", "claimed", A, 0, 0)
+    fact(store, "run", "activated", A, 0, 5)
+    fact(store, "run", "released", A, None, 9_000)
+    h = ownership_history(store, "run")
+    assert h.ok and h.facts == 3 and h.stream == companion_stream("run")
+    (interval,) = h.intervals
+    assert (interval.owner, interval.granted_at_ms, interval.started_at_ms, interval.ended_at_ms,
+            interval.ended_by) == (A, 0, 5, 9_000, "released")
+
+
+def test_reown_of_own_run_gives_two_intervals(store: fencepost.Store) -> None:
+    """Re-own of the caller's own run: released(A,null), claimed(A,t), activated(A,t)."""
+    fact(store, "run", "claimed", A, 0, 0)
+    fact(store, "run", "activated", A, 0, 0)
+    fact(store, "run", "released", A, None, 40_000)
+    fact(store, "run", "claimed", A, 40_000, 40_000)
+    fact(store, "run", "activated", A, 40_000, 40_000)
+    h = ownership_history(store, "run")
+    assert h.ok
+    assert [(i.owner, i.ended_by) for i in h.intervals] == [(A, "released"), (A, None)]
+
+
+def test_steal_of_a_stale_owner_hands_the_run_over(store: fencepost.Store) -> None:
+    """steal: stolen(B,t), then activated(B,t): A's interval ends "stolen", B's is open."""
+    fact(store, "run", "claimed", A, 0, 0)
+    fact(store, "run", "activated", A, 0, 0)
+    fact(store, "run", "stolen", B, 30_001, 30_001)
+    fact(store, "run", "activated", B, 30_001, 30_001)
+    h = ownership_history(store, "run")
+    assert h.ok
+    assert [(i.owner, i.ended_by) for i in h.intervals] == [(A, "stolen"), (B, None)]
+    assert h.intervals[0].end_position == h.intervals[1].start_position
+
+
+def test_abandoned_and_recovered_claims_leave_no_interval(store: fencepost.Store) -> None:
+    """abandon: released(A,0); recover: expired(A,0) after the claim went stale; then B owns."""
+    fact(store, "run", "claimed", A, 0, 0)
+    fact(store, "run", "released", A, 0, 10)
+    fact(store, "run", "claimed", A, 20, 20)
+    fact(store, "run", "expired", A, 20, 30_021)
+    fact(store, "run", "claimed", B, 30_021, 30_021)
+    fact(store, "run", "activated", B, 30_021, 30_021)
+    h = ownership_history(store, "run")
+    assert h.ok
+    assert [i.owner for i in h.intervals] == [B]
+
+
+def test_second_owner_activated_without_a_steal_is_two_owners(store: fencepost.Store) -> None:
+    fact(store, "run", "claimed", A, 0, 0)
+    fact(store, "run", "activated", A, 0, 0)
+    fact(store, "run", "claimed", B, 5, 5)
+    fact(store, "run", "activated", B, 5, 5)
+    h = ownership_history(store, "run")
+    assert rules(h) == ["claim_while_owned", "two_owners"]
+    assert [(i.owner, i.ended_by) for i in h.intervals] == [(A, "displaced"), (B, None)]
+    assert h.violations[1].seq == 3
+
+
+def test_activation_without_its_claim_is_reported(store: fencepost.Store) -> None:
+    fact(store, "run", "activated", A, 0, 0)
+    fact(store, "run", "claimed", B, 5, 5)
+    fact(store, "run", "activated", B, 6, 6)  # grant differs from the claim's
+    assert rules(ownership_history(store, "run")) == ["activated_without_claim", "claim_while_owned",
+                                                      "activated_without_claim", "two_owners"]
+
+
+def test_activation_after_release_without_a_new_claim_is_reported(store: fencepost.Store) -> None:
+    fact(store, "run", "claimed", A, 0, 0)
+    fact(store, "run", "activated", A, 0, 0)
+    fact(store, "run", "released", A, None, 10)
+    fact(store, "run", "activated", A, 0, 20)
+    assert rules(ownership_history(store, "run")) == ["activated_without_claim"]
+
+
+@pytest.mark.parametrize(("steal_at", "expected"), [(30_000, ["stolen_while_fresh"]), (30_001, [])])
+def test_steal_is_legitimate_only_once_the_lease_is_strictly_stale(store: fencepost.Store, steal_at: int,
+                                                                   expected: list[str]) -> None:
+    """Stale is strict: granted at 0, a steal at 30 000 is too early; at 30 001 it is allowed."""
+    fact(store, "run", "claimed", A, 0, 0)
+    fact(store, "run", "activated", A, 0, 0)
+    fact(store, "run", "stolen", B, steal_at, steal_at)
+    assert rules(ownership_history(store, "run")) == expected
+
+
+def test_steal_of_an_unowned_run_is_reported(store: fencepost.Store) -> None:
+    fact(store, "run", "stolen", B, 40_000, 40_000)
+    assert rules(ownership_history(store, "run")) == ["stolen_without_owner"]
+
+
+def test_expiry_of_a_fresh_claim_is_reported(store: fencepost.Store) -> None:
+    fact(store, "run", "claimed", A, 0, 0)
+    fact(store, "run", "expired", A, 0, 1_000)
+    assert rules(ownership_history(store, "run")) == ["expired_while_fresh"]
+
+
+def test_release_by_a_stranger_and_malformed_or_unknown_facts_are_reported(store: fencepost.Store) -> None:
+    fact(store, "run", "released", B, None, 0)
+    fact(store, "run", "teleported", A, 0, 0)
+    store.db.write(lambda conn: store.journal.append_in(
+        conn, companion_stream("run"), "flows.consensus.claimed", {"runId": "run", "owner": {"hostId": "h"}},
+        source_id="flows.run-store"))
+    store.db.write(lambda conn: store.journal.append_in(
+        conn, companion_stream("run"), "flows.consensus.claimed",
+        {"runId": "other", "owner": A.to_json(), "grantedAtMs": 0}, source_id="flows.run-store"))
+    assert rules(ownership_history(store, "run")) == ["released_without_hold", "unknown_fact", "malformed_fact",
+                                                      "wrong_run"]
+
+
+def test_other_entries_and_other_runs_do_not_mix_in(store: fencepost.Store) -> None:
+    fact(store, "run", "claimed", A, 0, 0)
+    store.journal.append_unfenced(companion_stream("run"), "flows.engine.run-decision", {"decision": "x"},
+                                  source_id="engine")
+    fact(store, "other", "claimed", B, 0, 0)
+    fact(store, "other", "activated", B, 0, 0)
+    fact(store, "run", "activated", A, 0, 0)
+    h = ownership_history(store, "run")
+    assert h.ok and h.facts == 2 and [i.owner for i in h.intervals] == [A]
+
+
+def test_a_run_without_facts_has_an_empty_history(store: fencepost.Store) -> None:
+    h = ownership_history(store, "never-claimed")
+    assert h.ok and h.facts == 0 and h.intervals == []
