@@ -1,0 +1,107 @@
+"""Races as races: four real processes against one SQLite file / one PostgreSQL schema.
+
+Invariant: each run is activated exactly once per ownership epoch (round), no two owners ever hold
+a run, and the companion-stream facts agree with the rows.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from collections import Counter
+
+import fencepost
+from fencepost.clock import ManualClock
+
+from . import _race_workers as w
+from .conftest import facts
+
+PROCS = 4
+RUNS = 10
+ROUNDS = 5
+
+
+def _race(db_url, target, ids):
+    ctx = mp.get_context("fork")  # the parent holds no open store while children run
+    barrier = ctx.Barrier(PROCS)
+    out = ctx.Queue()
+    procs = [ctx.Process(target=target, args=(db_url, i, ids, ROUNDS, barrier, out)) for i in range(PROCS)]
+    for p in procs:
+        p.start()
+    results = [out.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    return results
+
+
+def _replay(events):
+    """Walk a run's facts; assert single ownership; return the owners in activation order."""
+    owner, pending, activations = None, None, []
+    for kind, who, granted in events:
+        if kind in ("claimed", "stolen"):
+            assert pending is None, "two claims at once"
+            assert kind == "stolen" or owner is None, "claimed while owned"
+            pending = (who, granted)
+        elif kind == "activated":
+            assert pending == (who, granted), "activation without its claim"
+            owner, pending = who, None
+            activations.append(who)
+        elif kind == "released":
+            if granted is None:
+                assert who == owner, "release by a non-owner"
+                owner = None
+            else:
+                assert pending == (who, granted)
+                pending = None
+        elif kind == "expired":
+            assert pending == (who, granted)
+            pending = None
+    return activations
+
+
+def test_processes_racing_claim_and_own_admit_one_owner_per_epoch(db_url):
+    ids = [f"run-{i}" for i in range(RUNS)]
+    with fencepost.open(db_url, clock=ManualClock(0)) as store:
+        for rid in ids:
+            store.runs.create(rid, "{}")
+    results = _race(db_url, w.claim_and_own_worker, ids)
+    wins = Counter()
+    winner = {}
+    for idx, won in results:
+        for key in won:
+            wins[key] += 1
+            winner[key] = w.owner_of(idx)
+    assert all(wins[(rnd, rid)] == 1 for rnd in range(ROUNDS) for rid in ids), wins
+    assert sum(wins.values()) == ROUNDS * RUNS
+    with fencepost.open(db_url, clock=ManualClock(0)) as store:
+        for rid in ids:
+            owners = _replay(facts(store, rid))
+            assert owners == [winner[(rnd, rid)] for rnd in range(ROUNDS)]
+            row = store.runs.get(rid)
+            assert row.status == "running" and row.owner == owners[-1]
+            assert row.heartbeat_at_ms == (ROUNDS - 1) * w.ROUND_MS and row.claimant is None
+
+
+def test_processes_racing_claim_then_activate_admit_one_owner_per_epoch(db_url):
+    ids = [f"run-{i}" for i in range(RUNS)]
+    with fencepost.open(db_url, clock=ManualClock(0)) as store:
+        for rid in ids:
+            store.runs.create(rid, "{}")
+    results = _race(db_url, w.claim_activate_worker, ids)
+    wins = Counter()
+    winner = {}
+    claims = 0
+    for idx, won, n in results:
+        claims += n
+        for key in won:
+            wins[key] += 1
+            winner[key] = w.owner_of(idx)
+    assert all(wins[(rnd, rid)] == 1 for rnd in range(ROUNDS) for rid in ids), wins
+    assert claims == ROUNDS * RUNS  # a granted claim was never lost between claim and activate
+    with fencepost.open(db_url, clock=ManualClock(0)) as store:
+        for rid in ids:
+            events = facts(store, rid)
+            assert [e[0] for e in events] == ["claimed", "activated", "released"] * ROUNDS
+            assert _replay(events) == [winner[(rnd, rid)] for rnd in range(ROUNDS)]
+            row = store.runs.get(rid)
+            assert (row.status, row.owner, row.claimant) == ("suspended", None, None)
