@@ -5,7 +5,11 @@ Statements are module-level Core objects with bind parameters, so SQLAlchemy com
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import BigInteger, Column, Integer, MetaData, Select, Table, Text, bindparam, select
+from sqlalchemy.engine import Connection
+from sqlalchemy.sql.expression import Executable
 
 metadata = MetaData()
 
@@ -80,3 +84,28 @@ last_rebuild = (
     .order_by(rebuilds.c.rebuild_id.desc())
     .limit(1)
 )
+
+
+_compiled: dict[tuple[object, str], tuple[str, tuple[str, ...] | None]] = {}
+
+
+def executemany(conn: Connection, key: object, stmt: Executable, rows: list[dict[str, Any]]) -> None:
+    """Execute ``stmt`` once per row through the driver's ``executemany``.
+
+    SQLAlchemy's executemany builds a parameter dict per row through the compiler, which costs more
+    than the insert itself on SQLite; the statement is compiled once per ``key`` and dialect here and
+    the rows go to the driver as tuples (positional paramstyle) or as they are (named paramstyle).
+    ``key`` must identify the statement's text (the same key, the same statement).
+    """
+    dialect = conn.dialect
+    cache_key = (key, dialect.name)
+    found = _compiled.get(cache_key)
+    if found is None:
+        compiled = stmt.compile(dialect=dialect)
+        positions = tuple(compiled.positiontup) if compiled.positional and compiled.positiontup else None
+        found = _compiled[cache_key] = (str(compiled), positions)
+    sql, positions = found
+    if positions is None:
+        conn.exec_driver_sql(sql, rows)
+    else:
+        conn.exec_driver_sql(sql, [tuple(row[name] for name in positions) for row in rows])

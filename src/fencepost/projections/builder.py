@@ -414,7 +414,7 @@ class ProjectionBuilder:
                 index_elements=["name", "run_id"],
                 set_={"source": stmt.excluded.source, "revision": stmt.excluded.revision},
             )
-            conn.execute(stmt, [
+            _sql.executemany(conn, ("held", table.name, self.target.backend.name), stmt, [
                 {"name": self.name, "run_id": run_id, "source": s, "revision": r}
                 for run_id, (s, r) in newest.items()
             ])

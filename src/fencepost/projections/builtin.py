@@ -9,6 +9,7 @@ from sqlalchemy import BigInteger, Column, Index, Integer, MetaData, Table, Text
 from sqlalchemy import update as sql_update
 
 from fencepost.changefeed import Missing, Observed
+from fencepost.projections import _sql
 from fencepost.projections.protocol import ConsensusFact, Target
 
 Int = BigInteger().with_variant(Integer(), "sqlite")
@@ -78,7 +79,7 @@ class RunsByStatus:
                 index_elements=["run_id"],
                 set_={c.name: stmt.excluded[c.name] for c in table.columns if c.name != "run_id"},
             )
-            target.conn.execute(stmt, list(rows.values()))
+            _sql.executemany(target.conn, ("runs_by_status", table.name), stmt, list(rows.values()))
 
 
 def _row(item: Observed) -> dict[str, Any]:
