@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import select
 import signal
 import subprocess
 import sys
@@ -100,6 +101,10 @@ def test_builder_killed_at_random_points_applies_each_change_exactly_once(db_url
                     store.feed.rotate_source()
                 successor = _spawn(db_url, target_url) if kill < KILLS - 1 else None
                 time.sleep(rng.uniform(0.0, 0.3))
+                if successor is not None:
+                    # The successor must still be waiting on the builder lock: two builders with
+                    # one name on one target never apply at the same time.
+                    assert select.select([successor.stdout], [], [], 0)[0] == []
                 proc.send_signal(signal.SIGKILL)
                 proc.wait()
                 assert proc.returncode == -signal.SIGKILL

@@ -194,9 +194,8 @@ class ProjectionBuilder:
                 try:
                     self._catch_up()
                 except (DbFailure, FencepostError) as exc:
-                    if isinstance(exc, ProjectionError) and exc.code != "persistence_failed":
-                        raise
-                    if isinstance(exc, FencepostError) and exc.code not in ("persistence_failed", "invalid_run"):
+                    # Only an unavailable database is waited out; every other error is a defect.
+                    if isinstance(exc, FencepostError) and exc.code != "persistence_failed":
                         raise
                     log.warning("projection %s: catch-up failed (%s); retrying", self.name, type(exc).__name__)
                 self._wait(wake, stop, self.poll_interval)
@@ -409,12 +408,7 @@ class ProjectionBuilder:
                 for update in accepted:
                     self.projection.apply(target, update)
             table = _sql.run_revisions_shadow if shadow else _sql.run_revisions
-            stmt = self.target.backend.insert(table)
-            stmt = stmt.on_conflict_do_update(
-                index_elements=["name", "run_id"],
-                set_={"source": stmt.excluded.source, "revision": stmt.excluded.revision},
-            )
-            _sql.executemany(conn, ("held", table.name, self.target.backend.name), stmt, [
+            _sql.upsert_many(conn, self.target.backend, table, ("name", "run_id"), [
                 {"name": self.name, "run_id": run_id, "source": s, "revision": r}
                 for run_id, (s, r) in newest.items()
             ])

@@ -74,12 +74,7 @@ class RunsByStatus:
             conn = target.conn
             conn.execute(delete(table).where(table.c.run_id.in_(bindparam("ids", expanding=True))), {"ids": list(gone)})
         if rows:
-            stmt = target.insert(table)
-            stmt = stmt.on_conflict_do_update(
-                index_elements=["run_id"],
-                set_={c.name: stmt.excluded[c.name] for c in table.columns if c.name != "run_id"},
-            )
-            _sql.executemany(target.conn, ("runs_by_status", table.name), stmt, list(rows.values()))
+            _sql.upsert_many(target.conn, target.backend, table, ("run_id",), list(rows.values()))
 
 
 def _row(item: Observed) -> dict[str, Any]:
