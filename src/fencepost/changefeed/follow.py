@@ -40,6 +40,7 @@ CHANNEL = "fencepost_changes_v1"
 PAGE = 500
 STOP_SLICE = 0.1  # how often a waiting follower looks at its stop event (no query involved)
 MAX_BACKOFF = 5.0
+SETTLE = (0.005, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)  # re-confirmations after an unconfirmed hint
 
 
 class _Stop(Protocol):
@@ -83,17 +84,29 @@ class _Waiter:
 
     def wait(self, stop: _Stop, poll_interval: float) -> None:
         deadline = time.monotonic() + poll_interval
+        rechecks: list[float] = []
         while not stop.is_set():
-            left = deadline - time.monotonic()
-            if left <= 0:
+            now = time.monotonic()
+            if now >= deadline:
                 if self.changed():
                     return
-                deadline = time.monotonic() + poll_interval
+                deadline = now + poll_interval
                 continue
-            if self.hint.wait(min(STOP_SLICE, left)):
+            if rechecks and now >= rechecks[0]:
+                rechecks.pop(0)
+                if self.changed():
+                    return
+                continue
+            timeout = min(STOP_SLICE, deadline - now, rechecks[0] - now if rechecks else STOP_SLICE)
+            if self.hint.wait(timeout):
                 self.hint.clear()
                 if self.changed():
                     return
+                # The file event can precede the commit's visibility (SQLite writes the WAL frames,
+                # syncs, and only then publishes the commit in shared memory, which raises no file
+                # event): confirm again over the next second before going back to sleep.
+                base = time.monotonic()
+                rechecks = [base + d for d in SETTLE]
 
     def close(self) -> None:
         pass

@@ -1,0 +1,363 @@
+"""follow() and afollow(): wake-ups, idle cost, stopping, rotation, surviving an unavailable database."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+from sqlalchemy import event, text
+
+import fencepost
+from fencepost import Change, Position, SourceChanged
+from tests.changefeed import _workers
+from tests.changefeed.conftest import insert_run
+
+
+class Follower:
+    """Run ``store.feed.follow`` in a thread, collecting what it yields."""
+
+    def __init__(self, store: fencepost.Store, position: Position | None = None, poll_interval: float = 60.0):
+        self.stop = threading.Event()
+        self.changes: list[Change] = []
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(store, position, poll_interval), daemon=True)
+        self._thread.start()
+
+    def _run(self, store, position, poll_interval) -> None:
+        try:
+            for change in store.feed.follow(position, stop=self.stop, poll_interval=poll_interval):
+                self.changes.append(change)
+        except BaseException as exc:
+            self.error = exc
+
+    def wait_for(self, predicate: Callable[[list[Change]], bool], timeout: float = 10.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate(self.changes) or self.error is not None:
+                return predicate(self.changes)
+            time.sleep(0.01)
+        return False
+
+    def ids(self) -> list[str]:
+        return [c.run_id for c in self.changes]
+
+    def close(self, timeout: float = 5.0) -> bool:
+        self.stop.set()
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+
+class QueryCounter:
+    """Count statements issued through an engine; ``pages`` counts those that read the feed tables."""
+
+    def __init__(self, engine) -> None:
+        self.engine = engine
+        self.count = 0
+        self.pages = 0
+        event.listen(engine, "before_cursor_execute", self._seen)
+
+    def _seen(self, conn, cursor, statement, *args) -> None:
+        self.count += 1
+        if "flows_run_changes" in statement or "flows_run_source" in statement:
+            self.pages += 1
+
+    def reset(self) -> None:
+        self.count = self.pages = 0
+
+    def remove(self) -> None:
+        event.remove(self.engine, "before_cursor_execute", self._seen)
+
+
+def _other_process_inserts(url: str, run_id: str) -> None:
+    proc = multiprocessing.get_context("spawn").Process(target=_workers.insert_one, args=(url, run_id))
+    proc.start()
+    proc.join(60)
+    assert proc.exitcode == 0
+
+
+def test_follow_from_none_yields_history_then_live_changes_and_stops(store, raw):
+    insert_run(raw, "a")
+    insert_run(raw, "b")
+    raw.commit()
+    follower = Follower(store, poll_interval=60)
+    try:
+        assert follower.wait_for(lambda c: len(c) == 2)
+        insert_run(raw, "c")
+        raw.commit()
+        raw.exec_driver_sql("DELETE FROM flows_runs WHERE run_id = 'a'")
+        raw.commit()
+        assert follower.wait_for(lambda c: len(c) == 4)
+    finally:
+        assert follower.close()
+    assert follower.error is None
+    assert [(c.run_id, c.revision, c.deleted) for c in follower.changes] == [
+        ("a", 1, False), ("b", 2, False), ("c", 3, False), ("a", 4, True)
+    ]
+
+
+def test_follow_resumes_after_a_given_position(store, raw):
+    for rid in "abc":
+        insert_run(raw, rid)
+    raw.commit()
+    source = store.feed.position().source
+    follower = Follower(store, Position(source, 2))
+    try:
+        assert follower.wait_for(lambda c: len(c) == 1)
+        time.sleep(0.2)
+    finally:
+        assert follower.close()
+    assert follower.ids() == ["c"]
+
+
+def test_follow_wakes_on_a_commit_from_another_process_without_polling(store, db_url):
+    """Idle, the follower issues (almost) no queries; a commit in another process wakes it at once."""
+    follower = Follower(store, poll_interval=60)
+    counter = QueryCounter(store.db.engine)
+    try:
+        time.sleep(0.5)  # the initial page and, on PostgreSQL, the post-LISTEN re-query
+        counter.reset()
+        time.sleep(2.0)
+        idle, idle_pages = counter.count, counter.pages
+        started = time.monotonic()
+        _other_process_inserts(db_url, "from-elsewhere")
+        assert follower.wait_for(lambda c: len(c) == 1, timeout=10)
+        woke_after = time.monotonic() - started
+    finally:
+        counter.remove()
+        assert follower.close()
+    assert follower.error is None
+    assert follower.ids() == ["from-elsewhere"]
+    # 2 s idle with a 60 s poll: no page query at all, and at most a few cheap confirmations of a
+    # stray file event (PRAGMA data_version, SQLite); a loop polling at full speed would issue thousands.
+    assert idle_pages == 0, idle
+    assert idle <= 20, idle
+    # The wake-up came from the commit, not from the 60 s poll (the time includes process start).
+    assert woke_after < 10
+
+
+def test_file_noise_is_confirmed_away_without_paging(store, backend, raw):
+    """SQLite: file events that are not commits (touching the database files, writing a neighbour
+    file) are confirmed with PRAGMA data_version and cost no page query."""
+    if backend != "sqlite":
+        pytest.skip("file events exist only on SQLite")
+    insert_run(raw, "a")
+    raw.commit()
+    follower = Follower(store, poll_interval=60)
+    seen: list[str] = []
+
+    def spy(conn, cursor, statement, *args) -> None:
+        seen.append(statement)
+
+    try:
+        assert follower.wait_for(lambda c: len(c) == 1)
+        time.sleep(0.3)
+        event.listen(store.db.engine, "before_cursor_execute", spy)
+        for _ in range(3):
+            for suffix in ("", "-wal"):
+                os.utime(str(store.db.path) + suffix)
+            (store.db.path.parent / "neighbour.txt").write_text(str(time.time()))
+            time.sleep(0.3)
+        event.remove(store.db.engine, "before_cursor_execute", spy)
+    finally:
+        assert follower.close()
+    assert any("data_version" in s for s in seen), "the touches were not noticed at all"
+    assert not [s for s in seen if "flows_run_changes" in s or "flows_run_source" in s]
+
+
+def test_stop_ends_an_idle_follow_promptly(store):
+    follower = Follower(store, poll_interval=60)
+    time.sleep(0.3)
+    started = time.monotonic()
+    assert follower.close(timeout=5)
+    assert time.monotonic() - started < 2
+    assert follower.error is None
+
+
+def test_breaking_out_of_follow_releases_it(store, raw):
+    insert_run(raw, "a")
+    insert_run(raw, "b")
+    raw.commit()
+    it = store.feed.follow(poll_interval=60)
+    assert next(it).run_id == "a"
+    it.close()  # what a `break` does: the generator's cleanup closes the waiter
+    assert [c.run_id for c in store.feed.follow(stop=_set_after(store, 1))][:2] == ["a", "b"]
+
+
+def _set_after(store, seconds: float) -> threading.Event:
+    stop = threading.Event()
+    threading.Timer(seconds, stop.set).start()
+    return stop
+
+
+def test_follow_raises_source_changed_when_the_source_rotates(store, raw):
+    insert_run(raw, "a")
+    raw.commit()
+    follower = Follower(store, poll_interval=60)
+    try:
+        assert follower.wait_for(lambda c: len(c) == 1)
+        store.feed.rotate_source()
+        deadline = time.monotonic() + 10
+        while follower.error is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        follower.close()
+    assert isinstance(follower.error, SourceChanged)
+
+
+def test_follow_refuses_a_malformed_position_at_once(store):
+    with pytest.raises(fencepost.RunStoreError) as err:
+        store.feed.follow(Position("nothex", 0))
+    assert err.value.code == "decode_failed"
+    with pytest.raises(ValueError):
+        store.feed.follow(poll_interval=0)
+
+
+def test_follow_from_another_source_raises_source_changed(store):
+    it = store.feed.follow(Position("0" * 32 if store.feed.position().source != "0" * 32 else "1" * 32, 0))
+    with pytest.raises(SourceChanged):
+        next(it)
+
+
+def test_afollow_yields_changes_and_stops_on_an_asyncio_event(store, raw):
+    insert_run(raw, "a")
+    raw.commit()
+
+    async def main() -> list[str]:
+        stop = asyncio.Event()
+        seen: list[str] = []
+
+        async def writer() -> None:
+            await asyncio.sleep(0.3)
+            insert_run(raw, "b")
+            raw.commit()
+
+        task = asyncio.create_task(writer())
+        async for change in store.feed.afollow(stop=stop, poll_interval=60):
+            seen.append(change.run_id)
+            if len(seen) == 2:
+                stop.set()
+        await task
+        return seen
+
+    assert asyncio.run(asyncio.wait_for(main(), 20)) == ["a", "b"]
+
+
+def test_afollow_can_be_left_with_break(store, raw):
+    insert_run(raw, "a")
+    insert_run(raw, "b")
+    raw.commit()
+
+    async def main() -> list[str]:
+        seen = []
+        async for change in store.feed.afollow(poll_interval=60):
+            seen.append(change.run_id)
+            break
+        return seen
+
+    assert asyncio.run(asyncio.wait_for(main(), 20)) == ["a"]
+
+
+def test_afollow_cancelled_while_idle_stops_its_worker(store):
+    async def main() -> None:
+        async def consume() -> None:
+            async for _ in store.feed.afollow(poll_interval=60):
+                pass
+
+        task = asyncio.create_task(consume())
+        await asyncio.sleep(0.3)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    before = threading.active_count()
+    asyncio.run(asyncio.wait_for(main(), 20))
+    deadline = time.monotonic() + 3
+    while threading.active_count() > before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [t for t in threading.enumerate() if t.name.startswith("fencepost-follow")]
+
+
+# ------------------------------------------------------------------ an unavailable database
+def test_follow_resumes_after_its_postgresql_connections_are_killed(store, backend, db_url):
+    """Simulated server restart: every backend of the follower (pool and LISTEN connection) is
+    terminated with pg_terminate_backend from another connection (the shared server is not restarted,
+    other suites use it). Commits made meanwhile and afterwards are all delivered, once, in order."""
+    if backend != "postgresql":
+        pytest.skip("PostgreSQL only; both backends run test_follow_survives_reads_failing_for_a_while")
+    pids: set[int] = set()
+    event.listen(store.db.engine, "connect", lambda dbapi, _rec: pids.add(dbapi.info.backend_pid))
+    store.db.engine.dispose()  # every connection the follower uses from now on is recorded
+    with fencepost.open(db_url) as peer:
+        def commit(run_id: str) -> None:
+            peer.db.write(lambda conn: insert_run(conn, run_id))
+
+        commit("before")
+        follower = Follower(store, poll_interval=60)
+        try:
+            assert follower.wait_for(lambda c: c and c[-1].run_id == "before")
+            app = f"fencepost-follow-{store.db.schema}"[:63]
+
+            def kill() -> int:
+                def body(conn):
+                    listener = [r[0] for r in conn.execute(
+                        text("SELECT pid FROM pg_stat_activity WHERE application_name = :a"), {"a": app})]
+                    victims = sorted(pids | set(listener))
+                    conn.execute(text("SELECT pg_terminate_backend(pid) FROM unnest(CAST(:p AS int[])) AS pid"),
+                                 {"p": victims})
+                    return len(listener)
+
+                return peer.db.write(body)
+
+            assert kill() == 1
+            commit("during")  # sent while the listener is gone: its NOTIFY is lost
+            assert follower.wait_for(lambda c: c[-1].run_id == "during", timeout=20)
+            assert kill() == 1  # the listener came back
+            time.sleep(0.3)
+            commit("after")
+            assert follower.wait_for(lambda c: c[-1].run_id == "after", timeout=20)
+        finally:
+            assert follower.close()
+    assert follower.error is None
+    assert follower.ids() == ["before", "during", "after"]
+
+
+def test_follow_survives_reads_failing_for_a_while(store, raw, monkeypatch):
+    """Fault injection at the database boundary (both backends): for 1.5 s every read fails as a
+    persistence failure (what a busy SQLite file or a restarting server looks like once the durable
+    writer's own retries are spent). The follower backs off, keeps its place and then delivers the
+    commit made meanwhile, once."""
+    from fencepost._durable import DbFailure
+
+    insert_run(raw, "a")
+    raw.commit()
+    follower = Follower(store, poll_interval=0.2)
+    real_read = store.db.read
+    failing = threading.Event()
+    failures = [0]
+
+    def flaky_read(fn):
+        if failing.is_set():
+            failures[0] += 1
+            raise DbFailure("persistence_failed", "SQLITE_BUSY")
+        return real_read(fn)
+
+    try:
+        assert follower.wait_for(lambda c: len(c) == 1)
+        monkeypatch.setattr(store.db, "read", flaky_read)
+        failing.set()
+        insert_run(raw, "b")
+        raw.commit()
+        time.sleep(1.5)
+        assert follower.error is None and follower.ids() == ["a"]
+        failing.clear()
+        assert follower.wait_for(lambda c: len(c) == 2, timeout=20)
+    finally:
+        assert follower.close()
+    assert failures[0] >= 2
+    assert follower.error is None
+    assert follower.ids() == ["a", "b"]
