@@ -9,8 +9,9 @@ each on its own SQLite file in WAL mode with the same ``synchronous`` setting:
 * ``fencepost``: ``store.journal.append`` (fenced: the consensus guard runs in the transaction) and
   ``append_unfenced``, one entry per write transaction, hash chain, redaction and validation on;
   batches through ``store.journal.append_many`` (100 entries, one transaction);
-* ``raw sqlite3``: ``BEGIN IMMEDIATE``, the same INSERT into the same table with precomputed values
-  (no lookups, no hashing), ``COMMIT``; batches as one ``executemany``: the floor;
+* ``raw sqlite3``: ``BEGIN IMMEDIATE``, the same INSERT into the same table with rows of the same
+  sizes built before timing (no lookups, no hashing, no validation), ``COMMIT``; batches as one
+  ``executemany``: the floor;
 * ``eventsourcing``: an ``Application`` on ``eventsourcing.sqlite`` saving an aggregate with one new
   event per save (batches: 100 pending events per save), and its ``SQLiteApplicationRecorder``
   inserting pre-built ``StoredEvent`` objects directly.
@@ -31,6 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import fencepost
+from fencepost._values import canonical_json
 from fencepost.clock import SystemClock
 from fencepost.journal import NewEntry, OwnerId
 
@@ -69,33 +71,43 @@ class Fencepost:
 
 
 class Raw:
-    def __init__(self, root: Path, sync: str) -> None:
-        # Same table (migrated by fencepost), written with the bare driver.
-        fencepost.open(f"sqlite:///{root / 'raw.db'}").close()
+    """The same INSERTs (same table, same row sizes: canonical payload text, 64-hex hashes), rows
+    built before the clock starts: only the driver and SQLite are measured."""
+
+    def __init__(self, root: Path, sync: str, rows_needed: int) -> None:
+        fencepost.open(f"sqlite:///{root / 'raw.db'}").close()  # same migrated schema
         self.conn = sqlite3.connect(root / "raw.db", isolation_level=None, check_same_thread=False)
         self.conn.execute(f"PRAGMA synchronous = {sync}")
-        self.seq = 0
         self.sql = (
             "INSERT INTO flows_journal_events (run_id, seq, event_id, source_id, source_seq, emitted_at_ms,"
             " event_type, payload_json, meta_json, content_hash, position, stream_prev_hash, log_prev_hash,"
             " entry_hash) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
         )
-        self.h = "0" * 64
+        self.rows = [self._row(s) for s in range(rows_needed)]
+        self.next = 0
 
-    def _row(self) -> tuple[object, ...]:
-        self.seq += 1
-        s = self.seq
-        return ("run-raw", s, f"e{s}", "w", s, 0, "step.finished", '{"attempt":1}', "{}", self.h, s, self.h,
-                self.h, self.h)
+    @staticmethod
+    def _row(s: int) -> tuple[object, ...]:
+        payload = canonical_json(_payload(s)).decode()
+        h = [os.urandom(32).hex() for _ in range(4)]
+        return ("run-raw", s, f"flows:event:7:run-raw1:w{s}", "w", s, int(time.time() * 1000), "step.finished",
+                payload, "{}", h[0], s + 1, h[1], h[2], h[3])
+
+    def _take(self, n: int) -> list[tuple[object, ...]]:
+        rows = self.rows[self.next:self.next + n]
+        self.next += n
+        return rows
 
     def single(self) -> None:
+        (row,) = self._take(1)
         self.conn.execute("BEGIN IMMEDIATE")
-        self.conn.execute(self.sql, self._row())
+        self.conn.execute(self.sql, row)
         self.conn.execute("COMMIT")
 
     def batch(self) -> None:
+        rows = self._take(BATCH)
         self.conn.execute("BEGIN IMMEDIATE")
-        self.conn.executemany(self.sql, [self._row() for _ in range(BATCH)])
+        self.conn.executemany(self.sql, rows)
         self.conn.execute("COMMIT")
 
 
@@ -176,7 +188,9 @@ def main() -> None:
     args = parser.parse_args()
     root = Path(args.dir or tempfile.mkdtemp(prefix="fencepost-bench-"))
     root.mkdir(parents=True, exist_ok=True)
-    fp, raw, es = Fencepost(root, args.synchronous), Raw(root, args.synchronous), EventSourcing(root, args.synchronous)
+    rows_needed = (args.rounds * args.single + 1) + (args.rounds * args.batches + 1) * BATCH
+    fp, raw = Fencepost(root, args.synchronous), Raw(root, args.synchronous, rows_needed)
+    es = EventSourcing(root, args.synchronous)
 
     single = {
         "fencepost append (fenced)": fp.single_fenced,

@@ -35,6 +35,8 @@ MAX_DEPTH = 256
 #: Nodes (values plus keys) one walk may visit.
 MAX_NODES = 1_000_000
 _FIXED_POINT_ROUNDS = 8
+_CACHED_LENGTH = 256
+_CACHE_SIZE = 4096
 
 
 class RedactionError(ValueError):
@@ -315,6 +317,10 @@ class Redaction:
         self.structural = structural
         self._trigger = _DEFAULT_TRIGGER if rules is None else None
         self.enabled = True
+        # Strings and keys repeat a lot (statuses, step names, member names): remember what short
+        # ones became. Only strings that passed the durable-text check are cached.
+        self._strings: dict[str, str] = {}
+        self._keys: dict[str, str] = {}
 
     @classmethod
     def noop(cls) -> Redaction:
@@ -354,7 +360,30 @@ class Redaction:
         return text
 
     def _key(self, key: str) -> str:
-        return key if self.text(key) == key else REDACTED
+        found = self._keys.get(key)
+        if found is None:
+            problem = text_problem(key)
+            if problem:
+                raise NotDurable(f"key {problem}")
+            found = key if self.text(key) == key else REDACTED
+            if len(key) <= _CACHED_LENGTH:
+                if len(self._keys) >= _CACHE_SIZE:
+                    self._keys.clear()
+                self._keys[key] = found
+        return found
+
+    def _string(self, value: str) -> str:
+        found = self._strings.get(value)
+        if found is None:
+            problem = text_problem(value)
+            if problem:
+                raise NotDurable(f"string {problem}")
+            found = self.text(value)
+            if len(value) <= _CACHED_LENGTH:
+                if len(self._strings) >= _CACHE_SIZE:
+                    self._strings.clear()
+                self._strings[value] = found
+        return found
 
     def _walk(self, value: Any, depth: int, st: _Walk) -> Any:
         # One walk both redacts and checks durability, so the journal's write path walks once.
@@ -363,10 +392,7 @@ class Redaction:
             raise NotDurable(f"exceeds the node limit of {self.max_nodes}")
         t = type(value)
         if t is str:
-            problem = text_problem(value)
-            if problem:
-                raise NotDurable(f"string {problem}")
-            return self.text(value)
+            return self._string(value)
         if value is None or t is int or t is bool:
             return value
         if t is float:
@@ -401,9 +427,6 @@ class Redaction:
         for k, v in dict.items(value):
             if type(k) is not str:
                 raise NotDurable("has a key that is not a string")
-            problem = text_problem(k)
-            if problem:
-                raise NotDurable(f"key {problem}")
             st.nodes += 1
             if self.structural and is_sensitive_key(k) and not _is_token_counter(k, v):
                 out[self._key(k)] = REDACTED
