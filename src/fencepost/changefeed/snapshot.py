@@ -87,64 +87,59 @@ def _flow_name(state_json: object) -> str | None:
 
 
 def decode_run(row: Any, source: str, watermark: int) -> Observed:
-    """Turn one ``READ_RUNS`` row into an ``Observed`` at its own change revision."""
-    run_id = row.run_id
-    revision = row.change_revision
+    """Turn one ``READ_RUNS`` / listing row into an ``Observed`` at its own change revision."""
+    (run_id, status, state_json, created, started, finished, heartbeat, owner_host, owner_pid, owner_nonce,
+     cancel_requested, ack_json, parent, lineage, ordinal, reason, token, wake, request_json,
+     revision, deleted) = row
     if revision is None:
         raise Corrupt("live run has no change row")
-    if row.change_deleted != 0:
+    if deleted != 0:
         raise Corrupt("live run is marked deleted in flows_run_changes")
     if not is_safe_int(revision) or revision == 0:
         raise Corrupt("change revision is not a positive safe integer")
     if revision > watermark:
         raise Corrupt("change revision is above the source watermark")
-    status = row.status
     if status not in STATUSES:
         raise Corrupt("status is not a known run status")
-    heartbeat = _opt_ms(row.heartbeat_at_ms, "heartbeat_at_ms")
-    owner_parts = (row.owner_host_id, row.owner_pid, row.owner_nonce)
     if status == "running":
-        if any(p is None for p in owner_parts) or heartbeat is None:
+        if owner_host is None or owner_pid is None or owner_nonce is None or heartbeat is None:
             raise Corrupt("owner invariant broken: running run without a full owner and heartbeat")
-        if not row.owner_host_id or not row.owner_nonce or not is_safe_int(row.owner_pid):
-            raise Corrupt("owner invariant broken: malformed owner")
-        owner: OwnerId | None = OwnerId(row.owner_host_id, row.owner_pid, row.owner_nonce)
+        if not owner_host or not owner_nonce or not is_safe_int(owner_pid) or not is_safe_int(heartbeat):
+            raise Corrupt("owner invariant broken: malformed owner or heartbeat")
+        owner: OwnerId | None = OwnerId(owner_host, owner_pid, owner_nonce)
     else:
-        if any(p is not None for p in owner_parts) or heartbeat is not None:
+        if owner_host is not None or owner_pid is not None or owner_nonce is not None or heartbeat is not None:
             raise Corrupt("owner invariant broken: owner or heartbeat on a run that is not running")
         owner = None
-    created = row.created_at_ms
     if not is_safe_int(created):
         raise Corrupt("created_at_ms is not a non-negative safe integer")
-    parent = row.parent_run_id
     if parent is not None and (parent == run_id or parent == ""):
         raise Corrupt("parent_run_id is empty or the run itself")
-    lineage, ordinal = row.lineage_id, row.round_ordinal
     if (lineage is None) != (ordinal is None):
         raise Corrupt("lineage_id and round_ordinal must be set together")
     if lineage == "" or (ordinal is not None and not is_safe_int(ordinal)):
         raise Corrupt("lineage_id is empty or round_ordinal is not a safe integer")
     return Observed(
-        run_id=run_id,
-        source=source,
-        revision=revision,
-        status=status,
-        flow_name=_flow_name(row.state_json),
-        created_at_ms=created,
-        started_at_ms=_opt_ms(row.started_at_ms, "started_at_ms"),
-        finished_at_ms=_opt_ms(row.finished_at_ms, "finished_at_ms"),
-        parent_run_id=parent,
-        lineage_id=lineage if lineage is not None else run_id,
-        round_ordinal=ordinal if ordinal is not None else 0,
-        owner=owner,
-        cancellation=_cancellation(row),
-        waiting=_waiting(row),
+        run_id,
+        source,
+        revision,
+        status,
+        _flow_name(state_json),
+        created,
+        _opt_ms(started, "started_at_ms"),
+        _opt_ms(finished, "finished_at_ms"),
+        parent,
+        lineage if lineage is not None else run_id,
+        ordinal if ordinal is not None else 0,
+        owner,
+        None if cancel_requested is None and ack_json is None else _cancellation(cancel_requested, ack_json),
+        None if reason is None and wake is None and token is None and request_json is None
+        else _waiting(reason, wake, token, request_json),
     )
 
 
-def _cancellation(row: Any) -> Cancellation | None:
-    requested = _opt_ms(row.cancel_requested_at_ms, "cancel_requested_at_ms")
-    ack_json = row.cancel_acknowledgement_json
+def _cancellation(requested_at: object, ack_json: str | None) -> Cancellation | None:
+    requested = _opt_ms(requested_at, "cancel_requested_at_ms")
     if requested is None:
         if ack_json is not None:
             raise Corrupt("cancel acknowledgement without a cancel request")
@@ -163,10 +158,8 @@ def _cancellation(row: Any) -> Cancellation | None:
     )
 
 
-def _waiting(row: Any) -> Waiting | None:
-    reason = row.waiting_reason
-    wake = _opt_ms(row.waiting_wake_at_ms, "waiting_wake_at_ms")
-    token, request_json = row.waiting_token, row.waiting_request
+def _waiting(reason: str | None, wake_at: object, token: str | None, request_json: str | None) -> Waiting | None:
+    wake = _opt_ms(wake_at, "waiting_wake_at_ms")
     if reason is None:
         if wake is not None or token is not None or request_json is not None:
             raise Corrupt("waiting fields are set without a waiting reason")
