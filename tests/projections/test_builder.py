@@ -212,6 +212,23 @@ def test_status_shows_lag_until_caught_up(store, target_url):
         assert builder.status().lag == 0
 
 
+def test_status_of_a_never_built_projection_writes_nothing(store, backend, make_db_url):
+    _seed(store, 4)
+    target_url = make_db_url()
+    with ProjectionBuilder(store, target_url, RunsByStatus()) as builder:
+        status = builder.status()
+        assert (status.source, status.applied_revision, status.lag, status.rebuilds) == (None, 0, 4, 0)
+        assert builder.rebuilds() == []
+
+        def tables(conn):
+            if backend == "sqlite":
+                return conn.execute(text("SELECT name FROM sqlite_master WHERE type = 'table'")).scalars().all()
+            return conn.execute(text("SELECT tablename FROM pg_tables WHERE schemaname = :s"),
+                                {"s": builder.target.schema}).scalars().all()
+
+        assert builder.target.read(tables) == []
+
+
 def test_run_follows_the_source_until_stopped(store, target_url):
     _seed(store, 3)
     stop = threading.Event()

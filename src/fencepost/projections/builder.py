@@ -26,7 +26,7 @@ from sqlalchemy import MetaData, Table, delete, select
 from sqlalchemy.engine import Connection
 
 from fencepost._durable import Database, DbFailure, map_failure
-from fencepost._migrations import migrate
+from fencepost._migrations import migrate, pending
 from fencepost._values import identifier_problem
 from fencepost.errors import FencepostError, ProjectionError, SourceChanged
 from fencepost.projections import _sql, checkpoints
@@ -204,13 +204,18 @@ class ProjectionBuilder:
             watcher.join(timeout=5)
 
     def status(self) -> ProjectionStatus:
-        """Read the checkpoint and the source head: lag, rejected, rebuilds, last rebuild."""
-        self._prepare()
+        """Read the checkpoint and the source head: lag, rejected, rebuilds, last rebuild.
 
-        def body(conn: Connection) -> tuple[Checkpoint, RebuildRecord | None]:
-            return self._load_in(conn), checkpoints.last_rebuild(conn, self.name)
+        Read-only on both sides: a target where this projection was never built (no tables, no
+        checkpoint) reports ``source=None``, ``applied_revision=0`` and the whole source as lag.
+        """
 
-        cp, last = self._read(body)
+        def body(conn: Connection) -> tuple[Checkpoint | None, RebuildRecord | None]:
+            return checkpoints.load(conn, self.name), checkpoints.last_rebuild(conn, self.name)
+
+        cp, last = self._read(body) if self._target_ready() else (None, None)
+        if cp is None:
+            cp = Checkpoint(self.name, self._feed_kind, None, 0, None, 0, 0, 0, None, None, None, None, None, None, 0)
         source, head = self._feed.head()
         pending = self._pending_reason(cp, source, head)
         if pending is None and cp.source == source:
@@ -224,8 +229,9 @@ class ProjectionBuilder:
         )
 
     def rebuilds(self) -> list[RebuildRecord]:
-        """Every completed rebuild of this projection on this target, oldest first."""
-        self._prepare()
+        """Every completed rebuild of this projection on this target, oldest first (read-only)."""
+        if not self._target_ready():
+            return []
         return self._read(lambda conn: checkpoints.rebuild_log(conn, self.name))
 
     def offer(self, updates: Iterable[Any]) -> CatchUp:
@@ -440,6 +446,14 @@ class ProjectionBuilder:
 
         self._write(body)
         self._prepared = True
+
+    def _target_ready(self) -> bool:
+        if self._prepared:
+            return True
+        try:
+            return not pending(self.target, ("projections",))
+        except DbFailure as exc:
+            raise map_failure(exc, ProjectionError, "status", "projection target") from None
 
     def _load_in(self, conn: Connection) -> Checkpoint:
         cp = checkpoints.load(conn, self.name)
