@@ -322,3 +322,26 @@ def test_tombstone_read_after_delete(store, raw):
     raw.commit()
     batch = store.feed.read(["a"])
     assert batch.snapshots == [Missing("a", batch.source, 2, True)]
+
+
+def test_run_store_lifecycle_is_observed_through_the_feed(store, origin):
+    """ES-07 through the run store itself: claim_and_own at 1, request_cancel at 2, acknowledge at 3,
+    cancel: the feed shows each step at a higher revision and the acknowledgement as written."""
+    pending = fencepost.RunSnapshot("pending", None, None)
+    store.runs.create("a", '{"flowName": "f"}')
+    store.clock.set(1)
+    store.runs.claim_and_own("a", pending, OWNER, 1)
+    running = store.feed.read(["a"]).snapshots[0]
+    assert running.status == "running" and running.owner == OWNER and running.cancellation is None
+    store.clock.set(2)
+    store.runs.request_cancel("a", 2)
+    requested = store.feed.read(["a"]).snapshots[0]
+    assert requested.cancellation == Cancellation(2, None) and fencepost.is_newer(requested, running)
+    store.clock.set(3)
+    assert store.runs.acknowledge_cancel("a", OWNER, 3) is True
+    store.runs.transition_owned("a", OWNER, "cancelled")
+    done = store.feed.read(["a"]).snapshots[0]
+    assert done.status == "cancelled" and done.owner is None
+    assert done.cancellation == Cancellation(2, Acknowledgement(3, OWNER))
+    changes = store.feed.changes_since(origin).changes
+    assert [c.run_id for c in changes] == ["a"] and changes[0].revision == done.revision
