@@ -249,6 +249,21 @@ def test_run_follows_the_source_until_stopped(store, target_url):
         assert not thread.is_alive()
 
 
+def test_close_from_another_thread_stops_run(store, target_url):
+    _seed(store, 3)
+    builder = ProjectionBuilder(store, target_url, RunsByStatus(), poll_interval=0.2)
+    thread = threading.Thread(target=builder.run)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while builder.status().lag and time.monotonic() < deadline:
+        time.sleep(0.05)
+    builder.close()
+    thread.join(timeout=20)
+    assert not thread.is_alive()
+    with ProjectionBuilder(store, target_url, RunsByStatus()) as again:  # the lock was released
+        assert again.catch_up().applied == 0
+
+
 @pytest.mark.parametrize("problem", ["name", "feed", "tables", "batch"])
 def test_invalid_projection_is_refused_before_anything_is_written(store, tmp_path, problem):
     projection = RunsByStatus()

@@ -148,6 +148,7 @@ class ProjectionBuilder:
         self._lock = BuilderLock(self.target, self.name)
         self._prepared = False
         self._closed = threading.Event()
+        self._running = threading.Lock()
         # Test hook: called after each committed page with (shadow, page).
         self._after_page: Callable[[bool, Page], None] | None = None
 
@@ -182,6 +183,10 @@ class ProjectionBuilder:
         retried after ``poll_interval``; ``builder_busy`` and invalid projections propagate.
         """
         stop = stop if stop is not None else threading.Event()
+        with self._running:
+            self._run(stop)
+
+    def _run(self, stop: threading.Event) -> None:
         self._acquire()
         wake = threading.Event()
         quit_watch = threading.Event()
@@ -261,6 +266,9 @@ class ProjectionBuilder:
     def close(self) -> None:
         """Stop ``run``, release the builder lock and the target's connections."""
         self._closed.set()
+        # Let a ``run`` in another thread finish its page before the lock and engine go away.
+        if self._running.acquire(timeout=60):
+            self._running.release()
         self._lock.release()
         if self._owns_target:
             self.target.dispose()
