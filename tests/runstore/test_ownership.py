@@ -48,6 +48,9 @@ class FakeRuns:
         if mode == "hang":
             self.release.wait()
             raise fencepost.RunStoreError("persistence_failed", "heartbeat", "run persistence failed")
+        if mode == "hang_ok":
+            self.release.wait()
+            return Updated(heartbeat_at_ms=now_ms)
         if mode == "lost":
             return FenceLost()
         if mode == "notfound":
@@ -158,6 +161,34 @@ def test_hung_heartbeat_write_cannot_hold_the_deadline_back(fake, clock):
             assert len(fake.runs.calls) == 1
     finally:
         fake.runs.release.set()
+
+
+@pytest.mark.parametrize("late", ["hang", "hang_ok"], ids=["fails-after-35s", "succeeds-after-35s"])
+def test_a_write_that_resolves_after_the_deadline_cannot_revive_the_lease(fake, clock, late):
+    """OW-17, OW-18: the first write answers only at 35 000; the lease lapsed at 19 000 and stays lost."""
+    fake.runs.heartbeat_mode = late
+    fake.runs.reconfirm_mode = "fail"
+    try:
+        with LeaseKeeper(fake, "r1", A) as keeper:
+            advance_to(keeper, clock, 19_000)
+            assert keeper.lost
+            clock.set(35_000)
+            fake.runs.release.set()
+            _wait_for(lambda: keeper.supervisor._pulse is None)
+            advance_to(keeper, clock, 40_000)
+            with pytest.raises(LeaseLost) as info:
+                keeper.check()
+            assert info.value.reason == "lapsed" and len(fake.runs.calls) == 1
+    finally:
+        fake.runs.release.set()
+
+
+def test_ownership_re_exports_the_liveness_checks():
+    from fencepost.runstore import liveness, ownership
+
+    assert ownership.lease_liveness is liveness.lease_liveness
+    assert ownership.same_host_pid_probe is liveness.same_host_pid_probe
+    assert ownership.LivenessContext is liveness.LivenessContext
 
 
 def test_deadline_rearms_from_the_stamp_sent_not_the_completion_time(fake, clock):

@@ -14,7 +14,7 @@ import pytest
 import fencepost
 from fencepost.journal import companion_stream
 from fencepost.journal.owner import OwnerId
-from fencepost.runstore.outcomes import Claimed
+from fencepost.runstore.outcomes import Claimed, FenceLost
 from fencepost.runstore.rows import LivenessEvidence
 from fencepost.worker import Cancelled, RunContext, Suspend, Worker
 
@@ -293,3 +293,42 @@ def test_steal_refuses_evidence_for_another_owner(store, clock):
     wrong = LivenessEvidence(OwnerId("host-b", 1, "x"), 30_001, "lease-expired")
     assert type(store.runs.steal("r000", row, OwnerId("host-c", 2, "y"), 30_001, wrong)).__name__ == \
         "LivenessUnconfirmed"
+
+
+def test_a_lost_fence_stops_the_function_and_the_worker_does_not_settle(store, clock):
+    """EO-08 for the worker: the pulse answers FenceLost, ``check()`` raises LeaseLost, nothing is settled;
+    once the abandoned lease expires the run is taken over (here by the same worker) and finished."""
+    _create(store, 1)
+    inside = threading.Event()
+    stopped: list[str] = []
+
+    def fn(ctx: RunContext):
+        if stopped:
+            return {"second": True}
+        inside.set()
+        try:
+            while True:
+                ctx.check()
+                time.sleep(0.005)
+        except Exception as exc:
+            stopped.append(type(exc).__name__)
+            raise
+
+    worker = Worker(store, fn)
+    real = store.runs.heartbeat
+    store.runs.heartbeat = lambda run_id, owner, now_ms: FenceLost()
+    t = threading.Thread(target=worker.run, kwargs={"until_idle": True})
+    t.start()
+    try:
+        assert inside.wait(10)
+        clock.set(1000)
+        _wait_for(lambda: stopped == ["LeaseLost"])
+        row = store.runs.get("r000")
+        assert row.status == "running" and row.owner == worker.owner  # left to whoever holds the fence
+        store.runs.heartbeat = real
+        clock.set(31_001)  # the abandoned lease expires
+    finally:
+        t.join(20)
+    assert not t.is_alive()
+    assert worker.stats.lost == 1 and worker.stats.takeovers == 1
+    assert store.runs.get("r000").status == "completed"
