@@ -89,3 +89,27 @@ def test_bad_task_reference_for_worker_is_a_usage_error(run_cli):
     result = run_cli("worker", "--task", "no_such_module:fn")
     assert_one_line_error(result)
     assert result.code == 2
+
+
+def test_read_commands_never_migrate_an_empty_database(run_cli, tmp_path):
+    import sqlite3
+
+    path = tmp_path / "empty.db"
+    sqlite3.connect(path).close()
+    result = run_cli("--db", f"sqlite:///{path}", "runs", "list")
+    assert_one_line_error(result)
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0
+
+
+def test_projection_status_is_read_only_on_a_target_never_built(run_cli, tmp_path):
+    import json
+    import sqlite3
+
+    assert run_cli("init").code == 0
+    result = run_cli("projection", "status", "--json")
+    assert result.code == 0, result
+    assert json.loads(result.out)["source"] is None
+    with sqlite3.connect(tmp_path / ".flows" / "flows.db") as conn:
+        names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE name LIKE 'projection%'")]
+    assert names == []

@@ -80,8 +80,12 @@ def projection_status(obj: CliContext, which: str, target: str | None, as_json: 
 
     Example: fencepost projection status --json
     """
-    with _builder(obj, which, target) as builder:
-        status = builder.status()
+    # Read-only on both sides: a target never built reports the whole source as lag, creating nothing.
+    with _builder(obj, which, target, readonly_target=True) as builder:
+        try:
+            status = builder.status()
+        finally:
+            builder.target.dispose()
     if as_json:
         print_json(status)
         return
