@@ -49,8 +49,14 @@ def _greatest_sqlite(element: greatest, compiler: Any, **kw: Any) -> str:
     return f"max({compiler.process(element.clauses, **kw)})"
 
 
-class json_ids(ColumnElement[Any]):
-    """The ids of the JSON array text bound as ``:name``, as a parenthesized subquery."""
+class json_ids(ColumnElement[Any]):  # noqa: N801
+    """The membership test against the JSON array text bound as ``:name`` (operator included).
+
+    SQLite: ``IN (SELECT value FROM json_each(:name))``. PostgreSQL: ``= ANY(ARRAY(SELECT
+    jsonb_array_elements_text(:name)))``, which the planner runs as an index probe per id on the
+    primary key whatever its row estimates (an ``IN (SELECT ...)`` over a set-returning function can
+    be planned as a nested loop that is quadratic in the number of ids).
+    """
 
     inherit_cache = True
     type = NullType()
@@ -62,17 +68,18 @@ class json_ids(ColumnElement[Any]):
 
 @compiles(json_ids)
 def _json_ids_pg(element: json_ids, compiler: Any, **kw: Any) -> str:
-    return f"(SELECT jsonb_array_elements_text(CAST({compiler.process(element.param, **kw)} AS JSONB)))"
+    p = compiler.process(element.param, **kw)
+    return f"= ANY(ARRAY(SELECT jsonb_array_elements_text(CAST({p} AS JSONB))))"
 
 
 @compiles(json_ids, "sqlite")
 def _json_ids_sqlite(element: json_ids, compiler: Any, **kw: Any) -> str:
-    return f"(SELECT value FROM json_each({compiler.process(element.param, **kw)}))"
+    return f"IN (SELECT value FROM json_each({compiler.process(element.param, **kw)}))"
 
 
 def in_json_ids(column: Any, name: str) -> Any:
-    """``column IN (<ids of the JSON array bound as :name>)``: one parameter for any number of ids."""
-    return column.op("IN", is_comparison=True)(json_ids(name))
+    """``column`` is one of the ids of the JSON array bound as ``:name`` (one parameter for any count)."""
+    return column.op("", is_comparison=True)(json_ids(name))
 
 
 # --------------------------------------------------------------------------- executor
@@ -201,10 +208,13 @@ HEARTBEAT_RUN = Sql(
 )
 
 # heartbeat_many: mirror the renewed lease stamps onto every owned row in one statement. Rows whose
-# lease stamp differs from ``hb`` (a lease ahead of this reading) are mirrored one by one.
+# lease stamp differs from ``hb`` (a lease ahead of this reading) are mirrored one by one. No
+# ``status = 'running'`` term: the owner-invariant CHECK already makes "owner set" mean running, and
+# without it the only indexable term is the primary-key probe per id (PostgreSQL otherwise may pick
+# the status index and test every row against the whole id array: quadratic in the batch).
 HEARTBEAT_MANY_RUNS = Sql(
     runs.update().where(
-        in_json_ids(runs.c.run_id, "ids"), runs.c.status == RUNNING, runs.c.owner_host_id == _txt("o_host"),
+        in_json_ids(runs.c.run_id, "ids"), runs.c.owner_host_id == _txt("o_host"),
         runs.c.owner_pid == _int("o_pid"), runs.c.owner_nonce == _txt("o_nonce"),
     ).values(
         heartbeat_at_ms=greatest(func.coalesce(runs.c.heartbeat_at_ms, _int("hb")), _int("hb"))
