@@ -49,7 +49,7 @@ def _greatest_sqlite(element: greatest, compiler: Any, **kw: Any) -> str:
     return f"max({compiler.process(element.clauses, **kw)})"
 
 
-class json_ids(ColumnElement[Any]):  # noqa: N801
+class json_ids(ColumnElement[Any]):
     """The membership test against the JSON array text bound as ``:name`` (operator included).
 
     SQLite: ``IN (SELECT value FROM json_each(:name))``. PostgreSQL: ``= ANY(ARRAY(SELECT
