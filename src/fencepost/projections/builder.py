@@ -109,6 +109,8 @@ class ProjectionBuilder:
     lock_timeout:
         Seconds to wait when another builder holds this projection name on this target: ``0``
         refuses at once with ``ProjectionError`` (code ``builder_busy``), ``None`` waits forever.
+    poll_interval:
+        Seconds between safety-net polls in ``run`` (and the back-off after a failed catch-up).
     """
 
     def __init__(
