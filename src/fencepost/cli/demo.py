@@ -150,6 +150,7 @@ def demo(obj: CliContext, n_runs: int, n_workers: int, speed: float, timeout: fl
         work = progress.add_task("settling runs", total=n_runs)
         killed: list[str] = []
         cancelled_ids: list[str] = []
+        cancel_done = False
         deadline = started + timeout
         while time.monotonic() < deadline:
             counts = _status_counts(store, prefix)
@@ -163,10 +164,11 @@ def demo(obj: CliContext, n_runs: int, n_workers: int, speed: float, timeout: fl
                     killed = held
                     progress.console.print(f"[red]SIGKILLed worker {victim.pid}[/red] holding {len(held)} run(s): "
                                            f"{', '.join(held)}; a peer takes them over once the lease expires")
-            if not cancelled_ids and settled >= n_runs // 3:
+            if not cancel_done and settled >= n_runs // 3:
+                cancel_done = True
                 cancelled_ids = _cancel_some(store, prefix, n_runs)
                 progress.console.print(f"requested cancellation of {len(cancelled_ids)} run(s)")
-            if settled >= n_runs and killed and cancelled_ids:
+            if settled >= n_runs:
                 break
             if not any(p.is_alive() for p in procs):
                 progress.console.print("[red]every worker process exited[/red]")
@@ -194,8 +196,11 @@ def demo(obj: CliContext, n_runs: int, n_workers: int, speed: float, timeout: fl
     builder.close()
 
     table("runs by status", ["status", "runs"], sorted(counts.items()))
-    console.print(f"takeovers: {len(takeovers)} run(s) stolen after worker {victim.pid} was killed"
-                  + (f" ({', '.join(takeovers[:6])}{', ...' if len(takeovers) > 6 else ''})" if takeovers else ""))
+    if killed:
+        console.print(f"takeovers: {len(takeovers)} run(s) stolen after worker {victim.pid} was killed"
+                      + (f" ({', '.join(takeovers[:6])}{', ...' if len(takeovers) > 6 else ''})" if takeovers else ""))
+    else:
+        console.print("[red]no worker was killed: the victim never held a run while others were pending[/red]")
     console.print(f"journal verified: {'[green]yes[/green]' if ok else '[red]NO[/red]'}")
     console.print(f"projection runs_by_status in step with the source: "
                   f"{'[green]yes[/green]' if in_step else '[red]NO[/red]'} "
