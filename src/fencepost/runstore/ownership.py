@@ -163,7 +163,7 @@ class Supervisor:
         self._leases: dict[str, Lease] = {}
         self._pulse: _Call | None = None
         self._pulse_sent = 0
-        self._pulse_ids: list[str] = []
+        self._pulse_leases: list[Lease] = []
         self._next_pulse_ms: int | None = None
         self._thread: threading.Thread | None = None
         self._idle = threading.Condition()
@@ -281,12 +281,15 @@ class Supervisor:
             if self._pulse is not None or self._next_pulse_ms is None or now < self._next_pulse_ms:
                 return
             # A pulse past a lease's deadline must not renew it: that lease goes to reconfirm.
-            ids = [r for r, lease in self._leases.items() if lease.error is None and now < lease.deadline_ms]
-            if not ids:
+            due = [lease for lease in self._leases.values() if lease.error is None and now < lease.deadline_ms]
+            if not due:
                 self._next_pulse_ms = now + INTERVAL_MS
                 return
-            self._pulse_ids = ids
+            # Keep the Lease objects, not the ids: a run released and held again meanwhile gets a
+            # new Lease, which an answer to this older pulse must not touch.
+            self._pulse_leases = due
             self._pulse_sent = now
+            ids = [lease.run_id for lease in due]
         runs, owner = self.store.runs, self.owner
         if len(ids) == 1:
             run_id = ids[0]
@@ -304,11 +307,11 @@ class Supervisor:
         with self._lock:
             # Spaced pulses: the next one is one interval after this one finished, never a burst.
             self._next_pulse_ms = now + INTERVAL_MS if self._leases else None
-            leases = [self._leases.get(r) for r in self._pulse_ids]
+            leases = list(self._pulse_leases)
         if call.error is not None:
             self.failed_pulses += 1
             for lease in leases:
-                if lease is not None and lease.error is None and not lease._failing:
+                if lease.error is None and not lease.released and not lease._failing:
                     lease._failing = True
                     log.warning("run heartbeat write failed",
                                 extra={"run_id": lease.run_id, "code": getattr(call.error, "code", None)
@@ -316,7 +319,7 @@ class Supervisor:
             return
         outcomes: dict[str, Any] = call.result
         for lease in leases:
-            if lease is None or lease.error is not None or lease.released:
+            if lease.error is not None or lease.released:
                 continue
             outcome = outcomes.get(lease.run_id)
             if isinstance(outcome, Updated):
