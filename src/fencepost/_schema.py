@@ -64,8 +64,8 @@ flows_attempts = Table(
 flows_journal_events = Table(
     "flows_journal_events",
     metadata,
-    Column("run_id", Text, primary_key=True),
-    Column("seq", Int, primary_key=True),
+    Column("run_id", Text, nullable=False),
+    Column("seq", Int, nullable=False),
     Column("event_id", Text, nullable=False),
     Column("source_id", Text, nullable=False),
     Column("source_seq", Int, nullable=False),
@@ -74,7 +74,8 @@ flows_journal_events = Table(
     Column("payload_json", Text, nullable=False),
     Column("meta_json", Text, nullable=False),
     Column("content_hash", Text, nullable=False),
-    Column("position", Int, nullable=False),
+    # The key since migration 0003: appends land at the right edge; (run_id, seq) is unique.
+    Column("position", Int, primary_key=True),
     Column("stream_prev_hash", Text, nullable=False),
     Column("log_prev_hash", Text, nullable=False),
     Column("entry_hash", Text, nullable=False),
