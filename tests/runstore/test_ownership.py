@@ -243,6 +243,26 @@ def test_reconfirm_success_continues_and_journals_lease_reconfirmed(fake, clock)
         assert keeper.lease.reconfirmations == 1
 
 
+def test_a_blocked_on_reconfirm_lapses_at_the_renewed_deadline_without_stalling_other_runs(fake, clock):
+    fake.runs.heartbeat_mode = "fail"
+    hook = threading.Event()
+    lapses: list[int] = []
+    with Supervisor(fake, A) as sup:
+        slow = sup.hold("slow", on_reconfirm=lambda ms: hook.wait(30), on_lapse=lapses.append)
+        advance_to(sup, clock, 19_000)
+        assert not slow.lost and slow.reconfirmations == 1
+        fake.runs.heartbeat_mode = "ok"
+        other = sup.hold("other")
+        before = len(fake.runs.calls)
+        advance_to(sup, clock, 37_000)
+        assert len(fake.runs.calls) > before  # pulses went on while the hook was blocked
+        other.check()
+        advance_to(sup, clock, 38_000)  # 19 000 (reconfirmed) + 19 000: the receipt never finished
+        assert slow.lost and lapses == [19_000]
+        other.check()
+    hook.set()
+
+
 def test_reconfirm_lost_to_a_peer_lapses(fake, clock):
     fake.runs.heartbeat_mode = "fail"
     fake.runs.reconfirm_mode = "lost"

@@ -164,6 +164,7 @@ class Supervisor:
         self._pulse: _Call | None = None
         self._pulse_sent = 0
         self._pulse_leases: list[Lease] = []
+        self._receipts: list[tuple[Lease, _Call, int, int]] = []
         self._next_pulse_ms: int | None = None
         self._thread: threading.Thread | None = None
         self._idle = threading.Condition()
@@ -245,6 +246,9 @@ class Supervisor:
         pulse = self._pulse
         # A pulse still in flight after a short grace is treated as hung: the loop is waiting on
         # the clock for it, which is exactly the idle state a test wants to observe.
+        young = time.monotonic() - _HUNG_S
+        if any(r[1].done.is_set() or r[1].began > young for r in self._receipts):
+            return False
         return pulse is None or (pulse.done.is_set() is False and time.monotonic() - pulse.began > _HUNG_S)
 
     # ------------------------------------------------------------------ the loop
@@ -252,6 +256,7 @@ class Supervisor:
         while not self._stop.is_set():
             now = self.clock.now_ms()
             self._collect_pulse(now)
+            self._collect_receipts(now)
             self._check_deadlines(now)
             self._maybe_pulse(now)
             self._wait(now)
@@ -261,6 +266,7 @@ class Supervisor:
             wake_at: list[int] = [lease.deadline_ms for lease in self._leases.values() if lease.error is None]
             if self._pulse is None and self._next_pulse_ms is not None:
                 wake_at.append(self._next_pulse_ms)
+            wake_at += [r[3] for r in self._receipts]
         until = min(wake_at) if wake_at else None
         with self._idle:
             self._idle_at = now
@@ -268,6 +274,8 @@ class Supervisor:
         self._wake.clear()
         while not self._stop.is_set():
             if self._pulse is not None and self._pulse.done.is_set():
+                break
+            if any(r[1].done.is_set() for r in self._receipts):
                 break
             if self._wake.wait(_POLL_S):
                 break
@@ -351,9 +359,23 @@ class Supervisor:
             lease.reconfirmations += 1
             # The receipt (journal entry, then the caller's hook) must finish inside the renewed
             # budget; reconfirmation time is already subtracted because the budget counts from ``now``.
+            # It runs beside the loop, so a slow hook never holds back the pulses of other runs.
             receipt = _Call(lambda lease=lease, unconfirmed=unconfirmed: self._receipt(lease, unconfirmed))
-            if not self._wait_call(receipt, lease.deadline_ms) or receipt.error is not None:
-                self._lapse(lease, unconfirmed)
+            self._receipts.append((lease, receipt, unconfirmed, lease.deadline_ms))
+
+    def _collect_receipts(self, now: int) -> None:
+        pending = []
+        for lease, call, unconfirmed, deadline in self._receipts:
+            if call.done.is_set():
+                if call.error is not None:
+                    self._lapse(lease, unconfirmed)
+            elif now >= deadline or lease.released:
+                # A blocked receipt lapses the lease at the renewed deadline (seed leases.md).
+                if not lease.released:
+                    self._lapse(lease, unconfirmed)
+            else:
+                pending.append((lease, call, unconfirmed, deadline))
+        self._receipts = pending
 
     def _receipt(self, lease: Lease, unconfirmed_ms: int) -> None:
         if self.journal_reconfirm:
