@@ -42,7 +42,7 @@ from fencepost.runstore.outcomes import Activated, Claimed, GuardFailed, Recover
 from fencepost.runstore.ownership import Lease, LeaseLost, Supervisor
 from fencepost.runstore.rows import LivenessEvidence, RunRow, RunSnapshot
 
-__all__ = ["Cancelled", "RunContext", "Suspend", "Worker", "WorkerStats", "default_owner"]
+__all__ = ["Cancelled", "RunContext", "Stopping", "Suspend", "Worker", "WorkerStats", "default_owner"]
 
 log = logging.getLogger("fencepost.worker")
 
@@ -52,6 +52,10 @@ _decode = msgspec.json.Decoder()
 
 class Cancelled(Exception):
     """Cancellation was requested for the run; raised from ``RunContext.check()`` / ``checkpoint()``."""
+
+
+class Stopping(Exception):
+    """The worker is shutting down; raised from ``check()`` so the run is parked ``suspended``."""
 
 
 class Suspend(Exception):
@@ -103,10 +107,13 @@ class RunContext:
         return self._cancelled.is_set()
 
     def check(self) -> None:
-        """Raise ``LeaseLost`` if the lease is gone, ``Cancelled`` if cancellation was requested."""
+        """Raise ``LeaseLost`` if the lease is gone, ``Cancelled`` if cancellation was requested,
+        ``Stopping`` if the worker is shutting down (the run is then parked ``suspended``)."""
         self.lease.check()
         if self._cancelled.is_set():
             raise Cancelled(self.run_id)
+        if self.worker._stopping.is_set():
+            raise Stopping(self.run_id)
 
     def checkpoint(self, state: Any) -> None:
         """Record ``state`` durably with a guarded ``running`` transition (the run stays owned).
@@ -154,6 +161,7 @@ class Worker:
         self._futures: dict[str, Future] = {}
         self._lock = threading.Lock()
         self._done = threading.Event()
+        self._stopping = threading.Event()
 
     def _count(self, name: str) -> None:
         with self._lock:
@@ -163,11 +171,12 @@ class Worker:
     def run(self, stop: threading.Event | None = None, *, until_idle: bool = False) -> WorkerStats:
         """Work until ``stop`` is set (or, with ``until_idle``, until nothing is claimable or running).
 
-        Returns the counts. When ``stop`` is set no new run is taken and the runs in hand are
-        finished (and settled) first; a killed process instead leaves them ``running`` until their
-        leases expire and a peer takes them over.
+        Returns the counts. When ``stop`` is set no new run is taken; runs in hand finish, or are
+        parked ``suspended`` (from their last checkpoint) when they next call ``check()``. A killed
+        process instead leaves them ``running`` until their leases expire and a peer takes them over.
         """
         stop = stop if stop is not None else threading.Event()
+        self._stopping.clear()
         clock = self.store.clock
         self.supervisor.start()
         pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="fencepost-run")
@@ -191,8 +200,10 @@ class Worker:
                     self._done.wait(0.05)
                     self._done.clear()
         finally:
-            # Let the runs in hand finish (their leases are still renewed meanwhile); nothing new
-            # is taken. A process that must stop at once is killed, and its leases simply expire.
+            # Nothing new is taken; runs in hand finish, or park ``suspended`` at their next
+            # ``check()`` (their leases are still renewed meanwhile). A process that must stop at
+            # once is killed instead, and its leases simply expire.
+            self._stopping.set()
             pool.shutdown(wait=True, cancel_futures=True)
             self._reap()
             self.supervisor.stop()
@@ -322,9 +333,10 @@ class Worker:
         except Cancelled:
             self._settle_cancelled(ctx)
             return
-        except Suspend as s:
+        except (Suspend, Stopping) as s:
             ctx.lease.check()
-            text = None if s.state is None else _json.encode(s.state).decode()
+            state = s.state if isinstance(s, Suspend) else None
+            text = None if state is None else _json.encode(state).decode()
             outcome = runs.transition_owned(ctx.run_id, self.owner, "suspended", state_json=text,
                                             guard={"cancel_requested": "absent"})
             if isinstance(outcome, GuardFailed):

@@ -332,3 +332,27 @@ def test_a_lost_fence_stops_the_function_and_the_worker_does_not_settle(store, c
     assert not t.is_alive()
     assert worker.stats.lost == 1 and worker.stats.takeovers == 1
     assert store.runs.get("r000").status == "completed"
+
+
+def test_stopping_the_worker_parks_runs_in_hand_as_suspended_from_their_checkpoint(store):
+    _create(store, 1, state={"step": 0})
+    inside = threading.Event()
+
+    def fn(ctx: RunContext):
+        ctx.checkpoint({"step": 1})
+        inside.set()
+        while True:
+            ctx.check()
+            time.sleep(0.005)
+
+    worker = Worker(store, fn)
+    stop = threading.Event()
+    t = threading.Thread(target=worker.run, args=(stop,))
+    t.start()
+    assert inside.wait(10)
+    stop.set()
+    t.join(10)
+    assert not t.is_alive()
+    row = store.runs.get("r000")
+    assert row.status == "suspended" and msgspec.json.decode(row.state_json) == {"step": 1}
+    assert row.owner is None and worker.stats.suspended == 1
