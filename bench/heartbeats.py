@@ -12,7 +12,8 @@ printed with the ratio. Nothing is asserted: timing is for reading, not for CI.
 
 Usage::
 
-    .venv/bin/python bench/heartbeats.py [--runs 10000] [--reps 5] [--pg postgresql+psycopg://postgres@127.0.0.1:5432/test]
+    .venv/bin/python bench/heartbeats.py [--runs 10000] [--reps 5] [--only sqlite|postgresql]
+        [--pg postgresql+psycopg://postgres@127.0.0.1:5432/test]
 """
 
 from __future__ import annotations
@@ -118,6 +119,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=10_000)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--pg", default=os.environ.get("FENCEPOST_TEST_POSTGRES_URL"))
+    ap.add_argument("--only", choices=["sqlite", "postgresql"], default=None, help="Run one backend only.")
     args = ap.parse_args()
     print(f"one heartbeat_many per interval for {args.runs:,} running runs, {args.reps} alternating reps")
     with tempfile.TemporaryDirectory() as tmp:
@@ -128,8 +130,9 @@ def main() -> None:
             c.execute("PRAGMA busy_timeout = 10000")
             return c
 
-        bench_backend("sqlite", f"sqlite:///{a}", f"sqlite:///{b}", connect, "sqlite", args.runs, args.reps, None)
-    if args.pg:
+        if args.only != "postgresql":
+            bench_backend("sqlite", f"sqlite:///{a}", f"sqlite:///{b}", connect, "sqlite", args.runs, args.reps, None)
+    if args.pg and args.only != "sqlite":
         import psycopg
 
         base = args.pg
