@@ -41,6 +41,8 @@ class Prepared:
     def _bind(self, order: tuple[str, ...] | None, defaults: dict[str, Any], params: Mapping[str, Any]) -> Any:
         if order is None:
             return {**defaults, **params} if defaults else params
+        if not defaults:
+            return tuple(map(params.__getitem__, order))
         return tuple(params[n] if n in params else defaults[n] for n in order)
 
     def execute(self, conn: Connection, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:

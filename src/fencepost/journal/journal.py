@@ -37,12 +37,29 @@ MAXIMUM_EVENT_TYPES = 64
 
 _decode_any = msgspec.json.Decoder()
 
+# Run ids, source ids, event types and owners repeat on every append; remember the valid ones.
+_valid: set[object] = set()
+_VALID_CACHE = 4096
+
+
+def _id_problem(value: object) -> str | None:
+    if type(value) is str and value in _valid:
+        return None
+    p = identifier_problem(value)
+    if p is None:
+        if len(_valid) >= _VALID_CACHE:
+            _valid.clear()
+        _valid.add(value)
+    return p
+
 
 def _owner_problem(owner: object) -> str | None:
     # A malformed fence is invalid input; a well-formed owner that holds nothing (including an
     # empty host or nonce, which no lease row can carry) is ``fence_lost`` (JF-04).
     if type(owner) is not OwnerId:
         return "must be an OwnerId"
+    if type(owner.pid) is int and (owner.host_id, owner.pid, owner.nonce) in _valid:
+        return None
     if not is_safe_int(owner.pid):
         return "pid must be a non-negative safe integer"
     for name, value in (("host_id", owner.host_id), ("nonce", owner.nonce)):
@@ -50,13 +67,16 @@ def _owner_problem(owner: object) -> str | None:
             return f"{name} must be a string"
         if value and identifier_problem(value):
             return f"{name} {identifier_problem(value)}"
+    if len(_valid) >= _VALID_CACHE:
+        _valid.clear()
+    _valid.add((owner.host_id, owner.pid, owner.nonce))
     return None
 
 
 def _input_problem(run_id: object, event_type: object, source_id: object, source_seq: object,
                    dedupe: object) -> str | None:
     for name, value in (("run_id", run_id), ("event_type", event_type), ("source_id", source_id)):
-        p = identifier_problem(value)
+        p = _id_problem(value)
         if p:
             return f"{name} {p}"
     if source_seq is not None and not (is_safe_int(source_seq) and source_seq < SAFE_MAX):  # type: ignore[operator]
@@ -172,17 +192,24 @@ class Journal:
                 raise JournalError("invalid_event", method, f"{method} requires a well-formed owner fence ({p})")
         if type(entries) not in (list, tuple) or not entries:
             raise JournalError("invalid_event", method, "entries must be a non-empty list")
+        p = _input_problem(run_id, "event", source_id, None, dedupe)
+        if p:
+            raise JournalError("invalid_event", method, f"event violates the journal input contract: {p}")
         redact = self._redactor()
+        checked_types: set[str] = set()
         items = []
         for e in entries:
             if type(e) is not NewEntry:
                 raise JournalError("invalid_event", method, "entries must be NewEntry values")
-            p = _input_problem(run_id, e.event_type, source_id, e.source_seq, dedupe)
-            if p:
-                raise JournalError("invalid_event", method, f"event violates the journal input contract: {p}")
+            event_type, source_seq = e.event_type, e.source_seq
+            if event_type not in checked_types or source_seq is not None:
+                p = _input_problem(run_id, event_type, source_id, source_seq, dedupe)
+                if p:
+                    raise JournalError("invalid_event", method, f"event violates the journal input contract: {p}")
+                checked_types.add(event_type)
             payload_json = _append.prepare(e.payload, "payload", redact, method)
-            meta_json = _append.prepare(e.meta if e.meta is not None else {}, "meta", redact, method)
-            items.append((e.event_type, payload_json, meta_json, e.source_seq))
+            meta_json = "{}" if e.meta is None else _append.prepare(e.meta, "meta", redact, method)
+            items.append((event_type, payload_json, meta_json, source_seq))
         return items, self._now(method)
 
     def _append_body(self, conn: Connection, run_id: str, items: list[tuple[str, str, str, int | None]],
