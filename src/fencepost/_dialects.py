@@ -96,10 +96,13 @@ class SqliteBackend(Backend):
 
         @event.listens_for(engine, "begin")
         def _begin(conn: Connection) -> None:
-            if conn.get_execution_options().get("fencepost_write"):
-                conn.exec_driver_sql("BEGIN IMMEDIATE")
-            else:
-                conn.exec_driver_sql("BEGIN")
+            # Straight to the driver (SQLAlchemy's per-statement machinery costs more than the BEGIN
+            # itself on short transactions); errors are re-wrapped so busy still classifies as transient.
+            sql = "BEGIN IMMEDIATE" if conn.get_execution_options().get("fencepost_write") else "BEGIN"
+            try:
+                conn.connection.driver_connection.execute(sql)  # type: ignore[union-attr]
+            except sqlite3.Error as exc:
+                raise DBAPIError.instance(sql, None, exc, sqlite3.Error, dialect=conn.dialect) from None
 
     def is_transient(self, exc: BaseException) -> bool:
         if isinstance(exc, DBAPIError):
