@@ -197,7 +197,7 @@ class Worker:
                 if until_idle and took == 0 and not self._futures and not self._waiting_for_leases():
                     break
                 if took == 0 or not free:
-                    self._done.wait(0.05)
+                    self._done.wait(0.1)
                     self._done.clear()
         finally:
             # Nothing new is taken; runs in hand finish, or park ``suspended`` at their next
