@@ -363,6 +363,34 @@ def test_supervise_lapse_calls_on_lapse_then_cancels(fake, clock):
     assert lapses == [19_000]
 
 
+def test_a_shared_supervisor_cancels_only_the_task_whose_fence_was_lost(fake, clock):
+    lost_runs = {"r2"}
+    fake.runs.heartbeat_many = lambda owner, run_ids, now_ms: {
+        r: (FenceLost() if r in lost_runs else Updated(heartbeat_at_ms=now_ms)) for r in run_ids}
+    sup = Supervisor(fake, A)
+
+    async def owned(run_id: str, ticks: int):
+        async with supervise(fake, run_id, A, supervisor=sup):
+            for _ in range(ticks):
+                await asyncio.sleep(0.01)
+        return run_id
+
+    async def main():
+        t1 = asyncio.create_task(owned("r1", 100))
+        t2 = asyncio.create_task(owned("r2", 10_000))
+        await asyncio.sleep(0.05)
+        clock.set(1000)
+        results = await asyncio.wait_for(asyncio.gather(t1, t2, return_exceptions=True), 10)
+        return results
+
+    try:
+        first, second = asyncio.run(main())
+    finally:
+        sup.stop()
+    assert first == "r1"
+    assert isinstance(second, LeaseLost) and second.reason == "FenceLost"
+
+
 def test_supervise_body_that_finishes_is_not_cancelled(fake, clock):
     async def main():
         async with supervise(fake, "r1", A):
