@@ -34,7 +34,9 @@ class Prepared:
         if found is None:
             compiled = self.stmt.compile(dialect=conn.dialect)
             order = tuple(compiled.positiontup) if compiled.positional and compiled.positiontup else None
-            found = (str(compiled), order, dict(compiled.params))
+            # compiled.params lists every bind; only those with a value (LIMIT 1 ...) are defaults.
+            defaults = {k: v for k, v in compiled.params.items() if v is not None}
+            found = (str(compiled), order, defaults)
             self._compiled[name] = found
         return found
 

@@ -320,7 +320,7 @@ class Redaction:
         # Strings and keys repeat a lot (statuses, step names, member names): remember what short
         # ones became. Only strings that passed the durable-text check are cached.
         self._strings: dict[str, str] = {}
-        self._keys: dict[str, str] = {}
+        self._keys: dict[str, tuple[str, bool]] = {}
 
     @classmethod
     def noop(cls) -> Redaction:
@@ -359,13 +359,14 @@ class Redaction:
             text = new
         return text
 
-    def _key(self, key: str) -> str:
+    def _key(self, key: str) -> tuple[str, bool]:
+        """What ``key`` becomes, and whether the value under it is a credential by name."""
         found = self._keys.get(key)
         if found is None:
             problem = text_problem(key)
             if problem:
                 raise NotDurable(f"key {problem}")
-            found = key if self.text(key) == key else REDACTED
+            found = (key if self.text(key) == key else REDACTED, self.structural and is_sensitive_key(key))
             if len(key) <= _CACHED_LENGTH:
                 if len(self._keys) >= _CACHE_SIZE:
                     self._keys.clear()
@@ -424,14 +425,28 @@ class Redaction:
 
     def _walk_dict(self, value: dict[Any, Any], depth: int, st: _Walk) -> dict[Any, Any]:
         out: dict[Any, Any] = {}
+        keys, strings = self._keys, self._strings
         for k, v in dict.items(value):
             if type(k) is not str:
                 raise NotDurable("has a key that is not a string")
-            st.nodes += 1
-            if self.structural and is_sensitive_key(k) and not _is_token_counter(k, v):
-                out[self._key(k)] = REDACTED
+            new_key, sensitive = keys.get(k) or self._key(k)
+            if sensitive and not _is_token_counter(k, v):
+                st.nodes += 2
+                out[new_key] = REDACTED
+                continue
+            # Scalars inline: most members are short strings and numbers.
+            t = type(v)
+            if t is str:
+                st.nodes += 2
+                out[new_key] = strings.get(v) or self._string(v)
+            elif t is int or t is bool or v is None:
+                st.nodes += 2
+                out[new_key] = v
             else:
-                out[self._key(k)] = self._walk(v, depth + 1, st)
+                st.nodes += 1
+                out[new_key] = self._walk(v, depth + 1, st)
+        if st.nodes > self.max_nodes:
+            raise NotDurable(f"exceeds the node limit of {self.max_nodes}")
         return out
 
     def _walk_list(self, value: list[Any] | tuple[Any, ...], depth: int, st: _Walk) -> list[Any]:
