@@ -113,3 +113,10 @@ def test_projection_status_is_read_only_on_a_target_never_built(run_cli, tmp_pat
     with sqlite3.connect(tmp_path / ".flows" / "flows.db") as conn:
         names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE name LIKE 'projection%'")]
     assert names == []
+
+
+@pytest.mark.parametrize("args", [["runs", "cancel", "r1"], ["source", "rotate"]], ids=["runs cancel", "source rotate"])
+def test_write_commands_on_a_missing_database_do_not_create_one(run_cli, tmp_path, args):
+    result = run_cli(*args)
+    assert_one_line_error(result)
+    assert not (tmp_path / ".flows").exists()

@@ -50,9 +50,19 @@ def read_store() -> Any:
     return click.get_current_context().find_object(CliContext).store(readonly=True)
 
 
-def write_store() -> Any:
-    """The store of the current invocation, opened for writing (created and migrated if needed)."""
-    return click.get_current_context().find_object(CliContext).store(readonly=False)
+def write_store(*, create: bool = True) -> Any:
+    """The store of the current invocation, opened for writing.
+
+    ``create=True`` creates and migrates the database if needed (``init``, ``demo``, ``worker``);
+    ``create=False`` first proves, read-only, that it already exists, so a mistyped URL given to
+    ``runs cancel`` or ``source rotate`` is an error instead of a new empty database.
+    """
+    obj = click.get_current_context().find_object(CliContext)
+    if not create and obj._store is None:
+        import fencepost
+
+        fencepost.open(obj.url, readonly=True).close()
+    return obj.store(readonly=False)
 
 
 def json_option(fn: Callable) -> Callable:

@@ -117,7 +117,7 @@ def source_rotate(as_json: bool) -> None:
 
     Example: fencepost source rotate
     """
-    position = write_store().feed.rotate_source()
+    position = write_store(create=False).feed.rotate_source()
     if as_json:
         print_json(position)
     else:

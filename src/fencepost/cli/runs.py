@@ -184,7 +184,7 @@ def runs_cancel(run_id: str, as_json: bool) -> None:
     """
     from fencepost.runstore.outcomes import AlreadyRequested, CancelRequested
 
-    store = write_store()
+    store = write_store(create=False)
     outcome = store.runs.request_cancel(run_id, store.clock.now_ms())
     if as_json:
         print_json(outcome)
