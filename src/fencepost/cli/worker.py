@@ -32,7 +32,7 @@ def load_task(ref: str) -> Any:
 
 
 def worker_process(url: str, task: str, concurrency: int, until_idle: bool, clock_spec: tuple[int, float] | None,
-                   prefix: str | None, results: Any, log_level: str = "WARNING") -> None:
+                   prefix: str | None, results: Any, log_level: str = "WARNING", liveness: str = "lease") -> None:
     """Entry point of one worker process: open the store, work until SIGTERM/SIGINT (or idle)."""
     import logging
 
@@ -40,6 +40,7 @@ def worker_process(url: str, task: str, concurrency: int, until_idle: bool, cloc
 
     logging.basicConfig(level=log_level, format=f"%(asctime)s worker {os.getpid()} %(levelname)s %(message)s")
     from fencepost.cli.demo import ScaledClock
+    from fencepost.runstore.liveness import same_host_pid_probe
     from fencepost.worker import Worker
 
     stop = threading.Event()
@@ -47,7 +48,8 @@ def worker_process(url: str, task: str, concurrency: int, until_idle: bool, cloc
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     clock = ScaledClock(*clock_spec) if clock_spec else None
     with fencepost.open(url, clock=clock) as store:
-        worker = Worker(store, load_task(task), concurrency=concurrency, run_prefix=prefix)
+        check = same_host_pid_probe if liveness == "pid" else None
+        worker = Worker(store, load_task(task), concurrency=concurrency, run_prefix=prefix, liveness=check)
         stats = worker.run(stop, until_idle=until_idle)
     if results is not None:
         results.put((os.getpid(), msgspec.json.encode(stats)))
@@ -55,13 +57,14 @@ def worker_process(url: str, task: str, concurrency: int, until_idle: bool, cloc
 
 def spawn_workers(url: str, n: int, *, task: str = DEFAULT_TASK, concurrency: int = 4, until_idle: bool = False,
                   clock_spec: tuple[int, float] | None = None, prefix: str | None = None,
-                  results: Any = None, log_level: str = "WARNING") -> list[Any]:
+                  results: Any = None, log_level: str = "WARNING", liveness: str = "lease") -> list[Any]:
     """Start ``n`` worker processes (spawned, so each opens its own connections)."""
     ctx = multiprocessing.get_context("spawn")
     procs = []
     for i in range(n):
         p = ctx.Process(target=worker_process, name=f"fencepost-worker-{i}",
-                        args=(url, task, concurrency, until_idle, clock_spec, prefix, results, log_level))
+                        args=(url, task, concurrency, until_idle, clock_spec, prefix, results, log_level,
+                              liveness))
         p.start()
         procs.append(p)
     return procs
@@ -78,12 +81,16 @@ def spawn_workers(url: str, n: int, *, task: str = DEFAULT_TASK, concurrency: in
 @click.option("--log-level", default="WARNING", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
               help="Log level of the worker processes (logs go to stderr).")
+@click.option("--liveness", type=click.Choice(["lease", "pid"]), default="lease", show_default=True,
+              help="How an expired owner is judged gone: its stale lease alone, or also a same-host pid probe.")
 @click.pass_obj
-def worker(obj: CliContext, processes: int, concurrency: int, task: str, until_idle: bool, log_level: str) -> None:
+def worker(obj: CliContext, processes: int, concurrency: int, task: str, until_idle: bool, log_level: str,
+           liveness: str) -> None:
     """Run worker processes that claim, heartbeat, checkpoint and settle runs.
 
-    Stops on Ctrl-C or SIGTERM (each process finishes the runs it holds), or with --until-idle once
-    nothing is left to do. Prints what each process did.
+    Stops on Ctrl-C or SIGTERM (runs in hand finish, or are parked suspended at their next check and
+    resumed later from their last checkpoint), or with --until-idle once nothing is left to do.
+    Prints what each process did.
 
     Example: fencepost worker -n 4 --until-idle
     """
@@ -95,7 +102,7 @@ def worker(obj: CliContext, processes: int, concurrency: int, task: str, until_i
     results = ctx.Queue()
     procs = spawn_workers(obj.resolved_url, processes, task=task, concurrency=concurrency,
                           until_idle=until_idle, results=results,
-                          log_level=log_level.upper())
+                          log_level=log_level.upper(), liveness=liveness)
     previous = signal.signal(signal.SIGTERM, lambda *_: [p.terminate() for p in procs])
     try:
         for p in procs:
