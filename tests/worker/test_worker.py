@@ -4,6 +4,7 @@ and several workers sharing one database. Every test runs on SQLite and PostgreS
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import Counter
@@ -356,3 +357,23 @@ def test_stopping_the_worker_parks_runs_in_hand_as_suspended_from_their_checkpoi
     row = store.runs.get("r000")
     assert row.status == "suspended" and msgspec.json.decode(row.state_json) == {"step": 1}
     assert row.owner is None and worker.stats.suspended == 1
+
+
+def test_pid_probe_liveness_takes_over_a_dead_same_host_owner_and_spares_a_live_one(store, clock):
+    import subprocess
+    import sys
+
+    from fencepost.runstore.liveness import same_host_pid_probe
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()  # reaped: its pid names no process now
+    me = OwnerId("host-z", 4242, "worker")
+    _create(store, 2)
+    _own(store, "r000", OwnerId("host-z", child.pid, "dead"))
+    _own(store, "r001", OwnerId("host-z", os.getpid(), "alive"))  # this very process: alive
+    clock.set(30_001)
+    worker = Worker(store, lambda ctx: {"ok": True}, owner=me, liveness=same_host_pid_probe)
+    taken = worker.take(5)
+    assert [r.run_id for r in taken] == ["r000"]
+    assert store.runs.get("r001").owner.nonce == "alive"
+    assert _facts(store, "r000")[-2:] == ["stolen", "activated"]
