@@ -11,7 +11,7 @@ import re
 import sqlite3
 from typing import Any
 
-from sqlalchemy import Text, case, event, func, literal, text
+from sqlalchemy import Text, bindparam, case, event, func, literal, text
 from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import Connection, Engine
@@ -64,6 +64,10 @@ class Backend:
 
     def json_string(self, column: Any, key: str) -> Any:
         """SQL for ``column``'s top-level ``key`` when it is a JSON string, else NULL (change-feed listing)."""
+        raise NotImplementedError
+
+    def any_of(self, column: Any, name: str) -> Any:
+        """``column`` equals one of the list bound as ``name`` (change-feed snapshot reads)."""
         raise NotImplementedError
 
 
@@ -125,6 +129,9 @@ class SqliteBackend(Backend):
 
     def greatest(self, a: Any, b: Any) -> Any:
         return func.max(a, b)
+
+    def any_of(self, column: Any, name: str) -> Any:
+        return column.in_(bindparam(name, expanding=True))
 
     def json_string(self, column: Any, key: str) -> Any:
         path = literal("$." + key)
@@ -197,6 +204,10 @@ class PostgresBackend(Backend):
 
     def greatest(self, a: Any, b: Any) -> Any:
         return func.greatest(a, b)
+
+    def any_of(self, column: Any, name: str) -> Any:
+        # One array parameter: PostgreSQL parses and plans `IN` with 200 parameters ~5x slower.
+        return column == func.any(bindparam(name, type_=pg_dialect.ARRAY(Text())))
 
     def json_string(self, column: Any, key: str) -> Any:
         doc = column.cast(pg_dialect.JSONB)

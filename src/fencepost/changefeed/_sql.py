@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import and_, bindparam, or_, select, update
 
 from fencepost._schema import flows_run_changes, flows_run_source, flows_runs
@@ -51,16 +53,27 @@ RUN_COLUMNS = (
     runs.waiting_request,
 )
 
-# Runs with their change rows (outer join: a run without one is a corrupt store, reported as such).
-READ_RUNS = (
-    select(*RUN_COLUMNS, changes.revision.label("change_revision"), changes.deleted.label("change_deleted"))
-    .select_from(flows_runs.outerjoin(flows_run_changes, changes.run_id == runs.run_id))
-    .where(runs.run_id.in_(bindparam("ids", expanding=True)))
-)
+_read_cache: dict[str, tuple[Any, Any]] = {}
 
-READ_TOMBSTONES = select(changes.run_id, changes.revision, changes.deleted).where(
-    changes.run_id.in_(bindparam("ids", expanding=True))
-)
+
+def read_statements(backend: Any) -> tuple[Any, Any]:
+    """``(runs with their change rows, change rows)`` for the ids bound as ``ids``, per backend.
+
+    The outer join keeps a run without a change row visible, so a corrupt store is reported as such.
+    """
+    cached = _read_cache.get(backend.name)
+    if cached is None:
+        runs_stmt = (
+            select(*RUN_COLUMNS, changes.revision.label("change_revision"), changes.deleted.label("change_deleted"))
+            .select_from(flows_runs.outerjoin(flows_run_changes, changes.run_id == runs.run_id))
+            .where(backend.any_of(runs.run_id, "ids"))
+        )
+        tomb_stmt = select(changes.run_id, changes.revision, changes.deleted).where(
+            backend.any_of(changes.run_id, "ids")
+        )
+        cached = _read_cache[backend.name] = (runs_stmt, tomb_stmt)
+    return cached
+
 
 LIST_BASE = select(
     *RUN_COLUMNS, changes.revision.label("change_revision"), changes.deleted.label("change_deleted")

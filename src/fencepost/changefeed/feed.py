@@ -145,11 +145,12 @@ class ChangeFeed:
             if not ids:
                 return Batch(source, watermark, [])
             found: dict[str, Observed | Missing] = {}
-            for row in conn.execute(_sql.READ_RUNS, {"ids": ids}):
+            read_runs, read_tombstones = _sql.read_statements(self._store.db.backend)
+            for row in conn.execute(read_runs, {"ids": ids}):
                 found[row.run_id] = decode_run(row, source, watermark)
             absent = [i for i in ids if i not in found]
             if absent:
-                for run_id, revision, deleted in conn.execute(_sql.READ_TOMBSTONES, {"ids": absent}):
+                for run_id, revision, deleted in conn.execute(read_tombstones, {"ids": absent}):
                     if deleted != 1:
                         raise Corrupt("a live change row has no run row")
                     if not is_safe_int(revision) or revision == 0 or revision > watermark:

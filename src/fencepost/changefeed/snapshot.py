@@ -87,7 +87,7 @@ def _flow_name(state_json: object) -> str | None:
 
 
 def decode_run(row: Any, source: str, watermark: int) -> Observed:
-    """Turn one ``READ_RUNS`` / listing row into an ``Observed`` at its own change revision."""
+    """Turn one snapshot-read or listing row into an ``Observed`` at its own change revision."""
     (run_id, status, state_json, created, started, finished, heartbeat, owner_host, owner_pid, owner_nonce,
      cancel_requested, ack_json, parent, lineage, ordinal, reason, token, wake, request_json,
      revision, deleted) = row
