@@ -255,3 +255,28 @@ def test_dropped_lease_table_is_persistence_failed_and_writes_nothing(store):
         assert e.value.code == "persistence_failed"
     assert store.runs.get("r").status == "running"
     assert store.runs.get("p").claimant is None
+
+
+class _Failing(SqlConsensus):
+    def __init__(self, exc):
+        self.exc = exc
+
+    def claim(self, conn, run_id, claimant, now_ms):
+        raise self.exc
+
+
+@pytest.mark.parametrize("exc,code", [
+    (RuntimeError("sk-live-SECRET"), "persistence_failed"),
+    (__import__("fencepost._durable", fromlist=["DbFailure"]).DbFailure("constraint", "23505"), "constraint"),
+], ids=["defect", "db-constraint"])
+def test_failing_strategy_is_a_store_error_without_values(db_url, clock, exc, code):
+    """OC-16: a strategy failure becomes RunStoreError; no secret text; the row is untouched."""
+    import fencepost
+
+    with fencepost.open(db_url, clock=clock, consensus=_Failing(exc)) as store:
+        store.runs.create("r", "{}")
+        with pytest.raises(RunStoreError) as e:
+            store.runs.claim("r", PENDING, A, 0)
+        assert e.value.code == code and "SECRET" not in str(e.value) and "SECRET" not in repr(e.value.cause)
+        row = store.runs.get("r")
+        assert (row.status, row.owner, row.claimant, row.heartbeat_at_ms) == ("pending", None, None, None)

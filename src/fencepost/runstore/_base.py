@@ -10,9 +10,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import SQLAlchemyError
 
 from fencepost._durable import DbFailure, map_failure
-from fencepost.errors import RunStoreError
+from fencepost.errors import FencepostError, RunStoreError
 from fencepost.journal import companion_stream
 from fencepost.journal.owner import OwnerId
 from fencepost.runstore import _checks as check
@@ -124,6 +125,15 @@ class StoreBase:
         except DbFailure as exc:
             err = map_failure(exc, RunStoreError, method, "run")
             err.cause = {"category": exc.category, "code": exc.code}  # type: ignore[attr-defined]
+            raise err from None
+        except (FencepostError, SQLAlchemyError):
+            raise  # ours, or a transient driver error an outer write must see to retry
+        except Exception as exc:
+            # A defect inside an injected strategy: persistence_failed, its type kept, never its text
+            # (it may quote values).
+            err = check.refuse(method, "run persistence failed",
+                               {"category": "persistence_failed", "reason": type(exc).__name__},
+                               code="persistence_failed")
             raise err from None
 
     def _read(self, method: str, fn: Callable[[Connection], Any]) -> Any:
