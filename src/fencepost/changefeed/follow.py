@@ -135,8 +135,8 @@ class _SqliteWaiter(_Waiter):
             for _changes in watchfiles.watch(
                 directory,
                 watch_filter=lambda _change, p: os.path.basename(p) in names,
-                debounce=50,
-                step=5,
+                debounce=20,
+                step=1,
                 stop_event=self._closed,
                 recursive=False,
                 rust_timeout=500,
