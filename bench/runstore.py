@@ -8,15 +8,17 @@ transaction boundaries (SQLite ``BEGIN IMMEDIATE``; PostgreSQL the per-schema ad
 Reps are interleaved (ours, raw, ours, raw, ...) and the median of the per-rep ratios is printed.
 Nothing is asserted: timing is for reading, not for CI.
 
+Also timed (no baseline): one ``heartbeat_many`` renewing ``--many`` runs (10 000 by default).
+
 Usage::
 
-    .venv/bin/python bench/runstore.py [--runs 200] [--reps 7] [--pg postgresql+psycopg://postgres@127.0.0.1:5432/test]
+    .venv/bin/python bench/runstore.py [--runs 200] [--reps 7] [--many 10000] \
+        [--pg postgresql+psycopg://postgres@127.0.0.1:5432/test]
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import sqlite3
 import statistics
@@ -164,11 +166,36 @@ def bench_backend(label: str, ours_url: str, raw_url: str, raw_connect: Any, kin
     raw.conn.close()
 
 
+def bench_heartbeat_many(label: str, url: str, n: int, reps: int) -> None:
+    """``heartbeat_many`` over ``n`` owned runs (rows and leases seeded in bulk), one write transaction each."""
+    from fencepost._schema import flows_consensus_leases, flows_runs
+
+    store = fencepost.open(url, clock=ManualClock(0))
+    ids = [f"hb-{i}" for i in range(n)]
+    owned = {"owner_host_id": OWNER.host_id, "owner_pid": OWNER.pid, "owner_nonce": OWNER.nonce}
+    with store.db.connect() as conn:
+        conn.execute(flows_runs.insert(), [{"run_id": r, "status": "running", "state_json": "{}", "created_at_ms": 0,
+                                            "heartbeat_at_ms": 0, **owned} for r in ids])
+        conn.execute(flows_consensus_leases.insert(), [{"run_id": r, "granted_at_ms": 0, "heartbeat_at_ms": 0, **owned}
+                                                       for r in ids])
+        conn.commit()
+    times = []
+    for rep in range(reps):
+        t0 = time.perf_counter()
+        got = store.runs.heartbeat_many(OWNER, ids, rep + 1)
+        times.append(time.perf_counter() - t0)
+        assert len(got) == n
+    print(f"{label:28s} heartbeat_many({n} runs): median {1000 * statistics.median(times):.0f} ms per call "
+          f"({' '.join(f'{1000 * t:.0f}' for t in times)} ms)")
+    store.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--pg", default=os.environ.get("FENCEPOST_TEST_POSTGRES_URL"))
+    ap.add_argument("--many", type=int, default=10_000, help="runs renewed per heartbeat_many call")
     args = ap.parse_args()
     print(f"hot path per run: claim_and_own + 3 heartbeat + transition_owned(completed) = 5 write transactions; "
           f"{args.runs} runs x {args.reps} interleaved reps")
@@ -185,6 +212,8 @@ def main() -> None:
 
             bench_backend(f"sqlite synchronous={sync}", f"sqlite:///{a}?synchronous={sync}", f"sqlite:///{b}",
                           connect, "sqlite", args.runs, args.reps, None)
+            bench_heartbeat_many(f"sqlite synchronous={sync}", f"sqlite:///{tmp}/many-{sync}.db?synchronous={sync}",
+                                 args.many, 5)
     if args.pg:
         import psycopg
 
@@ -202,11 +231,13 @@ def main() -> None:
         try:
             bench_backend("postgresql", f"{base}{sep}schema={s1}", f"{base}{sep}schema={s2}", pg_connect,
                           "postgresql", args.runs, args.reps, s2)
+            s3 = "bench_" + uuid.uuid4().hex[:8]
+            s2 = s2 + "," + s3  # dropped below
+            bench_heartbeat_many("postgresql", f"{base}{sep}schema={s3}", args.many, 5)
         finally:
             with psycopg.connect(dsn, autocommit=True) as c:
-                for s in (s1, s2):
+                for s in (s1, *s2.split(",")):
                     c.execute(f'DROP SCHEMA IF EXISTS "{s}" CASCADE')
-    _ = hashlib  # hashing happens inside the journal helpers both sides call
 
 
 if __name__ == "__main__":
