@@ -91,13 +91,14 @@ class _Call:
 
     def __init__(self, fn: Callable[[], Any]) -> None:
         self.done = threading.Event()
-        self.began = time.monotonic()
+        self.began: float | None = None  # set when the helper thread starts the call
         self.result: Any = None
         self.error: BaseException | None = None
         self._fn = fn
         threading.Thread(target=self._run, name="fencepost-lease-call", daemon=True).start()
 
     def _run(self) -> None:
+        self.began = time.monotonic()
         try:
             self.result = self._fn()
         except BaseException as exc:  # reported to the loop, which decides what a failure means
@@ -247,9 +248,9 @@ class Supervisor:
         # A pulse still in flight after a short grace is treated as hung: the loop is waiting on
         # the clock for it, which is exactly the idle state a test wants to observe.
         young = time.monotonic() - _HUNG_S
-        if any(r[1].done.is_set() or r[1].began > young for r in self._receipts):
+        if any(r[1].done.is_set() or r[1].began is None or r[1].began > young for r in self._receipts):
             return False
-        return pulse is None or (pulse.done.is_set() is False and time.monotonic() - pulse.began > _HUNG_S)
+        return pulse is None or (not pulse.done.is_set() and pulse.began is not None and pulse.began < young)
 
     # ------------------------------------------------------------------ the loop
     def _loop(self) -> None:
