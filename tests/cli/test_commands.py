@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 
@@ -175,3 +176,38 @@ def test_worker_command_settles_every_pending_run(run_cli, db_url):
     assert time.monotonic() - started < 60
     with fencepost.open(db_url, readonly=True) as store:
         assert {store.runs.get(f"w{i:02d}").status for i in range(12)} == {"completed"}
+
+
+def test_worker_command_on_sigterm_parks_runs_in_hand_as_suspended(db_url, tmp_path):
+    (tmp_path / "slow_task.py").write_text(
+        "import time\n"
+        "def work(ctx):\n"
+        "    ctx.checkpoint({'started': True})\n"
+        "    while True:\n"
+        "        ctx.check()\n"
+        "        time.sleep(0.01)\n"
+    )
+    with fencepost.open(db_url) as store:
+        for i in range(3):
+            store.runs.create(f"s{i}", "{}")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    env.pop("FENCEPOST_DB", None)
+    proc = subprocess.Popen([fencepost_exe(), "--db", db_url, "worker", "-n", "1", "--concurrency", "3",
+                             "--task", "slow_task:work"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    try:
+        deadline = time.monotonic() + 30
+        with fencepost.open(db_url, readonly=True) as store:
+            while {store.runs.get(f"s{i}").state_json for i in range(3)} != {'{"started":true}'}:
+                assert time.monotonic() < deadline, "worker never started the runs"
+                time.sleep(0.1)
+        proc.terminate()
+        _out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    with fencepost.open(db_url, readonly=True) as store:
+        rows = [store.runs.get(f"s{i}") for i in range(3)]
+    assert {r.status for r in rows} == {"suspended"} and all(r.owner is None for r in rows)
