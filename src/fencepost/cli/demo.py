@@ -152,33 +152,36 @@ def demo(obj: CliContext, n_runs: int, n_workers: int, speed: float, timeout: fl
         cancelled_ids: list[str] = []
         cancel_done = False
         deadline = started + timeout
-        while time.monotonic() < deadline:
-            counts = _status_counts(store, prefix)
-            settled = sum(counts[s] for s in TERMINAL)
-            progress.update(work, completed=settled)
-            if not killed and victim.is_alive() and settled >= n_runs // 5:
-                held = _held_by(store, prefix, victim.pid)
-                if held:
-                    victim.kill()
-                    victim.join()
-                    killed = held
-                    progress.console.print(f"[red]SIGKILLed worker {victim.pid}[/red] holding {len(held)} run(s): "
-                                           f"{', '.join(held)}; a peer takes them over once the lease expires")
-            if not cancel_done and settled >= n_runs // 3:
-                cancel_done = True
-                cancelled_ids = _cancel_some(store, prefix, n_runs)
-                progress.console.print(f"requested cancellation of {len(cancelled_ids)} run(s)")
-            if settled >= n_runs:
-                break
-            if not any(p.is_alive() for p in procs):
-                progress.console.print("[red]every worker process exited[/red]")
-                break
-            time.sleep(0.1)
-        for p in procs:
-            if p.is_alive():
-                p.terminate()
-        for p in procs:
-            p.join(10)
+        try:
+            while time.monotonic() < deadline:
+                counts = _status_counts(store, prefix)
+                settled = sum(counts[s] for s in TERMINAL)
+                progress.update(work, completed=settled)
+                if not killed and victim.is_alive() and settled >= n_runs // 5:
+                    held = _held_by(store, prefix, victim.pid)
+                    if held:
+                        victim.kill()
+                        victim.join()
+                        killed = held
+                        progress.console.print(f"[red]SIGKILLed worker {victim.pid}[/red] holding {len(held)} run(s): "
+                                               f"{', '.join(held)}; a peer takes them over once the lease expires")
+                if not cancel_done and settled >= n_runs // 3:
+                    cancel_done = True
+                    cancelled_ids = _cancel_some(store, prefix, n_runs)
+                    progress.console.print(f"requested cancellation of {len(cancelled_ids)} run(s)")
+                if settled >= n_runs:
+                    break
+                if not any(p.is_alive() for p in procs):
+                    progress.console.print("[red]every worker process exited[/red]")
+                    break
+                time.sleep(0.1)
+        finally:
+            # Never leave worker processes behind, whatever happened above.
+            for p in procs:
+                if p.is_alive():
+                    p.terminate()
+            for p in procs:
+                p.join(10)
 
     stop_projection.set()
     projector.join(10)
