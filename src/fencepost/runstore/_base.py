@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 MAXIMUM_RUN_JSON_DEPTH = 128
 MAXIMUM_RUN_JSON_NODES = 100_000
 
+# Field-less outcomes are immutable values: one shared instance each spares an allocation per call.
 NOT_FOUND = NotFound()
 ALREADY_CLAIMED = AlreadyClaimed()
 HEARTBEAT_FRESH = HeartbeatFresh()
