@@ -26,18 +26,41 @@ ROOT = Path(__file__).resolve().parents[2]
 KILLS = 20
 
 
+_spawned: list[subprocess.Popen[str]] = []
+
+
 def _spawn(source_url: str, target_url: str) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         [sys.executable, "-m", "tests.projections._crash_child", source_url, target_url, "7"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True,
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
+    _spawned.append(proc)
+    return proc
+
+
+@pytest.fixture(autouse=True)
+def _no_child_outlives_its_test():
+    yield
+    while _spawned:
+        proc = _spawned.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _why(proc: subprocess.Popen[str]) -> str:
+    """The exit status and last stderr lines of a child that stopped on its own."""
+    if proc.poll() is None:
+        return "still running"
+    assert proc.stderr is not None
+    return f"exit {proc.returncode}: {proc.stderr.read()[-2000:]}"
 
 
 def _wait_ready(proc: subprocess.Popen[str]) -> None:
     assert proc.stdout is not None
     line = proc.stdout.readline()
-    assert line.strip() == "ready", f"builder child did not start (exit {proc.poll()})"
+    assert line.strip() == "ready", f"builder child did not start ({_why(proc)})"
 
 
 def _full_rows(db: Database, table: str) -> dict[str, tuple]:
@@ -104,10 +127,13 @@ def test_builder_killed_at_random_points_applies_each_change_exactly_once(db_url
                 if successor is not None:
                     # The successor must still be waiting on the builder lock: two builders with
                     # one name on one target never apply at the same time.
-                    assert select.select([successor.stdout], [], [], 0)[0] == []
+                    early = select.select([successor.stdout], [], [], 0)[0]
+                    assert early == [], f"successor reported before the kill ({_why(successor)})"
+                assert proc.poll() is None, f"builder child stopped on its own ({_why(proc)})"
                 proc.send_signal(signal.SIGKILL)
                 proc.wait()
-                assert proc.returncode == -signal.SIGKILL
+                proc.stderr.close()
+                proc.stdout.close()
                 if successor is not None:
                     proc = successor
                     _wait_ready(proc)
