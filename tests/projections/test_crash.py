@@ -63,6 +63,17 @@ def _wait_ready(proc: subprocess.Popen[str]) -> None:
     assert line.strip() == "ready", f"builder child did not start ({_why(proc)})"
 
 
+def _applications(target: Database) -> int:
+    return target.read(lambda conn: conn.execute(text("SELECT COUNT(*) FROM test_projection_applications")).scalar())
+
+
+def _wait_for_applications(target: Database) -> None:
+    deadline = time.monotonic() + 60
+    while _applications(target) == 0:
+        assert time.monotonic() < deadline, "the first builder child applied nothing in 60 s"
+        time.sleep(0.02)
+
+
 def _full_rows(db: Database, table: str) -> dict[str, tuple]:
     def body(conn):
         rows = conn.execute(text(
@@ -123,6 +134,8 @@ def test_builder_killed_at_random_points_applies_each_change_exactly_once(db_url
                 if kill in (7, 14):
                     store.feed.rotate_source()
                 successor = _spawn(db_url, target_url) if kill < KILLS - 1 else None
+                if kill == 0:
+                    _wait_for_applications(target)  # a loaded machine must not kill before any page
                 time.sleep(rng.uniform(0.0, 0.3))
                 if successor is not None:
                     # The successor must still be waiting on the builder lock: two builders with
@@ -141,9 +154,7 @@ def test_builder_killed_at_random_points_applies_each_change_exactly_once(db_url
             stop.set()
             thread.join()
         assert mutations[0] > 50
-        killed_progress = target.read(lambda conn: conn.execute(
-            text("SELECT COUNT(*) FROM test_projection_applications")).scalar())
-        assert killed_progress > 0  # the killed builders did commit pages between kills
+        assert _applications(target) > 0  # the killed builders did commit pages between kills
 
         with ProjectionBuilder(store, target, CountingRunsByStatus(), lock_timeout=60) as builder:
             builder.catch_up()
