@@ -105,6 +105,7 @@ def append_prepared(
     emitted_at_ms: int,
     items: Sequence[tuple[str, str, str, int | None]],
     dedupe: str = "content",
+    method: str = "append",
 ) -> list[Accepted | Duplicate]:
     """Append already prepared ``(event_type, payload_json, meta_json, source_seq)`` items to one stream.
 
@@ -129,7 +130,7 @@ def append_prepared(
             source_seq = next_source
             if source_seq >= SAFE_MAX:
                 raise JournalError(
-                    "invalid_event", "append", "journal sequence is outside the allocatable safe integer range"
+                    "invalid_event", method, "journal sequence is outside the allocatable safe integer range"
                 )
         else:
             found = in_batch.get(source_seq)
@@ -141,14 +142,14 @@ def append_prepared(
             if found is not None:
                 if dedupe == "content" and not _same_content(found, event_type, payload_json, meta_json):
                     raise JournalError(
-                        "idempotency_conflict", "append",
+                        "idempotency_conflict", method,
                         f"producer:{source_seq} already holds an entry with other content",
                     )
                 receipts.append(Duplicate(seq=int(found[0]), source_seq=source_seq, position=int(found[1])))
                 continue
         if seq >= SAFE_MAX or position > SAFE_MAX:
             raise JournalError(
-                "invalid_event", "append", "journal sequence is outside the allocatable safe integer range"
+                "invalid_event", method, "journal sequence is outside the allocatable safe integer range"
             )
         chash = content_hash(event_type, payload_json, meta_json)
         row = {

@@ -221,19 +221,14 @@ class Journal:
             except JournalError:
                 raise
             except FencepostError as err:
-                if err.code == "fence_lost":
-                    raise JournalError("fence_lost", method, "owner does not hold the run") from None
-                raise
+                if err.code != "fence_lost":
+                    raise
+                held = False  # a strategy that raises fence_lost instead of answering False
             if not held:
                 raise JournalError("fence_lost", method, "owner does not hold the run")
-        try:
-            return _append.append_prepared(
-                conn, run_id=run_id, source_id=source_id, emitted_at_ms=now, items=items, dedupe=dedupe
-            )
-        except JournalError as err:
-            if err.method == method:
-                raise
-            raise JournalError(err.code, method, err.detail) from None
+        return _append.append_prepared(
+            conn, run_id=run_id, source_id=source_id, emitted_at_ms=now, items=items, dedupe=dedupe, method=method
+        )
 
     def _write(self, body: Callable[[Connection], T], method: str) -> T:
         try:
