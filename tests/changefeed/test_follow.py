@@ -38,10 +38,12 @@ class Follower:
     def wait_for(self, predicate: Callable[[list[Change]], bool], timeout: float = 10.0) -> bool:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if predicate(self.changes) or self.error is not None:
-                return predicate(self.changes)
+            if predicate(self.changes):
+                return True
+            if self.error is not None:
+                raise AssertionError(f"follow() failed after {self.ids()}") from self.error
             time.sleep(0.01)
-        return False
+        raise AssertionError(f"follow() yielded only {self.ids()} within {timeout}s")
 
     def ids(self) -> list[str]:
         return [c.run_id for c in self.changes]

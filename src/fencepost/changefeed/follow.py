@@ -72,8 +72,17 @@ def _sleep(seconds: float, stop: _Stop) -> None:
 class _Waiter:
     """Base waiter: no hints at all, only the fallback poll."""
 
+    # Re-confirmation delays after a hint that ``changed()`` did not confirm (SQLite only).
+    settle: tuple[float, ...] = ()
+
     def __init__(self) -> None:
         self.hint = threading.Event()
+        self.hint_at = float("-inf")
+
+    def note_hint(self) -> None:
+        """Called by the hint source (a watcher thread): something may have committed."""
+        self.hint_at = time.monotonic()
+        self.hint.set()
 
     def before_query(self) -> None:
         self.hint.clear()
@@ -82,9 +91,14 @@ class _Waiter:
         """Confirm a hint (or a due poll): True means "page again"."""
         return True
 
+    def _rechecks(self, now: float) -> list[float]:
+        return [t for t in (self.hint_at + d for d in self.settle) if t > now]
+
     def wait(self, stop: _Stop, poll_interval: float) -> None:
         deadline = time.monotonic() + poll_interval
-        rechecks: list[float] = []
+        # A hint consumed just before the last query may belong to a commit that was not yet
+        # visible to it: keep confirming for a moment after every hint, not only after new ones.
+        rechecks = self._rechecks(time.monotonic())
         while not stop.is_set():
             now = time.monotonic()
             if now >= deadline:
@@ -102,17 +116,17 @@ class _Waiter:
                 self.hint.clear()
                 if self.changed():
                     return
-                # The file event can precede the commit's visibility (SQLite writes the WAL frames,
-                # syncs, and only then publishes the commit in shared memory, which raises no file
-                # event): confirm again over the next second before going back to sleep.
-                base = time.monotonic()
-                rechecks = [base + d for d in SETTLE]
+                rechecks = self._rechecks(time.monotonic())
 
     def close(self) -> None:
         pass
 
 
 class _SqliteWaiter(_Waiter):
+    # SQLite writes the WAL frames (the file event), syncs, and only then publishes the commit in
+    # shared memory, which raises no file event: an event can precede the commit's visibility.
+    settle = SETTLE
+
     def __init__(self, feed: ChangeFeed) -> None:
         super().__init__()
         db = feed._store.db
@@ -132,17 +146,23 @@ class _SqliteWaiter(_Waiter):
             import watchfiles
 
             names = self._names
-            for _changes in watchfiles.watch(
+            ready = False
+            # yield_on_timeout: the first (possibly empty) yield proves the OS watch is registered.
+            # Commits that landed before that moment raised no event, so that first yield is a hint
+            # too: it makes the follower compare PRAGMA data_version with its last baseline.
+            for changes in watchfiles.watch(
                 directory,
                 watch_filter=lambda _change, p: os.path.basename(p) in names,
                 debounce=20,
                 step=1,
                 stop_event=self._closed,
                 recursive=False,
-                rust_timeout=500,
-                yield_on_timeout=False,
+                rust_timeout=100,
+                yield_on_timeout=True,
             ):
-                self.hint.set()
+                if changes or not ready:
+                    ready = True
+                    self.note_hint()
         except Exception:  # no watcher (inotify limits ...): the poll still runs
             if not self._closed.is_set():
                 log.warning("change-feed file watcher stopped; relying on the fallback poll", exc_info=True)
@@ -223,16 +243,16 @@ class _PostgresWaiter(_Waiter):
                 self._conn = conn
             backoff = 0.05
             # Notifications sent while we were not listening are lost: page once now.
-            self.hint.set()
+            self.note_hint()
             try:
                 while not self._closed.is_set():
                     for note in conn.notifies(timeout=0.5):
                         if note.payload == self._schema:
-                            self.hint.set()
+                            self.note_hint()
             except Exception:  # connection lost: reconnect and re-query
                 if not self._closed.is_set():
                     log.info("change-feed listener lost its connection; reconnecting")
-                self.hint.set()
+                self.note_hint()
             finally:
                 with self._lock:
                     self._conn = None
