@@ -228,3 +228,23 @@ def test_throughput_counts_only_after_the_outermost_commit(otel, mstore):
     assert list(d().values()) == [0]
     assert mstore.runs.transition_owned(r, A, "completed") == Transitioned()
     assert list(d().values()) == [1]
+
+
+class _Interrupted(__import__("fencepost.journal.consensus", fromlist=["SqlConsensus"]).SqlConsensus):
+    def claim(self, conn, run_id, claimant, now_ms):
+        raise KeyboardInterrupt
+
+
+def test_interrupted_call_is_counted_and_closes_its_span_as_interrupt(otel, db_url, clock):
+    """SP-03 analogue: an interruption inside the write closes the span with outcome ``interrupt``."""
+    import fencepost
+
+    otel["exporter"].clear()
+    d = Delta(otel, [key("flows_run_claims", op="claim", outcome="interrupt")])
+    with fencepost.open(db_url, clock=clock, consensus=_Interrupted()) as store:
+        store.runs.create("r", "{}")
+        with pytest.raises(KeyboardInterrupt):
+            store.runs.claim("r", PENDING, A, 0)
+        assert store.runs.get("r").claimant is None
+    assert list(d().values()) == [1]
+    assert spans(otel, "RunStore.claim")[-1].attributes["outcome"] == "interrupt"
