@@ -286,3 +286,48 @@ def test_acknowledge_cancel_sequence(store):
     assert ack == {"observedAtMs": 4, "owner": msgspec.to_builtins(A.to_json())}
     with pytest.raises(RunStoreError):
         runs.acknowledge_cancel("", A, 1)
+
+
+def _trigger(store, name, run_id, action):
+    """A BEFORE UPDATE OF cancel_requested_at_ms trigger on one run: ``abort`` or ``ignore``."""
+    from .conftest import raw_exec
+
+    if store.db.name == "sqlite":
+        body = "SELECT RAISE(ABORT, 'refused');" if action == "abort" else "SELECT RAISE(IGNORE);"
+        raw_exec(store, f"CREATE TRIGGER {name} BEFORE UPDATE OF cancel_requested_at_ms ON flows_runs "
+                        f"WHEN OLD.run_id = '{run_id}' BEGIN {body} END")
+    else:
+        stmt = "RAISE EXCEPTION 'refused' USING ERRCODE = '23514';" if action == "abort" else "RETURN NULL;"
+        raw_exec(store, f"CREATE FUNCTION {name}_fn() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN {stmt} END; $$")
+        raw_exec(store, f"CREATE TRIGGER {name} BEFORE UPDATE OF cancel_requested_at_ms ON flows_runs FOR EACH ROW "
+                        f"WHEN (OLD.run_id = '{run_id}') EXECUTE FUNCTION {name}_fn()")
+
+
+def test_lineage_request_is_atomic_when_one_round_refuses(store):
+    """LN-01: a refused round fails the whole request; no round keeps a request."""
+    from .conftest import raw_exec
+
+    _lineage(store)
+    _trigger(store, "refuse_next", "next", "abort")
+    with pytest.raises(RunStoreError) as e:
+        store.runs.request_cancel_lineage("root", 100)
+    assert e.value.code == "constraint"
+    assert [r.cancel_requested_at_ms for r in store.runs.lineage("root")] == [None, None]
+    raw_exec(store, "DROP TRIGGER refuse_next" + (" ON flows_runs" if store.db.name == "postgresql" else ""))
+    assert store.runs.request_cancel_lineage("root", 200) == CancelRequested(200)
+    assert [r.cancel_requested_at_ms for r in store.runs.lineage("root")] == [200, 200]
+
+
+def test_silently_ignored_request_is_a_write_invariant_failure(store):
+    """RM-18, LN-10: a live row that refuses the write without an error is persistence_failed."""
+    store.runs.create("run", "{}")
+    store.runs.create("stuck-0", "{}", lineage_id="stuck-0", round_ordinal=0)
+    _trigger(store, "ignore_run", "run", "ignore")
+    _trigger(store, "ignore_stuck", "stuck-0", "ignore")
+    with pytest.raises(RunStoreError) as e:
+        store.runs.request_cancel("run", 500)
+    assert e.value.code == "persistence_failed" and e.value.cause == {"runId": "run", "stage": "write-invariant"}
+    with pytest.raises(RunStoreError) as e:
+        store.runs.request_cancel_lineage("stuck-0", 500)
+    assert e.value.cause == {"runId": "stuck-0", "stage": "write-invariant"}
+    assert store.runs.get("run").cancel_requested_at_ms is None
