@@ -331,3 +331,37 @@ def test_silently_ignored_request_is_a_write_invariant_failure(store):
         store.runs.request_cancel_lineage("stuck-0", 500)
     assert e.value.cause == {"runId": "stuck-0", "stage": "write-invariant"}
     assert store.runs.get("run").cancel_requested_at_ms is None
+
+
+@pytest.mark.parametrize("rounds", [2, 200])
+def test_lineage_request_is_one_statement_whatever_the_size(mstore, monkeypatch, rounds):
+    """LN-07: one statement to request, two to answer AlreadyRequested; state_json never read."""
+    from fencepost.runstore import _sql as q
+
+    from .conftest import fresh
+
+    root = fresh("lin")
+    state = '{"pad":"' + "x" * 4096 + '"}'
+    for i in range(rounds):
+        rid = root if i == 0 else f"{root}-{i}"
+        mstore.runs.create(rid, state, lineage_id=root, round_ordinal=i)
+        if i < rounds - 1:
+            mstore.runs.claim_and_own(rid, PENDING, A, mstore.clock.now_ms())
+            mstore.runs.transition_owned(rid, A, "completed")
+    seen = []
+    real = q.run
+
+    def spy(conn, stmt, params):
+        seen.append(stmt)
+        return real(conn, stmt, params)
+
+    monkeypatch.setattr(q, "run", spy)
+    assert mstore.runs.request_cancel_lineage(root, 100) == CancelRequested(100)
+    assert seen == [q.REQUEST_CANCEL_LINEAGE]
+    seen.clear()
+    assert mstore.runs.request_cancel_lineage(root, 200) == AlreadyRequested(100)
+    assert seen == [q.REQUEST_CANCEL_LINEAGE, q.LINEAGE_CANCEL_STATE]
+    assert all("state_json" not in s.compiled(mstore.db.name)[0] for s in seen)
+    monkeypatch.undo()
+    assert mstore.runs.get(root).cancel_requested_at_ms is None
+    assert mstore.runs.get(f"{root}-{rounds - 1}").cancel_requested_at_ms == 100
