@@ -443,3 +443,15 @@ def test_heartbeat_is_monotonic(store):
     assert store.runs.heartbeat("r", A, 200) == Updated(200)
     assert store.runs.heartbeat("r", A, 150) == Updated(200)
     assert store.runs.get("r").heartbeat_at_ms == 200
+
+
+@pytest.mark.parametrize("end", ["completed", "failed", "cancelled"])
+def test_claim_and_own_never_revives_a_terminal_run(store, end):
+    """REFERENCE 2.2: claimAndOwn admits only pending, suspended and running rows."""
+    activate_new(store, "r", A)
+    store.runs.transition_owned("r", A, end)
+    row = store.runs.get("r")
+    assert store.runs.claim_and_own("r", row, B, 0) == SnapshotChanged()
+    assert store.runs.claim("r", row, B, 0) == SnapshotChanged()
+    after = store.runs.get("r")
+    assert (after.status, after.owner, after.claimant) == (end, None, None)

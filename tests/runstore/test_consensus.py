@@ -280,3 +280,29 @@ def test_failing_strategy_is_a_store_error_without_values(db_url, clock, exc, co
         assert e.value.code == code and "SECRET" not in str(e.value) and "SECRET" not in repr(e.value.cause)
         row = store.runs.get("r")
         assert (row.status, row.owner, row.claimant, row.heartbeat_at_ms) == ("pending", None, None, None)
+
+
+class _RefusesClaims(SqlConsensus):
+    def __init__(self):
+        self.refuse = False
+
+    def claim(self, conn, run_id, claimant, now_ms):
+        return Rejected("unavailable") if self.refuse else super().claim(conn, run_id, claimant, now_ms)
+
+
+def test_refused_re_grant_leaves_the_old_lease_and_no_fact(db_url, clock):
+    """Re-owning one's own stale run runs release + claim in a savepoint: a refusal undoes the release."""
+    import fencepost
+
+    from .conftest import facts
+
+    strategy = _RefusesClaims()
+    with fencepost.open(db_url, clock=clock, consensus=strategy) as store:
+        store.runs.create("r", "{}")
+        store.runs.claim_and_own("r", PENDING, A, 0)
+        clock.set(30_001)
+        strategy.refuse = True
+        assert store.runs.claim_and_own("r", running(A, 0), A, 30_001) == SnapshotChanged()
+        assert store.db.write(lambda c: store.consensus.guard(c, "r", A))
+        assert [f[0] for f in facts(store, "r")] == ["claimed", "activated"]
+        assert store.runs.heartbeat("r", A, 30_001) == Updated(30_001)

@@ -61,6 +61,8 @@ from fencepost.runstore.outcomes import (
 )
 from fencepost.runstore.rows import STATUSES, TERMINAL, LivenessEvidence, RunRow
 
+_OWNABLE = ("pending", "suspended", "running")
+
 
 class RunStore(Leases, Cancellation):
     """Runs, their ownership and their cancellation; see the module docstring for the contract."""
@@ -194,24 +196,34 @@ class RunStore(Leases, Cancellation):
 
             def tx(conn: Connection) -> Any:
                 g = q.run(conn, q.SELECT_GUARDED, {"run_id": run_id}).fetchone()
-                if g is None or not (matches(g, status, own, hb) and no_claim(g)) or (
+                if g is None or g[0] not in _OWNABLE or not (matches(g, status, own, hb) and no_claim(g)) or (
                         status == "running" and g[4] >= now - STALE_AFTER_MS):
                     return classify(g, now)
                 strategy = self._consensus
-                if own is None:
-                    d, kind = strategy.claim(conn, run_id, owner, now), "claimed"
-                elif own == owner:
+                if own == owner:
+                    # Re-owning the caller's own stale run: release, then a fresh grant. In a
+                    # savepoint, so a strategy that refuses the new grant leaves the old lease.
+                    savepoint = conn.begin_nested()
                     strategy.release(conn, run_id, owner)
+                    d = strategy.claim(conn, run_id, owner, now)
+                    if not isinstance(d, cs.Claimed) or not isinstance(
+                            strategy.activate(conn, run_id, owner, d.granted_at_ms, now), cs.Activated):
+                        savepoint.rollback()
+                        return classify(g, now)
+                    savepoint.commit()
                     self._fact(conn, run_id, "released", owner, None)
-                    d, kind = strategy.claim(conn, run_id, owner, now), "claimed"
+                    kind = "claimed"
                 else:
-                    d, kind = strategy.steal(conn, run_id, owner, now, ev), "stolen"
-                if not isinstance(d, cs.Claimed):
-                    return classify(g, now)
+                    if own is None:
+                        d, kind = strategy.claim(conn, run_id, owner, now), "claimed"
+                    else:
+                        d, kind = strategy.steal(conn, run_id, owner, now, ev), "stolen"
+                    if not isinstance(d, cs.Claimed):
+                        return classify(g, now)
+                    if not isinstance(strategy.activate(conn, run_id, owner, d.granted_at_ms, now), cs.Activated):
+                        strategy.release(conn, run_id, owner)  # compensate: the grant must not linger
+                        return classify(g, now)
                 grant = d.granted_at_ms
-                if not isinstance(strategy.activate(conn, run_id, owner, grant, now), cs.Activated):
-                    strategy.release(conn, run_id, owner)
-                    return classify(g, now)
                 self._fact(conn, run_id, kind, owner, grant)
                 self._fact(conn, run_id, "activated", owner, grant)
                 q.run(conn, q.SET_RUNNING, {"run_id": run_id, "started": now, "hb": now, **o_params(owner)})
