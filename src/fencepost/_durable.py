@@ -13,7 +13,9 @@ from __future__ import annotations
 import contextvars
 import os
 import random
+import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +51,24 @@ class CommitUnknown(Exception):
     def __init__(self, failure: DbFailure) -> None:
         self.failure = failure
         super().__init__("commit outcome unknown")
+
+
+class _Slot:
+    """One kept connection; released when its thread ends (the slot is collected) or on dispose."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self._finalizer = weakref.finalize(self, _close_quietly, conn)
+
+    def release(self) -> None:
+        self._finalizer()
+
+
+def _close_quietly(conn: Connection) -> None:
+    try:
+        conn.close()
+    except Exception:  # a connection already broken has nothing left to release
+        pass
 
 
 @dataclass
@@ -123,6 +143,10 @@ class Database:
             raise ValueError("unsupported database URL scheme (use sqlite:/// or postgresql://)")
         self.backend.configure(self.engine, readonly=readonly, options=options)
         self._read_options = self.backend.read_options()
+        self._local = threading.local()
+        self._slots: weakref.WeakSet[_Slot] = weakref.WeakSet()
+        self._slots_lock = threading.Lock()
+        self._pid = os.getpid()
 
     # ------------------------------------------------------------------ transactions
     def write(self, fn: Callable[[Connection], T]) -> T:
@@ -188,13 +212,38 @@ class Database:
                 raise self._failure(exc) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _once(self, fn: Callable[[Connection], T], *, write: bool) -> T:
+    def _connection(self, write: bool) -> Connection:
+        """This thread's write (or read) connection, kept between transactions.
+
+        Checking a connection out of the pool and wrapping it costs more than a short transaction
+        itself, so each thread keeps one connection per role with its options set once. A forked
+        child never reuses its parent's connections; a thread's connections return to the pool
+        when the thread ends, and ``dispose`` closes them all.
+        """
+        if self._pid != os.getpid():
+            self._local = threading.local()
+            self._slots = weakref.WeakSet()
+            self.engine.dispose(close=False)
+            self._pid = os.getpid()
+        slot = getattr(self._local, "write" if write else "read", None)
+        if slot is not None and not slot.conn.closed and not slot.conn.invalidated:
+            return slot.conn
+        if slot is not None:
+            slot.release()
         conn = self.engine.connect()
+        if write:
+            conn.execution_options(fencepost_write=True)
+        elif self._read_options:
+            conn.execution_options(**self._read_options)
+        slot = _Slot(conn)
+        setattr(self._local, "write" if write else "read", slot)
+        with self._slots_lock:
+            self._slots.add(slot)
+        return conn
+
+    def _once(self, fn: Callable[[Connection], T], *, write: bool) -> T:
+        conn = self._connection(write)
         try:
-            if write:
-                conn.execution_options(fencepost_write=True)
-            elif self._read_options:
-                conn.execution_options(**self._read_options)
             txn = _Txn(conn, write)
             active = dict(_current.get() or {})
             active[id(self)] = txn
@@ -219,8 +268,10 @@ class Database:
                     raise
             finally:
                 _current.reset(token)
-        finally:
-            conn.close()
+        except DBAPIError as exc:
+            if exc.connection_invalidated or conn.invalidated:
+                self._drop(write)
+            raise
         for callback in txn.after_commit:
             callback()
         return result
@@ -233,7 +284,20 @@ class Database:
         """A plain connection (autobegin) for migrations, tests and tools."""
         return self.engine.connect()
 
+    def _drop(self, write: bool) -> None:
+        slot = getattr(self._local, "write" if write else "read", None)
+        if slot is not None:
+            setattr(self._local, "write" if write else "read", None)
+            slot.release()
+
     def dispose(self) -> None:
+        """Close every connection, including the ones threads keep between transactions."""
+        with self._slots_lock:
+            slots = list(self._slots)
+            self._slots = weakref.WeakSet()
+        for slot in slots:
+            slot.release()
+        self._local = threading.local()
         self.engine.dispose()
 
     @property
