@@ -26,6 +26,7 @@ from fencepost import (
 )
 from fencepost.journal.owner import OwnerId
 
+from ._corrupt import disable_check_constraints
 from .conftest import PENDING, fresh, raw_exec, revision
 
 OWN = OwnerId("host-a", 42, "nonce-a")
@@ -215,23 +216,18 @@ def test_bad_finish_and_heartbeat_inputs(run1):
     ("meta_json", "'not-json'"), ("state", "''"), ("started_at_ms", "-1"), ("finished_at_ms", "-1"),
     ("heartbeat_at_ms", "-1"),
 ], ids=lambda v: str(v).strip("'"))
-def test_corrupt_attempt_rows_fail_decode(backend, tmp_path, column, value):
-    """AS-17, AS-18 (SQLite, CHECK constraints off)."""
-    if backend != "sqlite":
-        pytest.skip("CHECK constraints cannot be switched off on PostgreSQL; covered on SQLite")
-    from fencepost.clock import ManualClock
-
-    with fencepost.open(f"sqlite:///{tmp_path / 'a.db'}", clock=ManualClock(0)) as s:
-        s.runs.create("run-1", "{}")
-        s.runs.claim_and_own("run-1", PENDING, OWN, 0)
-        s.attempts.put(att("run-1"), OWN)
-        with s.db.connect() as conn:
-            conn.exec_driver_sql("PRAGMA ignore_check_constraints = ON")
-            conn.exec_driver_sql(f"UPDATE flows_attempts SET {column} = {value}")
-            conn.commit()
-        with pytest.raises(AttemptStoreError) as e:
-            s.attempts.get("run-1", "digest-1", 0)
-        assert e.value.code == "decode_failed"
+def test_corrupt_attempt_rows_fail_decode(store, column, value):
+    """AS-17, AS-18: attempt rows written with the CHECK constraints out of the way."""
+    store.runs.create("run-1", "{}")
+    store.runs.claim_and_own("run-1", PENDING, OWN, 0)
+    store.attempts.put(att("run-1"), OWN)
+    with store.db.connect() as conn:
+        disable_check_constraints(conn, "flows_attempts")
+        conn.exec_driver_sql(f"UPDATE flows_attempts SET {column} = {value}")
+        conn.commit()
+    with pytest.raises(AttemptStoreError) as e:
+        store.attempts.get("run-1", "digest-1", 0)
+    assert e.value.code == "decode_failed"
 
 
 def test_timestamps_are_checked_one_by_one(run1):

@@ -9,6 +9,7 @@ import pytest
 from fencepost import LivenessEvidence, OwnerId, RunSnapshot, RunStoreError
 from fencepost.journal import companion_stream
 
+from ._corrupt import disable_check_constraints
 from .conftest import PENDING, A, activate_new, count, ev, fresh, raw_exec, revision, running
 
 SECRET = "sk-live-SECRETSECRETSECRET"
@@ -165,6 +166,8 @@ def test_duplicate_create_and_missing_parent_are_constraint(runs):
     assert e.value.code == "not_found_row"
 
 
+
+
 CORRUPTIONS = {
     "created-negative": "DELETE FROM flows_runs; INSERT INTO flows_runs (run_id, status, state_json, created_at_ms) "
                         "VALUES ('r', 'pending', '{}', -1)",
@@ -182,32 +185,25 @@ CORRUPTIONS = {
 
 
 @pytest.mark.parametrize("sql", list(CORRUPTIONS.values()), ids=list(CORRUPTIONS))
-def test_corrupt_rows_fail_decode_without_values(backend, tmp_path, sql):
-    """RS-08 (eight decode_failed), RS-19/RX-09: SQLite with CHECK constraints off."""
-    if backend != "sqlite":
-        pytest.skip("CHECK constraints cannot be switched off on PostgreSQL; covered on SQLite")
-    import fencepost
-    from fencepost.clock import ManualClock
-
-    with fencepost.open(f"sqlite:///{tmp_path / 'c.db'}", clock=ManualClock(0)) as store:
-        store.runs.create("r", "{}")
-        with store.db.connect() as conn:
-            conn.exec_driver_sql("PRAGMA ignore_check_constraints = ON")
-            for stmt in sql.split("; "):
-                conn.exec_driver_sql(stmt)
-            conn.commit()
-            conn.exec_driver_sql("PRAGMA ignore_check_constraints = OFF")
-        with pytest.raises(RunStoreError) as e:
-            store.runs.get("r")
-        assert e.value.code == "decode_failed"
-        assert SECRET not in str(e.value) and SECRET not in repr(e.value.cause)
-        if "secret" in sql.lower() and "suspended" in sql:
-            assert e.value.cause["hasOwnerColumns"] is True and e.value.cause["hasClaimColumns"] is False
-            assert e.value.cause["stateJsonValid"] is True
-        if "unknown" in sql:
-            with pytest.raises(RunStoreError) as e2:
-                store.runs.request_cancel("r", 5)
-            assert e2.value.code == "decode_failed"
+def test_corrupt_rows_fail_decode_without_values(store, sql):
+    """RS-08 (eight decode_failed), RS-19/RX-09: rows written with the CHECK constraints out of the way."""
+    store.runs.create("r", "{}")
+    with store.db.connect() as conn:
+        disable_check_constraints(conn, "flows_runs")
+        for stmt in sql.split("; "):
+            conn.exec_driver_sql(stmt)
+        conn.commit()
+    with pytest.raises(RunStoreError) as e:
+        store.runs.get("r")
+    assert e.value.code == "decode_failed"
+    assert SECRET not in str(e.value) and SECRET not in repr(e.value.cause)
+    if "secret" in sql.lower() and "suspended" in sql:
+        assert e.value.cause["hasOwnerColumns"] is True and e.value.cause["hasClaimColumns"] is False
+        assert e.value.cause["stateJsonValid"] is True
+    if "unknown" in sql:
+        with pytest.raises(RunStoreError) as e2:
+            store.runs.request_cancel("r", 5)
+        assert e2.value.code == "decode_failed"
 
 
 def test_dropped_table_is_persistence_failed(store):
