@@ -18,7 +18,7 @@ def fencepost_exe() -> str:
         return str(here)
     found = shutil.which("fencepost")
     if found is None:
-        pytest.skip("the fencepost console script is not installed (pip install -e .)")
+        pytest.fail("the fencepost console script is not installed (pip install -e .)")
     return found
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import time
-
-import pytest
+import uuid
 
 import fencepost
 from fencepost.journal import verify
+from tests.conftest import drop_schema, require_postgres
 
 
 def test_demo_on_the_embedded_default_finishes_and_leaves_an_explorable_database(run_cli, tmp_path):
@@ -37,9 +37,14 @@ def test_demo_on_the_embedded_default_finishes_and_leaves_an_explorable_database
     assert status["lag"] == 0
 
 
-def test_demo_runs_on_postgresql(run_cli, db_url, backend, tmp_path):
-    if backend != "postgresql":
-        pytest.skip("the embedded default is covered by the test above")
-    result = run_cli("--db", db_url, "demo", "--runs", "40", "--workers", "3", "--speed", "20", timeout=120)
+def test_demo_runs_on_postgresql(run_cli):
+    """The same main job with ``--db`` naming a PostgreSQL schema."""
+    base = require_postgres()
+    schema = "t_" + uuid.uuid4().hex[:16]
+    db_url = f"{base}?schema={schema}"
+    try:
+        result = run_cli("--db", db_url, "demo", "--runs", "40", "--workers", "3", "--speed", "20", timeout=120)
+    finally:
+        drop_schema(base, schema)
     assert result.code == 0, result
     assert "journal verified: yes" in result.out and "in step with the source: yes" in result.out
