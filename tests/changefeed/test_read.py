@@ -345,3 +345,29 @@ def test_run_store_lifecycle_is_observed_through_the_feed(store, origin):
     assert done.cancellation == Cancellation(2, Acknowledgement(3, OWNER))
     changes = store.feed.changes_since(origin).changes
     assert [c.run_id for c in changes] == ["a"] and changes[0].revision == done.revision
+
+
+def test_database_failures_are_persistence_failed_and_leave_the_store_usable(store, raw):
+    """ES-09 / RL-05 (failure half): a real database failure (the change table is missing) surfaces as
+    persistence_failed (list_runs: list_failed) without the driver's text, and once the table is back
+    every call works again: no transaction or connection was leaked."""
+    insert_run(raw, "a")
+    raw.commit()
+    origin = Position(store.feed.position().source, 0)
+    raw.exec_driver_sql("ALTER TABLE flows_run_changes RENAME TO flows_run_changes_away")
+    raw.commit()
+    try:
+        for call in (lambda: store.feed.read(["a"]), lambda: store.feed.changes_since(origin)):
+            with pytest.raises(fencepost.RunStoreError) as err:
+                call()
+            assert err.value.code == "persistence_failed"
+            assert "flows_run_changes" not in str(err.value)
+        with pytest.raises(fencepost.RunStoreError) as err:
+            store.feed.list_runs()
+        assert err.value.code == "list_failed"
+    finally:
+        raw.exec_driver_sql("ALTER TABLE flows_run_changes_away RENAME TO flows_run_changes")
+        raw.commit()
+    assert store.feed.read(["a"]).snapshots[0].revision == 1
+    assert [c.run_id for c in store.feed.changes_since(origin).changes] == ["a"]
+    assert [r.run_id for r in store.feed.list_runs().runs] == ["a"]
