@@ -142,6 +142,30 @@ def test_follow_wakes_on_a_commit_from_another_process_without_polling(store, db
     assert woke_after < 10
 
 
+def test_commits_to_another_store_do_not_wake_the_follower(store, make_db_url, clock):
+    """Another database beside ours (SQLite: another file in the same directory; PostgreSQL: another
+    schema, same channel) takes commits: our follower issues no page query for them."""
+    if store.db.name == "sqlite":
+        other_url = f"sqlite:///{store.db.path.parent / 'neighbour.db'}"
+    else:
+        other_url = make_db_url()
+    with fencepost.open(other_url, clock=clock) as other:
+        follower = Follower(store, poll_interval=60)
+        counter = QueryCounter(store.db.engine)
+        try:
+            time.sleep(0.5)
+            counter.reset()
+            for i in range(5):
+                other.db.write(lambda conn, i=i: insert_run(conn, f"elsewhere-{i}"))
+                time.sleep(0.1)
+            time.sleep(0.5)
+        finally:
+            counter.remove()
+            assert follower.close()
+    assert follower.error is None and follower.changes == []
+    assert counter.pages == 0, counter.pages
+
+
 def test_file_noise_is_confirmed_away_without_paging(store, backend, raw):
     """SQLite: file events that are not commits (touching the database files, writing a neighbour
     file) are confirmed with PRAGMA data_version and cost no page query."""
