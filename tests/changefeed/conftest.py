@@ -46,6 +46,31 @@ def page_all(feed: fencepost.ChangeFeed, position: fencepost.Position, limit: in
             return out
 
 
+def restore_older_copy(store, raw, backend, tmp_path, write_more) -> None:
+    """Take a backup, ``write_more()``, then put the backup back over the live database.
+
+    SQLite: a real copy with the backup API, restored over the live file (same source id, lower
+    revision). PostgreSQL: the same end state made with raw SQL (rows, change rows and revision
+    rewound), since restoring a schema in the shared server is out of reach of a test.
+    """
+    if backend == "sqlite":
+        import sqlite3
+
+        backup = sqlite3.connect(str(tmp_path / "backup.db"))
+        live = sqlite3.connect(str(store.db.path))
+        live.backup(backup)
+        write_more()
+        backup.backup(live)  # the restore: the older copy, same source id, lower revision
+        live.close()
+        backup.close()
+    else:
+        write_more()
+        raw.execute(text("DELETE FROM flows_runs WHERE run_id LIKE :p"), {"p": "later-%"})
+        raw.execute(text("DELETE FROM flows_run_changes WHERE run_id LIKE :p"), {"p": "later-%"})
+        raw.exec_driver_sql("UPDATE flows_run_source SET revision = 2")
+        raw.commit()
+
+
 @pytest.fixture
 def origin(store: fencepost.Store) -> fencepost.Position:
     """Revision 0 of the store's current source."""

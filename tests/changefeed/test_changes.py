@@ -8,7 +8,7 @@ import pytest
 
 import fencepost
 from fencepost import Change, Position, SourceChanged
-from tests.changefeed.conftest import change_table, delete_run, insert_run, page_all, update_run
+from tests.changefeed.conftest import change_table, delete_run, insert_run, page_all, restore_older_copy, update_run
 
 
 def test_fresh_store_is_at_revision_zero_of_a_hex_source(store):
@@ -189,3 +189,34 @@ def test_a_call_inside_a_write_sees_that_writes_rows(store, origin):
         return store.feed.changes_since(origin).changes
 
     assert [c.run_id for c in store.db.write(body)] == ["inside"]
+
+
+def test_a_restored_older_copy_is_refused_until_the_host_rotates_the_source(store, raw, origin, backend, tmp_path):
+    """PITFALLS 'restores rewind the source': a consumer ahead of the restored copy gets SourceChanged
+    (never a silent comparison); after rotate_source it rebuilds from the new source's revision 0."""
+    insert_run(raw, "a")
+    insert_run(raw, "b")
+    raw.commit()
+
+    def write_more():
+        for i in range(3):
+            insert_run(raw, f"later-{i}")
+        raw.commit()
+
+    consumer = None
+
+    def consume():
+        nonlocal consumer
+        write_more()
+        consumer = store.feed.position()
+
+    restore_older_copy(store, raw, backend, tmp_path, consume)
+    assert consumer.revision == 5 and store.feed.position() == Position(origin.source, 2)
+    with pytest.raises(SourceChanged):
+        store.feed.changes_since(consumer)
+    rotated = store.feed.rotate_source()
+    assert rotated.source != origin.source and rotated.revision == 2
+    with pytest.raises(SourceChanged):
+        store.feed.changes_since(consumer)
+    rebuilt = page_all(store.feed, Position(rotated.source, 0))
+    assert [(c.run_id, c.source) for c in rebuilt] == [("a", rotated.source), ("b", rotated.source)]

@@ -15,7 +15,7 @@ from sqlalchemy import event, text
 import fencepost
 from fencepost import Change, Position, SourceChanged
 from tests.changefeed import _workers
-from tests.changefeed.conftest import insert_run
+from tests.changefeed.conftest import insert_run, restore_older_copy
 
 
 class Follower:
@@ -387,3 +387,27 @@ def test_follow_survives_reads_failing_for_a_while(store, raw, monkeypatch):
     assert failures[0] >= 2
     assert follower.error is None
     assert follower.ids() == ["a", "b"]
+
+
+def test_follow_raises_source_changed_when_an_older_copy_is_restored_under_it(store, raw, backend, tmp_path):
+    """The follower is ahead of the restored copy: it stops with SourceChanged, never waits silently."""
+    insert_run(raw, "a")
+    insert_run(raw, "b")
+    raw.commit()
+    follower = Follower(store, poll_interval=60)
+
+    def write_more():
+        for i in range(3):
+            insert_run(raw, f"later-{i}")
+        raw.commit()
+        follower.wait_for(lambda c: len(c) == 5)
+
+    try:
+        restore_older_copy(store, raw, backend, tmp_path, write_more)
+        deadline = time.monotonic() + 10
+        while follower.error is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        follower.close()
+    assert isinstance(follower.error, SourceChanged), follower.error
+    assert follower.ids() == ["a", "b", "later-0", "later-1", "later-2"]
