@@ -8,7 +8,17 @@ from __future__ import annotations
 
 from typing import Literal
 
-RunStoreCode = Literal["invalid_run", "decode_failed", "constraint", "not_found_row", "persistence_failed"]
+RunStoreCode = Literal[
+    "invalid_run",
+    "decode_failed",
+    "constraint",
+    "not_found_row",
+    "persistence_failed",
+    # listing (upstream RunCatalogRead): bad options, a cursor that does not fit, a failed page
+    "invalid_options",
+    "invalid_cursor",
+    "list_failed",
+]
 AttemptStoreCode = Literal[
     "invalid_attempt", "constraint", "decode_failed", "persistence_failed", "not_found_row", "unknown"
 ]
