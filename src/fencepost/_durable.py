@@ -58,13 +58,39 @@ class _Slot:
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
-        self._finalizer = weakref.finalize(self, _close_quietly, conn)
+        self._finalizer = weakref.finalize(self, _close_quietly, conn, os.getpid())
 
     def release(self) -> None:
         self._finalizer()
 
 
-def _close_quietly(conn: Connection) -> None:
+# Connections a forked child inherited from its parent: kept referenced and never used, closed or
+# rolled back in the child, because they are the parent's live sessions (a rollback sent from the
+# child would silently undo a transaction the parent is about to commit).
+_INHERITED: list[Connection] = []
+
+
+def _abandon_inherited(conn: Connection) -> None:
+    try:
+        dbapi = conn.connection.dbapi_connection
+        fileno = getattr(dbapi, "fileno", None)
+        if fileno is not None:
+            # A PostgreSQL socket: point the child's copy of the descriptor at /dev/null, so not
+            # even a reset at interpreter exit can reach the parent's server session.
+            devnull = os.open(os.devnull, os.O_RDWR)
+            try:
+                os.dup2(devnull, fileno())
+            finally:
+                os.close(devnull)
+    except Exception:  # nothing to neutralize (already closed or invalidated)
+        pass
+    _INHERITED.append(conn)
+
+
+def _close_quietly(conn: Connection, pid: int) -> None:
+    if os.getpid() != pid:
+        _abandon_inherited(conn)
+        return
     try:
         conn.close()
     except Exception:  # a connection already broken has nothing left to release
@@ -298,7 +324,8 @@ class Database:
         for slot in slots:
             slot.release()
         self._local = threading.local()
-        self.engine.dispose()
+        # In a forked child the pooled connections are the parent's sessions: forget, never close.
+        self.engine.dispose(close=self._pid == os.getpid())
 
     @property
     def name(self) -> str:
