@@ -83,7 +83,8 @@ def parse_filters(filters: Mapping[str, Any] | None) -> ListFilters:
     if unknown is None:
         raise invalid_options("filter names must be strings")
     if unknown:
-        raise invalid_options(f"unknown filter {unknown[0]!r}; known: {', '.join(sorted(FILTER_KEYS))}")
+        # The name is caller input: say how many are unknown, never which (errors carry no values).
+        raise invalid_options(f"{len(unknown)} unknown filter name(s); known: {', '.join(sorted(FILTER_KEYS))}")
     values: dict[str, Any] = {}
     for key, value in filters.items():
         if key in ("created_after_ms", "created_before_ms"):
