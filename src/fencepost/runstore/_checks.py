@@ -132,7 +132,8 @@ def guard(value: object, method: str) -> int:
         raise refuse(method, "guard must be a dict", {"field": "guard"})
     if not value:
         return 0
-    if set(value) != {"cancel_requested"} or value["cancel_requested"] not in _GUARDS:
+    if set(value) != {"cancel_requested"} or type(value["cancel_requested"]) is not str or (
+            value["cancel_requested"] not in _GUARDS):
         raise refuse(method, 'guard accepts only cancel_requested: "absent" or "present"', {"field": "guard"})
     return _GUARDS[value["cancel_requested"]]
 

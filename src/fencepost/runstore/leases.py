@@ -88,9 +88,10 @@ class Leases(StoreBase):
             now = self._lease_now(now_ms, method)
             if isinstance(run_ids, (str, bytes)) or not isinstance(run_ids, Iterable):
                 raise check.refuse(method, "run_ids must be an iterable of run ids", {"field": "run_ids"})
-            ids = list(dict.fromkeys(run_ids))
-            for rid in ids:
+            given = list(run_ids)
+            for rid in given:  # before de-duplicating: an unhashable id is invalid input, not a TypeError
                 check.run_id(rid, method, "run_ids[]")
+            ids = list(dict.fromkeys(given))
             op.identity(ownerHostId=owner.host_id, runCount=len(ids))
             if not ids:
                 return {}
