@@ -2,7 +2,10 @@
 
 Each backend class answers the same questions: how to configure a fresh engine, how a write
 transaction begins (SQLite ``BEGIN IMMEDIATE``; PostgreSQL a per-schema advisory lock taken first),
-how a read snapshot begins, which driver errors are transient, and how to build an upsert.
+how a read snapshot begins, which driver errors are transient, how to build an upsert (and a
+page of them at once), where the store's tables live. Below the classes sit the two constructs that
+module-level statements, compiled once per dialect, render differently: ``greatest`` and
+``in_json_ids``.
 """
 
 from __future__ import annotations
@@ -11,11 +14,16 @@ import re
 import sqlite3
 from typing import Any
 
-from sqlalchemy import Text, bindparam, case, event, func, literal, text
+from sqlalchemy import Table, Text, bindparam, case, event, func, literal, text
 from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.dialects.postgresql import psycopg as _pg_psycopg
+from sqlalchemy.dialects.sqlite import pysqlite as _sqlite_pysqlite
+from sqlalchemy.engine import Connection, Dialect, Engine
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.expression import ColumnElement, FunctionElement
+from sqlalchemy.types import NullType
 
 SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
@@ -36,6 +44,8 @@ _PG_TRANSIENT_CLASSES = {"08"}
 class Backend:
     name: str
     migration_suffix: str
+    # Compiles statements for direct execution on the DB-API connection (the hot-path executors).
+    driver_dialect: Dialect
 
     def configure(self, engine: Engine, *, readonly: bool, options: dict[str, str]) -> None:
         raise NotImplementedError
@@ -53,10 +63,23 @@ class Backend:
         """Return ``(category, code)``: category is ``constraint`` or ``persistence_failed``."""
         raise NotImplementedError
 
-    def insert(self, table: Any) -> Any:
+    @staticmethod
+    def insert(table: Any) -> Any:
         raise NotImplementedError
 
     def greatest(self, a: Any, b: Any) -> Any:
+        raise NotImplementedError
+
+    def bulk_upsert(self, conn: Connection, table: Table, conflict: tuple[str, ...],
+                    rows: list[dict[str, Any]]) -> bool:
+        """Upsert ``rows`` in one statement if this backend has a faster way; False: do it the portable way."""
+        return False
+
+    def prepare_schema(self, conn: Connection) -> None:
+        """Create the namespace the store's tables live in, if the backend has one (first migration)."""
+
+    def has_table(self, conn: Connection, name: str) -> bool:
+        """Whether table ``name`` exists in the store's namespace."""
         raise NotImplementedError
 
     def split_script(self, script: str) -> list[str]:
@@ -76,6 +99,8 @@ class SqliteBackend(Backend):
 
     name = "sqlite"
     migration_suffix = "sqlite"
+    # Named paramstyle: the executors pass dicts straight to sqlite3.
+    driver_dialect = _sqlite_pysqlite.dialect(paramstyle="named")
 
     def configure(self, engine: Engine, *, readonly: bool, options: dict[str, str]) -> None:
         synchronous = options.get("synchronous", "FULL").upper()
@@ -124,8 +149,15 @@ class SqliteBackend(Backend):
             return "constraint", name
         return "persistence_failed", name
 
-    def insert(self, table: Any) -> Any:
+    @staticmethod
+    def insert(table: Any) -> Any:
         return sqlite_dialect.insert(table)
+
+    def has_table(self, conn: Connection, name: str) -> bool:
+        row = conn.exec_driver_sql(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
+        ).first()
+        return row is not None
 
     def greatest(self, a: Any, b: Any) -> Any:
         return func.max(a, b)
@@ -157,6 +189,7 @@ class PostgresBackend(Backend):
 
     name = "postgresql"
     migration_suffix = "postgresql"
+    driver_dialect = _pg_psycopg.dialect()
 
     def __init__(self, schema: str) -> None:
         if not SCHEMA_NAME.match(schema):
@@ -199,8 +232,31 @@ class PostgresBackend(Backend):
             return "constraint", code
         return "persistence_failed", code
 
-    def insert(self, table: Any) -> Any:
+    @staticmethod
+    def insert(table: Any) -> Any:
         return pg_dialect.insert(table)
+
+    def bulk_upsert(self, conn: Connection, table: Table, conflict: tuple[str, ...],
+                    rows: list[dict[str, Any]]) -> bool:
+        # One INSERT ... SELECT FROM unnest(arrays): one round trip for the page instead of one
+        # pipelined statement per row, which is where a PostgreSQL projection target spent its time.
+        key = (table.name, conflict)
+        sql = _unnest_sql.get(key, "")
+        if sql == "":
+            sql = _unnest_sql[key] = _unnest_upsert(conn, table, conflict)
+        if sql is None:
+            return False
+        conn.exec_driver_sql(sql, {f"p{i}": [row[c.name] for row in rows] for i, c in enumerate(table.columns)})
+        return True
+
+    def prepare_schema(self, conn: Connection) -> None:
+        conn.exec_driver_sql(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
+
+    def has_table(self, conn: Connection, name: str) -> bool:
+        row = conn.execute(
+            text("SELECT 1 FROM pg_tables WHERE schemaname = :s AND tablename = :t"), {"s": self.schema, "t": name}
+        ).first()
+        return row is not None
 
     def greatest(self, a: Any, b: Any) -> Any:
         return func.greatest(a, b)
@@ -220,6 +276,92 @@ class PostgresBackend(Backend):
 
 
 _PG_WRITE_LOCK = text("SELECT pg_advisory_xact_lock(hashtextextended(:schema, 2099))")
+
+_ARRAY_TYPES = {"TEXT": "text[]", "BIGINT": "bigint[]", "INTEGER": "bigint[]"}
+_unnest_sql: dict[tuple[str, tuple[str, ...]], str | None] = {}
+
+
+def _unnest_upsert(conn: Connection, table: Table, conflict: tuple[str, ...]) -> str | None:
+    """The unnest upsert's text, or None when a column type has no array mapping."""
+    prep = conn.dialect.identifier_preparer
+    arrays = []
+    for i, column in enumerate(table.columns):
+        array = _ARRAY_TYPES.get(column.type.compile(dialect=conn.dialect).upper())
+        if array is None:
+            return None
+        arrays.append(f"%(p{i})s::{array}")
+    columns = ", ".join(prep.quote(c.name) for c in table.columns)
+    updates = ", ".join(
+        f"{prep.quote(c.name)} = EXCLUDED.{prep.quote(c.name)}" for c in table.columns if c.name not in conflict
+    )
+    keys = ", ".join(prep.quote(name) for name in conflict)
+    return (
+        f"INSERT INTO {prep.format_table(table)} ({columns}) SELECT * FROM unnest({', '.join(arrays)}) "
+        f"ON CONFLICT ({keys}) DO UPDATE SET {updates}"
+    )
+
+
+_BACKEND_CLASSES: dict[str, type[Backend]] = {"sqlite": SqliteBackend, "postgresql": PostgresBackend}
+
+
+def backend_class(dialect_name: str) -> type[Backend]:
+    """The Backend class for a SQLAlchemy dialect name (for statements compiled once per dialect)."""
+    return _BACKEND_CLASSES[dialect_name]
+
+
+# --------------------------------------------------------------------------- compiled constructs
+# Module-level statements (runstore, consensus) are compiled once per dialect, before any Backend
+# instance exists, so the few constructs they need that render differently are spelled here.
+
+
+class greatest(FunctionElement):
+    """``GREATEST(a, b)``; SQLite's two-argument ``max`` (both NULL-propagating on SQLite)."""
+
+    inherit_cache = True
+    name = "greatest"
+
+
+@compiles(greatest)
+def _greatest_default(element: greatest, compiler: Any, **kw: Any) -> str:
+    return f"GREATEST({compiler.process(element.clauses, **kw)})"
+
+
+@compiles(greatest, "sqlite")
+def _greatest_sqlite(element: greatest, compiler: Any, **kw: Any) -> str:
+    return f"max({compiler.process(element.clauses, **kw)})"
+
+
+class json_ids(ColumnElement[Any]):
+    """The membership test against the JSON array text bound as ``:name`` (operator included).
+
+    SQLite: ``IN (SELECT value FROM json_each(:name))``. PostgreSQL: ``= ANY(ARRAY(SELECT
+    jsonb_array_elements_text(:name)))``, which the planner runs as an index probe per id on the
+    primary key whatever its row estimates (an ``IN (SELECT ...)`` over a set-returning function can
+    be planned as a nested loop that is quadratic in the number of ids).
+    """
+
+    inherit_cache = True
+    type = NullType()
+    _traverse_internals: list[Any] = []
+
+    def __init__(self, name: str) -> None:
+        self.param = bindparam(name, type_=Text)
+
+
+@compiles(json_ids)
+def _json_ids_pg(element: json_ids, compiler: Any, **kw: Any) -> str:
+    p = compiler.process(element.param, **kw)
+    return f"= ANY(ARRAY(SELECT jsonb_array_elements_text(CAST({p} AS JSONB))))"
+
+
+@compiles(json_ids, "sqlite")
+def _json_ids_sqlite(element: json_ids, compiler: Any, **kw: Any) -> str:
+    return f"IN (SELECT value FROM json_each({compiler.process(element.param, **kw)}))"
+
+
+def in_json_ids(column: Any, name: str) -> Any:
+    """``column`` is one of the ids of the JSON array bound as ``:name`` (one parameter for any count)."""
+    return column.op("", is_comparison=True)(json_ids(name))
 
 
 def _strip_comments(sql: str) -> str:

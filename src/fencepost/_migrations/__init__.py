@@ -70,16 +70,7 @@ _LEDGER = {
 
 
 def _ledger_exists(conn: Connection, db: Database) -> bool:
-    if db.backend.name == "sqlite":
-        row = conn.exec_driver_sql(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'flows_migrations'"
-        ).first()
-    else:
-        row = conn.execute(
-            text("SELECT 1 FROM pg_tables WHERE schemaname = :s AND tablename = 'flows_migrations'"),
-            {"s": db.schema},
-        ).first()
-    return row is not None
+    return db.backend.has_table(conn, "flows_migrations")
 
 
 def _applied(conn: Connection, db: Database) -> dict[int, str]:
@@ -107,7 +98,8 @@ def _check_names(wanted: list[Migration], applied: dict[int, str]) -> None:
 def migrate(db: Database, namespaces: tuple[str, ...] = STORE_NAMESPACES) -> list[int]:
     """Apply every missing migration of ``namespaces`` in one write transaction; return their ids."""
     wanted = discover(db.backend.migration_suffix, namespaces)
-    if db.backend.name == "postgresql" or (db.path is not None and db.path.exists()):
+    # A SQLite file that does not exist yet has nothing applied; anything else may be current already.
+    if db.path is None or db.path.exists():
         try:
             if not pending(db, namespaces):
                 return []
@@ -115,8 +107,7 @@ def migrate(db: Database, namespaces: tuple[str, ...] = STORE_NAMESPACES) -> lis
             pass  # a schema that does not exist yet: fall through to the locked pass
 
     def body(conn: Connection) -> list[int]:
-        if db.backend.name == "postgresql":
-            conn.exec_driver_sql(f'CREATE SCHEMA IF NOT EXISTS "{db.schema}"')
+        db.backend.prepare_schema(conn)
         conn.exec_driver_sql(_LEDGER[db.backend.name])
         applied = _applied(conn, db)
         _check_names(wanted, applied)

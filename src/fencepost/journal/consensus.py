@@ -19,9 +19,10 @@ import msgspec
 from sqlalchemy import BigInteger, Text, and_, bindparam, func, literal_column, null, select
 from sqlalchemy.engine import Connection
 
+from fencepost._dialects import greatest, in_json_ids
 from fencepost._schema import flows_consensus_leases as leases
 from fencepost.journal.owner import OwnerId
-from fencepost.runstore._sql import PerDialect, Sql, greatest, in_json_ids, run
+from fencepost.runstore._sql import PerDialect, Sql, run
 
 STALE_AFTER_MS = 30_000  # mirrors fencepost.runstore.heartbeat.STALE_AFTER (asserted equal in tests)
 

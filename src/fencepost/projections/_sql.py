@@ -111,50 +111,20 @@ def executemany(conn: Connection, key: object, stmt: Executable, rows: list[dict
         conn.exec_driver_sql(sql, [tuple(row[name] for name in positions) for row in rows])
 
 
-_ARRAY_TYPES = {"TEXT": "text[]", "BIGINT": "bigint[]", "INTEGER": "bigint[]"}
-_unnest_sql: dict[tuple[str, tuple[str, ...]], str | None] = {}
-
-
 def upsert_many(conn: Connection, backend: Any, table: Table, conflict: tuple[str, ...],
                 rows: list[dict[str, Any]]) -> None:
     """Insert ``rows`` into ``table``, replacing every other column of a row whose ``conflict`` key exists.
 
-    On PostgreSQL the page goes as one ``INSERT ... SELECT FROM unnest(arrays)`` statement: one round
-    trip instead of one pipelined statement per row, which is where a PostgreSQL target spent its
-    time. Elsewhere (and for column types without an array mapping) it is a compiled executemany.
+    The backend may send the page as one statement (``Backend.bulk_upsert``: unnest arrays on
+    PostgreSQL); otherwise, and for column types it cannot batch, it is a compiled executemany.
     """
     if not rows:
         return
-    if conn.dialect.name == "postgresql":
-        key = (table.name, conflict)
-        sql = _unnest_sql.get(key, "")
-        if sql == "":
-            sql = _unnest_sql[key] = _unnest_upsert(conn, table, conflict)
-        if sql is not None:
-            conn.exec_driver_sql(sql, {f"p{i}": [row[c.name] for row in rows] for i, c in enumerate(table.columns)})
-            return
+    if backend.bulk_upsert(conn, table, conflict, rows):
+        return
     stmt = backend.insert(table)
     stmt = stmt.on_conflict_do_update(
         index_elements=list(conflict),
         set_={c.name: stmt.excluded[c.name] for c in table.columns if c.name not in conflict},
     )
     executemany(conn, ("upsert", table.name, conflict), stmt, rows)
-
-
-def _unnest_upsert(conn: Connection, table: Table, conflict: tuple[str, ...]) -> str | None:
-    prep = conn.dialect.identifier_preparer
-    arrays = []
-    for i, column in enumerate(table.columns):
-        array = _ARRAY_TYPES.get(column.type.compile(dialect=conn.dialect).upper())
-        if array is None:
-            return None
-        arrays.append(f"%(p{i})s::{array}")
-    columns = ", ".join(prep.quote(c.name) for c in table.columns)
-    updates = ", ".join(
-        f"{prep.quote(c.name)} = EXCLUDED.{prep.quote(c.name)}" for c in table.columns if c.name not in conflict
-    )
-    keys = ", ".join(prep.quote(name) for name in conflict)
-    return (
-        f"INSERT INTO {prep.format_table(table)} ({columns}) SELECT * FROM unnest({', '.join(arrays)}) "
-        f"ON CONFLICT ({keys}) DO UPDATE SET {updates}"
-    )

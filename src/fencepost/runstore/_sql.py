@@ -7,10 +7,9 @@ text, and executed on the pooled DBAPI connection that the open ``Database.write
 transaction already holds. Driver errors are re-wrapped as SQLAlchemy ``DBAPIError`` so the
 durable writer still classifies and retries them by code.
 
-Two constructs render differently per dialect (kept here, next to the statements that use them):
-``greatest`` (SQLite ``max(a, b)``, PostgreSQL ``GREATEST``) and ``in_json_ids`` (a set of ids
-passed as one JSON array parameter: SQLite ``json_each``, PostgreSQL ``jsonb_array_elements_text``),
-which keeps ``heartbeat_many`` one statement whatever the number of runs.
+The two constructs that render differently per dialect, ``greatest`` and ``in_json_ids`` (a set of ids
+passed as one JSON array parameter, which keeps ``heartbeat_many`` one statement whatever the number
+of runs), live in ``fencepost._dialects`` with the rest of the SQLite/PostgreSQL differences.
 """
 
 from __future__ import annotations
@@ -18,76 +17,14 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import BigInteger, Text, and_, bindparam, exists, func, literal_column, null, or_, select
-from sqlalchemy.dialects.postgresql import psycopg as _pg_psycopg
-from sqlalchemy.dialects.sqlite import pysqlite as _sqlite_pysqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.sql.expression import ColumnElement, FunctionElement
-from sqlalchemy.types import NullType
 
+from fencepost._dialects import backend_class, greatest, in_json_ids
 from fencepost._schema import flows_attempts as at
 from fencepost._schema import flows_runs as runs
 
-# --------------------------------------------------------------------------- constructs
-
-
-class greatest(FunctionElement):
-    """``GREATEST(a, b)``; SQLite's two-argument ``max`` (both NULL-propagating on SQLite)."""
-
-    inherit_cache = True
-    name = "greatest"
-
-
-@compiles(greatest)
-def _greatest_default(element: greatest, compiler: Any, **kw: Any) -> str:
-    return f"GREATEST({compiler.process(element.clauses, **kw)})"
-
-
-@compiles(greatest, "sqlite")
-def _greatest_sqlite(element: greatest, compiler: Any, **kw: Any) -> str:
-    return f"max({compiler.process(element.clauses, **kw)})"
-
-
-class json_ids(ColumnElement[Any]):
-    """The membership test against the JSON array text bound as ``:name`` (operator included).
-
-    SQLite: ``IN (SELECT value FROM json_each(:name))``. PostgreSQL: ``= ANY(ARRAY(SELECT
-    jsonb_array_elements_text(:name)))``, which the planner runs as an index probe per id on the
-    primary key whatever its row estimates (an ``IN (SELECT ...)`` over a set-returning function can
-    be planned as a nested loop that is quadratic in the number of ids).
-    """
-
-    inherit_cache = True
-    type = NullType()
-    _traverse_internals: list[Any] = []
-
-    def __init__(self, name: str) -> None:
-        self.param = bindparam(name, type_=Text)
-
-
-@compiles(json_ids)
-def _json_ids_pg(element: json_ids, compiler: Any, **kw: Any) -> str:
-    p = compiler.process(element.param, **kw)
-    return f"= ANY(ARRAY(SELECT jsonb_array_elements_text(CAST({p} AS JSONB))))"
-
-
-@compiles(json_ids, "sqlite")
-def _json_ids_sqlite(element: json_ids, compiler: Any, **kw: Any) -> str:
-    return f"IN (SELECT value FROM json_each({compiler.process(element.param, **kw)}))"
-
-
-def in_json_ids(column: Any, name: str) -> Any:
-    """``column`` is one of the ids of the JSON array bound as ``:name`` (one parameter for any count)."""
-    return column.op("", is_comparison=True)(json_ids(name))
-
-
 # --------------------------------------------------------------------------- executor
-
-_DIALECTS = {
-    "sqlite": _sqlite_pysqlite.dialect(paramstyle="named"),
-    "postgresql": _pg_psycopg.dialect(),
-}
 
 
 class Sql:
@@ -102,7 +39,7 @@ class Sql:
     def compiled(self, dialect_name: str) -> tuple[str, dict[str, Any]]:
         hit = self._compiled.get(dialect_name)
         if hit is None:
-            c = self.stmt.compile(dialect=_DIALECTS[dialect_name])
+            c = self.stmt.compile(dialect=backend_class(dialect_name).driver_dialect)
             required = {bp.key for bp in c.binds.values() if bp.required}
             defaults = {k: v for k, v in c.params.items() if k not in required}
             hit = (str(c), defaults)
@@ -339,11 +276,8 @@ class PerDialect(Sql):
     def compiled(self, dialect_name: str) -> tuple[str, dict[str, Any]]:
         hit = self._compiled.get(dialect_name)
         if hit is None:
-            mod = {"sqlite": _sqlite_pysqlite, "postgresql": _pg_psycopg}[dialect_name]
-            from sqlalchemy.dialects import postgresql, sqlite
-
-            ins = sqlite.insert if mod is _sqlite_pysqlite else postgresql.insert
-            c = self._build(ins).compile(dialect=_DIALECTS[dialect_name])
+            backend = backend_class(dialect_name)
+            c = self._build(backend.insert).compile(dialect=backend.driver_dialect)
             required = {bp.key for bp in c.binds.values() if bp.required}
             hit = (str(c), {k: v for k, v in c.params.items() if k not in required})
             self._compiled[dialect_name] = hit
