@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from pathlib import Path
+
+from tests._docs import python_blocks
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def test_readme_python_example_runs_on_the_embedded_default(tmp_path: Path) -> None:
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
+    blocks = python_blocks(README)
     assert blocks, "README has no python example"
     script = tmp_path / "example.py"
     script.write_text(blocks[0], encoding="utf-8")

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
+from tests._docs import DOCS, run_snippets
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "concepts" / "journal.md"
+DOC = DOCS / "concepts" / "journal.md"
 
 
 def test_journal_page_snippets_run() -> None:
-    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.DOTALL)
-    assert blocks
-    for block in blocks:
-        exec(compile(block, str(DOC), "exec"), {"__name__": "journal_doc"})
+    run_snippets(DOC, "journal_doc")

@@ -5,14 +5,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "concepts" / "projections.md"
+from tests._docs import DOCS, run_snippets
+
+DOC = DOCS / "concepts" / "projections.md"
 
 
 def test_projections_page_snippets_run() -> None:
-    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.DOTALL)
-    assert blocks
-    for block in blocks:
-        exec(compile(block, str(DOC), "exec"), {"__name__": "projections_doc"})
+    run_snippets(DOC, "projections_doc")
 
 
 def test_projections_page_names_every_test_it_cites() -> None:

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import re
 import runpy
-from pathlib import Path
 
-GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "worker.md"
+from tests._docs import DOCS, python_blocks
+
+GUIDE = DOCS / "guides" / "worker.md"
 
 
 def test_the_worker_guide_example_runs(tmp_path, monkeypatch):
-    blocks = re.findall(r"```python\n(.*?)```", GUIDE.read_text(), flags=re.S)
+    blocks = python_blocks(GUIDE)
     script = tmp_path / "example.py"
     script.write_text(blocks[0])
     monkeypatch.chdir(tmp_path)
