@@ -24,12 +24,12 @@ import sqlite3
 import statistics
 import tempfile
 import time
-import uuid
 from typing import Any
 
 import msgspec
 
 import fencepost
+from _pg import ScratchSchemas  # bench/ is sys.path[0] when run as a script
 from fencepost import OwnerId, RunSnapshot
 from fencepost.clock import ManualClock
 from fencepost.journal import consensus as cs
@@ -133,26 +133,11 @@ def main() -> None:
         if args.only != "postgresql":
             bench_backend("sqlite", f"sqlite:///{a}", f"sqlite:///{b}", connect, "sqlite", args.runs, args.reps, None)
     if args.pg and args.only != "sqlite":
-        import psycopg
-
-        base = args.pg
-        s1, s2 = "bench_" + uuid.uuid4().hex[:8], "bench_" + uuid.uuid4().hex[:8]
-        sep = "&" if "?" in base else "?"
-        dsn = base.replace("postgresql+psycopg://", "postgresql://")
-
-        def pg_connect() -> Any:
-            c = psycopg.connect(dsn)
-            c.execute(f'SET search_path TO "{s2}"')
-            c.commit()
-            return c
-
-        try:
-            bench_backend("postgresql", f"{base}{sep}schema={s1}", f"{base}{sep}schema={s2}", pg_connect,
-                          "postgresql", args.runs, args.reps, s2)
-        finally:
-            with psycopg.connect(dsn, autocommit=True) as c:
-                for s in (s1, s2):
-                    c.execute(f'DROP SCHEMA IF EXISTS "{s}" CASCADE')
+        with ScratchSchemas(args.pg) as pg:
+            _, ours = pg.new()
+            raw_schema, raw = pg.new()
+            bench_backend("postgresql", ours, raw, lambda: pg.connect(raw_schema), "postgresql", args.runs,
+                          args.reps, raw_schema)
 
 
 if __name__ == "__main__":

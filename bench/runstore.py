@@ -24,10 +24,10 @@ import sqlite3
 import statistics
 import tempfile
 import time
-import uuid
 from typing import Any
 
 import fencepost
+from _pg import ScratchSchemas  # bench/ is sys.path[0] when run as a script
 from fencepost import OwnerId, RunSnapshot
 from fencepost._values import encode_json
 from fencepost.clock import ManualClock
@@ -215,29 +215,13 @@ def main() -> None:
             bench_heartbeat_many(f"sqlite synchronous={sync}", f"sqlite:///{tmp}/many-{sync}.db?synchronous={sync}",
                                  args.many, 5)
     if args.pg:
-        import psycopg
-
-        base = args.pg
-        s1, s2 = "bench_" + uuid.uuid4().hex[:8], "bench_" + uuid.uuid4().hex[:8]
-        sep = "&" if "?" in base else "?"
-        dsn = base.replace("postgresql+psycopg://", "postgresql://")
-
-        def pg_connect() -> Any:
-            c = psycopg.connect(dsn)
-            c.execute(f'SET search_path TO "{s2}"')
-            c.commit()
-            return c
-
-        try:
-            bench_backend("postgresql", f"{base}{sep}schema={s1}", f"{base}{sep}schema={s2}", pg_connect,
-                          "postgresql", args.runs, args.reps, s2)
-            s3 = "bench_" + uuid.uuid4().hex[:8]
-            s2 = s2 + "," + s3  # dropped below
-            bench_heartbeat_many("postgresql", f"{base}{sep}schema={s3}", args.many, 5)
-        finally:
-            with psycopg.connect(dsn, autocommit=True) as c:
-                for s in (s1, *s2.split(",")):
-                    c.execute(f'DROP SCHEMA IF EXISTS "{s}" CASCADE')
+        with ScratchSchemas(args.pg) as pg:
+            _, ours = pg.new()
+            raw_schema, raw = pg.new()
+            bench_backend("postgresql", ours, raw, lambda: pg.connect(raw_schema), "postgresql", args.runs,
+                          args.reps, raw_schema)
+            _, many = pg.new()
+            bench_heartbeat_many("postgresql", many, args.many, 5)
 
 
 if __name__ == "__main__":
