@@ -166,11 +166,10 @@ def test_commits_to_another_store_do_not_wake_the_follower(store, make_db_url, c
     assert counter.pages == 0, counter.pages
 
 
-def test_file_noise_is_confirmed_away_without_paging(store, backend, raw):
+@pytest.mark.parametrize("backend", ["sqlite"])  # file events exist only on SQLite
+def test_file_noise_is_confirmed_away_without_paging(store, raw):
     """SQLite: file events that are not commits (touching the database files, writing a neighbour
     file) are confirmed with PRAGMA data_version and cost no page query."""
-    if backend != "sqlite":
-        pytest.skip("file events exist only on SQLite")
     insert_run(raw, "a")
     raw.commit()
     follower = Follower(store, poll_interval=60)
@@ -309,12 +308,12 @@ def test_afollow_cancelled_while_idle_stops_its_worker(store):
 
 
 # ------------------------------------------------------------------ an unavailable database
-def test_follow_resumes_after_its_postgresql_connections_are_killed(store, backend, db_url):
+# PostgreSQL only: both backends run test_follow_survives_reads_failing_for_a_while.
+@pytest.mark.parametrize("backend", ["postgresql"])
+def test_follow_resumes_after_its_postgresql_connections_are_killed(store, db_url):
     """Simulated server restart: every backend of the follower (pool and LISTEN connection) is
     terminated with pg_terminate_backend from another connection (the shared server is not restarted,
     other suites use it). Commits made meanwhile and afterwards are all delivered, once, in order."""
-    if backend != "postgresql":
-        pytest.skip("PostgreSQL only; both backends run test_follow_survives_reads_failing_for_a_while")
     pids: set[int] = set()
     event.listen(store.db.engine, "connect", lambda dbapi, _rec: pids.add(dbapi.info.backend_pid))
     store.db.engine.dispose()  # every connection the follower uses from now on is recorded
