@@ -54,14 +54,30 @@ class CommitUnknown(Exception):
 
 
 class _Slot:
-    """One kept connection; released when its thread ends (the slot is collected) or on dispose."""
+    """One kept connection; released when its thread ends (the slot is collected) or on dispose.
+
+    ``lock`` is held by the owning thread for the length of each transaction, so ``dispose`` never
+    closes a connection under a transaction another thread has open (that orphaned the transaction
+    and, on SQLite, its write lock); a busy slot is closed when its transaction ends instead.
+    """
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
+        self.lock = threading.Lock()
         self._finalizer = weakref.finalize(self, _close_quietly, conn, os.getpid())
 
     def release(self) -> None:
         self._finalizer()
+
+    def release_if_idle(self) -> bool:
+        """Close the connection now unless a transaction is using it; True when closed."""
+        if not self.lock.acquire(blocking=False):
+            return False
+        try:
+            self.release()
+        finally:
+            self.lock.release()
+        return True
 
 
 # Connections a forked child inherited from its parent: kept referenced and never used, closed or
@@ -239,6 +255,9 @@ class Database:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _connection(self, write: bool) -> Connection:
+        return self._slot(write).conn
+
+    def _slot(self, write: bool) -> _Slot:
         """This thread's write (or read) connection, kept between transactions.
 
         Checking a connection out of the pool and wrapping it costs more than a short transaction
@@ -253,7 +272,7 @@ class Database:
             self._pid = os.getpid()
         slot = getattr(self._local, "write" if write else "read", None)
         if slot is not None and not slot.conn.closed and not slot.conn.invalidated:
-            return slot.conn
+            return slot
         if slot is not None:
             slot.release()
         conn = self.engine.connect()
@@ -265,10 +284,23 @@ class Database:
         setattr(self._local, "write" if write else "read", slot)
         with self._slots_lock:
             self._slots.add(slot)
-        return conn
+        return slot
 
     def _once(self, fn: Callable[[Connection], T], *, write: bool) -> T:
-        conn = self._connection(write)
+        while True:
+            slot = self._slot(write)
+            # Held for the whole transaction; ``slot`` stays referenced until it ends, so a
+            # concurrent ``dispose`` that drops this thread's slots cannot close it under us.
+            with slot.lock:
+                if slot.conn.closed:  # closed by ``dispose`` between the lookup and the lock
+                    continue
+                result, txn = self._once_on(slot.conn, fn, write=write)
+            break
+        for callback in txn.after_commit:
+            callback()
+        return result
+
+    def _once_on(self, conn: Connection, fn: Callable[[Connection], T], *, write: bool) -> tuple[T, _Txn]:
         try:
             txn = _Txn(conn, write)
             active = dict(_current.get() or {})
@@ -298,9 +330,7 @@ class Database:
             if exc.connection_invalidated or conn.invalidated:
                 self._drop(write)
             raise
-        for callback in txn.after_commit:
-            callback()
-        return result
+        return result, txn
 
     def _failure(self, exc: BaseException) -> DbFailure:
         category, code = self.backend.classify(exc)
@@ -322,7 +352,9 @@ class Database:
             slots = list(self._slots)
             self._slots = weakref.WeakSet()
         for slot in slots:
-            slot.release()
+            # A slot inside another thread's transaction is left to it: it is closed when that
+            # transaction ends and the thread drops it (this dispose forgets it below).
+            slot.release_if_idle()
         self._local = threading.local()
         # In a forked child the pooled connections are the parent's sessions: forget, never close.
         self.engine.dispose(close=self._pid == os.getpid())
