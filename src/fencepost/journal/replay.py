@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from fencepost._store import Store
 
 FACT_PREFIX = "flows.consensus."
+#: The producer of every consensus fact; entries of other producers on the stream are not facts.
+FACT_SOURCE = "flows.run-store"
 #: A lease is stale once its heartbeat is strictly older than this many ms (seed leases.md).
 STALE_AFTER_MS = 30_000
 #: How far a caller's ``now_ms`` may run ahead of the store clock that stamps ``emitted_at_ms``.
@@ -210,7 +212,8 @@ def ownership_history(store: Store, run_id: str) -> OwnershipHistory:
     """Rebuild and check the ownership history of ``run_id`` from its consensus facts alone.
 
     Reads the run's ``run-store`` companion stream in ``seq`` order; entries that are not
-    ``flows.consensus.*`` facts are skipped. Rule breaks are returned in ``violations``.
+    ``flows.consensus.*`` facts of the ``flows.run-store`` producer are skipped. Rule breaks are
+    returned in ``violations``.
     """
     from fencepost.journal import companion_stream
 
@@ -222,7 +225,7 @@ def ownership_history(store: Store, run_id: str) -> OwnershipHistory:
     while True:
         page = store.journal.entries(stream, after=after, limit=10_000)
         for e in page.entries:
-            if e.event_type.startswith(FACT_PREFIX):
+            if e.event_type.startswith(FACT_PREFIX) and e.source_id == FACT_SOURCE:
                 replay.apply(e)
         if not page.has_more:
             break

@@ -64,14 +64,18 @@ class RunsFeed:
 
 
 _FACT_PREFIX = "flows.consensus."
+# Only the run store's own facts count (REFERENCE 3.5): any journal writer may name an entry
+# ``flows.consensus.*``, on any stream, but only these are transitions the strategy granted.
+_FACT_SOURCE = "flows.run-store"
 _source_row = select(src.c.source).where(src.c.singleton == 1)
 _journal_head = select(func.max(ev.c.position))
 _facts_after = (
-    select(ev.c.position, ev.c.event_type, ev.c.payload_json, ev.c.emitted_at_ms)
+    select(ev.c.position, ev.c.event_type, ev.c.payload_json, ev.c.emitted_at_ms, ev.c.run_id)
     .where(
         ev.c.position > bindparam("after"),
         ev.c.position <= bindparam("head"),
         ev.c.event_type.like(_FACT_PREFIX + "%"),
+        ev.c.source_id == _FACT_SOURCE,
     )
     .order_by(ev.c.position)
     .limit(bindparam("limit"))
@@ -109,17 +113,21 @@ class ConsensusFeed:
             has_more = len(rows) > limit
             rows = rows[:limit]
             next_revision = int(rows[-1].position) if has_more else head
-            facts = [_fact(row, source) for row in rows]
+            facts = [f for f in (_fact(row, source) for row in rows) if f is not None]
             anchor = conn.execute(_hash_at, {"position": next_revision}).scalar() if next_revision else None
             return Page(source, facts, next_revision, has_more, anchor)
 
         return self._store.db.read(body)
 
 
-def _fact(row: Any, source: str) -> ConsensusFact:
+def _fact(row: Any, source: str) -> ConsensusFact | None:
+    from fencepost.journal import companion_stream
+
     payload = _payload.decode(row.payload_json)
     if type(payload) is not dict or type(payload.get("runId")) is not str or not payload["runId"]:
         raise ProjectionError("decode_failed", "catchUp", "consensus fact payload has no runId string")
+    if row.run_id != companion_stream(payload["runId"]):
+        return None  # not on the named run's companion stream: not a fact about that run
     owner = payload.get("owner")
     granted = payload.get("grantedAtMs")
     return ConsensusFact(
