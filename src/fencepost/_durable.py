@@ -206,9 +206,15 @@ class Database:
         if txn is not None:
             if not txn.write:
                 raise PersistenceError("persistence_failed", "write", "a write cannot nest in a read")
+            registered = len(txn.after_commit)
             try:
-                with txn.conn.begin_nested():
-                    return fn(txn.conn)
+                try:
+                    with txn.conn.begin_nested():
+                        return fn(txn.conn)
+                except BaseException:
+                    # The savepoint rolled back: so do the callbacks it registered (its effects are gone).
+                    del txn.after_commit[registered:]
+                    raise
             except DBAPIError as exc:
                 if self.backend.is_transient(exc):
                     raise
