@@ -143,9 +143,20 @@ class Database:
 
     def __init__(self, url: str | None = None, *, readonly: bool = False) -> None:
         self.url = resolve_url(url)
-        parsed = make_url(self.url)
+        # The driver's own parse errors quote the URL (credentials included): name the rule only.
+        # Raised outside the ``except`` so the quoting exception is not even kept as ``__context__``.
+        parsed = None
+        try:
+            parsed = make_url(self.url)
+            parsed.port  # noqa: B018 - parsed lazily; a non-numeric port fails here, quoting itself
+        except Exception:
+            parsed = None
+        if parsed is None:
+            raise ValueError("database URL could not be parsed")
         query = dict(parsed.query)
         options = {k: str(query.pop(k)) for k in ("schema", "synchronous", "busy_timeout_ms") if k in query}
+        if not options.get("busy_timeout_ms", "0").isdigit():
+            raise ValueError("busy_timeout_ms must be a non-negative integer of milliseconds")
         parsed = parsed.set(query=query)
         self.readonly = readonly
         backend_name = parsed.get_backend_name()
