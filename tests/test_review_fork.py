@@ -83,3 +83,22 @@ def test_a_forked_child_can_use_and_close_the_store_while_the_parent_keeps_writi
     t.join()
     for rid in ("before-fork", "from-a-thread", "from-the-child", "after-fork", "after-fork-thread"):
         assert store.runs.get(rid).status == "pending"
+
+
+def test_a_child_forked_inside_a_write_does_not_join_the_parents_transaction(store: fencepost.Store) -> None:
+    """A process forked from inside a ``write`` callback (multiprocessing with fork) uses its own
+    connection: before the fix its store calls joined the parent's open transaction over the
+    parent's connection (seeing its uncommitted rows, and on PostgreSQL talking on its session)."""
+    store.runs.create("committed-before", "{}")
+
+    def child() -> None:
+        assert not store.db.in_write()
+        assert store.runs.get("committed-before").status == "pending"
+        assert store.runs.lineage("parent-in-write") == []  # uncommitted in the parent: invisible here
+
+    def body(conn: Any) -> None:
+        _insert(conn, "parent-in-write")
+        assert _fork(child) == 0
+
+    store.db.write(body)
+    assert store.runs.get("parent-in-write").status == "pending"

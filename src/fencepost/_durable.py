@@ -118,6 +118,8 @@ class _Txn:
     conn: Connection
     write: bool
     after_commit: list[Callable[[], None]] = field(default_factory=list)
+    # The process that opened it: a child forked inside a transaction must not join it.
+    pid: int = field(default_factory=os.getpid)
 
 
 _current: contextvars.ContextVar[dict[int, _Txn] | None] = contextvars.ContextVar(
@@ -212,8 +214,7 @@ class Database:
         """
         if self.readonly:
             raise PersistenceError("persistence_failed", "write", "database was opened read-only")
-        active = _current.get()
-        txn = active.get(id(self)) if active else None
+        txn = self._active()
         if txn is not None:
             if not txn.write:
                 raise PersistenceError("persistence_failed", "write", "a write cannot nest in a read")
@@ -234,25 +235,30 @@ class Database:
 
     def read(self, fn: Callable[[Connection], T]) -> T:
         """Run ``fn(conn)`` in one read-only snapshot (or inside the caller's open transaction)."""
-        active = _current.get()
-        txn = active.get(id(self)) if active else None
+        txn = self._active()
         if txn is not None:
             return fn(txn.conn)
         return self._run(fn, write=False)
 
     def after_commit(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` once the outermost write commits (never on rollback or retry)."""
-        active = _current.get()
-        txn = active.get(id(self)) if active else None
+        txn = self._active()
         if txn is None:
             callback()
         else:
             txn.after_commit.append(callback)
 
     def in_write(self) -> bool:
+        txn = self._active()
+        return bool(txn and txn.write)
+
+    def _active(self) -> _Txn | None:
+        """The transaction this thread or task has open on this database, if any (in this process)."""
         active = _current.get()
         txn = active.get(id(self)) if active else None
-        return bool(txn and txn.write)
+        if txn is not None and txn.pid != os.getpid():
+            return None  # inherited across fork(): the parent's transaction, on the parent's connection
+        return txn
 
     def _run(self, fn: Callable[[Connection], T], *, write: bool) -> T:
         delay = 0.005
