@@ -135,8 +135,8 @@ def test_release_by_a_stranger_and_malformed_or_unknown_facts_are_reported(store
 
 def test_other_entries_and_other_runs_do_not_mix_in(store: fencepost.Store) -> None:
     fact(store, "run", "claimed", A, 0, 0)
-    store.journal.append_unfenced(companion_stream("run"), "flows.engine.run-decision", {"decision": "x"},
-                                  source_id="engine")
+    store.db.write(lambda conn: store.journal.append_in(
+        conn, companion_stream("run"), "flows.engine.run-decision", {"decision": "x"}, source_id="engine"))
     fact(store, "other", "claimed", B, 0, 0)
     fact(store, "other", "activated", B, 0, 0)
     fact(store, "run", "activated", A, 0, 0)
@@ -147,3 +147,15 @@ def test_other_entries_and_other_runs_do_not_mix_in(store: fencepost.Store) -> N
 def test_a_run_without_facts_has_an_empty_history(store: fencepost.Store) -> None:
     h = ownership_history(store, "never-claimed")
     assert h.ok and h.facts == 0 and h.intervals == []
+
+
+def test_public_appends_refuse_the_run_stores_companion_stream(store: fencepost.Store) -> None:
+    """Only the run store writes ``flows.companion/run-store/...``: a public append there is invalid_event."""
+    forged = {"runId": "run", "owner": A.to_json(), "grantedAtMs": 0}
+    with pytest.raises(fencepost.JournalError) as err:
+        store.journal.append_unfenced(companion_stream("run"), "flows.consensus.claimed", forged,
+                                      source_id="flows.run-store")
+    assert err.value.code == "invalid_event"
+    assert store.journal.entries(companion_stream("run")).entries == []
+    # Another producer's companion stream stays open to public appends.
+    store.journal.append_unfenced(companion_stream("run", "engine"), "flows.engine.note", {}, source_id="engine")

@@ -42,7 +42,9 @@ def test_entries_named_like_consensus_facts_but_not_from_the_run_store_are_ignor
     # ... and an unfenced writer on a stream of its choosing.
     store.journal.append_unfenced("elsewhere", "flows.consensus.stolen", forged, source_id="flows.run-store")
     # ... or on the victim's companion stream itself, under its own producer id.
-    store.journal.append_unfenced(companion_stream("victim"), "flows.consensus.stolen", forged, source_id="mallory")
+    # (public appends refuse that stream outright; a raw in-transaction append stands in for a bug)
+    store.db.write(lambda conn: store.journal.append_in(
+        conn, companion_stream("victim"), "flows.consensus.stolen", forged, source_id="mallory"))
 
     with ProjectionBuilder(store, target_url, OwnershipHistory()) as builder:
         builder.catch_up()

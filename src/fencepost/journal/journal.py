@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+_RUN_STORE_COMPANION = "flows.companion/run-store/"
+
 #: Largest ``limit`` one ``entries`` page may ask for (REFERENCE 3.1).
 MAXIMUM_ENTRIES_LIMIT = 10_000
 #: Most event types one ``entries`` filter may name.
@@ -195,6 +197,10 @@ class Journal:
         p = _input_problem(run_id, "event", source_id, None, dedupe)
         if p:
             raise JournalError("invalid_event", method, f"event violates the journal input contract: {p}")
+        if run_id.startswith(_RUN_STORE_COMPANION):
+            # Only the run store writes its companion stream (inside the mutation's transaction):
+            # a public append there could forge ownership facts an auditor replays.
+            raise JournalError("invalid_event", method, "run_id is the run store's reserved companion stream")
         redact = self._redactor()
         checked_types: set[str] = set()
         items = []
