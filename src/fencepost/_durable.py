@@ -213,7 +213,7 @@ class Database:
         propagates unchanged.
         """
         if self.readonly:
-            raise PersistenceError("persistence_failed", "write", "database was opened read-only")
+            raise DbFailure("persistence_failed", "read_only")  # each store maps it to its own error class
         txn = self._active()
         if txn is not None:
             if not txn.write:
