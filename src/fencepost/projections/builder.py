@@ -16,6 +16,7 @@ seeing the old projection until that commit.
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -305,6 +306,9 @@ class ProjectionBuilder:
                     raise ProjectionError(
                         "projection_failed", "catchUp", "source kept changing under the builder"
                     ) from None
+                # Jittered backoff: two writers of one checkpoint (a lost lock) must not retry in
+                # lockstep, or each keeps moving the checkpoint under the other.
+                time.sleep(random.random() * min(0.001 * 2 ** min(races, 8), 0.25))
                 continue
             applied, rejected, races = applied + a, rejected + r, 0
             if not page.has_more:
