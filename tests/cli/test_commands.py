@@ -46,7 +46,9 @@ def test_runs_list_json_is_an_array_of_run_rows(run_cli, populated):
     result = run_cli("--db", populated, "runs", "list", "--json")
     assert result.code == 0, result
     rows = msgspec.json.decode(result.out, type=list[RunRow])
-    assert [r.run_id for r in rows] == ["r-pending", "r-done", "r-live"]
+    # Listing order is the keyset (created_at_ms, run_id); runs created within one millisecond tie on time.
+    assert sorted(r.run_id for r in rows) == ["r-done", "r-live", "r-pending"]
+    assert [r.run_id for r in rows] == [r.run_id for r in sorted(rows, key=lambda r: (r.created_at_ms, r.run_id))]
     assert set(json.loads(result.out)[0]) == set(RunRow.__struct_fields__)
     assert {r.run_id: r.status for r in rows} == {"r-pending": "pending", "r-done": "completed",
                                                    "r-live": "running"}
