@@ -24,7 +24,6 @@ from typing import TypeVar
 from sqlalchemy import create_engine
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
-from sqlalchemy.pool import NullPool
 
 from fencepost._dialects import Backend, PostgresBackend, SqliteBackend
 from fencepost.errors import DatabaseMissing, FencepostError, PersistenceError
@@ -392,8 +391,3 @@ def map_failure(exc: DbFailure, error_cls: type[FencepostError], method: str, su
     err = error_cls(exc.category, method, f"{subject} persistence failed")
     err.db_code = exc.code  # type: ignore[attr-defined]
     return err
-
-
-def null_pool_engine(url: str) -> Engine:
-    """A throwaway engine without pooling (tests and tools that must not hold connections)."""
-    return create_engine(url, poolclass=NullPool)

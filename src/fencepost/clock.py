@@ -29,9 +29,6 @@ class SystemClock:
     def sleep(self, seconds: float) -> None:
         time.sleep(max(0.0, seconds))
 
-    def monotonic(self) -> float:
-        return time.monotonic()
-
 
 class ManualClock:
     """A clock that moves only when told to; ``sleep`` returns once it is advanced past the deadline."""
@@ -72,6 +69,3 @@ class ManualClock:
             deadline = self._now + seconds * 1000.0
             while self._now < deadline:
                 self._cond.wait()
-
-    def monotonic(self) -> float:
-        return self.now_exact() / 1000.0

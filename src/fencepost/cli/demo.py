@@ -42,9 +42,6 @@ class ScaledClock:
     def sleep(self, seconds: float) -> None:
         time.sleep(max(0.0, seconds) / self.speed)
 
-    def monotonic(self) -> float:
-        return self.now_ms() / 1000.0
-
 
 def demo_task(ctx: Any) -> Any:
     """The demo's run function: a few steps of simulated work, a checkpoint after each one.
