@@ -43,6 +43,7 @@ flows_runs = Table(
     Column("waiting_token", Text),
     Column("waiting_wake_at_ms", Int),
     Column("waiting_request", Text),
+    Column("failure_json", Text),
 )
 
 flows_attempts = Table(

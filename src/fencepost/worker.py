@@ -40,7 +40,7 @@ from fencepost.runstore.heartbeat import STALE_AFTER_MS as STALE_MS
 from fencepost.runstore.liveness import LivenessCheck, LivenessContext, lease_liveness, same_host_pid_probe
 from fencepost.runstore.outcomes import Activated, Claimed, GuardFailed, Recovered, Transitioned
 from fencepost.runstore.ownership import Lease, LeaseLost, Supervisor
-from fencepost.runstore.rows import LivenessEvidence, RunRow, RunSnapshot
+from fencepost.runstore.rows import LivenessEvidence, RunFailure, RunRow, RunSnapshot
 
 __all__ = ["Cancelled", "RunContext", "Stopping", "Suspend", "Worker", "WorkerStats", "default_owner"]
 
@@ -142,7 +142,8 @@ class Worker:
 
     ``fn(ctx)`` returns the final state (``None`` keeps the last checkpoint) to settle ``completed``;
     raising ``Cancelled`` (or returning after a request) settles ``cancelled``; ``Suspend(state)``
-    parks the run; any other exception settles ``failed``; ``LeaseLost`` abandons the run to whoever
+    parks the run; any other exception settles ``failed`` and records why (``RunRow.failure``:
+    type, message and traceback, redacted); ``LeaseLost`` abandons the run to whoever
     holds it now. ``liveness`` decides whether the owner of an expired lease is gone
     (default ``lease_liveness()``; pass ``same_host_pid_probe`` to ask the operating system too).
     """
@@ -317,6 +318,7 @@ class Worker:
             self._execute_inner(ctx)
         except LeaseLost:
             self._count("lost")
+            log.warning("run %s: lease lost, left to its current owner", ctx.run_id, extra={"run_id": ctx.run_id})
         except Exception:
             log.exception("settling a run failed", extra={"run_id": ctx.run_id})
         finally:
@@ -343,15 +345,23 @@ class Worker:
                 self._settle_cancelled(ctx)
             elif isinstance(outcome, Transitioned):
                 self._count("suspended")
+                log.info("run %s settled suspended", ctx.run_id, extra={"run_id": ctx.run_id})
             return
         except LeaseLost:
             raise
-        except Exception:
-            log.warning("run function raised; settling the run as failed", extra={"run_id": ctx.run_id})
+        except Exception as exc:
             ctx.lease.check()
-            outcome = runs.transition_owned(ctx.run_id, self.owner, "failed")
+            # The reason rides the same UPDATE as the settlement (redacted by the store).
+            outcome = runs.transition_owned(ctx.run_id, self.owner, "failed",
+                                            failure=RunFailure.from_exception(exc))
             if isinstance(outcome, Transitioned):
                 self._count("failed")
+                log.warning("run %s settled failed: %s", ctx.run_id, type(exc).__name__,
+                            exc_info=(type(exc), exc, exc.__traceback__), extra={"run_id": ctx.run_id})
+            else:
+                log.warning("run %s raised but could not be settled failed (%s)", ctx.run_id,
+                            type(outcome).__name__, exc_info=(type(exc), exc, exc.__traceback__),
+                            extra={"run_id": ctx.run_id})
             return
         ctx.lease.check()
         text = None if result is None else _json.encode(result).decode()
@@ -361,6 +371,7 @@ class Worker:
             self._settle_cancelled(ctx)
         elif isinstance(outcome, Transitioned):
             self._count("completed")
+            log.info("run %s settled completed", ctx.run_id, extra={"run_id": ctx.run_id})
         else:
             raise LeaseLost(ctx.run_id, type(outcome).__name__)
 
@@ -370,6 +381,7 @@ class Worker:
         outcome = runs.transition_owned(ctx.run_id, self.owner, "cancelled", guard={"cancel_requested": "present"})
         if isinstance(outcome, Transitioned):
             self._count("cancelled")
+            log.info("run %s settled cancelled", ctx.run_id, extra={"run_id": ctx.run_id})
         elif not isinstance(outcome, GuardFailed):
             raise LeaseLost(ctx.run_id, type(outcome).__name__)
 

@@ -173,7 +173,8 @@ def test_worker_command_settles_every_pending_run(run_cli, db_url):
         for i in range(12):
             store.runs.create(f"w{i:02d}", '{"steps": 1}')
     started = time.monotonic()
-    result = run_cli("--db", db_url, "worker", "-n", "2", "--concurrency", "3", "--until-idle", timeout=90)
+    result = run_cli("--db", db_url, "worker", "-n", "2", "--concurrency", "3",
+                     "--task", "fencepost.cli.demo:demo_task", "--until-idle", timeout=90)
     assert result.code == 0, result
     assert time.monotonic() - started < 60
     with fencepost.open(db_url, readonly=True) as store:

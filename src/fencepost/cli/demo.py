@@ -26,6 +26,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from fencepost.cli._common import CliContext, console, table
 
 TERMINAL = ("completed", "failed", "cancelled")
+DEMO_TASK = "fencepost.cli.demo:demo_task"
 
 
 class ScaledClock:
@@ -140,7 +141,7 @@ def demo(obj: CliContext, n_runs: int, n_workers: int, speed: float, timeout: fl
         projector = threading.Thread(target=builder.run, args=(stop_projection,), daemon=True)
         projector.start()
 
-        procs = spawn_workers(url, n_workers, concurrency=4, clock_spec=(base, speed), prefix=prefix,
+        procs = spawn_workers(url, n_workers, task=DEMO_TASK, concurrency=4, clock_spec=(base, speed), prefix=prefix,
                               log_level="ERROR")
         victim = procs[0]
         console.print(f"started {n_workers} worker processes: pids {', '.join(str(p.pid) for p in procs)}")

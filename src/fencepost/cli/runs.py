@@ -167,9 +167,17 @@ def runs_show(run_id: str, as_json: bool) -> None:
         ("parent", r.parent_run_id),
         ("lineage / round", f"{r.lineage_id or '-'} / {r.round_ordinal if r.round_ordinal is not None else '-'}"),
     ])
+    if r.failure is not None:
+        show_failure(r.failure)
     for w in detail.warnings:
         console.print(f"[yellow]warning[/yellow] lease-reconfirmed: owner ran {w.unconfirmed_ms} ms unconfirmed "
                       f"(journal seq {w.seq}, {when(w.occurred_at_ms)})")
+
+
+def show_failure(failure: Any) -> None:
+    """Print why a run failed: the exception type and message, then its recorded traceback."""
+    click.echo(f"failed with {failure.type}: {failure.message}")
+    click.echo(failure.traceback.rstrip("\n"))
 
 
 @runs.command("cancel")

@@ -6,6 +6,7 @@ import importlib
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 from typing import Any
 
@@ -14,25 +15,41 @@ import msgspec
 
 from fencepost.cli._common import CliContext, console, table
 
-DEFAULT_TASK = "fencepost.cli.demo:demo_task"
 
+def load_task(ref: str, import_dir: str | None = None) -> Any:
+    """Import ``module:function`` the way ``python -m`` does: the current folder first on the path.
 
-def load_task(ref: str) -> Any:
-    """Import ``module:function``; a bad reference is a usage error, not a traceback."""
+    A bad reference is a usage error that shows the import's own error text, not a traceback.
+    ``import_dir`` (default: the current folder) is put first on ``sys.path`` if it is not there.
+    """
     module_name, _, attr = ref.partition(":")
     if not module_name or not attr:
         raise click.BadParameter("expected module:function", param_hint="--task")
+    folder = os.path.abspath(import_dir if import_dir is not None else os.getcwd())
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
     try:
-        fn = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError):
-        raise click.BadParameter("cannot import that function", param_hint="--task") from None
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # ImportError, or whatever the module raised while importing
+        raise click.BadParameter(f"cannot import module {module_name!r}: {type(exc).__name__}: "
+                                 f"{_first_line(exc)}", param_hint="--task") from None
+    try:
+        fn = getattr(module, attr)
+    except AttributeError:
+        raise click.BadParameter(f"module {module_name!r} has no attribute {attr!r}", param_hint="--task") from None
     if not callable(fn):
-        raise click.BadParameter("not callable", param_hint="--task")
+        raise click.BadParameter(f"{ref!r} is not callable", param_hint="--task")
     return fn
 
 
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else "no message"
+
+
 def worker_process(url: str, task: str, concurrency: int, until_idle: bool, clock_spec: tuple[int, float] | None,
-                   prefix: str | None, results: Any, log_level: str = "WARNING", liveness: str = "lease") -> None:
+                   prefix: str | None, results: Any, log_level: str = "WARNING", liveness: str = "lease",
+                   import_dir: str | None = None) -> None:
     """Entry point of one worker process: open the store, work until SIGTERM/SIGINT (or idle)."""
     import logging
 
@@ -49,22 +66,26 @@ def worker_process(url: str, task: str, concurrency: int, until_idle: bool, cloc
     clock = ScaledClock(*clock_spec) if clock_spec else None
     with fencepost.open(url, clock=clock) as store:
         check = same_host_pid_probe if liveness == "pid" else None
-        worker = Worker(store, load_task(task), concurrency=concurrency, run_prefix=prefix, liveness=check)
+        worker = Worker(store, load_task(task, import_dir), concurrency=concurrency, run_prefix=prefix, liveness=check)
         stats = worker.run(stop, until_idle=until_idle)
     if results is not None:
         results.put((os.getpid(), msgspec.json.encode(stats)))
 
 
-def spawn_workers(url: str, n: int, *, task: str = DEFAULT_TASK, concurrency: int = 4, until_idle: bool = False,
+def spawn_workers(url: str, n: int, *, task: str, concurrency: int = 4, until_idle: bool = False,
                   clock_spec: tuple[int, float] | None = None, prefix: str | None = None,
                   results: Any = None, log_level: str = "WARNING", liveness: str = "lease") -> list[Any]:
-    """Start ``n`` worker processes (spawned, so each opens its own connections)."""
+    """Start ``n`` worker processes (spawned, so each opens its own connections).
+
+    Each imports ``task`` with this process's current folder first on its path.
+    """
     ctx = multiprocessing.get_context("spawn")
+    import_dir = os.getcwd()
     procs = []
     for i in range(n):
         p = ctx.Process(target=worker_process, name=f"fencepost-worker-{i}",
                         args=(url, task, concurrency, until_idle, clock_spec, prefix, results, log_level,
-                              liveness))
+                              liveness, import_dir))
         p.start()
         procs.append(p)
     return procs
@@ -75,8 +96,10 @@ def spawn_workers(url: str, n: int, *, task: str = DEFAULT_TASK, concurrency: in
               help="Worker processes to start.")
 @click.option("--concurrency", default=4, show_default=True, type=click.IntRange(1, 256),
               help="Runs each process works on at once.")
-@click.option("--task", default=DEFAULT_TASK, show_default=True, metavar="MODULE:FUNCTION",
-              help="The run function: called with a RunContext; its return value settles the run.")
+@click.option("--task", required=True, metavar="MODULE:FUNCTION",
+              help="The run function (required), imported like python -m does, the current folder first: "
+                   "called with a RunContext; its return value settles the run completed, an exception "
+                   "settles it failed and records why (see runs show).")
 @click.option("--until-idle", is_flag=True, help="Exit once no run is claimable or running.")
 @click.option("--log-level", default="WARNING", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
@@ -88,11 +111,15 @@ def worker(obj: CliContext, processes: int, concurrency: int, task: str, until_i
            liveness: str) -> None:
     """Run worker processes that claim, heartbeat, checkpoint and settle runs.
 
-    Stops on Ctrl-C or SIGTERM (runs in hand finish, or are parked suspended at their next check and
-    resumed later from their last checkpoint), or with --until-idle once nothing is left to do.
-    Prints what each process did.
+    --task names your run function as module:function; run from the folder that holds the module
+    (or have it on PYTHONPATH). When the function raises, the run settles failed with the exception's
+    type, message and traceback recorded (redacted); fencepost runs show ID prints them.
 
-    Example: fencepost worker -n 4 --until-idle
+    Stops on Ctrl-C (exit 130) or SIGTERM (exit 0): runs in hand finish, or are parked suspended at
+    their next check and resumed later from their last checkpoint; a second Ctrl-C kills the
+    processes. With --until-idle it exits once nothing is left to do. Prints what each process did.
+
+    Example: fencepost worker -n 4 --task mytasks:work --until-idle
     """
     import fencepost
 
@@ -104,14 +131,24 @@ def worker(obj: CliContext, processes: int, concurrency: int, task: str, until_i
                           until_idle=until_idle, results=results,
                           log_level=log_level.upper(), liveness=liveness)
     previous = signal.signal(signal.SIGTERM, lambda *_: [p.terminate() for p in procs])
+    interrupted = False
     try:
         for p in procs:
             p.join()
     except KeyboardInterrupt:
+        # Ctrl-C: ask every process to stop gracefully (SIGTERM: runs in hand finish or are parked
+        # suspended); a second Ctrl-C kills them, and their leases simply expire.
+        interrupted = True
         for p in procs:
             p.terminate()
-        for p in procs:
-            p.join()
+        try:
+            for p in procs:
+                p.join()
+        except KeyboardInterrupt:
+            for p in procs:
+                p.kill()
+            for p in procs:
+                p.join()
     finally:
         signal.signal(signal.SIGTERM, previous)
     rows = []
@@ -122,6 +159,8 @@ def worker(obj: CliContext, processes: int, concurrency: int, task: str, until_i
                      s["suspended"], s["lost"]))
     table("workers", ["pid", "claimed", "takeovers", "completed", "failed", "cancelled", "suspended", "lost"],
           sorted(rows))
+    if interrupted:
+        raise SystemExit(130)
     failed = [p for p in procs if p.exitcode not in (0, None)]
     if failed:
         console.print(f"[red]{len(failed)} worker process(es) exited abnormally[/red]")

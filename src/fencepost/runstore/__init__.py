@@ -11,6 +11,7 @@ from fencepost.runstore.outcomes import ATTEMPT_OUTCOMES, RUN_OUTCOMES
 from fencepost.runstore.rows import Attempt as Attempt
 from fencepost.runstore.rows import AttemptPolicy as AttemptPolicy
 from fencepost.runstore.rows import LivenessEvidence as LivenessEvidence
+from fencepost.runstore.rows import RunFailure as RunFailure
 from fencepost.runstore.rows import RunRow as RunRow
 from fencepost.runstore.rows import RunSnapshot as RunSnapshot
 from fencepost.runstore.store import RunStore as RunStore
@@ -22,6 +23,7 @@ __all__ = sorted(
         "AttemptStore",
         "LivenessEvidence",
         "Outcome",
+        "RunFailure",
         "RunRow",
         "RunSnapshot",
         "RunStore",

@@ -9,18 +9,21 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from fencepost._values import (
     MAXIMUM_JSON_DEPTH,
     MAXIMUM_JSON_NODES,
     identifier_problem,
     is_safe_int,
     parse_json_text,
+    text_problem,
 )
 from fencepost.errors import RunStoreError
 from fencepost.journal import COMPANION_PREFIX
 from fencepost.journal.owner import OwnerId, owner_problem
 from fencepost.runstore.heartbeat import SKEW_ALLOWANCE_MS
-from fencepost.runstore.rows import EVIDENCE_KINDS, STATUSES, LivenessEvidence, RunRow, RunSnapshot
+from fencepost.runstore.rows import EVIDENCE_KINDS, STATUSES, LivenessEvidence, RunFailure, RunRow, RunSnapshot
 
 TIMESTAMP_DETAIL = "must be a non-negative safe integer"
 
@@ -149,7 +152,7 @@ def _opt_int(v: object) -> bool:
 def decode_run(row: Any, method: str) -> RunRow:
     """Decode a full ``flows_runs`` row strictly; a row that breaks any invariant is ``decode_failed``."""
     (rid, status, state, created, started, finished, hb, o_host, o_pid, o_nonce, c_host, c_pid, c_nonce,
-     claimed_at, cancel_at, ack_json, parent, lineage, round_ordinal) = row
+     claimed_at, cancel_at, ack_json, parent, lineage, round_ordinal, failure_json) = row
     has_owner = any(v is not None for v in (o_host, o_pid, o_nonce))
     has_claim = any(v is not None for v in (c_host, c_pid, c_nonce, claimed_at))
     cause: dict[str, Any] = {"runId": rid, "hasOwnerColumns": has_owner, "hasClaimColumns": has_claim}
@@ -202,8 +205,40 @@ def decode_run(row: Any, method: str) -> RunRow:
         raise fail("has an invalid lineage_id", field="lineage_id")
     if (lineage is None) != (round_ordinal is None):
         raise fail("has only one of lineage_id and round_ordinal", field="lineage_id")
+    failure = None
+    if failure_json is not None:
+        if status != "failed":
+            raise fail("carries a failure but did not fail", field="failure_json")
+        try:
+            failure = _failure_decoder.decode(failure_json)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            raise fail("failure_json is not a failure object", field="failure_json") from None
     return RunRow(rid, status, state, created, started, finished, hb, own, claimant, claimed_at, cancel_at,
-                  ack, parent, lineage, round_ordinal)
+                  ack, parent, lineage, round_ordinal, failure)
+
+
+_failure_decoder = msgspec.json.Decoder(RunFailure)
+_failure_encoder = msgspec.json.Encoder()
+
+
+def failure(value: object, method: str, to: str, redact: Any) -> str | None:
+    """The ``failure_json`` to write: only with ``to="failed"``, redacted, then bounded."""
+    if value is None:
+        return None
+    if to != "failed":
+        raise refuse(method, "failure is recorded only when a run settles failed", {"field": "failure"})
+    if type(value) is not RunFailure or not all(
+            type(v) is str for v in (value.type, value.message, value.traceback)):
+        raise refuse(method, "failure must be a RunFailure of three strings", {"field": "failure"})
+    fields = {"type": value.type, "message": value.message, "traceback": value.traceback}
+    for name, text in fields.items():
+        p = text_problem(text)
+        if p:
+            raise refuse(method, f"failure.{name} {p}", {"field": f"failure.{name}"})
+    if redact is not None:
+        fields = redact(fields)
+    cleaned = RunFailure(fields["type"], fields["message"], fields["traceback"]).bounded()
+    return _failure_encoder.encode(cleaned).decode()
 
 
 def _state_ok(state: object) -> bool:

@@ -80,7 +80,7 @@ RUN_COLUMNS = (
     runs.c.finished_at_ms, runs.c.heartbeat_at_ms, runs.c.owner_host_id, runs.c.owner_pid,
     runs.c.owner_nonce, runs.c.claim_host_id, runs.c.claim_pid, runs.c.claim_nonce, runs.c.claimed_at_ms,
     runs.c.cancel_requested_at_ms, runs.c.cancel_acknowledgement_json, runs.c.parent_run_id,
-    runs.c.lineage_id, runs.c.round_ordinal,
+    runs.c.lineage_id, runs.c.round_ordinal, runs.c.failure_json,
 )
 
 INSERT_RUN = Sql(
@@ -176,7 +176,8 @@ TRANSITION_RUNNING = Sql(
 TRANSITION_SETTLE = Sql(
     runs.update().where(_owned, _guard_ok).values(
         status=_txt("to"), state_json=func.coalesce(_txt("state_json"), runs.c.state_json),
-        finished_at_ms=_int("finished"), owner_host_id=null(), owner_pid=null(), owner_nonce=null(),
+        failure_json=_txt("failure_json"), finished_at_ms=_int("finished"),
+        owner_host_id=null(), owner_pid=null(), owner_nonce=null(),
         heartbeat_at_ms=null(), claim_host_id=null(), claim_pid=null(), claim_nonce=null(), claimed_at_ms=null(),
     ).returning(runs.c.run_id)
 )

@@ -7,7 +7,8 @@ writes, and every row read back from the database is decoded strictly (``decode_
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import traceback as _tb
+from typing import Any, ClassVar, Literal
 
 import msgspec
 
@@ -32,8 +33,67 @@ class RunSnapshot(msgspec.Struct, frozen=True):
     heartbeat_at_ms: int | None
 
 
+class RunFailure(msgspec.Struct, frozen=True):
+    """Why a run failed, recorded with its ``failed`` settlement.
+
+    ``type`` is the exception's class name (qualified by its module unless built in), ``message``
+    its text and ``traceback`` the formatted traceback, its last ``MAX_TRACEBACK`` characters when
+    longer. The store redacts all three with the journal's redaction before it writes them, so a
+    credential in an exception message never lands verbatim.
+    """
+
+    type: str
+    message: str
+    traceback: str
+
+    MAX_TYPE: ClassVar[int] = 200
+    MAX_MESSAGE: ClassVar[int] = 2000
+    MAX_TRACEBACK: ClassVar[int] = 8000
+
+    @classmethod
+    def from_exception(cls, exc: BaseException) -> RunFailure:
+        """Describe ``exc`` (with its traceback), bounded to the limits above."""
+        t = type(exc)
+        name = t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+        try:
+            message = str(exc)
+        except Exception:  # a broken __str__ must not hide the failure itself
+            message = "<the exception's message could not be read>"
+        te = _tb.TracebackException.from_exception(exc)
+        whole = "".join(te.format())
+        last = "".join(te.format_exception_only())
+        frames = whole[: len(whole) - len(last)] if whole.endswith(last) else whole
+        # The final ``Type: message`` line repeats the message: bound it like the message, so a
+        # huge message cannot push the frames (where it was raised) out of the traceback.
+        last = _head(last.rstrip("\n"), cls.MAX_MESSAGE + cls.MAX_TYPE) + "\n"
+        text = _tail(frames, max(0, cls.MAX_TRACEBACK - len(last))) + last
+        return cls(_durable_text(name), _durable_text(message), _durable_text(text)).bounded()
+
+    def bounded(self) -> RunFailure:
+        """The same failure cut to the limits: the type and message keep their start, the traceback its end."""
+        return RunFailure(_head(self.type, self.MAX_TYPE), _head(self.message, self.MAX_MESSAGE),
+                          _tail(self.traceback, self.MAX_TRACEBACK))
+
+
+_CUT = "..."
+
+
+def _durable_text(text: str) -> str:
+    # What a durable string cannot hold (NUL, a lone surrogate) is written as an escape instead.
+    return text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _head(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - len(_CUT)] + _CUT
+
+
+def _tail(text: str, limit: int) -> str:
+    return text if len(text) <= limit else _CUT + text[len(text) - limit + len(_CUT):]
+
+
 class RunRow(msgspec.Struct, frozen=True):
-    """One ``flows_runs`` row, decoded and re-validated."""
+    """One ``flows_runs`` row, decoded and re-validated. ``failure`` is set only on a ``failed`` run
+    settled with a recorded reason (see ``RunFailure``)."""
 
     run_id: str
     status: str
@@ -50,6 +110,7 @@ class RunRow(msgspec.Struct, frozen=True):
     parent_run_id: str | None
     lineage_id: str | None
     round_ordinal: int | None
+    failure: RunFailure | None = None
 
     def snapshot(self) -> RunSnapshot:
         """The three guarded fields, to hand back as ``expected``."""
@@ -112,6 +173,7 @@ __all__ = [
     "AttemptPolicy",
     "LivenessContext",
     "LivenessEvidence",
+    "RunFailure",
     "RunRow",
     "RunSnapshot",
 ]

@@ -59,7 +59,7 @@ from fencepost.runstore.outcomes import (
     StealOutcome,
     TransitionOutcome,
 )
-from fencepost.runstore.rows import STATUSES, TERMINAL, LivenessEvidence, RunRow
+from fencepost.runstore.rows import STATUSES, TERMINAL, LivenessEvidence, RunFailure, RunRow
 
 _OWNABLE = ("pending", "suspended", "running")
 
@@ -370,7 +370,8 @@ class RunStore(Leases, Cancellation):
 
     # ------------------------------------------------------------------ transitions
     def transition_owned(self, run_id: str, owner: OwnerId, to: str, state_json: str | None = None,
-                         guard: dict[str, str] | None = None) -> TransitionOutcome:
+                         guard: dict[str, str] | None = None, *,
+                         failure: RunFailure | None = None) -> TransitionOutcome:
         """Move a run ``owner`` holds to ``to`` (never ``pending``), optionally rewriting ``state_json``.
 
         ``running`` keeps the owner and rewrites only the state. ``suspended`` clears owner,
@@ -380,6 +381,9 @@ class RunStore(Leases, Cancellation):
         Outcomes: ``Transitioned``, ``NotFound``, ``FenceLost`` (the strategy or the row says another
         owner), ``GuardFailed`` (owned, guard refused). Leaving ``running`` releases the lease and
         records ``released``.
+
+        ``failure`` (only with ``to="failed"``) records why the run failed in the same UPDATE: its
+        three texts pass the journal's redaction, then are cut to ``RunFailure``'s limits.
         """
         with m.Op("RunStore.transitionOwned", m.transitions) as op:
             method = "transition_owned"
@@ -393,6 +397,7 @@ class RunStore(Leases, Cancellation):
             if state_json is not None:
                 check.state_json(state_json, method, run_id)
             g_code = check.guard(guard, method)
+            failure_json = check.failure(failure, method, to, self._store.journal._redactor())
             op.identity(runId=run_id, to=to, ownerHostId=owner.host_id)
 
             def tx(conn: Connection) -> Any:
@@ -404,6 +409,7 @@ class RunStore(Leases, Cancellation):
                         hit = q.run(conn, q.TRANSITION_RUNNING, p).fetchone()
                     else:
                         p["to"] = to
+                        p["failure_json"] = failure_json
                         p["finished"] = self._clock.now_ms() if to in TERMINAL else None
                         hit = q.run(conn, q.TRANSITION_SETTLE, p).fetchone()
                     if hit is not None:

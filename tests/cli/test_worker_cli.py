@@ -1,0 +1,115 @@
+"""``fencepost worker`` runs the user's code safely, through the real console script."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+import fencepost
+from tests.cli.conftest import assert_one_line_error, fencepost_exe
+
+SECRET = "s3cr3t-hunter2-value"
+
+
+def _create(db_url: str, ids: list[str]) -> None:
+    with fencepost.open(db_url) as store:
+        for run_id in ids:
+            store.runs.create(run_id, "{}")
+
+
+def _statuses(db_url: str, ids: list[str]) -> dict[str, str]:
+    with fencepost.open(db_url, readonly=True) as store:
+        return {run_id: store.runs.get(run_id).status for run_id in ids}
+
+
+def test_worker_without_task_is_a_usage_error_and_changes_nothing(run_cli, db_url):
+    _create(db_url, ["a", "b"])
+    result = run_cli("--db", db_url, "worker", "--until-idle")
+    assert_one_line_error(result)
+    assert result.code == 2 and "--task" in result.err
+    assert _statuses(db_url, ["a", "b"]) == {"a": "pending", "b": "pending"}
+
+
+def test_worker_imports_the_task_from_the_current_folder(run_cli, db_url, tmp_path):
+    (tmp_path / "mytasks.py").write_text("def work(ctx):\n    return {'by': 'mytasks'}\n")
+    _create(db_url, ["c1", "c2", "c3"])
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = run_cli("--db", db_url, "worker", "-n", "1", "--task", "mytasks:work", "--until-idle",
+                     cwd=tmp_path, env=env, timeout=90)
+    assert result.code == 0, result
+    assert set(_statuses(db_url, ["c1", "c2", "c3"]).values()) == {"completed"}
+
+
+def test_an_import_error_inside_the_task_module_is_shown_as_is(run_cli, tmp_path):
+    (tmp_path / "brokentasks.py").write_text("import not_a_real_dependency_xyz\n\ndef work(ctx):\n    pass\n")
+    result = run_cli("worker", "--task", "brokentasks:work", cwd=tmp_path)
+    assert_one_line_error(result)
+    assert result.code == 2
+    assert "No module named 'not_a_real_dependency_xyz'" in result.err
+
+
+def test_a_missing_function_names_the_module_and_the_attribute(run_cli, tmp_path):
+    (tmp_path / "fewtasks.py").write_text("def other(ctx):\n    pass\n")
+    result = run_cli("worker", "--task", "fewtasks:work", cwd=tmp_path)
+    assert_one_line_error(result)
+    assert result.code == 2 and "fewtasks" in result.err and "work" in result.err
+
+
+def test_why_a_run_failed_is_shown_by_runs_show_and_its_json(run_cli, db_url, tmp_path):
+    (tmp_path / "failtasks.py").write_text(
+        "def parse(text):\n"
+        f"    raise ValueError('cannot parse the row; token={SECRET}')\n"
+        "def work(ctx):\n"
+        "    parse('row')\n"
+    )
+    _create(db_url, ["f1"])
+    result = run_cli("--db", db_url, "worker", "-n", "1", "--task", "failtasks:work", "--until-idle",
+                     cwd=tmp_path, timeout=90)
+    assert result.code == 0, result
+    shown = run_cli("--db", db_url, "runs", "show", "f1")
+    assert shown.code == 0, shown
+    assert "ValueError" in shown.out and "cannot parse the row" in shown.out
+    assert SECRET not in shown.out
+    doc = json.loads(run_cli("--db", db_url, "runs", "show", "f1", "--json").out)
+    failure = doc["run"]["failure"]
+    assert failure["type"] == "ValueError"
+    assert failure["message"].startswith("cannot parse the row; token=")
+    assert SECRET not in json.dumps(doc)
+    assert "in parse" in failure["traceback"]
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_worker_gracefully_with_exit_130(db_url, tmp_path):
+    (tmp_path / "slowtasks.py").write_text(
+        "import time\n"
+        "def work(ctx):\n"
+        "    ctx.checkpoint({'started': True})\n"
+        "    while True:\n"
+        "        ctx.check()\n"
+        "        time.sleep(0.01)\n"
+    )
+    _create(db_url, ["k0", "k1"])
+    env = {k: v for k, v in os.environ.items() if k != "FENCEPOST_DB"}
+    proc = subprocess.Popen([fencepost_exe(), "--db", db_url, "worker", "-n", "1", "--task", "slowtasks:work"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        with fencepost.open(db_url, readonly=True) as store:
+            while {store.runs.get(r).state_json for r in ("k0", "k1")} != {'{"started":true}'}:
+                assert time.monotonic() < deadline, "the worker never started the runs"
+                time.sleep(0.1)
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole group
+        _out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    # Graceful: the runs in hand were parked, not left running on a dead lease.
+    assert set(_statuses(db_url, ["k0", "k1"]).values()) == {"suspended"}

@@ -1,0 +1,134 @@
+"""Why a run failed is recorded with the settlement: type, message and a bounded traceback,
+redacted like journal text, in the same transaction as the ``failed`` transition."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from sqlalchemy.exc import IntegrityError
+
+from fencepost.errors import RunStoreError
+from fencepost.journal.owner import OwnerId
+from fencepost.runstore.outcomes import Claimed, FenceLost, Transitioned
+from fencepost.runstore.rows import RunFailure
+from fencepost.worker import RunContext, Worker
+
+SECRET = "hunter2-sup3r-s3cret-value"
+
+
+def _own(store, run_id: str, owner: OwnerId) -> None:
+    row = store.runs.get(run_id)
+    claimed = store.runs.claim(run_id, row.snapshot(), owner, store.clock.now_ms())
+    assert isinstance(claimed, Claimed)
+    store.runs.activate(run_id, owner, claimed.claimed_at_ms, row)
+
+
+def _inner_step(n: int) -> None:
+    raise ValueError(f"step {n} could not parse its input")
+
+
+def test_a_raising_task_records_type_message_and_traceback(store):
+    store.runs.create("boom", "{}")
+
+    def fn(ctx: RunContext):
+        _inner_step(3)
+
+    stats = Worker(store, fn).run(until_idle=True)
+    row = store.runs.get("boom")
+    assert stats.failed == 1 and row.status == "failed"
+    assert isinstance(row.failure, RunFailure)
+    assert row.failure.type == "ValueError"
+    assert row.failure.message == "step 3 could not parse its input"
+    assert "_inner_step" in row.failure.traceback and "ValueError" in row.failure.traceback
+    assert row.failure.traceback.startswith("Traceback")
+
+
+def test_completed_and_cancelled_runs_carry_no_failure(store):
+    store.runs.create("ok", "{}")
+    Worker(store, lambda ctx: {"done": True}).run(until_idle=True)
+    assert store.runs.get("ok").failure is None
+
+
+def test_a_credential_in_the_message_or_traceback_never_lands_verbatim(store, raw):
+    store.runs.create("leaky", "{}")
+
+    def fn(ctx: RunContext):
+        password = SECRET  # noqa: F841 - a local the traceback must not print either
+        raise RuntimeError(f"connect postgresql://app:{SECRET}@db.internal/prod failed; password={SECRET}")
+
+    Worker(store, fn).run(until_idle=True)
+    stored = raw.exec_driver_sql("SELECT failure_json FROM flows_runs WHERE run_id = 'leaky'").scalar()
+    assert stored is not None and SECRET not in stored
+    row = store.runs.get("leaky")
+    assert SECRET not in row.failure.message and "[REDACTED]" in row.failure.message
+    assert SECRET not in row.failure.traceback
+    assert row.failure.type == "RuntimeError"
+
+
+def test_the_traceback_and_message_are_bounded(store):
+    store.runs.create("deep", "{}")
+
+    def ping(n: int) -> None:
+        if n == 0:
+            raise ValueError("x" * 100_000)
+        pong(n - 1)
+
+    def pong(n: int) -> None:  # alternating frames: Python cannot fold them into "repeated N times"
+        ping(n - 1)
+
+    Worker(store, lambda ctx: ping(400)).run(until_idle=True)
+    f = store.runs.get("deep").failure
+    assert len(f.message) <= RunFailure.MAX_MESSAGE
+    assert len(f.traceback) <= RunFailure.MAX_TRACEBACK
+    # The end of the traceback (the frame that raised, then the bounded message) is what is kept.
+    assert f.traceback.startswith("...")
+    assert 'raise ValueError("x" * 100_000)' in f.traceback
+    assert f.traceback.rstrip("\n").endswith("xxx...") and "\nValueError: xxx" in f.traceback
+
+
+def test_transition_owned_records_the_failure_only_with_the_failed_settlement(store):
+    owner = OwnerId("h", 1, "n1")
+    store.runs.create("r", "{}")
+    _own(store, "r", owner)
+    failure = RunFailure("KeyError", "'missing'", "Traceback (most recent call last):\nKeyError: 'missing'\n")
+    with pytest.raises(RunStoreError) as err:
+        store.runs.transition_owned("r", owner, "completed", failure=failure)
+    assert err.value.code == "invalid_run" and "failure" in str(err.value)
+    assert store.runs.get("r").status == "running"
+    with pytest.raises(RunStoreError):
+        store.runs.transition_owned("r", owner, "failed", failure={"type": "x"})  # not a RunFailure
+    # A fenced-out writer records neither the settlement nor the failure.
+    intruder = OwnerId("h", 2, "n2")
+    assert isinstance(store.runs.transition_owned("r", intruder, "failed", failure=failure), FenceLost)
+    assert store.runs.get("r").failure is None
+    assert isinstance(store.runs.transition_owned("r", owner, "failed", failure=failure), Transitioned)
+    row = store.runs.get("r")
+    assert row.status == "failed" and row.failure == failure
+
+
+def test_the_database_refuses_a_failure_on_a_run_that_did_not_fail(store, raw):
+    store.runs.create("r", "{}")
+    with pytest.raises(IntegrityError):
+        raw.exec_driver_sql("""UPDATE flows_runs SET failure_json = '{"type":"x","message":"","traceback":""}'
+                               WHERE run_id = 'r'""")
+    raw.rollback()
+
+
+def test_every_settlement_is_logged_with_the_run_id(store, caplog):
+    store.runs.create("good", "{}")
+    store.runs.create("bad", "{}")
+
+    def fn(ctx: RunContext):
+        if ctx.run_id == "bad":
+            raise LookupError("no such thing")
+        return {"ok": True}
+
+    with caplog.at_level(logging.INFO, logger="fencepost.worker"):
+        Worker(store, fn).run(until_idle=True)
+    settled = {r.run_id: r for r in caplog.records if getattr(r, "run_id", None) and "settled" in r.getMessage()}
+    assert set(settled) == {"good", "bad"}
+    assert settled["good"].exc_info is None and "completed" in settled["good"].getMessage()
+    bad = settled["bad"]
+    assert bad.levelno == logging.WARNING and bad.exc_info is not None and bad.exc_info[0] is LookupError
+    assert "bad" in bad.getMessage() and "failed" in bad.getMessage()
