@@ -16,6 +16,12 @@ from tests.cli.conftest import assert_one_line_error, fencepost_exe
 SECRET = "s3cr3t-hunter2-value"
 
 
+def _like_a_terminal() -> None:
+    # A shell starts background jobs with SIGINT ignored, and Python then installs no Ctrl-C handler;
+    # start the command the way a terminal does, with SIGINT at its default.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _create(db_url: str, ids: list[str]) -> None:
     with fencepost.open(db_url) as store:
         for run_id in ids:
@@ -97,7 +103,7 @@ def test_ctrl_c_stops_the_worker_gracefully_with_exit_130(db_url, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "FENCEPOST_DB"}
     proc = subprocess.Popen([fencepost_exe(), "--db", db_url, "worker", "-n", "1", "--task", "slowtasks:work"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_like_a_terminal)
     try:
         deadline = time.monotonic() + 30
         with fencepost.open(db_url, readonly=True) as store:
