@@ -146,3 +146,112 @@ def test_reads_inside_a_write_are_under_the_writer_lock(store: fencepost.Store) 
         t.join()
     assert not errors
     assert store.db.read(lambda c: c.exec_driver_sql("SELECT n FROM counter").scalar()) == rounds * threads
+
+
+# --------------------------------------------------------------------------- failures leave no transaction
+# Any failure at any point of a transaction (BEGIN, a statement, COMMIT, ROLLBACK) leaves the
+# thread's connection rolled back or discarded: the write lock is free at once and the next call
+# works. The real faults (full disk, deferred constraints at COMMIT, terminated backends) are in
+# tests/faults/; these inject a failure where no real fault can be provoked on demand.
+
+
+def _lock_is_free(store: fencepost.Store) -> bool:
+    """Another connection takes the write lock without waiting."""
+    if store.db.backend.name == "sqlite":
+        conn = sqlite3.connect(store.db.path, timeout=0, isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("ROLLBACK")
+            return True
+        except sqlite3.OperationalError:
+            return False
+        finally:
+            conn.close()
+    conn = store.db.connect()
+    try:
+        return bool(conn.exec_driver_sql(
+            "SELECT pg_try_advisory_xact_lock(hashtextextended(current_schema(), 2099))").scalar())
+    finally:
+        conn.rollback()
+        conn.close()
+
+
+def _hard_error(backend: str) -> OperationalError:
+    """A non-transient driver error (an I/O error; PostgreSQL: an internal error)."""
+    if backend == "sqlite":
+        orig = sqlite3.OperationalError("disk I/O error")
+        orig.sqlite_errorname = "SQLITE_IOERR"  # type: ignore[attr-defined]
+        orig.sqlite_errorcode = 10  # type: ignore[attr-defined]
+    else:
+        orig = psycopg.errors.InternalError_("injected")
+    return OperationalError("COMMIT", {}, orig)
+
+
+def test_deferred_violation_at_commit_frees_the_lock_and_the_thread_writes_again(witness, backend) -> None:
+    witness.db.write(lambda c: c.exec_driver_sql("CREATE TABLE parent (id INTEGER PRIMARY KEY)"))
+    witness.db.write(lambda c: c.exec_driver_sql(
+        "CREATE TABLE child (pid INTEGER REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED)"))
+
+    def violate(conn):
+        conn.exec_driver_sql("INSERT INTO witness (n) VALUES (1)")
+        conn.exec_driver_sql("INSERT INTO child (pid) VALUES (5)")
+
+    for _ in range(3):
+        with pytest.raises(DbFailure) as err:
+            witness.db.write(violate)
+        assert err.value.category == "constraint" and err.value.code is not None
+        assert _lock_is_free(witness)
+    witness.db.write(lambda c: c.exec_driver_sql("INSERT INTO witness (n) VALUES (2)"))
+    assert _count(witness) == [2]
+
+
+def test_failure_after_begin_leaves_no_transaction_open(witness, backend) -> None:
+    """The write lock is taken (BEGIN IMMEDIATE / advisory lock) and then the begin step fails."""
+    from sqlalchemy import event
+
+    fail = [True]
+
+    def after_begin(conn):
+        if fail[0] and conn.get_execution_options().get("fencepost_write"):
+            fail[0] = False
+            if backend == "postgresql":
+                witness.db.backend.begin_write(conn)  # the lock is held when the failure comes
+            raise _hard_error(backend)
+
+    event.listen(witness.db.engine, "begin", after_begin)
+    try:
+        with pytest.raises(DbFailure):
+            witness.db.write(lambda c: c.exec_driver_sql("INSERT INTO witness (n) VALUES (1)"))
+        assert _lock_is_free(witness)
+        witness.db.write(lambda c: c.exec_driver_sql("INSERT INTO witness (n) VALUES (2)"))
+    finally:
+        event.remove(witness.db.engine, "begin", after_begin)
+    assert _count(witness) == [2]
+
+
+def test_failed_rollback_discards_the_connection(witness, backend) -> None:
+    """The body fails and so does its ROLLBACK: the connection is closed (which ends the
+    transaction), the body's error reaches the caller, and the next write gets a new connection."""
+    from sqlalchemy import event
+
+    fail = [True]
+
+    def on_rollback(conn):
+        if fail[0]:
+            fail[0] = False
+            raise _hard_error(backend)
+
+    def body(conn):
+        conn.exec_driver_sql("INSERT INTO witness (n) VALUES (1)")
+        raise fencepost.RunStoreError("invalid_run", "test", "refused")
+
+    event.listen(witness.db.engine, "rollback", on_rollback)
+    try:
+        with pytest.raises(fencepost.RunStoreError):
+            witness.db.write(body)
+        assert not fail[0]
+        assert _lock_is_free(witness)
+        witness.db.write(lambda c: c.exec_driver_sql("INSERT INTO witness (n) VALUES (2)"))
+    finally:
+        event.remove(witness.db.engine, "rollback", on_rollback)
+    assert _count(witness) == [2]

@@ -56,6 +56,10 @@ class Backend:
     def read_options(self) -> dict[str, Any]:
         return {}
 
+    def transaction_open(self, dbapi_connection: Any) -> bool:
+        """Whether the driver connection has a transaction open (True when it cannot tell)."""
+        raise NotImplementedError
+
     def is_transient(self, exc: BaseException) -> bool:
         raise NotImplementedError
 
@@ -132,6 +136,9 @@ class SqliteBackend(Backend):
                 conn.connection.driver_connection.execute(sql)  # type: ignore[union-attr]
             except sqlite3.Error as exc:
                 raise DBAPIError.instance(sql, None, exc, sqlite3.Error, dialect=conn.dialect) from None
+
+    def transaction_open(self, dbapi_connection: Any) -> bool:
+        return bool(dbapi_connection.in_transaction)
 
     def is_transient(self, exc: BaseException) -> bool:
         if isinstance(exc, DBAPIError):
@@ -214,6 +221,11 @@ class PostgresBackend(Backend):
 
     def read_options(self) -> dict[str, Any]:
         return {"isolation_level": "REPEATABLE READ", "postgresql_readonly": True}
+
+    def transaction_open(self, dbapi_connection: Any) -> bool:
+        from psycopg.pq import TransactionStatus
+
+        return dbapi_connection.info.transaction_status != TransactionStatus.IDLE
 
     def is_transient(self, exc: BaseException) -> bool:
         if isinstance(exc, DBAPIError):

@@ -19,7 +19,7 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy import create_engine
 from sqlalchemy.engine import Connection, Engine, make_url
@@ -229,7 +229,8 @@ class Database:
             except DBAPIError as exc:
                 if self.backend.is_transient(exc):
                     raise
-                raise self._failure(exc) from None
+                failure = self._failure(exc)
+            raise failure  # outside the handler: the driver's exception is not kept as context
         return self._run(fn, write=True)
 
     def read(self, fn: Callable[[Connection], T]) -> T:
@@ -262,18 +263,21 @@ class Database:
     def _run(self, fn: Callable[[Connection], T], *, write: bool) -> T:
         delay = 0.005
         for attempt in range(1, MAX_ATTEMPTS + 1):
+            failure: DbFailure | None = None
             try:
                 return self._once(fn, write=write)
             except CommitUnknown as unknown:
-                raise unknown.failure from None
+                failure = unknown.failure
             except DBAPIError as exc:
                 if self.backend.is_transient(exc) and attempt < MAX_ATTEMPTS:
                     time.sleep(delay * (0.5 + random.random()))
                     delay = min(delay * 2, 0.5)
                     continue
-                raise self._failure(exc) from None
+                failure = self._failure(exc)
             except SQLAlchemyError as exc:
-                raise self._failure(exc) from None
+                failure = self._failure(exc)
+            # Outside the handler: the driver's exception is not kept even as ``__context__``.
+            raise failure
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _connection(self, write: bool) -> Connection:
@@ -323,36 +327,71 @@ class Database:
         return result
 
     def _once_on(self, conn: Connection, fn: Callable[[Connection], T], *, write: bool) -> tuple[T, _Txn]:
+        """One attempt. Whatever fails (BEGIN, a statement, COMMIT, ROLLBACK), ``_settle`` leaves
+        ``conn`` with no transaction open, on the server too, or discards it: never a wedged
+        connection, never a write lock held past the failure."""
+        unknown: DbFailure | None = None
         try:
             txn = _Txn(conn, write)
             active = dict(_current.get() or {})
             active[id(self)] = txn
             token = _current.set(active)
+            trans = None
             try:
                 trans = conn.begin()
-                try:
-                    if write:
-                        self.backend.begin_write(conn)
-                    result = fn(conn)
-                except BaseException:
-                    if trans.is_active:
-                        trans.rollback()
-                    raise
-                try:
-                    trans.commit()
-                except DBAPIError as exc:
-                    # A connection lost during COMMIT leaves the outcome unknown: retrying could
-                    # apply the body twice, so only a definite refusal (busy, serialization) retries.
-                    if exc.connection_invalidated or not self.backend.is_transient(exc):
-                        raise CommitUnknown(self._failure(exc)) from None
-                    raise
+                if write:
+                    self.backend.begin_write(conn)
+                result = fn(conn)
+            except BaseException:
+                self._settle(conn, trans, write)
+                raise
             finally:
                 _current.reset(token)
+            try:
+                trans.commit()
+            except BaseException as exc:
+                # A failed COMMIT leaves SQLAlchemy's transaction on the connection, and (deferred
+                # constraint, full disk) the database's transaction open with its write lock.
+                self._settle(conn, trans, write)
+                # A connection lost during COMMIT leaves the outcome unknown: retrying could
+                # apply the body twice, so only a definite refusal (busy, serialization) retries.
+                if not isinstance(exc, DBAPIError):
+                    raise
+                if not (exc.connection_invalidated or not self.backend.is_transient(exc)):
+                    raise
+                unknown = self._failure(exc)
         except DBAPIError as exc:
             if exc.connection_invalidated or conn.invalidated:
                 self._drop(write)
             raise
+        if unknown is not None:
+            # Raised here, outside the handler, so the driver's exception (its text may quote
+            # values) is not even kept as ``__context__``.
+            raise CommitUnknown(unknown)
         return result, txn
+
+    def _settle(self, conn: Connection, trans: Any, write: bool) -> None:
+        """After a failure: end the transaction on ``conn`` (SQLAlchemy's and the database's), or
+        discard ``conn`` when that cannot be done or proven; the next call starts clean."""
+        try:
+            if trans is not None:
+                # Also clears the failed-commit state SQLAlchemy keeps until a rollback.
+                trans.rollback()
+            if not conn.invalidated and not conn.closed:
+                raw = conn.connection.dbapi_connection
+                if self.backend.transaction_open(raw):
+                    raw.rollback()
+                if not self.backend.transaction_open(raw):
+                    return
+        except Exception:  # a connection that cannot roll back is not trusted again
+            pass
+        # Closing the driver connection ends its transaction (SQLite rolls back and releases the
+        # write lock; PostgreSQL rolls back when the session ends).
+        try:
+            conn.invalidate()
+        except Exception:
+            pass
+        self._drop(write)
 
     def _failure(self, exc: BaseException) -> DbFailure:
         category, code = self.backend.classify(exc)

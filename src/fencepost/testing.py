@@ -22,12 +22,14 @@ import shutil
 import tempfile
 from typing import Any
 
+from sqlalchemy import event
+
 from fencepost._durable import Database
 from fencepost._migrations import migrate
 from fencepost._store import Store
 from fencepost.clock import Clock, ManualClock
 
-__all__ = ["ManualClock", "MemoryStore", "memory_store"]
+__all__ = ["ManualClock", "MemoryStore", "limit_pages", "memory_store"]
 
 
 def _ram_dir() -> str | None:
@@ -67,3 +69,42 @@ def memory_store(*, clock: Clock | None = None, attempt_policy: Any = None, cons
     except BaseException:
         shutil.rmtree(directory, ignore_errors=True)
         raise
+
+
+# SQLite's own ceiling on max_page_count: "no limit".
+_NO_PAGE_LIMIT = 4294967294
+
+
+def limit_pages(store: Store, pages: int | None) -> None:
+    """Fault-injection hook: cap a SQLite store's database at ``pages`` pages, or lift the cap (``None``).
+
+    Sets ``PRAGMA max_page_count`` on every connection of the store, the ones threads keep between
+    transactions and the ones opened later, so a write that needs the database file to grow fails
+    with ``SQLITE_FULL`` as on a full disk (SQLite never sets the cap below the current size, so
+    ``0`` means "not one page more"). A write that fits in pages the file already has still
+    succeeds. For tests of full-disk handling where mounting a small filesystem is not possible;
+    it changes nothing on disk and ends with the store's connections or with ``limit_pages(store, None)``.
+    """
+    db = store.db
+    if db.backend.name != "sqlite":
+        raise ValueError("limit_pages applies to SQLite stores only")
+    if pages is not None and (type(pages) is not int or pages < 0):
+        raise ValueError("pages must be a non-negative integer or None")
+    # SQLite reads a cap of 0 as a query, and raises any cap to the current size itself.
+    limit = _NO_PAGE_LIMIT if pages is None else max(pages, 1)
+    previous = getattr(db, "_page_limit_listener", None)
+    if previous is not None:
+        event.remove(db.engine, "checkout", previous)
+        db._page_limit_listener = None  # type: ignore[attr-defined]
+
+    def apply(dbapi_connection: Any, *_: Any) -> None:
+        dbapi_connection.execute(f"PRAGMA max_page_count = {int(limit)}")
+
+    if pages is not None:
+        event.listen(db.engine, "checkout", apply)
+        db._page_limit_listener = apply  # type: ignore[attr-defined]
+    with db._slots_lock:
+        slots = list(db._slots)
+    for slot in slots:
+        if not slot.conn.closed and not slot.conn.invalidated:
+            apply(slot.conn.connection.dbapi_connection)

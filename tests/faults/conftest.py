@@ -1,0 +1,249 @@
+"""Fault-suite fixtures: real faults, and the witnesses that prove the store recovered from them.
+
+- ``peer``: another process with its own store on the same database, which writes on command and
+  reports how long the write took. A write lock left held by the faulted store shows up as a peer
+  that blocks (it never answers within the bound).
+- ``small_disk``: a real full disk for SQLite. A small ``tmpfs`` mounted for the test when we are root
+  and ``mount`` is permitted; otherwise ``fencepost.testing.limit_pages`` (``PRAGMA max_page_count``
+  on every connection of the store), so the suite still runs where mounting is refused.
+- ``private_server``: a private PostgreSQL instance (``initdb`` + ``pg_ctl``) that may be restarted;
+  the shared test server is never touched.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import select
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.changefeed.test_follow_server_restart import PrivateServer, _pg_bin
+
+REPO = Path(__file__).resolve().parents[2]
+# The bound on "another process writes once the fault is gone" (the issue's 1 s).
+RECOVERY_BOUND_S = 1.0
+
+
+class Peer:
+    """A second process writing to the same store (see ``tests/faults/_peer.py``)."""
+
+    def __init__(self, url: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.faults._peer", url],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=REPO,
+        )
+        self._buf = b""
+        line = self._line(60)
+        assert line == "ready", f"peer did not start: {line!r}"
+
+    def _line(self, timeout: float) -> str | None:
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            ready, _, _ = select.select([fd], [], [], left)
+            if ready:
+                chunk = os.read(fd, 4096)
+                if not chunk:
+                    return None
+                self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        return line.decode()
+
+    def write(self, run_id: str | None = None, *, timeout: float = 10.0) -> float:
+        """Create a run from the peer; return the seconds the write took there (fails if it blocks)."""
+        run_id = run_id or f"peer-{uuid.uuid4().hex[:8]}"
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(run_id.encode() + b"\n")
+        self.proc.stdin.flush()
+        line = self._line(timeout)
+        assert line is not None, f"the peer's write did not return within {timeout} s (a lock left held?)"
+        reply = json.loads(line)
+        assert reply["ok"], f"the peer's write failed: {reply['error']}"
+        return float(reply["elapsed"])
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def peer() -> Iterator:
+    """A factory: ``peer(url)`` starts another writing process on ``url`` (killed at teardown)."""
+    made: list[Peer] = []
+
+    def start(url: str) -> Peer:
+        p = Peer(url)
+        made.append(p)
+        return p
+
+    yield start
+    for p in made:
+        p.close()
+
+
+def _can_mount() -> bool:
+    # FENCEPOST_TEST_NO_MOUNT=1 forces the page-cap fallback (to exercise it where mounting works).
+    if os.environ.get("FENCEPOST_TEST_NO_MOUNT") == "1" or os.geteuid() != 0 or shutil.which("mount") is None:
+        return False
+    probe = Path(f"/tmp/fencepost-mount-probe-{os.getpid()}")
+    probe.mkdir(exist_ok=True)
+    try:
+        ok = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(probe)],
+                            capture_output=True).returncode == 0
+        if ok:
+            subprocess.run(["umount", str(probe)], check=True, capture_output=True)
+        return ok
+    finally:
+        probe.rmdir()
+
+
+class SmallDisk:
+    """A directory on a small filesystem that the test fills and frees at will."""
+
+    def __init__(self, root: Path, mounted: bool) -> None:
+        self.root = root
+        self.mounted = mounted
+        self._ballast = root / "ballast"
+        self._store = None
+
+    def url(self, name: str = "flows.db") -> str:
+        return f"sqlite:///{self.root / name}"
+
+    def fill(self, store) -> None:
+        """Leave no free space for ``store``'s next write (its WAL is checkpointed away first)."""
+        if not self.mounted:
+            from fencepost.testing import limit_pages
+
+            limit_pages(store, 0)
+            self._store = store
+            return
+        import sqlite3
+
+        assert store.db.path is not None
+        with sqlite3.connect(store.db.path) as raw:
+            raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        fd = os.open(self._ballast, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        try:
+            size = 65536
+            while size:
+                try:
+                    os.write(fd, b"\0" * size)
+                except OSError as exc:
+                    assert exc.errno == errno.ENOSPC, exc
+                    size //= 2
+        finally:
+            os.close(fd)
+
+    def free(self) -> None:
+        """Give the space back."""
+        if not self.mounted:
+            from fencepost.testing import limit_pages
+
+            if self._store is not None:
+                limit_pages(self._store, None)
+            return
+        self._ballast.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[SmallDisk]:
+    """A 4 MiB tmpfs when we may mount one; else a plain directory and the page-limit hook."""
+    if not _can_mount():
+        yield SmallDisk(tmp_path, mounted=False)
+        return
+    root = Path(f"/tmp/fencepost-disk-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    root.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(root)], check=True, capture_output=True)
+    try:
+        yield SmallDisk(root, mounted=True)
+    finally:
+        subprocess.run(["umount", "-l", str(root)], capture_output=True)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def private_server() -> Iterator[PrivateServer]:
+    """A private PostgreSQL instance this test may restart or stop."""
+    bindir = _pg_bin()
+    if bindir is None or (os.geteuid() == 0 and shutil.which("runuser") is None):
+        if os.environ.get("FENCEPOST_REQUIRE_POSTGRES") == "1":
+            pytest.fail("PostgreSQL server binaries (initdb, pg_ctl) are required for the restart test")
+        pytest.skip("no PostgreSQL server binaries to start a private instance")
+    root = Path(f"/tmp/fencepost-pg-{os.getpid()}-{time.monotonic_ns()}")
+    server = PrivateServer(bindir, root)
+    try:
+        server.init()
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- witnesses
+
+
+# Big enough that the database file must grow to hold it (so a page cap fails it, as a full disk does).
+BIG_STATE = '{"blob": "' + "x" * 65536 + '"}'
+
+
+def composite(store, run_id: str, extra=None, state: str = '{"step": 1}'):
+    """One transaction that writes a run, a journal entry and (``extra(conn)``) the faulting statement."""
+
+    def body(tx):
+        store.runs.create(run_id, state)
+        tx.append_unfenced(run_id, "made", {"n": 1}, source_id="fault-suite")
+        if extra is not None:
+            extra(tx.conn)
+        return run_id
+
+    return store.journal.transact(body)
+
+
+def _counts(store, run_id: str) -> tuple[int, int]:
+    """(run rows, journal entries) for ``run_id``, read raw."""
+    from sqlalchemy import text
+
+    def read(conn):
+        runs = conn.execute(text("SELECT count(*) FROM flows_runs WHERE run_id = :i"), {"i": run_id}).scalar()
+        entries = conn.execute(
+            text("SELECT count(*) FROM flows_journal_events WHERE run_id = :i"), {"i": run_id}).scalar()
+        return int(runs), int(entries)
+
+    return store.db.read(read)
+
+
+def assert_nothing_of(store, run_id: str, since) -> None:
+    """No trace of ``run_id``: no run row, no journal entry, no change after ``since``."""
+    assert _counts(store, run_id) == (0, 0)
+    changes = store.feed.changes_since(since, limit=1000).changes
+    assert [c.run_id for c in changes if c.run_id == run_id] == []
+
+
+def assert_once(store, run_id: str) -> None:
+    """Exactly one run row and one journal entry for ``run_id``."""
+    assert _counts(store, run_id) == (1, 1)
+
+
+def assert_value_free(exc: BaseException) -> None:
+    """No driver exception (which may quote SQL or values) anywhere in ``exc``'s chain."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    seen = exc
+    while seen is not None:
+        assert not isinstance(seen, SQLAlchemyError), type(seen)
+        assert type(seen).__module__.split(".")[0] not in ("sqlite3", "psycopg"), type(seen)
+        seen = seen.__cause__ or seen.__context__
