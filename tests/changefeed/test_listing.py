@@ -239,3 +239,46 @@ def test_each_page_is_coherent_at_its_revision(store, raw):
     page = store.feed.list_runs()
     assert page.revision == 2 and page.runs[0].revision == 2 and page.runs[0].status == "completed"
     assert page.source == store.feed.position().source
+
+
+def _list_all_newest_first(feed, filters, limit):
+    ids, cursor = [], None
+    while True:
+        page = feed.list_runs(filters, cursor, limit, newest_first=True)
+        ids.extend(r.run_id for r in page.runs)
+        cursor = page.cursor
+        if cursor is None:
+            return ids
+
+
+def test_newest_first_pages_the_same_key_backwards(store, raw):
+    """The listing walked newest first: every filter set, limits 7 and 23, is the model reversed."""
+    rows = _model_rows(100)
+    _insert_model(raw, rows)
+    ordered = sorted(rows, key=lambda r: (r["created"], r["run_id"]), reverse=True)
+    for f in [None, {"status": "failed"}, {"flow_name": "flow1", "created_after_ms": 3, "created_before_ms": 20},
+              {"parent_run_id": None}, {"lineage_id": "absent"}]:
+        expected = [r["run_id"] for r in ordered if _matches(r, f or {})]
+        for limit in (7, 23):
+            assert _list_all_newest_first(store.feed, f, limit) == expected, f
+
+
+def test_a_cursor_resumes_only_the_order_it_was_issued_for(store, raw):
+    """A newest-first cursor is invalid_cursor for the ascending listing and the other way round."""
+    for i, rid in enumerate("abcd"):
+        insert_run(raw, rid, created=i)
+    raw.commit()
+    newest = store.feed.list_runs(None, None, 2, newest_first=True)
+    assert [r.run_id for r in newest.runs] == ["d", "c"]
+    oldest = store.feed.list_runs(None, None, 2)
+    assert [r.run_id for r in oldest.runs] == ["a", "b"]
+    with pytest.raises(fencepost.RunStoreError) as err:
+        store.feed.list_runs(None, newest.cursor, 2)
+    assert err.value.code == "invalid_cursor"
+    with pytest.raises(fencepost.RunStoreError) as err:
+        store.feed.list_runs(None, oldest.cursor, 2, newest_first=True)
+    assert err.value.code == "invalid_cursor"
+    with pytest.raises(fencepost.RunStoreError) as err:
+        store.feed.list_runs(None, None, 2, newest_first="yes")
+    assert err.value.code == "invalid_options"
+    assert [r.run_id for r in store.feed.list_runs(None, newest.cursor, 2, newest_first=True).runs] == ["b", "a"]

@@ -90,3 +90,12 @@ def after_key():
         runs.created_at_ms >= created,
         or_(runs.created_at_ms > created, runs.run_id > bindparam("after_run")),
     )
+
+
+def before_key():
+    """Keyset predicate ``(created_at_ms, run_id) < (:after_created, :after_run)`` (newest-first pages)."""
+    created = bindparam("after_created")
+    return and_(
+        runs.created_at_ms <= created,
+        or_(runs.created_at_ms < created, runs.run_id < bindparam("after_run")),
+    )

@@ -40,8 +40,11 @@ class ListFilters(msgspec.Struct, frozen=True):
     created_after_ms: int | None = None
     created_before_ms: int | None = None
 
-    def canonical(self) -> list[Any]:
-        """The filter tuple a cursor is bound to (key order of the caller's mapping is irrelevant)."""
+    def canonical(self, newest_first: bool = False) -> list[Any]:
+        """The filter tuple a cursor is bound to (key order of the caller's mapping is irrelevant).
+
+        A newest-first listing appends ``"newest_first"``, so its cursors never resume the other order.
+        """
         return [
             self.status,
             self.flow_name,
@@ -50,7 +53,7 @@ class ListFilters(msgspec.Struct, frozen=True):
             list(self.waiting_reason),
             self.created_after_ms,
             self.created_before_ms,
-        ]
+        ] + (["newest_first"] if newest_first else [])
 
 
 class _CursorV1(msgspec.Struct, forbid_unknown_fields=True):
@@ -117,17 +120,18 @@ def _check_text(key: str, value: object) -> None:
         raise invalid_options(f"{key} {problem}")
 
 
-def encode_cursor(source: str, filters: ListFilters, created_at_ms: int, run_id: str) -> str:
-    """The cursor that resumes after the key ``(created_at_ms, run_id)``."""
-    body = _CursorV1(CURSOR_VERSION, source, filters.canonical(), created_at_ms, run_id)
+def encode_cursor(source: str, filters: ListFilters, created_at_ms: int, run_id: str, *,
+                  newest_first: bool = False) -> str:
+    """The cursor that resumes after the key ``(created_at_ms, run_id)`` (in the listing's order)."""
+    body = _CursorV1(CURSOR_VERSION, source, filters.canonical(newest_first), created_at_ms, run_id)
     return _encoder.encode(body).decode("utf-8")
 
 
-def decode_cursor(cursor: object, source: str, filters: ListFilters) -> tuple[int, str]:
+def decode_cursor(cursor: object, source: str, filters: ListFilters, *, newest_first: bool = False) -> tuple[int, str]:
     """Return the key a cursor resumes after, or raise.
 
     Longer than 65 536 characters: ``invalid_options`` (as upstream). Not a version-1 cursor, or
-    issued for other filters: ``invalid_cursor``. Issued on another source: ``SourceChanged``.
+    issued for other filters or the other order: ``invalid_cursor``. Issued on another source: ``SourceChanged``.
     Surrounding whitespace is tolerated.
     """
     from fencepost.errors import SourceChanged
@@ -144,7 +148,7 @@ def decode_cursor(cursor: object, source: str, filters: ListFilters) -> tuple[in
         raise invalid_cursor(f"cursor version must be {CURSOR_VERSION}")
     if not SOURCE_SHAPE.fullmatch(body.source) or not is_safe_int(body.createdAtMs) or identifier_problem(body.runId):
         raise invalid_cursor("cursor is malformed")
-    if body.filters != filters.canonical():
+    if body.filters != filters.canonical(newest_first):
         raise invalid_cursor("cursor was issued for other filters")
     if body.source != source:
         raise SourceChanged("invalid_run", "list_runs", "listing cursor belongs to another source: restart the listing")

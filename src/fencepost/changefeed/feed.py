@@ -197,12 +197,16 @@ class ChangeFeed:
 
     # ------------------------------------------------------------------ listing
     def list_runs(
-        self, filters: Mapping[str, Any] | None = None, cursor: str | None = None, limit: int = 100
+        self, filters: Mapping[str, Any] | None = None, cursor: str | None = None, limit: int = 100, *,
+        newest_first: bool = False,
     ) -> RunPage:
-        """Return one keyset page of runs ordered by ``(created_at_ms, run_id)``; see ``cursor.py``."""
+        """Return one keyset page of runs ordered by ``(created_at_ms, run_id)``; see ``cursor.py``.
+
+        ``newest_first=True`` pages the same key in descending order (pass the flag with its cursor).
+        """
         from fencepost.changefeed.listing import list_runs
 
-        return list_runs(self._store, filters, cursor, limit)
+        return list_runs(self._store, filters, cursor, limit, newest_first=newest_first)
 
     # ------------------------------------------------------------------ live tail
     def follow(

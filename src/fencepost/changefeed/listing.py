@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 runs = _sql.runs
 
 
-def _statement(store: Store, filters: ListFilters, keyset: bool) -> Any:
+def _statement(store: Store, filters: ListFilters, keyset: bool, newest_first: bool = False) -> Any:
     stmt = _sql.LIST_BASE
     if filters.status is not None:
         stmt = stmt.where(runs.status == bindparam("f_status"))
@@ -57,13 +57,21 @@ def _statement(store: Store, filters: ListFilters, keyset: bool) -> Any:
         stmt = stmt.where(runs.created_at_ms >= bindparam("f_after"))
     if filters.created_before_ms is not None:
         stmt = stmt.where(runs.created_at_ms <= bindparam("f_before"))
+    if newest_first:
+        if keyset:
+            stmt = stmt.where(_sql.before_key())
+        return stmt.order_by(runs.created_at_ms.desc(), runs.run_id.desc()).limit(bindparam("n"))
     if keyset:
         stmt = stmt.where(_sql.after_key())
     return stmt.order_by(runs.created_at_ms, runs.run_id).limit(bindparam("n"))
 
 
-def list_runs(store: Store, filters: Mapping[str, Any] | None, cursor: str | None, limit: int) -> RunPage:
+def list_runs(store: Store, filters: Mapping[str, Any] | None, cursor: str | None, limit: int, *,
+              newest_first: bool = False) -> RunPage:
     """Return one page of runs matching ``filters``, after ``cursor``, at most ``limit`` (1..200).
+
+    ``newest_first=True`` walks the same key backwards (newest ``(created_at_ms, run_id)`` first);
+    its cursors carry the order, so a cursor of one order is ``invalid_cursor`` in the other.
 
     ``filters`` keys: ``status``, ``flow_name`` (the state's ``flowName``), ``parent_run_id`` and
     ``waiting_reason`` (``None`` means "has none"), ``lineage_id`` (a run without one is its own
@@ -77,6 +85,8 @@ def list_runs(store: Store, filters: Mapping[str, Any] | None, cursor: str | Non
     parsed = parse_filters(filters)
     if cursor is not None and type(cursor) is not str:
         raise invalid_options("cursor must be a string returned by list_runs")
+    if type(newest_first) is not bool:
+        raise invalid_options("newest_first must be a boolean")
     params: dict[str, Any] = {
         "f_status": parsed.status,
         "f_flow": parsed.flow_name,
@@ -87,7 +97,7 @@ def list_runs(store: Store, filters: Mapping[str, Any] | None, cursor: str | Non
         "f_before": parsed.created_before_ms,
         "n": limit + 1,
     }
-    stmt = _statement(store, parsed, cursor is not None)
+    stmt = _statement(store, parsed, cursor is not None, newest_first)
 
     def body(conn: Connection) -> RunPage:
         row = conn.execute(_sql.POSITION).first()
@@ -96,14 +106,14 @@ def list_runs(store: Store, filters: Mapping[str, Any] | None, cursor: str | Non
         check_position(row.source, row.revision)
         source, watermark = row.source, row.revision
         if cursor is not None:
-            params["after_created"], params["after_run"] = decode_cursor(cursor, source, parsed)
+            params["after_created"], params["after_run"] = decode_cursor(cursor, source, parsed, newest_first=newest_first)
         rows = conn.execute(stmt, params).all()
         has_more = len(rows) > limit
         page = [decode_run(r, source, watermark) for r in rows[:limit]]
         next_cursor = None
         if has_more:
             last = page[-1]
-            next_cursor = encode_cursor(source, parsed, last.created_at_ms, last.run_id)
+            next_cursor = encode_cursor(source, parsed, last.created_at_ms, last.run_id, newest_first=newest_first)
         return RunPage(page, next_cursor, source, watermark)
 
     try:
