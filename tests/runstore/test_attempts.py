@@ -329,3 +329,24 @@ def test_noop_attempt_store_is_unknown():
     assert AttemptStore.noop(get=lambda *a: None).get("r", "d", 0) is None
     assert AttemptStore.MAXIMUM_CHECKPOINT_BYTES == 16 * 1024 * 1024
     assert (AttemptStore.MAXIMUM_JSON_DEPTH, AttemptStore.MAXIMUM_JSON_NODES) == (128, 100_000)
+
+
+def test_of_run_lists_every_attempt_of_one_run_oldest_first(run1):
+    """``of_run``: the run's attempts only, ordered by start then step then attempt, bounded by limit."""
+    s, rid = run1
+    other = fresh("run")
+    s.runs.create(other, "{}")
+    s.runs.claim_and_own(other, PENDING, OWN, s.clock.now_ms())
+    a2 = att(rid, step_key_digest="digest-2", started_at_ms=30, checkpoint={"n": 1})
+    a1 = att(rid, started_at_ms=20)
+    a1b = att(rid, attempt=1, started_at_ms=20)
+    for a in (a2, a1, a1b):
+        assert s.attempts.put(a, OWN) == Inserted()
+    assert s.attempts.put(att(other), OWN) == Inserted()
+    assert s.attempts.of_run(rid) == [a1, a1b, a2]
+    assert s.attempts.of_run(rid, limit=2) == [a1, a1b]
+    assert s.attempts.of_run(fresh("absent")) == []
+    for bad in ({"run_id": ""}, {"run_id": rid, "limit": 0}, {"run_id": rid, "limit": 10_001}):
+        with pytest.raises(AttemptStoreError) as e:
+            s.attempts.of_run(bad.pop("run_id"), **bad)
+        assert e.value.code == "invalid_attempt"

@@ -247,6 +247,11 @@ _attempt_pk = and_(at.c.run_id == _txt("run_id"), at.c.step_key_digest == _txt("
 _in_progress = in_json_ids(at.c.state, "in_progress")
 
 SELECT_ATTEMPT = Sql(select(*ATTEMPT_COLUMNS).where(_attempt_pk))
+# Every attempt of one run, oldest first (the primary key's prefix serves it), bounded by :n.
+SELECT_RUN_ATTEMPTS = Sql(
+    select(*ATTEMPT_COLUMNS).where(at.c.run_id == _txt("run_id"))
+    .order_by(at.c.started_at_ms, at.c.step_key_digest, at.c.attempt).limit(_int("n"))
+)
 
 SELECT_OWNER_STATE = Sql(
     select(runs.c.status, runs.c.owner_host_id, runs.c.owner_pid, runs.c.owner_nonce)

@@ -220,6 +220,24 @@ class AttemptStore:
                 raise err from None
             return None if row is None else self._decode(row, method)
 
+    def of_run(self, run_id: str, *, limit: int = 1000) -> list[Attempt]:
+        """Read up to ``limit`` (1..10 000) attempts of ``run_id`` (unfenced), oldest first, re-validated."""
+        with m.Op("AttemptStore.of_run") as op:
+            method = "of_run"
+            if identifier_problem(run_id):
+                raise _refuse(method, "run_id violates the durable identifier contract")
+            if not (type(limit) is int and 1 <= limit <= 10_000):
+                raise _refuse(method, "limit must be an integer in 1..10000")
+            op.identity(runId=run_id)
+            try:
+                rows = self._db.read(lambda conn: q.run(conn, q.SELECT_RUN_ATTEMPTS,
+                                                        {"run_id": run_id, "n": limit}).fetchall())
+            except DbFailure as exc:
+                err = map_failure(exc, AttemptStoreError, method, "attempt")
+                err.cause = {"category": exc.category, "code": exc.code}  # type: ignore[attr-defined]
+                raise err from None
+            return [self._decode(row, method) for row in rows]
+
     def heartbeat(self, run_id: str, step_key_digest: str, attempt: int, owner: OwnerId, now_ms: int,
                   checkpoint: Any = None) -> AttemptHeartbeatOutcome:
         """Stamp an in-progress attempt's heartbeat (monotonic) and optionally replace its checkpoint.
@@ -357,7 +375,7 @@ class NoopAttemptStore:
     MAXIMUM_JSON_DEPTH = AttemptStore.MAXIMUM_JSON_DEPTH
     MAXIMUM_JSON_NODES = AttemptStore.MAXIMUM_JSON_NODES
     MAXIMUM_CHECKPOINT_BYTES = AttemptStore.MAXIMUM_CHECKPOINT_BYTES
-    _METHODS = ("put", "get", "heartbeat", "finish", "patch")
+    _METHODS = ("put", "get", "of_run", "heartbeat", "finish", "patch")
 
     def __init__(self, **overrides: Callable[..., Any]) -> None:
         for name in self._METHODS:
