@@ -106,7 +106,9 @@ def list_runs(store: Store, filters: Mapping[str, Any] | None, cursor: str | Non
         check_position(row.source, row.revision)
         source, watermark = row.source, row.revision
         if cursor is not None:
-            params["after_created"], params["after_run"] = decode_cursor(cursor, source, parsed, newest_first=newest_first)
+            params["after_created"], params["after_run"] = decode_cursor(
+                cursor, source, parsed, newest_first=newest_first
+            )
         rows = conn.execute(stmt, params).all()
         has_more = len(rows) > limit
         page = [decode_run(r, source, watermark) for r in rows[:limit]]

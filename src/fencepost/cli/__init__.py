@@ -19,6 +19,7 @@ from fencepost.cli.feed import feed, source
 from fencepost.cli.journal import journal
 from fencepost.cli.projection import projection
 from fencepost.cli.runs import init, runs
+from fencepost.cli.ui import ui
 from fencepost.cli.worker import worker
 
 __all__ = ["cli", "main"]
@@ -47,6 +48,7 @@ cli.add_command(feed)
 cli.add_command(source)
 cli.add_command(projection)
 cli.add_command(worker)
+cli.add_command(ui)
 
 
 def main(argv: list[str] | None = None) -> None:

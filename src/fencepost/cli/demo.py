@@ -208,7 +208,7 @@ def demo(obj: CliContext, n_runs: int, n_workers: int, speed: float, timeout: fl
                   f"(revision {final.revision}, lag {status.lag}, {len(projected)} rows)")
     console.print(f"finished in {time.monotonic() - started:.1f} s. Explore: fencepost runs list, "
                   f"fencepost runs show {prefix}0000, fencepost journal show {prefix}0000 --companion, "
-                  "fencepost feed tail, fencepost projection status")
+                  "fencepost feed tail, fencepost projection status, fencepost ui (live web console)")
     unsettled = n_runs - sum(counts[s] for s in TERMINAL)
     if unsettled or not ok or not in_step or not killed:
         raise SystemExit(1)

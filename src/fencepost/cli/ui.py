@@ -1,0 +1,56 @@
+"""``fencepost ui``: serve the read-only live web console (needs the ``fencepost[ui]`` extra)."""
+
+from __future__ import annotations
+
+import click
+
+from fencepost.cli._common import CliContext, err_console
+
+
+@click.command()
+@click.option("--db", "db", metavar="URL", default=None,
+              help="Database URL to serve (the same as the global --db; default: $FENCEPOST_DB, "
+                   "else sqlite:///.flows/flows.db).")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on. Anything but loopback exposes every run to the network (with a warning).")
+@click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535),
+              help="Port to listen on (0: any free port).")
+@click.option("--open", "open_browser", is_flag=True, help="Open the console in the default web browser.")
+@click.pass_obj
+def ui(obj: CliContext, db: str | None, host: str, port: int, open_browser: bool) -> None:
+    """Serve a read-only live web console: runs, one run's ownership timeline, journal, projections, health.
+
+    The database is opened read-only; no page writes. Pages update live from one change-feed
+    follower shared by every open tab. Stop with Ctrl-C.
+
+    Example: fencepost ui --db sqlite:///.flows/flows.db --open
+    """
+    from fencepost.ui import missing_extra
+
+    missing = missing_extra()
+    if missing:
+        raise click.ClickException(
+            f"fencepost ui needs the 'ui' extra ({', '.join(missing)} missing): pip install 'fencepost[ui]'"
+        )
+    from fencepost._durable import redact_url
+    from fencepost.ui.app import create_app, is_loopback
+    from fencepost.ui.server import bind, serve, url_of
+
+    if db is not None:
+        obj.url = db
+    store = obj.store(readonly=True)
+    try:
+        sock = bind(host, port)
+    except OSError as exc:
+        why = exc.strerror or "bind failed"
+        raise click.ClickException(f"cannot listen on the given host and port ({why})") from None
+    if not is_loopback(host):
+        err_console.print("[yellow]warning[/yellow]: listening on a non-loopback address: anyone who can reach "
+                          "it can read every run (the console is read-only and redacts secrets, but has no login)")
+    url = url_of(sock)
+    click.echo(f"fencepost console for {redact_url(obj.resolved_url)} at {url}  (read-only; Ctrl-C to stop)")
+    if open_browser:
+        import webbrowser
+
+        webbrowser.open(url)
+    serve(create_app(store=store), sock)

@@ -1,0 +1,242 @@
+"""The console's ASGI application: server-rendered pages, one event stream, two static files.
+
+Read-only by construction: ``create_app`` opens the store with ``readonly=True`` (or refuses a
+store that was opened for writing), every route answers ``GET``/``HEAD`` only, and no route calls a
+store method that writes. Templates autoescape; static files are a fixed list read from the
+package, so no request path ever reaches the file system.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+from collections.abc import AsyncIterator
+from importlib import resources
+from typing import Any
+from urllib.parse import unquote
+
+import jinja2
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from fencepost.errors import FencepostError
+from fencepost.ui import views
+from fencepost.ui.hub import FeedHub, sse
+
+#: Longest query string accepted (bytes); a listing cursor is far shorter.
+MAX_QUERY_BYTES = 4096
+#: Longest request path accepted (bytes).
+MAX_PATH_BYTES = 2048
+#: Seconds between keep-alive comments on an idle event stream.
+KEEPALIVE_S = 15.0
+STATIC = {"app.js": "text/javascript; charset=utf-8", "app.css": "text/css; charset=utf-8",
+          "favicon.svg": "image/svg+xml"}
+SECURITY_HEADERS = [
+    (b"content-security-policy",
+     b"default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+     b"base-uri 'none'; form-action 'self'; frame-ancestors 'none'"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-frame-options", b"DENY"),
+    (b"cache-control", b"no-store"),
+]
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback addresses (the console's default exposure)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class Guard:
+    """Refuse what no page needs before any route sees it: long or traversing paths, long queries.
+
+    Also stamps every response with the security headers (a strict CSP: scripts and styles only
+    from this server, nothing inline, no frames).
+    """
+
+    def __init__(self, app: ASGIApp, templates: jinja2.Environment) -> None:
+        self.app = app
+        self.templates = templates
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        raw = scope.get("raw_path") or scope["path"].encode()
+        query = scope.get("query_string", b"")
+        problem = None
+        if len(raw) > MAX_PATH_BYTES:
+            problem = (414, "path_too_long", f"the request path is longer than {MAX_PATH_BYTES} bytes")
+        elif len(query) > MAX_QUERY_BYTES:
+            problem = (414, "query_too_long", f"the query string is longer than {MAX_QUERY_BYTES} bytes")
+        else:
+            decoded = unquote(unquote(raw.decode("latin-1")))
+            segments = decoded.replace("\\", "/").split("/")
+            if ".." in segments or "." in segments or "\x00" in decoded:
+                problem = (400, "invalid_path", "the request path has a dot segment or a NUL")
+
+        async def send_with_headers(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                message = dict(message)
+                message["headers"] = [*message.get("headers", []), *SECURITY_HEADERS]
+            await send(message)
+
+        if problem is not None:
+            status, code, detail = problem
+            body = self.templates.get_template("error.html").render(status=status, code=code, detail=detail,
+                                                                    page="error")
+            await HTMLResponse(body, status_code=status)(scope, receive, send_with_headers)
+            return
+        await self.app(scope, receive, send_with_headers)
+
+
+def _templates() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("fencepost.ui", "templates"),
+        autoescape=jinja2.select_autoescape(["html", "xml"], default=True),
+        undefined=jinja2.StrictUndefined,
+    )
+    return env
+
+
+def create_app(url: str | None = None, *, store: Any = None, poll_interval: float = 2.0,
+               tick: float = 1.0) -> Starlette:
+    """The console for the database at ``url`` (opened read-only), or for a read-only ``store``.
+
+    The app owns the store it opened and the feed hub: both start with the app's lifespan and are
+    closed with it.
+    """
+    import fencepost
+
+    owned = store is None
+    if store is None:
+        store = fencepost.open(url, readonly=True)
+    elif not store.db.readonly:
+        raise ValueError("the console serves only a store opened with readonly=True")
+    templates = _templates()
+    hub = FeedHub(store, stats=lambda h: views.stats(store, h), poll_interval=poll_interval, tick=tick)
+
+    def page(request: Request, name: str, http_status: int = 200, **context: Any) -> HTMLResponse:
+        html = templates.get_template(name).render(request=request, **context)
+        return HTMLResponse(html, status_code=http_status)
+
+    def error(request: Request, status: int, code: str, detail: str) -> HTMLResponse:
+        return page(request, "error.html", status, status=status, code=code, detail=detail, page="error")
+
+    async def runs(request: Request) -> Response:
+        try:
+            data = await run_in_threadpool(views.runs_page, store, request.query_params)
+        except views.BadInput as exc:
+            return error(request, 400, exc.code, exc.detail)
+        counts = await run_in_threadpool(views.status_counts, store)
+        return page(request, "runs.html", page="runs", counts=counts, statuses=views.STATUSES, **data)
+
+    async def run(request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        data = await run_in_threadpool(views.run_detail, store, run_id)
+        if data is None:
+            return error(request, 404, "not_found_row", "no run with this id")
+        template = "run_body.html" if request.query_params.get("fragment") == "1" else "run.html"
+        return page(request, template, page="run", **data)
+
+    async def journal(request: Request) -> Response:
+        data = await run_in_threadpool(views.journal_overview, store)
+        return page(request, "journal.html", page="journal", **data)
+
+    async def projections(request: Request) -> Response:
+        data = await run_in_threadpool(views.projections, store)
+        return page(request, "projections.html", page="projections", projections=data)
+
+    async def health(request: Request) -> Response:
+        data = await run_in_threadpool(views.health, store, hub)
+        return page(request, "health.html", page="health", health=data)
+
+    async def health_json(request: Request) -> Response:
+        data = await run_in_threadpool(views.health, store, hub)
+        return JSONResponse(data)
+
+    async def events(request: Request) -> Response:
+        sub = hub.subscribe()
+
+        async def stream() -> AsyncIterator[bytes]:
+            try:
+                position = hub.position
+                yield b"retry: 1000\n\n"
+                yield sse("hello", {"source": position.source if position else None,
+                                    "revision": position.revision if position else None})
+                if hub.last_stats is not None:
+                    yield sse("stats", hub.last_stats)
+                while True:
+                    try:
+                        frame = await asyncio.wait_for(sub.queue.get(), KEEPALIVE_S)
+                    except TimeoutError:
+                        if hub.closed:
+                            return
+                        yield b": keep-alive\n\n"
+                        continue
+                    if frame is None:
+                        return
+                    yield frame
+            finally:
+                hub.unsubscribe(sub)
+
+        return StreamingResponse(stream(), media_type="text/event-stream",
+                                 headers={"x-accel-buffering": "no"})
+
+    async def static(request: Request) -> Response:
+        name = request.path_params["name"]
+        media = STATIC.get(name)
+        if media is None:
+            return error(request, 404, "not_found", "no such static file")
+        body = resources.files("fencepost.ui").joinpath("static", name).read_bytes()
+        return Response(body, media_type=media, headers={"cache-control": "no-cache"})
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return error(request, 404, "not_found", "no such page")
+
+    async def method_not_allowed(request: Request, exc: Exception) -> Response:
+        return error(request, 405, "read_only", "the console is read-only: only GET and HEAD are served")
+
+    async def failure(request: Request, exc: Exception) -> Response:
+        code = exc.code if isinstance(exc, FencepostError) else "internal_error"
+        return error(request, 500, code, "the store could not answer this page")
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await run_in_threadpool(hub.start)
+        try:
+            yield
+        finally:
+            await run_in_threadpool(hub.close)
+            if owned:
+                store.close()
+
+    get = ["GET", "HEAD"]
+    app = Starlette(
+        routes=[
+            Route("/", runs, methods=get),
+            Route("/runs/{run_id:path}", run, methods=get),
+            Route("/journal", journal, methods=get),
+            Route("/projections", projections, methods=get),
+            Route("/health", health, methods=get),
+            Route("/health.json", health_json, methods=get),
+            Route("/events", events, methods=get),
+            Route("/static/{name}", static, methods=get),
+        ],
+        exception_handlers={404: not_found, 405: method_not_allowed, Exception: failure},
+        lifespan=lifespan,
+    )
+    app.state.hub = hub
+    app.state.store = store
+    app.add_middleware(Guard, templates=templates)
+    return app

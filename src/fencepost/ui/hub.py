@@ -1,0 +1,246 @@
+"""One change-feed follower per console process, broadcast to every open page as Server-Sent Events.
+
+``FeedHub`` runs a single ``store.feed.follow`` in a background thread. Each change is read once
+(``store.feed.read``) and the resulting event is handed to every subscriber's asyncio queue, so ten
+open tabs cost one follower and one read per change, not ten. A second thread, the ticker, samples
+the feed and journal heads once a second (for writes/s over the last minute) and, when something
+moved or every few seconds, computes the shared ``stats`` event (status counts, projection lags,
+health) once for everybody.
+
+A subscriber whose queue is full (a stalled tab) is dropped with a final ``reset`` event: its page
+reconnects and re-reads instead of holding the hub's memory hostage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from fencepost.errors import FencepostError, SourceChanged
+
+if TYPE_CHECKING:
+    from fencepost._store import Store
+
+log = logging.getLogger("fencepost.ui")
+
+#: Events a subscriber may have waiting before it is dropped (with a ``reset``).
+QUEUE_LIMIT = 1000
+#: Seconds of head samples kept for the writes/s figure.
+WINDOW_S = 60.0
+_encoder = msgspec.json.Encoder()
+
+
+def sse(event: str, data: Any, event_id: str | None = None) -> bytes:
+    """One Server-Sent Event frame: ``event:``, optional ``id:``, and one ``data:`` line of JSON."""
+    head = f"event: {event}\n" + (f"id: {event_id}\n" if event_id is not None else "")
+    return head.encode() + b"data: " + _encoder.encode(data) + b"\n\n"
+
+
+class Subscriber:
+    """One open event stream: an asyncio queue filled from the hub's threads."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.queue: asyncio.Queue[bytes | None] = asyncio.Queue(QUEUE_LIMIT + 1)
+        self.dropped = False
+
+    def _offer(self, frame: bytes | None) -> None:  # runs on the subscriber's loop
+        if self.dropped:
+            return
+        if frame is not None and self.queue.qsize() >= QUEUE_LIMIT:
+            self.dropped = True
+            self.queue.put_nowait(sse("reset", {"reason": "slow_consumer"}))
+            self.queue.put_nowait(None)
+            return
+        self.queue.put_nowait(frame)
+
+
+class Rate(msgspec.Struct, frozen=True):
+    """A counter's rate over the sampled window: ``per_s`` over ``window_s`` seconds."""
+
+    per_s: float
+    window_s: float
+
+
+class FeedHub:
+    """The console's only change-feed follower, shared by every subscriber.
+
+    ``stats`` is a function of the store returning a JSON-encodable value; it is called on the
+    ticker thread and its result broadcast as the ``stats`` event.
+    """
+
+    def __init__(self, store: Store, *, stats: Callable[[FeedHub], Any] | None = None, poll_interval: float = 2.0,
+                 tick: float = 1.0, stats_every: float = 5.0) -> None:
+        self.store = store
+        self._stats_fn = stats
+        self._poll_interval = poll_interval
+        self._tick = tick
+        self._stats_every = stats_every
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._subscribers: set[Subscriber] = set()
+        self._threads: list[threading.Thread] = []
+        self._dirty = threading.Event()
+        self._samples: collections.deque[tuple[float, str, int, int]] = collections.deque()
+        self.followers_started = 0  # how many follow() iterators this hub opened (tests assert one)
+        self.position: Any = None
+        self.last_stats: Any = None
+        self.error: str | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Start the follower and the ticker (idempotent)."""
+        if self._threads:
+            return
+        self.position = self.store.feed.position()
+        self._sample()
+        for target, name in ((self._follow, "fencepost-ui-follow"), (self._ticker, "fencepost-ui-tick")):
+            t = threading.Thread(target=target, name=name, daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def close(self) -> None:
+        """Stop both threads and end every subscriber's stream."""
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=10)
+        with self._lock:
+            subs = list(self._subscribers)
+            self._subscribers.clear()
+        for sub in subs:
+            self._deliver(sub, None)
+
+    @property
+    def closed(self) -> bool:
+        return self._stop.is_set()
+
+    # ------------------------------------------------------------------ subscribers
+    def subscribe(self) -> Subscriber:
+        """A new subscriber on the running event loop."""
+        sub = Subscriber(asyncio.get_running_loop())
+        with self._lock:
+            self._subscribers.add(sub)
+        if self.closed:
+            self._deliver(sub, None)
+        return sub
+
+    def unsubscribe(self, sub: Subscriber) -> None:
+        with self._lock:
+            self._subscribers.discard(sub)
+
+    @property
+    def subscribers(self) -> int:
+        with self._lock:
+            return len(self._subscribers)
+
+    def publish(self, event: str, data: Any, event_id: str | None = None) -> None:
+        """Encode once, hand the frame to every subscriber's loop."""
+        frame = sse(event, data, event_id)
+        with self._lock:
+            subs = list(self._subscribers)
+        for sub in subs:
+            self._deliver(sub, frame)
+
+    def _deliver(self, sub: Subscriber, frame: bytes | None) -> None:
+        try:
+            sub.loop.call_soon_threadsafe(sub._offer, frame)
+        except RuntimeError:  # its loop is closed: the page is gone
+            self.unsubscribe(sub)
+
+    # ------------------------------------------------------------------ follower
+    def _follow(self) -> None:
+        from fencepost.changefeed import Missing
+
+        feed = self.store.feed
+        while not self._stop.is_set():
+            try:
+                self.followers_started += 1
+                for change in feed.follow(self.position, stop=self._stop, poll_interval=self._poll_interval):
+                    snap = feed.read([change.run_id]).snapshots[0]
+                    if isinstance(snap, Missing):
+                        data: dict[str, Any] = {"run_id": change.run_id, "revision": change.revision,
+                                                "deleted": True}
+                    else:
+                        data = {
+                            "run_id": snap.run_id, "revision": change.revision, "deleted": False,
+                            "status": snap.status, "flow_name": snap.flow_name,
+                            "owner": _owner_text(snap.owner), "created_at_ms": snap.created_at_ms,
+                            "cancel_requested": snap.cancellation is not None,
+                        }
+                    self.position = change.position
+                    self.error = None
+                    self.publish("run", data, str(change.revision))
+                    self._dirty.set()
+            except SourceChanged:
+                # A rotation or a restored copy: positions of the old source mean nothing now.
+                self.position = feed.position()
+                with self._lock:
+                    self._samples.clear()
+                self.publish("reset", {"reason": "source_changed"})
+            except FencepostError as exc:
+                self.error = exc.code
+                log.warning("console feed follower: %s; retrying", exc.code)
+                self._stop.wait(1.0)
+            except Exception as exc:  # never let the follower die silently
+                self.error = type(exc).__name__
+                log.warning("console feed follower failed (%s); retrying", type(exc).__name__)
+                self._stop.wait(1.0)
+
+    # ------------------------------------------------------------------ ticker
+    def _sample(self) -> None:
+        from fencepost.journal import head
+
+        try:
+            pos = self.store.feed.position()
+            h = head(self.store)
+        except FencepostError:
+            return
+        now = time.monotonic()
+        with self._lock:
+            self._samples.append((now, pos.source, pos.revision, h.position if h else 0))
+            while self._samples and self._samples[0][0] < now - WINDOW_S:
+                self._samples.popleft()
+
+    def rates(self) -> tuple[Rate, Rate]:
+        """Run-row writes/s (change-feed revisions) and journal appends/s over the last minute."""
+        with self._lock:
+            samples = list(self._samples)
+        if len(samples) < 2:
+            return Rate(0.0, 0.0), Rate(0.0, 0.0)
+        first, last = samples[0], samples[-1]
+        if first[1] != last[1]:  # the source rotated inside the window
+            first = next(s for s in samples if s[1] == last[1])
+        span = last[0] - first[0]
+        if span <= 0:
+            return Rate(0.0, 0.0), Rate(0.0, 0.0)
+        return (Rate(round((last[2] - first[2]) / span, 2), round(span, 1)),
+                Rate(round((last[3] - first[3]) / span, 2), round(span, 1)))
+
+    def _ticker(self) -> None:
+        last_stats = 0.0
+        while not self._stop.wait(self._tick):
+            self._sample()
+            now = time.monotonic()
+            if self._stats_fn is None or not (self._dirty.is_set() or now - last_stats >= self._stats_every):
+                continue
+            self._dirty.clear()
+            last_stats = now
+            try:
+                self.last_stats = self._stats_fn(self)
+            except Exception as exc:
+                log.warning("console stats failed (%s)", type(exc).__name__)
+                continue
+            self.publish("stats", self.last_stats)
+
+
+def _owner_text(owner: Any) -> str | None:
+    if owner is None:
+        return None
+    return f"{owner.host_id}/{owner.pid}/{owner.nonce[:8]}"

@@ -1,0 +1,87 @@
+"""Serving the console with uvicorn: in the foreground (``fencepost ui``) or on a thread (tests)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Any
+
+#: Seconds uvicorn waits for open event streams before it closes them on shutdown.
+GRACEFUL_S = 1
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port`` (port 0: any free port), IPv6 when the host says so."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host.strip("[]"), port))
+    except OSError:
+        sock.close()
+        raise
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+def url_of(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def _server(app: Any) -> Any:
+    import uvicorn
+
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
+                            timeout_graceful_shutdown=GRACEFUL_S, server_header=False)
+    return uvicorn.Server(config)
+
+
+def serve(app: Any, sock: socket.socket) -> None:
+    """Serve ``app`` on ``sock`` until SIGINT/SIGTERM, then shut down cleanly and return.
+
+    uvicorn handles the signal (closing the event streams, then the lifespan closes the hub and
+    the store) and raises it again once it has stopped; that second interrupt is the normal end.
+    """
+    try:
+        _server(app).run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass
+
+
+class UiServer:
+    """The console on a background thread: ``with UiServer(app) as s: httpx.get(s.url)``."""
+
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.app = app
+        self.sock = bind(host, port)
+        self.url = url_of(self.sock)
+        self._server = _server(app)
+        self._server.install_signal_handlers = lambda: None  # type: ignore[method-assign]  # not the main thread
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self.sock]},
+                                        name="fencepost-ui-server", daemon=True)
+
+    def start(self, timeout: float = 10.0) -> UiServer:
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the console server did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        hub = getattr(self.app.state, "hub", None)
+        if hub is not None:
+            hub.close()  # ends every open event stream, so shutdown does not wait for them
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+        self.sock.close()
+
+    def __enter__(self) -> UiServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,163 @@
+// fencepost console: live updates from the server's one change-feed follower, over one
+// EventSource per page. No polling loop: the page only reacts to pushed events. Every value is
+// written with textContent, never as HTML.
+"use strict";
+
+(function () {
+  const page = document.body.dataset.page;
+  const live = document.getElementById("live");
+
+  function setLive(on, text) {
+    if (!live) return;
+    live.textContent = text;
+    live.classList.toggle("on", on);
+    live.classList.toggle("off", !on);
+  }
+
+  function flash(el) {
+    el.classList.remove("flash");
+    void el.offsetWidth; // restart the animation
+    el.classList.add("flash");
+  }
+
+  function badge(status) {
+    const span = document.createElement("span");
+    span.className = "badge status-" + status;
+    span.textContent = status;
+    return span;
+  }
+
+  function cell(text, cls) {
+    const td = document.createElement("td");
+    if (cls) td.className = cls;
+    td.textContent = text;
+    return td;
+  }
+
+  function fmtTime(ms) {
+    if (ms === null || ms === undefined) return "-";
+    return new Date(ms).toISOString().replace("T", " ").replace(/Z$/, "Z");
+  }
+
+  // ---------------------------------------------------------------- runs page
+  function onRunRuns(ev) {
+    const tbody = document.querySelector("#runs tbody");
+    if (!tbody) return;
+    let row = null;
+    for (const tr of tbody.querySelectorAll("tr[data-run-id]")) {
+      if (tr.dataset.runId === ev.run_id) { row = tr; break; }
+    }
+    if (row && Number(row.dataset.revision) >= ev.revision) return; // an older event
+    if (ev.deleted) {
+      if (row) { row.classList.add("deleted"); row.querySelector(".status").textContent = "deleted"; }
+      return;
+    }
+    if (!row) {
+      if (document.body.dataset.liveRows !== "prepend") return; // a filtered or older page
+      row = document.createElement("tr");
+      row.dataset.runId = ev.run_id;
+      const link = document.createElement("a");
+      link.href = "/runs/" + encodeURIComponent(ev.run_id);
+      link.textContent = ev.run_id;
+      const first = document.createElement("td");
+      first.appendChild(link);
+      row.append(first, cell("", "status"), cell(ev.flow_name || "-"), cell("", "owner mono"),
+        cell("", "cancel"), cell(fmtTime(ev.created_at_ms)), cell("-"), cell("-"));
+      const empty = tbody.querySelector("tr.empty");
+      if (empty) empty.remove();
+      tbody.insertBefore(row, tbody.firstChild);
+    }
+    row.dataset.revision = String(ev.revision);
+    const status = row.querySelector(".status");
+    status.replaceChildren(badge(ev.status));
+    row.querySelector(".owner").textContent = ev.owner || "-";
+    row.querySelector(".cancel").textContent = ev.cancel_requested ? "requested" : "-";
+    flash(row);
+  }
+
+  function onStatsRuns(stats) {
+    if (!stats.counts) return;
+    for (const el of document.querySelectorAll("[data-count]")) {
+      const n = stats.counts[el.dataset.count];
+      if (n !== undefined && el.textContent !== String(n)) { el.textContent = String(n); flash(el); }
+    }
+  }
+
+  // ---------------------------------------------------------------- run page
+  let refreshing = false, again = false;
+  function refreshRun() {
+    if (refreshing) { again = true; return; }
+    refreshing = true;
+    const id = document.body.dataset.runId;
+    fetch("/runs/" + encodeURIComponent(id) + "?fragment=1", { headers: { "accept": "text/html" } })
+      .then((r) => (r.ok ? r.text() : null))
+      .then((html) => {
+        if (html === null) return;
+        // The fragment is the server's own autoescaped template: parse it inertly, then swap it in.
+        const doc = new DOMParser().parseFromString(html, "text/html");
+        const box = document.getElementById("run-body");
+        box.replaceChildren(...doc.body.childNodes);
+        flash(box);
+      })
+      .finally(() => { refreshing = false; if (again) { again = false; refreshRun(); } });
+  }
+
+  // ---------------------------------------------------------------- projections and health
+  function onStatsProjections(stats) {
+    if (!stats.projections) return;
+    for (const p of stats.projections) {
+      const tr = document.querySelector('tr[data-projection="' + CSS.escape(p.name) + '"]');
+      if (!tr) continue;
+      for (const td of tr.querySelectorAll("[data-field]")) {
+        const v = String(p[td.dataset.field]);
+        if (td.textContent !== v) { td.textContent = v; flash(td); }
+        if (td.dataset.field === "lag") td.classList.toggle("lagging", p.lag > 0);
+      }
+    }
+  }
+
+  function onStatsHealth(stats) {
+    const h = stats.health;
+    if (!h) return;
+    for (const td of document.querySelectorAll("#health [data-field]")) {
+      const f = td.dataset.field;
+      let v;
+      if (f === "oldest_heartbeat") {
+        if (!h.oldest_heartbeat) { v = "no running run"; }
+        else {
+          const o = h.oldest_heartbeat;
+          const a = document.createElement("a");
+          a.href = "/runs/" + encodeURIComponent(o.run_id);
+          a.textContent = o.run_id;
+          const text = " at " + o.at + " (" + o.age_s + " s ago)";
+          if (td.textContent !== o.run_id + text) { td.replaceChildren(a, document.createTextNode(text)); flash(td); }
+          continue;
+        }
+      } else if (f === "subscribers") {
+        v = h.follower ? String(h.follower.subscribers) : "-";
+      } else {
+        v = String(h[f]);
+      }
+      if (td.textContent !== v) { td.textContent = v; flash(td); }
+    }
+  }
+
+  // ---------------------------------------------------------------- the one stream
+  if (!window.EventSource) { setLive(false, "no live updates"); return; }
+  const source = new EventSource("/events");
+  source.addEventListener("open", () => setLive(true, "live"));
+  source.addEventListener("error", () => setLive(false, "reconnecting"));
+  source.addEventListener("hello", () => setLive(true, "live"));
+  source.addEventListener("reset", () => { source.close(); window.location.reload(); });
+  source.addEventListener("run", (msg) => {
+    const ev = JSON.parse(msg.data);
+    if (page === "runs") onRunRuns(ev);
+    else if (page === "run" && ev.run_id === document.body.dataset.runId) refreshRun();
+  });
+  source.addEventListener("stats", (msg) => {
+    const stats = JSON.parse(msg.data);
+    if (page === "runs") onStatsRuns(stats);
+    else if (page === "projections") onStatsProjections(stats);
+    else if (page === "health") onStatsHealth(stats);
+  });
+})();

@@ -1,0 +1,398 @@
+"""What each console page shows, read from the store with the library's public reads.
+
+Plain functions of a read-only ``Store`` returning plain values for the templates (and JSON for the
+live ``stats`` event). Nothing here writes. Everything a run carries that could hold a credential
+(its state, attempt checkpoints, errors and outcomes, a failure reason, cancellation
+acknowledgements) passes through the journal's own default ``Redaction`` first, so the console
+shows what the journal would have stored, never more.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
+
+import msgspec
+from sqlalchemy import func, select
+
+from fencepost._schema import flows_runs
+from fencepost.errors import FencepostError, RunStoreError
+from fencepost.journal.redaction import Redaction, RedactionError
+
+if TYPE_CHECKING:
+    from fencepost._store import Store
+    from fencepost.ui.hub import FeedHub
+
+STATUSES = ("pending", "running", "suspended", "completed", "failed", "cancelled")
+PAGE_SIZE = 50
+_redaction = Redaction()
+_decoder = msgspec.json.Decoder()
+_encoder = msgspec.json.Encoder()
+_FACT_PREFIX = "flows.consensus."
+
+
+class BadInput(Exception):
+    """A query parameter the console refuses: ``code`` is the library's error code, ``detail`` the rule."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(f"{code}: {detail}")
+        self.code = code
+        self.detail = detail
+
+
+# ----------------------------------------------------------------------------- formatting
+def when(ms: int | None) -> str:
+    """A millisecond stamp as UTC ISO time."""
+    if ms is None:
+        return "-"
+    try:
+        return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+    except (OverflowError, OSError, ValueError):
+        return str(ms)
+
+
+def owner_text(owner: Any) -> str:
+    if owner is None:
+        return "-"
+    return f"{owner.host_id}/{owner.pid}/{owner.nonce[:8]}"
+
+
+def redacted(value: Any) -> Any:
+    """The journal's default redaction of a JSON-like value (a refusal shows as a marker, never the value)."""
+    try:
+        return _redaction(value)
+    except RedactionError:
+        return "[not shown: the value cannot be redacted]"
+
+
+def redacted_json_text(text: str | None) -> str:
+    """Decode JSON text, redact it, pretty-print it; text that is not JSON gets the textual rules."""
+    if text is None:
+        return "-"
+    try:
+        value = _decoder.decode(text)
+    except msgspec.DecodeError:
+        return _redaction.text(text)
+    return pretty(redacted(value))
+
+
+def pretty(value: Any) -> str:
+    return msgspec.json.format(_encoder.encode(value), indent=2).decode()
+
+
+# ----------------------------------------------------------------------------- runs listing
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,6})?)?)?Z?")
+
+
+def _instant(name: str, text: str) -> int:
+    """``created_after`` / ``created_before``: milliseconds, or an ISO date/time read as UTC."""
+    text = text.strip()
+    if text.isdigit() and len(text) <= 16:
+        return int(text)
+    if not _DATE.fullmatch(text):
+        raise BadInput("invalid_options", f"{name} must be milliseconds or an ISO date/time")
+    try:
+        parsed = datetime.fromisoformat(text.removesuffix("Z"))
+    except ValueError:
+        raise BadInput("invalid_options", f"{name} must be milliseconds or an ISO date/time") from None
+    return int(parsed.replace(tzinfo=UTC).timestamp() * 1000)
+
+
+def listing_filters(query: Mapping[str, str]) -> dict[str, Any]:
+    """The listing filters of a runs-page query: ``status``, ``flow``, ``created_after``, ``created_before``."""
+    filters: dict[str, Any] = {}
+    if query.get("status"):
+        filters["status"] = query["status"]
+    if query.get("flow"):
+        filters["flow_name"] = query["flow"]
+    for key, name in (("created_after", "created_after_ms"), ("created_before", "created_before_ms")):
+        if query.get(key):
+            filters[name] = _instant(key, query[key])
+    return filters
+
+
+def runs_page(store: Store, query: Mapping[str, str]) -> dict[str, Any]:
+    """One newest-first page of the listing with the filters and cursor of ``query``."""
+    filters = listing_filters(query)
+    cursor = query.get("cursor") or None
+    limit = PAGE_SIZE
+    if query.get("limit"):
+        text = query["limit"]
+        if not (text.isdigit() and len(text) <= 4):
+            raise BadInput("invalid_options", "limit must be an integer in 1..200")
+        limit = int(text)
+    try:
+        page = store.feed.list_runs(filters or None, cursor, limit, newest_first=True)
+    except RunStoreError as exc:
+        if exc.code in ("invalid_options", "invalid_cursor") or type(exc).__name__ == "SourceChanged":
+            raise BadInput(exc.code if exc.code != "invalid_run" else "source_changed", exc.detail) from None
+        raise
+    rows = [{
+        "run_id": r.run_id, "status": r.status, "flow": r.flow_name or "-", "owner": owner_text(r.owner),
+        "created": when(r.created_at_ms), "started": when(r.started_at_ms), "finished": when(r.finished_at_ms),
+        "cancel": "requested" if r.cancellation is not None else "-",
+        "lineage": r.lineage_id if r.lineage_id != r.run_id else "-", "round": r.round_ordinal,
+        "revision": r.revision,
+    } for r in page.runs]
+    given = {k: query.get(k, "") for k in ("status", "flow", "created_after", "created_before", "limit")}
+    kept = {k: v for k, v in given.items() if v}
+    return {"rows": rows, "cursor": page.cursor, "revision": page.revision, "source": page.source,
+            "filters": given, "first_page": cursor is None, "filtered": bool(filters),
+            "first_query": urlencode(kept),
+            "next_query": urlencode({**kept, "cursor": page.cursor}) if page.cursor else None}
+
+
+def status_counts(store: Store) -> dict[str, int]:
+    """How many runs are in each status (one grouped read of the run table)."""
+    stmt = select(flows_runs.c.status, func.count()).group_by(flows_runs.c.status)
+    found = dict(store.db.read(lambda conn: [tuple(r) for r in conn.execute(stmt)]))
+    return {s: int(found.get(s, 0)) for s in STATUSES}
+
+
+# ----------------------------------------------------------------------------- one run
+def _companion_facts(store: Store, run_id: str) -> list[Any]:
+    from fencepost.journal import companion_stream
+    from fencepost.journal.replay import FACT_SOURCE
+
+    facts, after = [], -1
+    stream = companion_stream(run_id)
+    while True:
+        page = store.journal.entries(stream, after=after, limit=10_000)
+        facts += [e for e in page.entries if e.event_type.startswith(_FACT_PREFIX) and e.source_id == FACT_SOURCE]
+        if not page.has_more or not page.entries:
+            return facts
+        after = page.entries[-1].seq
+
+
+def status_history(row: Any, facts: list[Any]) -> list[dict[str, Any]]:
+    """What the row's stamps and the ownership facts prove about the run's status, oldest first.
+
+    The store keeps no per-status log: ``created``, ``started``, ``finished`` and the cancellation
+    stamps come from the row; claims, activations (status ``running``), steals, expiries and
+    releases from the run's ownership facts.
+    """
+    items: list[dict[str, Any]] = [{"at": row.created_at_ms, "what": "created", "status": "pending", "by": "-"}]
+    labels = {"claimed": ("claimed", None), "activated": ("activated", "running"), "stolen": ("stolen", None),
+              "expired": ("claim expired", None), "released": ("released", None)}
+    for e in facts:
+        kind = e.event_type[len(_FACT_PREFIX):]
+        what, status = labels.get(kind, (kind, None))
+        owner = e.payload.get("owner") if isinstance(e.payload, dict) else None
+        by = (f"{owner.get('hostId')}/{owner.get('pid')}/{str(owner.get('nonce'))[:8]}"
+              if isinstance(owner, dict) else "-")
+        items.append({"at": e.emitted_at_ms, "what": what, "status": status or "", "by": by, "seq": e.seq})
+    if row.cancel_requested_at_ms is not None:
+        items.append({"at": row.cancel_requested_at_ms, "what": "cancellation requested", "status": "", "by": "-"})
+    ack = row.cancel_acknowledgement
+    if isinstance(ack, dict) and isinstance(ack.get("observedAtMs"), int):
+        items.append({"at": ack["observedAtMs"], "what": "cancellation acknowledged", "status": "", "by": "owner"})
+    if row.finished_at_ms is not None:
+        items.append({"at": row.finished_at_ms, "what": "settled", "status": row.status, "by": "-"})
+    items.sort(key=lambda i: (i["at"], i.get("seq", -1)))
+    for i in items:
+        i["when"] = when(i["at"])
+    return items
+
+
+def run_detail(store: Store, run_id: str) -> dict[str, Any] | None:
+    """Everything the run page shows, or None for an unknown (or malformed) run id."""
+    from fencepost.cli.runs import reconfirm_warnings
+    from fencepost.journal import ownership_history
+    from fencepost.ui.timeline import render_timeline
+
+    try:
+        row = store.runs.get(run_id)
+    except RunStoreError as exc:
+        if exc.code in ("not_found_row", "invalid_run"):
+            return None
+        raise
+    facts = _companion_facts(store, run_id)
+    history = ownership_history(store, run_id)
+    warnings = reconfirm_warnings(store, run_id)
+    attempts = [{
+        "step": a.step_key_digest, "attempt": a.attempt, "state": a.state, "started": when(a.started_at_ms),
+        "finished": when(a.finished_at_ms), "heartbeat": when(a.heartbeat_at_ms),
+        "checkpoint": pretty(redacted(a.checkpoint)) if a.checkpoint is not None else "-",
+        "error": pretty(redacted(a.error)) if a.error is not None else "-",
+        "outcome": pretty(redacted(a.outcome)) if a.outcome is not None else "-",
+    } for a in store.attempts.of_run(run_id, limit=200)]
+    lineage = [{"run_id": r.run_id, "round": r.round_ordinal if r.round_ordinal is not None else 0,
+                "status": r.status, "created": when(r.created_at_ms), "current": r.run_id == run_id}
+               for r in store.runs.lineage(run_id)]
+    failure = getattr(row, "failure", None)
+    if failure is not None:
+        failure = pretty(redacted(msgspec.to_builtins(failure)))
+    ack = row.cancel_acknowledgement
+    now = store.clock.now_ms()
+    return {
+        "row": row,
+        "state": redacted_json_text(row.state_json),
+        "fields": [
+            ("status", row.status), ("created", when(row.created_at_ms)), ("started", when(row.started_at_ms)),
+            ("finished", when(row.finished_at_ms)), ("heartbeat", when(row.heartbeat_at_ms)),
+            ("owner", owner_text(row.owner)), ("claimant", owner_text(row.claimant)),
+            ("claimed", when(row.claimed_at_ms)), ("parent", row.parent_run_id or "-"),
+            ("lineage / round", f"{row.lineage_id or row.run_id} / {row.round_ordinal or 0}"),
+        ],
+        "cancellation": None if row.cancel_requested_at_ms is None else {
+            "requested": when(row.cancel_requested_at_ms),
+            "acknowledgement": pretty(redacted(ack)) if ack is not None else None,
+        },
+        "failure": failure,
+        "history": status_history(row, facts),
+        "attempts": attempts,
+        "lineage": lineage,
+        "replay": history,
+        "intervals": [{
+            "owner": owner_text(i.owner), "started": when(i.started_at_ms), "ended": when(i.ended_at_ms),
+            "ended_by": i.ended_by or "still held", "from_seq": i.start_seq, "to_seq": i.end_seq,
+        } for i in history.intervals],
+        "warnings": warnings,
+        "timeline": render_timeline(row, facts, history, warnings, now),
+    }
+
+
+# ----------------------------------------------------------------------------- journal
+_verify_cache: dict[tuple[int, str], Any] = {}
+
+
+def journal_overview(store: Store, per_stream: int = 5, streams: int = 20) -> dict[str, Any]:
+    """The hash chain's verification (cached per head) and the latest entries of the busiest recent streams."""
+    from fencepost.journal import head, verify
+
+    h = head(store)
+    key = (h.position, h.entry_hash) if h else (0, "")
+    cache_key = (id(store), *key)
+    report = _verify_cache.get(cache_key)  # type: ignore[arg-type]
+    if report is None:
+        report = verify(store)
+        _verify_cache.clear()
+        _verify_cache[cache_key] = report  # type: ignore[index]
+    recent: dict[str, list[Any]] = {}
+    if h is not None:
+        for e in store.journal.log(after=max(0, h.position - 500), page_size=500):
+            recent.setdefault(e.run_id, []).append(e)
+    ordered = sorted(recent.items(), key=lambda kv: kv[1][-1].position, reverse=True)[:streams]
+    latest = [{
+        "stream": stream, "label": _stream_label(stream, entries),
+        "entries": [{
+            "seq": e.seq, "position": e.position, "when": when(e.emitted_at_ms), "type": e.event_type,
+            "source": e.source_id, "payload": _short(redacted(e.payload)),
+        } for e in reversed(entries[-per_stream:])],
+    } for stream, entries in ordered]
+    return {"report": report, "head": h, "latest": latest}
+
+
+def _stream_label(stream: str, entries: list[Any]) -> str:
+    from fencepost.journal import COMPANION_PREFIX
+
+    if stream.startswith(COMPANION_PREFIX):
+        for e in entries:
+            rid = e.payload.get("runId") if isinstance(e.payload, dict) else None
+            if isinstance(rid, str):
+                return f"ownership facts of {rid}"
+        return "companion stream"
+    return f"run {stream}"
+
+
+def _short(value: Any) -> str:
+    text = _encoder.encode(value).decode()
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+# ----------------------------------------------------------------------------- projections
+class _View:
+    """A projection seen only through its checkpoint: name and feed, no tables of its own to write."""
+
+    def __init__(self, name: str, feed: str) -> None:
+        from sqlalchemy import Column, MetaData, Table, Text
+
+        self.name = name
+        self.feed = feed
+        self.tables = [Table(f"ui_view_{len(name)}", MetaData(), Column("k", Text, primary_key=True))]
+
+    def reset(self, target: Any) -> None:  # pragma: no cover - a view never applies
+        raise NotImplementedError
+
+    def apply(self, target: Any, update: Any) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+
+def projections(store: Store) -> list[dict[str, Any]]:
+    """Each projection checkpointed on this database: position, lag, rejections, rebuild history.
+
+    Uses ``ProjectionBuilder.status()`` / ``rebuilds()``, both read-only, on the store's own database.
+    """
+    from fencepost._migrations import pending
+    from fencepost.projections import ProjectionBuilder
+    from fencepost.projections._sql import checkpoints as cp_table
+
+    if pending(store.db, ("projections",)):
+        return []
+    stmt = select(cp_table.c.name, cp_table.c.feed).order_by(cp_table.c.name)
+    found = store.db.read(lambda conn: [tuple(r) for r in conn.execute(stmt)])
+    out = []
+    for name, feed in found:
+        builder = ProjectionBuilder(store, store.db, _View(name, feed))
+        status = builder.status()
+        out.append({
+            "name": status.name, "feed": status.feed, "source": status.source,
+            "applied_revision": status.applied_revision, "current_source": status.current_source,
+            "source_revision": status.source_revision, "lag": status.lag, "applied": status.applied,
+            "rejected": status.rejected, "rebuilds": status.rebuilds, "pending_rebuild": status.pending_rebuild,
+            "history": [{
+                "reason": r.reason, "from": f"{(r.from_source or '-')[:8]}@{r.from_revision}",
+                "to": f"{r.to_source[:8]}@{r.to_revision}", "applied": r.applied,
+                "started": when(r.started_at_ms), "finished": when(r.finished_at_ms),
+            } for r in builder.rebuilds()],
+        })
+    return out
+
+
+# ----------------------------------------------------------------------------- health
+def oldest_heartbeat(store: Store) -> tuple[str, int] | None:
+    """The running run whose heartbeat is oldest, and that heartbeat (a stuck-worker signal)."""
+    r = flows_runs.c
+    stmt = (select(r.run_id, r.heartbeat_at_ms).where(r.status == "running", r.heartbeat_at_ms.is_not(None))
+            .order_by(r.heartbeat_at_ms, r.run_id).limit(1))
+    row = store.db.read(lambda conn: conn.execute(stmt).first())
+    return None if row is None else (row[0], int(row[1]))
+
+
+def health(store: Store, hub: FeedHub | None) -> dict[str, Any]:
+    """Feed position and source, writes/s over the last minute, the oldest running heartbeat."""
+    from fencepost._durable import redact_url
+    from fencepost.journal import head
+
+    position = store.feed.position()
+    h = head(store)
+    runs_rate, journal_rate = hub.rates() if hub is not None else (None, None)
+    oldest = oldest_heartbeat(store)
+    now = store.clock.now_ms()
+    return {
+        "database": redact_url(store.url), "backend": store.db.backend.name,
+        "source": position.source, "revision": position.revision,
+        "journal_head": h.position if h else 0,
+        "run_writes_per_s": runs_rate.per_s if runs_rate else None,
+        "journal_appends_per_s": journal_rate.per_s if journal_rate else None,
+        "window_s": runs_rate.window_s if runs_rate else None,
+        "oldest_heartbeat": None if oldest is None else {
+            "run_id": oldest[0], "at": when(oldest[1]), "age_s": round((now - oldest[1]) / 1000, 1),
+        },
+        "follower": {"subscribers": hub.subscribers, "position": hub.position.revision if hub.position else None,
+                     "error": hub.error} if hub is not None else None,
+    }
+
+
+def stats(store: Store, hub: FeedHub) -> dict[str, Any]:
+    """The live ``stats`` event: status counts, projection lags and health, computed once for every page."""
+    out: dict[str, Any] = {"counts": status_counts(store), "health": health(store, hub)}
+    try:
+        out["projections"] = [{k: p[k] for k in ("name", "applied_revision", "source_revision", "lag", "applied",
+                                                 "rejected", "rebuilds")} for p in projections(store)]
+    except FencepostError:
+        out["projections"] = None
+    return out

@@ -1,0 +1,152 @@
+"""Fixtures for the console: a store the demo filled (per backend, once per test session), the console served on it.
+
+The demo runs through the real console script with small counts (about two seconds); the console is
+served by uvicorn on a thread, on a free loopback port, read-only. Tests that write use their own
+writable store on the same database.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import fencepost
+from fencepost.journal.owner import OwnerId
+from fencepost.runstore.rows import RunSnapshot
+from tests.cli.conftest import fencepost_exe
+from tests.conftest import drop_schema, require_postgres
+
+PENDING = RunSnapshot("pending", None, None)
+TESTER = OwnerId("ui-test-host", 4242, "nonce-ui-test-0001")
+
+
+@pytest.fixture(scope="session", params=["sqlite", "postgresql"])
+def demo_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A database the demo filled: a dozen settled runs, a killed worker's runs stolen, a projection built."""
+    schema = None
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path_factory.mktemp('ui') / 'demo.db'}"
+    else:
+        base = require_postgres()
+        schema = "t_" + uuid.uuid4().hex[:16]
+        url = f"{base}?schema={schema}"
+    env = {k: v for k, v in os.environ.items() if k != "FENCEPOST_DB"}
+    env["COLUMNS"] = "200"
+    proc = subprocess.run([fencepost_exe(), "--db", url, "demo", "--runs", "30", "--workers", "3", "--speed", "40"],
+                          capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path_factory.getbasetemp())
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    yield url
+    if schema is not None:
+        drop_schema(require_postgres(), schema)
+
+
+@pytest.fixture(scope="session")
+def console(demo_url: str) -> Iterator[Any]:
+    """The console served on ``demo_url`` (read-only), with a fast stats tick."""
+    from fencepost.ui import create_app
+    from fencepost.ui.server import UiServer
+
+    app = create_app(demo_url, tick=0.2, poll_interval=1.0)
+    with UiServer(app) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def writer(demo_url: str) -> Iterator[fencepost.Store]:
+    """A writable store on the demo's database: the test's own writes."""
+    with fencepost.open(demo_url) as store:
+        yield store
+
+
+def demo_run_ids(store: fencepost.Store) -> list[str]:
+    out, cursor = [], None
+    while True:
+        page = store.feed.list_runs(None, cursor, 200)
+        out += [r.run_id for r in page.runs if r.run_id.startswith("demo-")]
+        cursor = page.cursor
+        if cursor is None:
+            return out
+
+
+def new_run(store: fencepost.Store, prefix: str = "ui") -> str:
+    run_id = f"{prefix}-{uuid.uuid4().hex[:10]}"
+    store.runs.create(run_id, '{"flowName": "ui-test", "apiKey": "sk-live-SECRET-should-never-show"}')
+    return run_id
+
+
+def screenshot_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "screenshots"
+    d.mkdir(exist_ok=True)
+    return d
+
+
+class EventStream:
+    """The console's event stream read on a thread: ``wait(predicate, timeout)`` returns the first match."""
+
+    def __init__(self, base_url: str) -> None:
+        import queue
+        import threading
+
+        import httpx
+
+        self.events: queue.Queue[tuple[str, Any, float]] = queue.Queue()
+        self._client = httpx.Client(timeout=httpx.Timeout(10.0, read=30.0))
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._read, args=(base_url,), daemon=True)
+        self._thread.start()
+        if not self._ready.wait(5):
+            raise AssertionError("the event stream did not open within 5 s")
+
+    def _read(self, base_url: str) -> None:
+        import json
+        import time
+
+        try:
+            with self._client.stream("GET", base_url + "/events") as response:
+                assert response.headers["content-type"].startswith("text/event-stream")
+                event, data = None, []
+                for line in response.iter_lines():
+                    if line.startswith("event: "):
+                        event = line[7:]
+                    elif line.startswith("data: "):
+                        data.append(line[6:])
+                    elif line == "" and event is not None:
+                        self.events.put((event, json.loads("".join(data)), time.monotonic()))
+                        if event == "hello":
+                            self._ready.set()
+                        event, data = None, []
+        except Exception:
+            pass  # closed by the test, or the server stopped
+
+    def wait(self, predicate: Any, timeout: float) -> tuple[str, Any, float]:
+        """The first event (``(name, data, arrival)``) with ``predicate(name, data)``, within ``timeout`` s."""
+        import queue
+        import time
+
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"no matching event within {timeout} s")
+            try:
+                name, data, at = self.events.get(timeout=left)
+            except queue.Empty:
+                continue
+            if predicate(name, data):
+                return name, data, at
+
+    def close(self) -> None:
+        self._client.close()
+
+
+@pytest.fixture
+def events(console: Any) -> Iterator[EventStream]:
+    stream = EventStream(console.url)
+    yield stream
+    stream.close()
