@@ -38,7 +38,7 @@ def demo_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
         url = f"{base}?schema={schema}"
     env = {k: v for k, v in os.environ.items() if k != "FENCEPOST_DB"}
     env["COLUMNS"] = "200"
-    proc = subprocess.run([fencepost_exe(), "--db", url, "demo", "--runs", "30", "--workers", "3", "--speed", "40"],
+    proc = subprocess.run([fencepost_exe(), "--db", url, "demo", "--runs", "30", "--workers", "3", "--speed", "20"],
                           capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path_factory.getbasetemp())
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     yield url
@@ -72,6 +72,29 @@ def demo_run_ids(store: fencepost.Store) -> list[str]:
         cursor = page.cursor
         if cursor is None:
             return out
+
+
+def fact_owners(store: fencepost.Store, run_id: str) -> set[str]:
+    """The owners named by the run's ownership facts, as the console labels them (host/pid/nonce[:8])."""
+    from fencepost.journal import companion_stream
+
+    owners = set()
+    for e in store.journal.entries(companion_stream(run_id), limit=10_000).entries:
+        if e.event_type.startswith("flows.consensus.") and e.source_id == "flows.run-store":
+            o = e.payload["owner"]
+            owners.add(f"{o['hostId']}/{o['pid']}/{o['nonce'][:8]}")
+    return owners
+
+
+def taken_over(store: fencepost.Store) -> str:
+    """A demo run another owner took over: its facts name two owners or more, and replay saw a steal."""
+    from fencepost.journal import ownership_history
+
+    for run_id in demo_run_ids(store):
+        if len(fact_owners(store, run_id)) >= 2 and any(
+                i.ended_by == "stolen" for i in ownership_history(store, run_id).intervals):
+            return run_id
+    raise AssertionError("the demo left no run taken over by another owner")
 
 
 def new_run(store: fencepost.Store, prefix: str = "ui") -> str:

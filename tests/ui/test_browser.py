@@ -14,9 +14,7 @@ from typing import Any
 
 import pytest
 
-from fencepost.journal import ownership_history
-
-from .conftest import PENDING, TESTER, demo_run_ids, new_run, screenshot_dir
+from .conftest import PENDING, TESTER, fact_owners, new_run, screenshot_dir, taken_over
 
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -108,20 +106,29 @@ def test_the_console_in_a_real_browser(console, writer, browser, tmp_path):
     assert first == appeared
     _shot(browser, shots, "runs-live")
 
-    stolen = [r for r in demo_run_ids(writer)
-              if any(i.ended_by == "stolen" for i in ownership_history(writer, r).intervals)]
-    assert stolen
-    history = ownership_history(writer, stolen[0])
-    owners = {(i.owner.host_id, i.owner.pid, i.owner.nonce) for i in history.intervals}
-    browser.get(console.url + "/runs/" + stolen[0])
+    stolen = taken_over(writer)
+    owners = fact_owners(writer, stolen)
+    browser.get(console.url + "/runs/" + stolen)
     _until(browser, "the run page is live", lambda d: d.find_element(By.ID, "live").text == "live")
     svg = browser.find_element(By.CSS_SELECTOR, "svg.timeline")
     assert svg.is_displayed() and svg.size["width"] > 500
     lanes = browser.find_elements(By.CSS_SELECTOR, "svg.timeline g.lane")
     assert len(lanes) == len(owners) >= 2
-    assert {lane.get_attribute("data-owner") for lane in lanes} == {f"{h}/{p}/{n[:8]}" for h, p, n in owners}
+    assert {lane.get_attribute("data-owner") for lane in lanes} == owners
     assert "replay: consistent" in browser.find_element(By.ID, "verdict").text
     _shot(browser, shots, "run")
+
+    fresh = new_run(writer, "ui-browser-run")
+    browser.get(console.url + "/runs/" + fresh)
+    _until(browser, "the new run's page is live", lambda d: d.find_element(By.ID, "live").text == "live")
+    assert browser.find_element(By.CSS_SELECTOR, "svg.timeline").get_attribute("data-lanes") == "0"
+    browser.execute_script("window.__notReloaded = true;")
+    writer.runs.claim_and_own(fresh, PENDING, TESTER, writer.clock.now_ms())
+    _until(browser, "the run page shows running with one owner lane", lambda d: (
+        d.find_element(By.ID, "run-status").text == "running"
+        and len(d.find_elements(By.CSS_SELECTOR, "svg.timeline g.lane")) == 1))
+    assert browser.execute_script("return window.__notReloaded === true;")
+    _shot(browser, shots, "run-live")
 
     for path, name, marker in (("/journal", "journal", "verify"), ("/projections", "projections", "projections"),
                                ("/health", "health", "health")):
@@ -140,4 +147,4 @@ def test_the_console_in_a_real_browser(console, writer, browser, tmp_path):
     severe = [e for e in browser.get_log("browser") if e.get("level") == "SEVERE"
               and "/runs/no-such-run" not in e.get("message", "")]
     assert severe == []  # no script error, no blocked (CSP) resource
-    assert len(list(shots.glob("*.png"))) == 7
+    assert len(list(shots.glob("*.png"))) == 8

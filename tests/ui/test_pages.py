@@ -15,7 +15,7 @@ import fencepost
 from fencepost.journal import head, ownership_history
 from fencepost.ui import views
 
-from .conftest import PENDING, TESTER, demo_run_ids, new_run
+from .conftest import PENDING, TESTER, demo_run_ids, fact_owners, new_run, taken_over
 
 ROW = re.compile(r'<tr data-run-id="([^"]+)"')
 
@@ -110,20 +110,17 @@ def test_unknown_run_is_a_404_page(console):
 
 
 def test_run_page_shows_a_stolen_run_with_its_timeline_and_replay_verdict(console, writer):
-    stolen = [rid for rid in demo_run_ids(writer) if any(
-        i.ended_by == "stolen" for i in ownership_history(writer, rid).intervals)]
-    assert stolen, "the demo stole no run"
-    rid = stolen[0]
+    rid = taken_over(writer)
     history = ownership_history(writer, rid)
-    owners = {(i.owner.host_id, i.owner.pid, i.owner.nonce) for i in history.intervals}
+    owners = fact_owners(writer, rid)
     r = get(console, f"/runs/{rid}")
     assert r.status_code == 200
     text = r.text
     svg = re.search(r'<svg[^>]*class="timeline"[^>]*data-lanes="(\d+)"', text)
     assert svg and int(svg.group(1)) == len(owners) >= 2
     assert text.count('<g class="lane"') == len(owners)
-    for host, pid, nonce in owners:
-        assert f'data-owner="{host}/{pid}/{nonce[:8]}"' in text
+    for owner in owners:
+        assert f'data-owner="{owner}"' in text
     assert 'class="fact fact-stolen"' in text and 'class="takeover"' in text and 'class="gap"' in text
     assert 'class="settlement"' in text
     assert "replay: consistent" in text and f"{history.facts} fact(s)" in text
@@ -255,3 +252,20 @@ def test_pages_load_nothing_from_elsewhere_and_send_a_strict_csp(console, writer
     assert js.headers["content-type"].startswith("text/javascript")
     assert "http://" not in js.text and "https://" not in js.text and "innerHTML" not in js.text
     assert "setInterval" not in js.text and "EventSource" in js.text
+
+
+def test_failure_record_is_shown_field_by_field_and_redacted():
+    """The run page's view of a failure record: each field's text through the journal's redaction."""
+    import msgspec
+
+    class Failure(msgspec.Struct):  # the shape of a run row's failure record
+        type: str
+        message: str
+        traceback: str | None = None
+
+    shown = dict(views.failure_view(Failure("ValueError", "bad input; password=hunter2-never-shown",
+                                            'File "x.py", line 1\n  token = "Bearer abcdefghijklmnop0123"')))
+    assert shown["type"] == "ValueError"
+    assert "hunter2-never-shown" not in shown["message"] and "[REDACTED]" in shown["message"]
+    assert "abcdefghijklmnop0123" not in shown["traceback"]
+    assert views.failure_view(None) is None

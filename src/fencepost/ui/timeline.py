@@ -44,6 +44,8 @@ def _label(key: tuple[str, int, str]) -> str:
 
 
 def _fmt_span(ms: float) -> str:
+    if abs(ms) < 2000:
+        return f"+{ms:.0f} ms"
     s = ms / 1000
     if abs(s) < 120:
         return f"+{s:.1f} s"

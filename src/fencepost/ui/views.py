@@ -197,6 +197,17 @@ def status_history(row: Any, facts: list[Any]) -> list[dict[str, Any]]:
     return items
 
 
+def failure_view(failure: Any) -> list[tuple[str, str]] | None:
+    """The run's failure record (when its row has one) as ``(field, text)`` pairs, every text redacted."""
+    if failure is None:
+        return None
+    fields = msgspec.to_builtins(failure)
+    if not isinstance(fields, dict):
+        return [("reason", redacted_json_text(_encoder.encode(fields).decode()))]
+    return [(str(k), _redaction.text(v) if isinstance(v, str) else pretty(redacted(v)))
+            for k, v in fields.items() if v is not None]
+
+
 def run_detail(store: Store, run_id: str) -> dict[str, Any] | None:
     """Everything the run page shows, or None for an unknown (or malformed) run id."""
     from fencepost.cli.runs import reconfirm_warnings
@@ -222,9 +233,7 @@ def run_detail(store: Store, run_id: str) -> dict[str, Any] | None:
     lineage = [{"run_id": r.run_id, "round": r.round_ordinal if r.round_ordinal is not None else 0,
                 "status": r.status, "created": when(r.created_at_ms), "current": r.run_id == run_id}
                for r in store.runs.lineage(run_id)]
-    failure = getattr(row, "failure", None)
-    if failure is not None:
-        failure = pretty(redacted(msgspec.to_builtins(failure)))
+    failure = failure_view(getattr(row, "failure", None))
     ack = row.cancel_acknowledgement
     now = store.clock.now_ms()
     return {
