@@ -48,15 +48,17 @@ class Subscriber:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self.queue: asyncio.Queue[bytes | None] = asyncio.Queue(QUEUE_LIMIT + 1)
+        # Unbounded as a queue (put never fails); ``_offer`` enforces the limit.
+        self.queue: asyncio.Queue[bytes | None] = asyncio.Queue()
         self.dropped = False
 
     def _offer(self, frame: bytes | None) -> None:  # runs on the subscriber's loop
         if self.dropped:
             return
-        if frame is not None and self.queue.qsize() >= QUEUE_LIMIT:
+        if frame is None or self.queue.qsize() >= QUEUE_LIMIT:
             self.dropped = True
-            self.queue.put_nowait(sse("reset", {"reason": "slow_consumer"}))
+            if frame is not None:
+                self.queue.put_nowait(sse("reset", {"reason": "slow_consumer"}))
             self.queue.put_nowait(None)
             return
         self.queue.put_nowait(frame)
