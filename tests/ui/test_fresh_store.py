@@ -1,0 +1,66 @@
+"""Pages on a store made for the test: a broken hash chain, a rebuilt projection, an empty store."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+from sqlalchemy import text
+
+import fencepost
+from fencepost.journal import verify
+from fencepost.projections import ProjectionBuilder, RunsByStatus
+from fencepost.ui import create_app
+from fencepost.ui.server import UiServer
+
+
+def _drop_append_only_triggers(store: fencepost.Store, raw) -> None:
+    on = " ON flows_journal_events" if store.db.name == "postgresql" else ""
+    for name in ("flows_journal_events_no_update_v1", "flows_journal_events_no_delete_v1"):
+        raw.execute(text(f"DROP TRIGGER {name}{on}"))
+    raw.commit()
+
+
+def test_journal_page_reports_the_first_break_of_an_edited_chain(store: fencepost.Store, raw) -> None:
+    for i in range(6):
+        store.journal.append_unfenced(f"stream-{i % 2}", "step", {"i": i}, source_id="w")
+    _drop_append_only_triggers(store, raw)
+    raw.execute(text("UPDATE flows_journal_events SET payload_json = :p WHERE position = 4"), {"p": '{"i":40}'})
+    raw.commit()
+    report = verify(store)
+    assert not report.ok and report.first_break is not None
+    with UiServer(create_app(store.url)) as console:
+        page = httpx.get(console.url + "/journal", timeout=10).text
+    assert "hash chain broken" in page and f"{report.breaks} break(s)" in page
+    b = report.first_break
+    assert f"first break: stream <code>{b.stream}</code> seq {b.seq} (position {b.position}): {b.what}" in page
+
+
+def test_projections_page_lists_the_rebuild_history(store: fencepost.Store) -> None:
+    for i in range(5):
+        store.runs.create(f"p-{i}", "{}")
+    with ProjectionBuilder(store, store.url, RunsByStatus()) as builder:
+        builder.catch_up()
+        store.feed.rotate_source()
+        assert builder.catch_up().rebuilt
+        applied = builder.status().applied_revision
+    with UiServer(create_app(store.url)) as console:
+        page = httpx.get(console.url + "/projections", timeout=10).text
+    history = re.search(r'<table class="rebuilds">.*?</table>', page, re.S)
+    assert history and "<td>source_changed</td>" in history.group(0)
+    assert f'data-field="applied_revision">{applied}<' in page and 'data-field="rebuilds">1<' in page
+
+
+def test_every_page_renders_on_an_empty_store(store: fencepost.Store) -> None:
+    with UiServer(create_app(store.url)) as console:
+        for path, says in (("/", "no runs match"), ("/journal", "the journal is empty"),
+                           ("/projections", "no projection has a checkpoint"), ("/health", "no running run")):
+            r = httpx.get(console.url + path, timeout=10)
+            assert r.status_code == 200 and says in r.text, path
+
+
+def test_create_app_refuses_a_writable_store(store: fencepost.Store) -> None:
+    import pytest
+
+    with pytest.raises(ValueError, match="readonly"):
+        create_app(store=store)
