@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.client
+import json
 import re
 import time
 from html import unescape
@@ -99,6 +100,11 @@ def test_bad_cursor_or_filter_is_400_with_the_library_error_code(console):
     cursor = dict(httpx.QueryParams(unescape(re.search(r'id="next-page" href="/\?([^"]+)"', page.text).group(1))))
     r = get(console, "/", limit="1", cursor=cursor["cursor"])
     assert r.status_code == 400 and error_code(r) == "invalid_cursor"
+    # A well-formed cursor of another source (a rotation, another database): start again.
+    foreign = json.dumps({"version": 1, "source": "0" * 32, "createdAtMs": 1, "runId": "x",
+                          "filters": [None, None, [], None, [], None, None, "newest_first"]})
+    r = get(console, "/", cursor=foreign)
+    assert r.status_code == 400 and error_code(r) == "source_changed"
 
 
 def test_unknown_run_is_a_404_page(console):
