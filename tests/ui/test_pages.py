@@ -260,17 +260,33 @@ def test_pages_load_nothing_from_elsewhere_and_send_a_strict_csp(console, writer
     assert "setInterval" not in js.text and "EventSource" in js.text
 
 
-def test_failure_record_is_shown_field_by_field_and_redacted():
-    """The run page's view of a failure record: each field's text through the journal's redaction."""
-    import msgspec
+def test_run_page_shows_the_failure_record_field_by_field(console, writer):
+    """A run settled failed with a reason: type, message and traceback shown, credentials redacted."""
+    from fencepost import RunFailure
 
-    class Failure(msgspec.Struct):  # the shape of a run row's failure record
-        type: str
-        message: str
-        traceback: str | None = None
+    rid = new_run(writer, "ui-fail")
+    writer.runs.claim_and_own(rid, PENDING, TESTER, writer.clock.now_ms())
+    failure = RunFailure("ValueError", "bad input; password=hunter2-never-shown",
+                         'Traceback (most recent call last):\n  File "task.py", line 3, in run\nValueError: bad input')
+    writer.runs.transition_owned(rid, TESTER, "failed", failure=failure)
+    assert writer.runs.get(rid).failure is not None
+    text = get(console, f"/runs/{rid}").text
+    box = re.search(r'<table class="kv failure" id="failure">.*?</table>', text, re.S)
+    assert box, "no failure section"
+    shown = unescape(box.group(0))
+    assert "<th>type</th>" in shown and "ValueError" in shown and "bad input; password=" in shown
+    assert 'File "task.py", line 3, in run' in shown
+    assert "hunter2-never-shown" not in text and "[REDACTED]" in shown
+    ok = get(console, f"/runs/{demo_run_ids(writer)[0]}").text
+    assert 'id="failure"' not in ok  # a run without a failure record has no such section
 
-    shown = dict(views.failure_view(Failure("ValueError", "bad input; password=hunter2-never-shown",
-                                            'File "x.py", line 1\n  token = "Bearer abcdefghijklmnop0123"')))
+
+def test_failure_view_redacts_every_text_field():
+    """The view applies the journal's redaction itself too (a record written by another tool)."""
+    from fencepost import RunFailure
+
+    shown = dict(views.failure_view(RunFailure("ValueError", "password=hunter2-never-shown",
+                                               'token = "Bearer abcdefghijklmnop0123"')))
     assert shown["type"] == "ValueError"
     assert "hunter2-never-shown" not in shown["message"] and "[REDACTED]" in shown["message"]
     assert "abcdefghijklmnop0123" not in shown["traceback"]
