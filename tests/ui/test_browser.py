@@ -124,9 +124,11 @@ def test_the_console_in_a_real_browser(console, writer, browser, tmp_path):
     assert browser.find_element(By.CSS_SELECTOR, "svg.timeline").get_attribute("data-lanes") == "0"
     browser.execute_script("window.__notReloaded = true;")
     writer.runs.claim_and_own(fresh, PENDING, TESTER, writer.clock.now_ms())
-    _until(browser, "the run page shows running with one owner lane", lambda d: (
-        d.find_element(By.ID, "run-status").text == "running"
-        and len(d.find_elements(By.CSS_SELECTOR, "svg.timeline g.lane")) == 1))
+    # Read in one script: the live refresh swaps these elements, so a found element can go stale.
+    _until(browser, "the run page shows running with one owner lane", lambda d: d.execute_script(
+        "const s = document.getElementById('run-status');"
+        "return s !== null && s.textContent.trim() === 'running'"
+        " && document.querySelectorAll('svg.timeline g.lane').length === 1;"))
     assert browser.execute_script("return window.__notReloaded === true;")
     _shot(browser, shots, "run-live")
 
