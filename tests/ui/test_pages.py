@@ -291,3 +291,13 @@ def test_failure_view_redacts_every_text_field():
     assert "hunter2-never-shown" not in shown["message"] and "[REDACTED]" in shown["message"]
     assert "abcdefghijklmnop0123" not in shown["traceback"]
     assert views.failure_view(None) is None
+
+
+def test_a_foreign_host_header_is_refused_on_loopback(console):
+    """A page on another site that rebinds its name to 127.0.0.1 names its own host: refused."""
+    for host in ("evil.example", "evil.example:8765", "127.0.0.1.evil.example", "[::2]:80"):
+        r = httpx.get(console.url + "/health.json", headers={"host": host}, timeout=10)
+        assert r.status_code == 400 and error_code(r) == "invalid_host", host
+    port = console.url.rsplit(":", 1)[1]
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}", "LOCALHOST", f"[::1]:{port}"):
+        assert httpx.get(console.url + "/health.json", headers={"host": host}, timeout=10).status_code == 200, host

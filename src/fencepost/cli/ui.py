@@ -33,7 +33,7 @@ def ui(obj: CliContext, db: str | None, host: str, port: int, open_browser: bool
             f"fencepost ui needs the 'ui' extra ({', '.join(missing)} missing): pip install 'fencepost[ui]'"
         )
     from fencepost._durable import redact_url
-    from fencepost.ui.app import create_app, is_loopback
+    from fencepost.ui.app import LOOPBACK_NAMES, create_app, is_loopback
     from fencepost.ui.server import bind, serve, url_of
 
     if db is not None:
@@ -44,6 +44,9 @@ def ui(obj: CliContext, db: str | None, host: str, port: int, open_browser: bool
     except OSError as exc:
         why = exc.strerror or "bind failed"
         raise click.ClickException(f"cannot listen on the given host and port ({why})") from None
+    # On loopback, answer only to loopback names (a DNS-rebinding page names its own host); exposed,
+    # the names a client may use are unknown here, so any is answered.
+    allowed = LOOPBACK_NAMES if is_loopback(host) else None
     if not is_loopback(host):
         err_console.print("[yellow]warning[/yellow]: listening on a non-loopback address: anyone who can reach "
                           "it can read every run (the console is read-only and redacts secrets, but has no login)")
@@ -53,4 +56,4 @@ def ui(obj: CliContext, db: str | None, host: str, port: int, open_browser: bool
         import webbrowser
 
         webbrowser.open(url)
-    serve(create_app(store=store), sock)
+    serve(create_app(store=store, allowed_hosts=allowed), sock)

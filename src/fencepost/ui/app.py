@@ -57,16 +57,29 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+#: Host names a console on loopback answers to: another name is a DNS-rebinding page reaching it.
+LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+def _host_name(header: bytes) -> str:
+    text = header.decode("latin-1").strip().lower()
+    if text.startswith("["):
+        return text[1:text.find("]")] if "]" in text else text
+    return text.rsplit(":", 1)[0] if text.count(":") == 1 else text
+
+
 class Guard:
-    """Refuse what no page needs before any route sees it: long or traversing paths, long queries.
+    """Refuse what no page needs before any route sees it: long or traversing paths, long queries,
+    a ``Host`` the console does not answer to.
 
     Also stamps every response with the security headers (a strict CSP: scripts and styles only
     from this server, nothing inline, no frames).
     """
 
-    def __init__(self, app: ASGIApp, templates: jinja2.Environment) -> None:
+    def __init__(self, app: ASGIApp, templates: jinja2.Environment, allowed_hosts: frozenset[str] | None) -> None:
         self.app = app
         self.templates = templates
+        self.allowed_hosts = allowed_hosts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -75,7 +88,10 @@ class Guard:
         raw = scope.get("raw_path") or scope["path"].encode()
         query = scope.get("query_string", b"")
         problem = None
-        if len(raw) > MAX_PATH_BYTES:
+        host = dict(scope.get("headers") or []).get(b"host", b"")
+        if self.allowed_hosts is not None and _host_name(host) not in self.allowed_hosts:
+            problem = (400, "invalid_host", "the request names a host this console does not serve")
+        elif len(raw) > MAX_PATH_BYTES:
             problem = (414, "path_too_long", f"the request path is longer than {MAX_PATH_BYTES} bytes")
         elif len(query) > MAX_QUERY_BYTES:
             problem = (414, "query_too_long", f"the query string is longer than {MAX_QUERY_BYTES} bytes")
@@ -110,11 +126,12 @@ def _templates() -> jinja2.Environment:
 
 
 def create_app(url: str | None = None, *, store: Any = None, poll_interval: float = 2.0,
-               tick: float = 1.0) -> Starlette:
+               tick: float = 1.0, allowed_hosts: frozenset[str] | None = LOOPBACK_NAMES) -> Starlette:
     """The console for the database at ``url`` (opened read-only), or for a read-only ``store``.
 
     The app owns the store it opened and the feed hub: both start with the app's lifespan and are
-    closed with it.
+    closed with it. ``allowed_hosts`` are the ``Host`` names it answers to (default: loopback
+    names only, which turns away DNS-rebinding pages); ``None`` answers to any name.
     """
     import fencepost
 
@@ -238,5 +255,5 @@ def create_app(url: str | None = None, *, store: Any = None, poll_interval: floa
     )
     app.state.hub = hub
     app.state.store = store
-    app.add_middleware(Guard, templates=templates)
+    app.add_middleware(Guard, templates=templates, allowed_hosts=allowed_hosts)
     return app
