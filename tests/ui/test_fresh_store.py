@@ -64,3 +64,32 @@ def test_create_app_refuses_a_writable_store(store: fencepost.Store) -> None:
 
     with pytest.raises(ValueError, match="readonly"):
         create_app(store=store)
+
+
+def test_run_page_shows_replay_violations_beside_the_timeline(store: fencepost.Store) -> None:
+    """Facts that break the rules (a second owner activated without a steal): the verdict lists them."""
+    from fencepost.journal import companion_stream, ownership_history
+    from tests.journal.conftest import A, B
+
+    store.runs.create("forged", "{}")
+
+    def fact(kind: str, owner, grant: int, at_ms: int) -> None:  # as the run store appends them
+        store.clock.set(at_ms)  # type: ignore[attr-defined]
+        payload = {"runId": "forged", "owner": owner.to_json(), "grantedAtMs": grant}
+        store.db.write(lambda conn: store.journal.append_in(
+            conn, companion_stream("forged"), f"flows.consensus.{kind}", payload, source_id="flows.run-store",
+            meta={"runId": "forged"}))
+
+    fact("claimed", A, 1_000, 1_000)
+    fact("activated", A, 1_000, 1_000)
+    fact("claimed", B, 2_000, 2_000)
+    fact("activated", B, 2_000, 2_000)
+    rules = [v.rule for v in ownership_history(store, "forged").violations]
+    assert rules == ["claim_while_owned", "two_owners"]
+    with UiServer(create_app(store.url)) as console:
+        page = httpx.get(console.url + "/runs/forged", timeout=10).text
+    verdict = re.search(r'<aside class="verdict bad" id="verdict">.*?</aside>', page, re.S)
+    assert verdict and "replay: 2 violation(s)" in verdict.group(0)
+    for rule in rules:
+        assert f"<code>{rule}</code>" in verdict.group(0)
+    assert page.count('<g class="violation">') == 2 and page.count('<g class="lane"') == 2
