@@ -307,3 +307,9 @@ def unprivileged(fn, *args):
     if kind == "err":
         raise value
     return value
+
+
+def record(fault: str, backend: str, seen: str, recovered_s: float) -> None:
+    """Print one line for the fault report (``pytest tests/faults -s | grep FAULT-REPORT``):
+    the fault, what the caller saw, and the seconds from the fault clearing to a successful write."""
+    print(f"\nFAULT-REPORT | {fault} | {backend} | {seen} | {recovered_s:.3f}s")

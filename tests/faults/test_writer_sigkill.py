@@ -16,7 +16,7 @@ import time
 import pytest
 
 import fencepost
-from tests.faults.conftest import RECOVERY_BOUND_S, REPO, Peer, assert_nothing_of, assert_once
+from tests.faults.conftest import RECOVERY_BOUND_S, REPO, Peer, assert_nothing_of, assert_once, record
 
 pytestmark = pytest.mark.slow
 
@@ -66,6 +66,8 @@ def test_sigkill_of_a_writer_holding_the_write_lock(db_url: str, backend: str, p
         # ...and a new write is quick, from the peer and from this process's store.
         assert other.write(timeout=5) < RECOVERY_BOUND_S
         store.runs.create("after", "{}")
+        record("SIGKILL of the writer holding the lock", backend, "(killed process) peer blocked until the kill",
+               time.monotonic() - killed)
         assert_nothing_of(store, "held", since)
         assert store.runs.get("after").status == "pending"
         assert waited < 5
@@ -90,7 +92,10 @@ def test_terminated_backend_of_a_live_writer_holding_the_advisory_lock(db_url: s
         finally:
             conn.close()
         # The blocked peer write above finishes once the lock is gone; then a new one is quick.
+        terminated = time.monotonic()
         assert other._line(5) is not None
+        record("backend of a live lock holder terminated", "postgresql", "holder: nothing (retried once)",
+               time.monotonic() - terminated)
         assert other.write(timeout=5) < RECOVERY_BOUND_S
         # The holder goes on: its next statement fails, the writer retries on a new connection.
         holder.proc.stdin.write(b"go\n")

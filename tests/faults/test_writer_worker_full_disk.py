@@ -14,6 +14,7 @@ import pytest
 
 import fencepost
 from fencepost.worker import Worker
+from tests.faults.conftest import record
 
 pytestmark = pytest.mark.slow
 
@@ -28,6 +29,7 @@ def test_worker_keeps_its_leases_through_a_three_second_full_disk(small_disk) ->
         calls: Counter[str] = Counter()
         refused: Counter[str | None] = Counter()
         in_hand = threading.Semaphore(0)
+        landed: list[float] = []
 
         def fn(ctx):
             calls[ctx.run_id] += 1
@@ -39,6 +41,7 @@ def test_worker_keeps_its_leases_through_a_three_second_full_disk(small_disk) ->
                 try:  # a function that checkpoints through the outage, retrying what the disk refused
                     ctx.checkpoint({"n": n + 1})
                     n += 1
+                    landed.append(time.monotonic())
                 except fencepost.RunStoreError as exc:
                     assert exc.code == "persistence_failed"
                     refused[exc.db_code] += 1  # type: ignore[attr-defined]
@@ -54,10 +57,14 @@ def test_worker_keeps_its_leases_through_a_three_second_full_disk(small_disk) ->
         small_disk.fill(store)
         time.sleep(3)
         small_disk.free()
+        freed = time.monotonic()
         failed_during = worker.supervisor.failed_pulses
         sent_at_free = worker.supervisor.pulses
         thread.join(timeout=120)
         assert not thread.is_alive()
+        first_after = min(t for t in landed if t >= freed)  # the first checkpoint after the space returned
+        record("worker under a 3 s full disk", "sqlite", f"checkpoints refused {dict(refused)}; "
+               f"{failed_during} heartbeats failed; {result[0]}", first_after - freed)
 
         stats = result[0]
         assert failed_during > 0, "the disk never filled under the heartbeats"
