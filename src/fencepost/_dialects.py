@@ -40,6 +40,10 @@ _SQLITE_TRANSIENT = {
 _PG_TRANSIENT_CODES = {"40001", "40P01", "55P03", "57P01", "57P02", "57P03"}
 _PG_TRANSIENT_CLASSES = {"08"}
 
+# SQLite codes after which a connection is replaced rather than reused (the file's state at open
+# time is baked into the connection).
+_SQLITE_REOPEN = ("SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_IOERR", "SQLITE_NOTADB", "SQLITE_CORRUPT")
+
 # What a driver code means when ``fencepost.open`` fails (OpenError codes), by code or code prefix.
 _SQLITE_OPEN = {
     "SQLITE_NOTADB": "not_a_database",
@@ -78,6 +82,10 @@ class Backend:
     def transaction_open(self, dbapi_connection: Any) -> bool:
         """Whether the driver connection has a transaction open (True when it cannot tell)."""
         raise NotImplementedError
+
+    def discard_after(self, exc: BaseException) -> bool:
+        """Whether a connection that raised ``exc`` must be replaced even though it rolled back."""
+        return False
 
     def is_transient(self, exc: BaseException) -> bool:
         raise NotImplementedError
@@ -166,6 +174,12 @@ class SqliteBackend(Backend):
 
     def transaction_open(self, dbapi_connection: Any) -> bool:
         return bool(dbapi_connection.in_transaction)
+
+    def discard_after(self, exc: BaseException) -> bool:
+        # A file opened while it was read-only stays read-only on that connection; a file that
+        # could not be opened, or failed I/O, may be fine on a new one.
+        name = getattr(getattr(exc, "orig", None), "sqlite_errorname", None) or ""
+        return name.startswith(_SQLITE_REOPEN)
 
     def is_transient(self, exc: BaseException) -> bool:
         if isinstance(exc, DBAPIError):

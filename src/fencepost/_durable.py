@@ -377,8 +377,8 @@ class Database:
                 if write:
                     self.backend.begin_write(conn)
                 result = fn(conn)
-            except BaseException:
-                self._settle(conn, trans, write)
+            except BaseException as exc:
+                self._settle(conn, trans, write, exc)
                 raise
             finally:
                 _current.reset(token)
@@ -387,7 +387,7 @@ class Database:
             except BaseException as exc:
                 # A failed COMMIT leaves SQLAlchemy's transaction on the connection, and (deferred
                 # constraint, full disk) the database's transaction open with its write lock.
-                self._settle(conn, trans, write)
+                self._settle(conn, trans, write, exc)
                 # A connection lost during COMMIT leaves the outcome unknown: retrying could
                 # apply the body twice, so only a definite refusal (busy, serialization) retries.
                 if not isinstance(exc, DBAPIError):
@@ -405,9 +405,10 @@ class Database:
             raise CommitUnknown(unknown)
         return result, txn
 
-    def _settle(self, conn: Connection, trans: Any, write: bool) -> None:
+    def _settle(self, conn: Connection, trans: Any, write: bool, exc: BaseException) -> None:
         """After a failure: end the transaction on ``conn`` (SQLAlchemy's and the database's), or
-        discard ``conn`` when that cannot be done or proven; the next call starts clean."""
+        discard ``conn`` when that cannot be done or proven, or when ``exc`` says the connection
+        itself is stale (a SQLite file opened read-only); the next call starts clean."""
         try:
             if trans is not None:
                 # Also clears the failed-commit state SQLAlchemy keeps until a rollback.
@@ -416,7 +417,7 @@ class Database:
                 raw = conn.connection.dbapi_connection
                 if self.backend.transaction_open(raw):
                     raw.rollback()
-                if not self.backend.transaction_open(raw):
+                if not self.backend.transaction_open(raw) and not self.backend.discard_after(exc):
                     return
         except Exception:  # a connection that cannot roll back is not trusted again
             pass
