@@ -29,6 +29,14 @@ def test_spec_name_is_exported(name: str) -> None:
     assert getattr(fencepost, name) is not None
 
 
+def test_open_error_is_public_and_a_fencepost_error() -> None:
+    """Every failure of ``fencepost.open`` is an ``OpenError`` (a ``FencepostError``) with a code."""
+    assert "OpenError" in fencepost.__all__
+    assert issubclass(fencepost.OpenError, fencepost.FencepostError)
+    err = fencepost.OpenError("cannot_connect", "open", "cannot connect", db_code=None)
+    assert err.code == "cannot_connect" and err.db_code is None
+
+
 def test_all_is_sorted_and_every_name_resolves() -> None:
     assert fencepost.__all__ == sorted(fencepost.__all__)
     for name in fencepost.__all__:

@@ -10,6 +10,7 @@ from fencepost.changefeed import *  # noqa: F403 - re-exported by design, listed
 from fencepost.errors import AttemptStoreError as AttemptStoreError
 from fencepost.errors import FencepostError as FencepostError
 from fencepost.errors import JournalError as JournalError
+from fencepost.errors import OpenError as OpenError
 from fencepost.errors import ProjectionError as ProjectionError
 from fencepost.errors import RunStoreError as RunStoreError
 from fencepost.errors import SourceChanged as SourceChanged
@@ -21,6 +22,7 @@ __all__ = sorted(
         "AttemptStoreError",
         "FencepostError",
         "JournalError",
+        "OpenError",
         "ProjectionError",
         "OwnerId",
         "RunStoreError",

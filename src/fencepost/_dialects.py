@@ -40,6 +40,29 @@ _SQLITE_TRANSIENT = {
 _PG_TRANSIENT_CODES = {"40001", "40P01", "55P03", "57P01", "57P02", "57P03"}
 _PG_TRANSIENT_CLASSES = {"08"}
 
+# SQLite codes after which a connection is replaced rather than reused (the file's state at open
+# time is baked into the connection).
+_SQLITE_REOPEN = ("SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_IOERR", "SQLITE_NOTADB", "SQLITE_CORRUPT")
+
+# What a driver code means when ``fencepost.open`` fails (OpenError codes), by code or code prefix.
+_SQLITE_OPEN = {
+    "SQLITE_NOTADB": "not_a_database",
+    "SQLITE_CORRUPT": "corrupt",
+    "SQLITE_CANTOPEN": "permission_denied",
+    "SQLITE_READONLY": "permission_denied",
+    "SQLITE_PERM": "permission_denied",
+    "SQLITE_AUTH": "permission_denied",
+    "SQLITE_FULL": "disk_full",
+}
+_PG_OPEN = {
+    "3D000": "database_missing",  # invalid_catalog_name
+    "28000": "auth_failed",  # invalid_authorization_specification (unknown role, pg_hba reject)
+    "28P01": "auth_failed",  # invalid_password
+    "42501": "permission_denied",  # insufficient_privilege (CREATE SCHEMA, CONNECT ...)
+    "57P03": "cannot_connect",  # cannot_connect_now (starting up, shutting down)
+    "53100": "disk_full",
+}
+
 
 class Backend:
     name: str
@@ -60,12 +83,24 @@ class Backend:
         """Whether the driver connection has a transaction open (True when it cannot tell)."""
         raise NotImplementedError
 
+    def discard_after(self, exc: BaseException) -> bool:
+        """Whether a connection that raised ``exc`` must be replaced even though it rolled back."""
+        return False
+
     def is_transient(self, exc: BaseException) -> bool:
         raise NotImplementedError
 
     def classify(self, exc: BaseException) -> tuple[str, str | None]:
         """Return ``(category, code)``: category is ``constraint`` or ``persistence_failed``."""
         raise NotImplementedError
+
+    def open_problem(self, code: str | None) -> str | None:
+        """The ``OpenError`` code a driver code explains when opening a store fails, if any."""
+        raise NotImplementedError
+
+    def diagnose_connect(self, engine: Engine) -> str:
+        """Why connecting failed when the driver gave no code (``OpenError`` code)."""
+        return "open_failed"
 
     @staticmethod
     def insert(table: Any) -> Any:
@@ -140,6 +175,12 @@ class SqliteBackend(Backend):
     def transaction_open(self, dbapi_connection: Any) -> bool:
         return bool(dbapi_connection.in_transaction)
 
+    def discard_after(self, exc: BaseException) -> bool:
+        # A file opened while it was read-only stays read-only on that connection; a file that
+        # could not be opened, or failed I/O, may be fine on a new one.
+        name = getattr(getattr(exc, "orig", None), "sqlite_errorname", None) or ""
+        return name.startswith(_SQLITE_REOPEN)
+
     def is_transient(self, exc: BaseException) -> bool:
         if isinstance(exc, DBAPIError):
             if exc.connection_invalidated:
@@ -155,6 +196,12 @@ class SqliteBackend(Backend):
         if name and name.startswith("SQLITE_CONSTRAINT"):
             return "constraint", name
         return "persistence_failed", name
+
+    def open_problem(self, code: str | None) -> str | None:
+        for prefix, problem in _SQLITE_OPEN.items():
+            if code == prefix or (code or "").startswith(prefix + "_"):
+                return problem
+        return None
 
     @staticmethod
     def insert(table: Any) -> Any:
@@ -243,6 +290,44 @@ class PostgresBackend(Backend):
         if code and code.startswith("23"):
             return "constraint", code
         return "persistence_failed", code
+
+    def open_problem(self, code: str | None) -> str | None:
+        if code is None:
+            return None
+        return _PG_OPEN.get(code) or ("cannot_connect" if code[:2] == "08" else None)
+
+    def diagnose_connect(self, engine: Engine) -> str:
+        """libpq reports a refused connection without a SQLSTATE, so find out by asking, never by
+        reading its message: is anything listening at the address; does the server let these
+        credentials into a maintenance database; does the named database exist there."""
+        import socket
+
+        import psycopg
+
+        url = engine.url
+        port = int(url.port or 5432)
+        host = url.host or "/var/run/postgresql"
+        try:
+            if host.startswith("/"):
+                with socket.socket(socket.AF_UNIX) as sock:
+                    sock.settimeout(5)
+                    sock.connect(f"{host}/.s.PGSQL.{port}")
+            else:
+                socket.create_connection((host, port), timeout=5).close()
+        except OSError:
+            return "cannot_connect"
+        _, kwargs = engine.dialect.create_connect_args(url)
+        for maintenance in ("postgres", "template1"):
+            if maintenance == url.database:
+                continue
+            try:
+                with psycopg.connect(**{**kwargs, "dbname": maintenance, "connect_timeout": 5}) as conn:
+                    row = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (url.database,)).fetchone()
+            except psycopg.Error:
+                continue
+            # In, but not into the named database: it is missing, or these credentials may not use it.
+            return "permission_denied" if row else "database_missing"
+        return "auth_failed"
 
     @staticmethod
     def insert(table: Any) -> Any:

@@ -26,7 +26,7 @@ from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from fencepost._dialects import Backend, PostgresBackend, SqliteBackend
-from fencepost.errors import DatabaseMissing, FencepostError, PersistenceError
+from fencepost.errors import DatabaseMissing, FencepostError, OpenError, PersistenceError
 
 T = TypeVar("T")
 
@@ -167,13 +167,20 @@ class Database:
             if database in ("", ":memory:"):
                 raise ValueError("an in-memory SQLite URL cannot be shared; use fencepost.testing")
             path = Path(database)
+            self.path: Path | None = path
             if readonly:
                 if not path.exists():
-                    raise DatabaseMissing("persistence_failed", "open", "no database file at the given path")
+                    raise DatabaseMissing("database_missing", "open",
+                                          open_detail("database_missing", self.where, sqlite=True))
                 parsed = parsed.set(database=f"file:{path}?mode=ro", query={**query, "uri": "true"})
             else:
-                path.parent.mkdir(parents=True, exist_ok=True)
-            self.path: Path | None = path
+                made = True
+                try:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                except OSError:
+                    made = False
+                if not made:
+                    raise OpenError("permission_denied", "open", open_detail("permission_denied", self.where))
             self.engine: Engine = create_engine(
                 parsed,
                 connect_args={"check_same_thread": False, "timeout": 30},
@@ -201,6 +208,34 @@ class Database:
         self._slots: weakref.WeakSet[_Slot] = weakref.WeakSet()
         self._slots_lock = threading.Lock()
         self._pid = os.getpid()
+
+    @property
+    def where(self) -> str:
+        """The database, safe to print: the SQLite path, or the URL with its password masked."""
+        return str(self.path) if self.path is not None else redact_url(self.url)
+
+    def probe(self) -> None:
+        """Connect once, without retrying, so an open that cannot even connect says why at once."""
+        failure: OpenError | None = None
+        try:
+            self.engine.connect().close()
+        except DBAPIError as exc:
+            _category, code = self.backend.classify(exc)
+            problem = self.backend.open_problem(code)
+            if problem is None and code is None:
+                problem = self.backend.diagnose_connect(self.engine)
+            failure = self._open_error(problem or "open_failed", code)
+        if failure is not None:
+            raise failure  # outside the handler: the driver's exception quotes the URL
+
+    def open_error(self, exc: DbFailure) -> OpenError:
+        """The public error for a database failure while opening the store."""
+        return self._open_error(self.backend.open_problem(exc.code) or "open_failed", exc.code)
+
+    def _open_error(self, problem: str, code: str | None) -> OpenError:
+        detail = open_detail(problem, self.where, mode="reading" if self.readonly else "writing",
+                             sqlite=self.path is not None)
+        return OpenError(problem, "open", detail, db_code=code)
 
     # ------------------------------------------------------------------ transactions
     def write(self, fn: Callable[[Connection], T]) -> T:
@@ -342,8 +377,8 @@ class Database:
                 if write:
                     self.backend.begin_write(conn)
                 result = fn(conn)
-            except BaseException:
-                self._settle(conn, trans, write)
+            except BaseException as exc:
+                self._settle(conn, trans, write, exc)
                 raise
             finally:
                 _current.reset(token)
@@ -352,7 +387,7 @@ class Database:
             except BaseException as exc:
                 # A failed COMMIT leaves SQLAlchemy's transaction on the connection, and (deferred
                 # constraint, full disk) the database's transaction open with its write lock.
-                self._settle(conn, trans, write)
+                self._settle(conn, trans, write, exc)
                 # A connection lost during COMMIT leaves the outcome unknown: retrying could
                 # apply the body twice, so only a definite refusal (busy, serialization) retries.
                 if not isinstance(exc, DBAPIError):
@@ -370,9 +405,10 @@ class Database:
             raise CommitUnknown(unknown)
         return result, txn
 
-    def _settle(self, conn: Connection, trans: Any, write: bool) -> None:
+    def _settle(self, conn: Connection, trans: Any, write: bool, exc: BaseException) -> None:
         """After a failure: end the transaction on ``conn`` (SQLAlchemy's and the database's), or
-        discard ``conn`` when that cannot be done or proven; the next call starts clean."""
+        discard ``conn`` when that cannot be done or proven, or when ``exc`` says the connection
+        itself is stale (a SQLite file opened read-only); the next call starts clean."""
         try:
             if trans is not None:
                 # Also clears the failed-commit state SQLAlchemy keeps until a rollback.
@@ -381,7 +417,7 @@ class Database:
                 raw = conn.connection.dbapi_connection
                 if self.backend.transaction_open(raw):
                     raw.rollback()
-                if not self.backend.transaction_open(raw):
+                if not self.backend.transaction_open(raw) and not self.backend.discard_after(exc):
                     return
         except Exception:  # a connection that cannot roll back is not trusted again
             pass
@@ -423,6 +459,28 @@ class Database:
     @property
     def name(self) -> str:
         return self.backend.name
+
+
+_OPEN_DETAILS = {
+    "not_a_database": "{where} is not a SQLite database",
+    "corrupt": "the database file {where} is corrupt",
+    "cannot_connect": "cannot connect to {where} (no server accepts connections there)",
+    "database_missing": "no database at {where}",
+    "auth_failed": "authentication or role refused by {where}",
+    "permission_denied": "permission denied opening {where} for {mode}",
+    "needs_migrations": "{where} is not a migrated fencepost store; open it writable once (`fencepost init`)",
+    "disk_full": "no space left on the disk of {where}",
+    "schema_too_new": "{where} has a newer schema than this version of fencepost (upgrade fencepost)",
+    "open_failed": "{where} could not be opened",
+}
+
+
+def open_detail(problem: str, where: str, *, mode: str = "writing", sqlite: bool | None = None) -> str:
+    """The message of an ``OpenError``: what went wrong, naming only the path or the masked URL."""
+    detail = _OPEN_DETAILS.get(problem, _OPEN_DETAILS["open_failed"]).format(where=where, mode=mode)
+    if problem == "database_missing" and (sqlite if sqlite is not None else "://" not in where):
+        detail += "; create it with `fencepost init`"
+    return detail
 
 
 def map_failure(exc: DbFailure, error_cls: type[FencepostError], method: str, subject: str) -> FencepostError:

@@ -4,15 +4,28 @@ from __future__ import annotations
 
 from typing import Any
 
-from fencepost._durable import Database
+from sqlalchemy.engine import Connection
+
+from fencepost._durable import Database, DbFailure, open_detail
 from fencepost._migrations import migrate, pending
 from fencepost.changefeed.feed import ChangeFeed
 from fencepost.clock import Clock, SystemClock
-from fencepost.errors import PersistenceError
+from fencepost.errors import OpenError
 from fencepost.journal.consensus import Consensus, SqlConsensus
 from fencepost.journal.journal import Journal
 from fencepost.runstore.attempts import AttemptStore
 from fencepost.runstore.store import RunStore
+
+
+class _Probed(Exception):
+    """Ends the write probe's transaction: the writer rolls it back."""
+
+
+def _write_probe(conn: Connection) -> None:
+    """Write one ledger row, then roll the whole transaction back: nothing reaches the disk or
+    the log (a savepoint rolled back would still leave its pages to be written at COMMIT)."""
+    conn.exec_driver_sql("INSERT INTO flows_migrations (migration_id, name) VALUES (-1, 'write-probe')")
+    raise _Probed
 
 
 class Store:
@@ -50,20 +63,32 @@ def open(url: str | None = None, *, clock: Clock | None = None, attempt_policy: 
     ``url=None`` means ``$FENCEPOST_DB``, else ``sqlite:///.flows/flows.db``. Migrations run once,
     in one pass, under the writer lock, so several processes may open one fresh database at once.
     ``readonly=True`` never creates or migrates: a missing or unmigrated database is an error.
+
+    Every failure is an ``OpenError`` whose ``code`` says why (``not_a_database``, ``corrupt``,
+    ``cannot_connect``, ``database_missing``, ``auth_failed``, ``permission_denied``,
+    ``needs_migrations``, ``schema_too_new``, ``disk_full``, ``open_failed``) and whose message names the path or
+    the URL with its password masked. A bad URL is a ``ValueError``.
     """
     db = Database(url, readonly=readonly)
     try:
-        if readonly:
-            try:
-                missing = pending(db)
-            except Exception:
-                raise PersistenceError("persistence_failed", "open", "database is not a fencepost store") from None
-            if missing:
-                raise PersistenceError(
-                    "persistence_failed", "open", "database needs migrations (open it writable once)"
-                )
-        else:
-            migrate(db)
+        failure: OpenError | None = None
+        try:
+            db.probe()
+            if readonly:
+                if pending(db):
+                    raise OpenError("needs_migrations", "open", open_detail("needs_migrations", db.where))
+            elif not migrate(db):
+                # Nothing to migrate, so nothing has written yet: prove this open may write. A
+                # read-only SQLite file opens silently read-only (even BEGIN IMMEDIATE succeeds) and
+                # would fail only at the first write; a PostgreSQL role may lack INSERT.
+                try:
+                    db.write(_write_probe)
+                except _Probed:
+                    pass
+        except DbFailure as exc:
+            failure = db.open_error(exc)
+        if failure is not None:
+            raise failure
         return Store(db, clock=clock, attempt_policy=attempt_policy, consensus=consensus)
     except BaseException:
         db.dispose()

@@ -22,6 +22,18 @@ RunStoreCode = Literal[
 AttemptStoreCode = Literal[
     "invalid_attempt", "constraint", "decode_failed", "persistence_failed", "not_found_row", "unknown"
 ]
+OpenCode = Literal[
+    "not_a_database",
+    "corrupt",
+    "cannot_connect",
+    "database_missing",
+    "auth_failed",
+    "permission_denied",
+    "needs_migrations",
+    "schema_too_new",
+    "disk_full",
+    "open_failed",
+]
 JournalCode = Literal[
     "invalid_event",
     "idempotency_conflict",
@@ -97,7 +109,25 @@ class PersistenceError(FencepostError):
     component = "Database"
 
 
-class DatabaseMissing(FencepostError):
-    """A read-only open found no database (read commands never create one)."""
+class OpenError(FencepostError):
+    """``fencepost.open`` could not open the store; ``code`` says why.
 
-    component = "Database"
+    Codes: ``not_a_database``, ``corrupt``, ``cannot_connect``, ``database_missing``, ``auth_failed``,
+    ``permission_denied``, ``needs_migrations``, ``schema_too_new``, ``disk_full``, and ``open_failed`` for any other
+    database failure. The message names the SQLite path or the PostgreSQL URL with its password
+    masked, never other values; ``db_code`` is the driver's code when there is one
+    (``SQLITE_NOTADB``, ``3D000`` ...), else ``None``.
+    """
+
+    component = "Store"
+
+    def __init__(self, code: str, method: str, detail: str, db_code: str | None = None) -> None:
+        super().__init__(code, method, detail)
+        self.db_code = db_code
+
+    def __reduce__(self):
+        return (type(self), (self.code, self.method, self.detail, self.db_code))
+
+
+class DatabaseMissing(OpenError):
+    """A read-only open found no database (read commands never create one): ``database_missing``."""

@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from tests.changefeed.test_follow_server_restart import PrivateServer, _pg_bin
+from tests.cli.conftest import run_cli  # noqa: F401 - the CLI fixture, for the CLI fault tests
 
 REPO = Path(__file__).resolve().parents[2]
 # The bound on "another process writes once the fault is gone" (the issue's 1 s).
@@ -247,3 +248,68 @@ def assert_value_free(exc: BaseException) -> None:
         assert not isinstance(seen, SQLAlchemyError), type(seen)
         assert type(seen).__module__.split(".")[0] not in ("sqlite3", "psycopg"), type(seen)
         seen = seen.__cause__ or seen.__context__
+
+
+# --------------------------------------------------------------------------- read-only media
+
+
+@pytest.fixture
+def readonly_mount() -> Iterator:
+    """A small tmpfs the test can remount read-only (``.root``, ``.set_readonly(bool)``); skips without root."""
+    if not _can_mount():
+        pytest.skip("mounting a filesystem needs root and a permitted mount")
+    root = Path(f"/tmp/fencepost-ro-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    root.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(root)], check=True, capture_output=True)
+
+    class Mount:
+        def __init__(self) -> None:
+            self.root = root
+
+        def set_readonly(self, readonly: bool) -> None:
+            mode = "remount,ro" if readonly else "remount,rw"
+            subprocess.run(["mount", "-o", mode, str(root)], check=True, capture_output=True)
+
+    try:
+        yield Mount()
+    finally:
+        subprocess.run(["umount", "-l", str(root)], capture_output=True)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def unprivileged(fn, *args):
+    """Run ``fn(*args)`` in a forked child without root's override of file permissions (uid
+    ``nobody`` when we are root), and return its result or re-raise its exception here."""
+    import pickle
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: drop root, run, report, exit without running the parent's cleanups
+        os.close(read)
+        try:
+            if os.geteuid() == 0:
+                os.setgroups([])
+                os.setgid(65534)
+                os.setuid(65534)
+            try:
+                payload = pickle.dumps(("ok", fn(*args)))
+            except BaseException as exc:
+                payload = pickle.dumps(("err", exc))
+            with os.fdopen(write, "wb") as out:
+                out.write(payload)
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as inp:
+        data = inp.read()
+    os.waitpid(pid, 0)
+    kind, value = pickle.loads(data)
+    if kind == "err":
+        raise value
+    return value
+
+
+def record(fault: str, backend: str, seen: str, recovered_s: float) -> None:
+    """Print one line for the fault report (``pytest tests/faults -s | grep FAULT-REPORT``):
+    the fault, what the caller saw, and the seconds from the fault clearing to a successful write."""
+    print(f"\nFAULT-REPORT | {fault} | {backend} | {seen} | {recovered_s:.3f}s")

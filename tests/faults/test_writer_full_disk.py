@@ -18,6 +18,7 @@ from tests.faults.conftest import (
     assert_once,
     assert_value_free,
     composite,
+    record,
 )
 
 pytestmark = pytest.mark.slow
@@ -52,6 +53,8 @@ def test_full_disk_fails_the_commit_and_the_same_store_recovers(small_disk, peer
         composite(store, "after")
         recovered = time.monotonic() - cleared
         assert_once(store, "after")
+        record("disk full (tmpfs)" if small_disk.mounted else "disk full (page cap)", "sqlite",
+               f"{type(err.value).__name__} {err.value.code} SQLITE_FULL", recovered)
         assert_nothing_of(store, "doomed", since)
         assert_nothing_of(store, "doomed-2", since)
         assert recovered < 5, recovered

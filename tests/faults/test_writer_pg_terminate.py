@@ -15,7 +15,14 @@ import time
 import pytest
 
 import fencepost
-from tests.faults.conftest import RECOVERY_BOUND_S, assert_nothing_of, assert_once, assert_value_free, composite
+from tests.faults.conftest import (
+    RECOVERY_BOUND_S,
+    assert_nothing_of,
+    assert_once,
+    assert_value_free,
+    composite,
+    record,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -83,7 +90,10 @@ def test_backend_terminated_mid_transaction_holding_the_lock(db_url: str, peer) 
         assert holding.wait(30)
         _terminate(store, pids[0])
         # The lock died with the backend: another process writes while our body is still asleep.
+        killed = time.monotonic()
         assert other.write(timeout=5) < RECOVERY_BOUND_S
+        record("pg_terminate_backend mid-transaction", "postgresql", "nothing (retried once)",
+               time.monotonic() - killed)
         resume.set()
         t.join(timeout=60)
         assert not errors, errors
@@ -122,6 +132,8 @@ def test_backend_terminated_mid_commit(db_url: str, peer) -> None:
         cleared = time.monotonic()
         assert other.write(timeout=5) < RECOVERY_BOUND_S
         composite(store, "after")
+        record("pg_terminate_backend mid-COMMIT", "postgresql", "JournalError sink_failed 57P01",
+               time.monotonic() - cleared)
         assert time.monotonic() - cleared < 5
         assert_once(store, "after")
         assert_nothing_of(store, "slow-1", since)

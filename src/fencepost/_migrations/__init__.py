@@ -15,8 +15,8 @@ from importlib import resources
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from fencepost._durable import Database
-from fencepost.errors import PersistenceError
+from fencepost._durable import Database, open_detail
+from fencepost.errors import OpenError, PersistenceError
 
 _NAME = re.compile(r"^(\d{4})_([a-z-]+)_([a-z0-9_]+)\.(sqlite|postgresql)\.sql$")
 BLOCKS = {"journal": 0, "run-store": 1000, "changefeed": 2000, "projections": 3000}
@@ -83,8 +83,16 @@ def pending(db: Database, namespaces: tuple[str, ...] = STORE_NAMESPACES) -> lis
     """Migrations not yet applied (read without the write lock)."""
     wanted = discover(db.backend.migration_suffix, namespaces)
     applied = db.read(lambda conn: _applied(conn, db))
+    _check_known(db, applied)
     _check_names(wanted, applied)
     return [m for m in wanted if m.id not in applied]
+
+
+def _check_known(db: Database, applied: dict[int, str]) -> None:
+    """Refuse a ledger holding a migration this code does not have: a newer fencepost wrote it."""
+    known = {m.id for m in discover(db.backend.migration_suffix, ALL_NAMESPACES)}
+    if any(mid not in known for mid in applied):
+        raise OpenError("schema_too_new", "open", open_detail("schema_too_new", db.where))
 
 
 def _check_names(wanted: list[Migration], applied: dict[int, str]) -> None:
@@ -103,6 +111,8 @@ def migrate(db: Database, namespaces: tuple[str, ...] = STORE_NAMESPACES) -> lis
         try:
             if not pending(db, namespaces):
                 return []
+        except OpenError:
+            raise
         except Exception:
             pass  # a schema that does not exist yet: fall through to the locked pass
 
@@ -110,6 +120,7 @@ def migrate(db: Database, namespaces: tuple[str, ...] = STORE_NAMESPACES) -> lis
         db.backend.prepare_schema(conn)
         conn.exec_driver_sql(_LEDGER[db.backend.name])
         applied = _applied(conn, db)
+        _check_known(db, applied)
         _check_names(wanted, applied)
         done: list[int] = []
         for m in wanted:

@@ -13,7 +13,7 @@ import sys
 
 import click
 
-from fencepost.cli._common import CliContext, echo_error
+from fencepost.cli._common import CliContext, echo_error, error_text
 from fencepost.cli.demo import demo
 from fencepost.cli.feed import feed, source
 from fencepost.cli.journal import journal
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     except FencepostError as exc:
         _debug()
-        echo_error(str(exc))
+        echo_error(error_text(exc))
         sys.exit(1)
     except DbFailure as exc:
         _debug()

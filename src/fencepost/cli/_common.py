@@ -86,6 +86,14 @@ def print_json_line(value: Any) -> None:
     print_json(value)
 
 
+def error_text(exc: BaseException) -> str:
+    """A ``FencepostError`` as the user sees it: its message, plus the driver's code when there is
+    one (``[SQLITE_READONLY]``, ``[3D000]``), never a value."""
+    code = getattr(exc, "db_code", None)
+    text = str(exc)
+    return f"{text} [{code}]" if isinstance(code, str) and code else text
+
+
 def echo_error(message: str) -> None:
     """One line on stderr: the only way an error reaches the user."""
     line = " ".join(str(message).split())
