@@ -75,7 +75,8 @@ def test_raw_writes_from_a_session_on_another_schema_touch_only_the_named_store(
         conn.execute(f'SET search_path TO "{_schema(b)}"')
         qa = f'"{_schema(a)}".flows_runs'
         conn.execute(f"UPDATE {qa} SET state_json = %s WHERE run_id = 'run-a'", ('{"flowName": "g"}',))
-        conn.execute(f"INSERT INTO {qa} (run_id, status, state_json, created_at_ms) VALUES ('new-a', 'pending', '{{}}', 5)")
+        conn.execute(f"INSERT INTO {qa} (run_id, status, state_json, created_at_ms)"
+                     " VALUES ('new-a', 'pending', '{}', 5)")
         conn.execute(f"DELETE FROM {qa} WHERE run_id = 'run-a'")
     assert b.feed.position() == b0
     assert b.feed.changes_since(b0).changes == []
