@@ -163,11 +163,12 @@ def decode_run_state(row: Any, method: str) -> tuple[RunRow, Any]:
     """
     (rid, status, state, created, started, finished, hb, o_host, o_pid, o_nonce, c_host, c_pid, c_nonce,
      claimed_at, cancel_at, ack_json, parent, lineage, round_ordinal, failure_json) = row
-    has_owner = any(v is not None for v in (o_host, o_pid, o_nonce))
-    has_claim = any(v is not None for v in (c_host, c_pid, c_nonce, claimed_at))
-    cause: dict[str, Any] = {"runId": rid, "hasOwnerColumns": has_owner, "hasClaimColumns": has_claim}
+    # Plain comparisons, not generators: every snapshot read and listing row comes through here.
+    has_owner = o_host is not None or o_pid is not None or o_nonce is not None
+    has_claim = c_host is not None or c_pid is not None or c_nonce is not None or claimed_at is not None
 
     def fail(detail: str, **extra: Any) -> RunStoreError:
+        cause: dict[str, Any] = {"runId": rid, "hasOwnerColumns": has_owner, "hasClaimColumns": has_claim}
         cause.update(extra)
         cause.setdefault("stateJsonValid", _state_ok(state))
         return decode_failed(method, f"stored run {detail}", cause)
@@ -178,11 +179,13 @@ def decode_run_state(row: Any, method: str) -> tuple[RunRow, Any]:
         raise fail("has an unknown status", field="status")
     if not is_safe_int(created):
         raise fail(f"created_at_ms {TIMESTAMP_DETAIL}", field="created_at_ms")
-    for name, v in (("started_at_ms", started), ("finished_at_ms", finished), ("heartbeat_at_ms", hb),
-                    ("claimed_at_ms", claimed_at), ("cancel_requested_at_ms", cancel_at),
-                    ("round_ordinal", round_ordinal)):
-        if not _opt_int(v):
-            raise fail(f"{name} {TIMESTAMP_DETAIL}", field=name)
+    if not (_opt_int(started) and _opt_int(finished) and _opt_int(hb) and _opt_int(claimed_at)
+            and _opt_int(cancel_at) and _opt_int(round_ordinal)):
+        for name, v in (("started_at_ms", started), ("finished_at_ms", finished), ("heartbeat_at_ms", hb),
+                        ("claimed_at_ms", claimed_at), ("cancel_requested_at_ms", cancel_at),
+                        ("round_ordinal", round_ordinal)):
+            if not _opt_int(v):
+                raise fail(f"{name} {TIMESTAMP_DETAIL}", field=name)
     own: OwnerId | None = None
     if has_owner:
         own = OwnerId(o_host, o_pid, o_nonce)
