@@ -9,6 +9,7 @@ or length, never the value, because it reaches logs and spans.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from typing import Any, NoReturn
 
@@ -140,8 +141,29 @@ def parse_json_text(text: object, *, max_depth: int = MAXIMUM_JSON_DEPTH,
         return None, "is not valid JSON"
     except UnicodeDecodeError:  # pragma: no cover - msgspec reports escapes as DecodeError
         return None, "is not valid JSON"
+    if _within_bounds_by_text(text, max_depth, max_nodes):
+        return value, None
     problem = _value_problem(value, max_depth, max_nodes)
     return value, problem
+
+
+# An escape that could decode to NUL or to a lone surrogate (a valid pair matches too: slow path).
+_HAZARD_ESCAPE = re.compile(r"\\u(?:0000|[dD][89a-fA-F])")
+
+
+def _within_bounds_by_text(text: str, max_depth: int, max_nodes: int) -> bool:
+    """True when the text alone proves that the value decoded from it breaks no durable rule.
+
+    Decoded JSON has only JSON types, string keys, no cycles and (msgspec refuses out-of-range
+    numbers) no infinities; raw NUL and lone surrogates were refused on the text. What remains is
+    depth, node count and escapes. Opening brackets bound the nesting depth, and commas + colons +
+    openings + 1 bound the node count (characters inside strings only raise both bounds), so a
+    small value is proven without walking it; anything else takes the full walk.
+    """
+    opens = text.count("[") + text.count("{")
+    if opens > max_depth or opens + text.count(",") + text.count(":") + 1 > max_nodes:
+        return False
+    return "\\u" not in text or _HAZARD_ESCAPE.search(text) is None
 
 
 def encode_json(value: Any) -> str:

@@ -63,3 +63,33 @@ def test_secret_is_only_in_run_state_and_attempt_outcome(store: fencepost.Store,
     assert "token=[REDACTED]" in journal_text
     holders = {where for where, values in cells.items() if any(SECRET in v for v in values)}
     assert holders == {("flows_runs", "state_json"), ("flows_attempts", "outcome_json")}
+
+
+def test_secret_in_journal_identifiers_is_refused_and_never_stored(store: fencepost.Store, clock) -> None:
+    """Case 22 extended to identifiers: the secret passed as an event type, a producer id or a stream
+    id (which would also land in the derived ``event_id``) is refused, and a scan of every column of
+    every table finds it only in ``flows_runs.state_json``."""
+    import pytest
+
+    from fencepost.errors import JournalError
+
+    run_id = "child-run"
+    store.runs.create(run_id, json.dumps({"input": {"apiKey": SECRET}}))
+    store.runs.claim_and_own(run_id, store.runs.get(run_id), A, clock.now_ms())
+    j = store.journal
+    attempts = [
+        lambda: j.append(run_id, f"tool.{SECRET}", {}, owner=A, source_id="engine"),
+        lambda: j.append(run_id, "log", {}, owner=A, source_id=f"engine/{SECRET}"),
+        lambda: j.append_unfenced(SECRET, "log", {}, source_id="engine"),
+        lambda: j.append_unfenced(f"token={SECRET}", "log", {}, source_id="engine"),
+    ]
+    for attempt in attempts:
+        with pytest.raises(JournalError) as info:
+            attempt()
+        assert info.value.code == "invalid_event"
+        assert SECRET not in str(info.value)
+    j.append(run_id, "log", {"line": "ok"}, owner=A, source_id="engine")
+    cells = _every_text_cell(store)
+    holders = {where for where, values in cells.items() if any(SECRET in v for v in values)}
+    assert holders == {("flows_runs", "state_json")}
+    assert ("flows_journal_events", "event_id") in cells

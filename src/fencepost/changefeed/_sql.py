@@ -7,6 +7,7 @@ from typing import Any
 from sqlalchemy import and_, bindparam, or_, select, update
 
 from fencepost._schema import flows_run_changes, flows_run_source, flows_runs
+from fencepost.runstore._sql import RUN_COLUMNS as STORED_RUN_COLUMNS
 
 runs = flows_runs.c
 changes = flows_run_changes.c
@@ -31,22 +32,9 @@ ROTATE = (
     .returning(flows_run_source.c.source, flows_run_source.c.revision)
 )
 
+# The run store's own columns first (decoded by its decoder), then what only the feed reads.
 RUN_COLUMNS = (
-    runs.run_id,
-    runs.status,
-    runs.state_json,
-    runs.created_at_ms,
-    runs.started_at_ms,
-    runs.finished_at_ms,
-    runs.heartbeat_at_ms,
-    runs.owner_host_id,
-    runs.owner_pid,
-    runs.owner_nonce,
-    runs.cancel_requested_at_ms,
-    runs.cancel_acknowledgement_json,
-    runs.parent_run_id,
-    runs.lineage_id,
-    runs.round_ordinal,
+    *STORED_RUN_COLUMNS,
     runs.waiting_reason,
     runs.waiting_token,
     runs.waiting_wake_at_ms,

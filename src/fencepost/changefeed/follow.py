@@ -72,6 +72,9 @@ def _sleep(seconds: float, stop: _Stop) -> None:
 class _Waiter:
     """Base waiter: no hints at all, only the fallback poll."""
 
+    def check_source(self) -> None:
+        """Raise ``SourceChanged`` when what is followed is no longer the store the follower started on."""
+
     # Re-confirmation delays after a hint that ``changed()`` did not confirm (SQLite only).
     settle: tuple[float, ...] = ()
 
@@ -135,6 +138,11 @@ class _SqliteWaiter(_Waiter):
         self._version: int | None = None
         self._closed = threading.Event()
         path = os.path.abspath(str(db.path))
+        self._path = path
+        # The file this follower reads: the store's connections keep an unlinked file open, so a
+        # database deleted and recreated (or another file moved over it) would otherwise go on
+        # answering from the old file forever.
+        self._identity = _file_identity(path)
         self._names = {os.path.basename(path) + suffix for suffix in ("", "-wal", "-journal")}
         self._thread = threading.Thread(
             target=self._watch, args=(os.path.dirname(path),), name="fencepost-follow-watch", daemon=True
@@ -188,12 +196,23 @@ class _SqliteWaiter(_Waiter):
             except Exception:
                 pass
 
+    def _replaced(self) -> bool:
+        return _file_identity(self._path) != self._identity
+
+    def check_source(self) -> None:
+        if self._replaced():
+            raise SourceChanged(
+                "invalid_run", "follow", "the database file was replaced or removed under the follower: rebuild"
+            )
+
     def before_query(self) -> None:
         super().before_query()
         self._version = self._data_version()
 
     def changed(self) -> bool:
-        if self._version is None:
+        # A replaced file raises no data_version change on the old file's connection: wake up, and
+        # ``check_source`` before the next query reports it.
+        if self._version is None or self._replaced():
             return True
         return self._data_version() != self._version
 
@@ -266,6 +285,15 @@ class _PostgresWaiter(_Waiter):
         self._thread.join(timeout=5)
 
 
+def _file_identity(path: str) -> tuple[int, int] | None:
+    """``(device, inode)`` of the database file, or None when there is no file at ``path``."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 def _make_waiter(feed: ChangeFeed) -> _Waiter:
     name = feed._store.db.backend.name
     if name == "sqlite":
@@ -300,6 +328,7 @@ def _follow(feed: ChangeFeed, position: Position | None, stop: _Stop, poll_inter
     backoff = 0.05
     try:
         while not stop.is_set():
+            waiter.check_source()
             waiter.before_query()
             try:
                 if position is None:

@@ -127,4 +127,7 @@ def list_runs(store: Store, filters: Mapping[str, Any] | None, cursor: str | Non
         err.db_code = exc.code  # type: ignore[attr-defined]
         raise err from None
     except Corrupt as exc:
-        raise RunStoreError("list_failed", "list_runs", f"decode_failed: {exc}") from None
+        # The same verdict and rule as ``runs.get`` and ``feed.read``; the listing's own code wraps it.
+        err = RunStoreError("list_failed", "list_runs", f"decode_failed: {exc}")
+        err.cause = {"code": "decode_failed"}  # type: ignore[attr-defined]
+        raise err from None

@@ -11,12 +11,14 @@ import hashlib
 import re
 from typing import Any
 
-import msgspec
-
 from fencepost._values import is_safe_int, parse_json_text
 from fencepost.changefeed.types import Acknowledgement, Cancellation, Observed, Waiting
+from fencepost.errors import RunStoreError
 from fencepost.journal.owner import OwnerId
+from fencepost.runstore._checks import decode_run_state
+from fencepost.runstore._sql import RUN_COLUMNS as STORED_RUN_COLUMNS
 
+STORED_COLUMNS = len(STORED_RUN_COLUMNS)
 STATUSES = frozenset({"pending", "running", "suspended", "completed", "failed", "cancelled"})
 SOURCE_SHAPE = re.compile(r"[0-9a-f]{32}")
 
@@ -35,25 +37,6 @@ class Corrupt(Exception):
     """Internal: a stored row or position broke a rule; ``str()`` names the rule only."""
 
 
-class _FlowName(msgspec.Struct):
-    flowName: Any = None  # the stored state's own key, spelled as upstream stores it
-
-
-class _AckOwner(msgspec.Struct, rename="camel"):
-    host_id: str
-    pid: int
-    nonce: str
-
-
-class _AckJson(msgspec.Struct, rename="camel"):
-    observed_at_ms: int
-    owner: _AckOwner
-
-
-_flow_decoder = msgspec.json.Decoder(_FlowName)
-_ack_decoder = msgspec.json.Decoder(_AckJson)
-
-
 def check_position(source: object, revision: object) -> None:
     """Refuse a malformed stored position (source not 32 lowercase hex, revision not a safe int)."""
     if type(source) is not str or not SOURCE_SHAPE.fullmatch(source):
@@ -70,27 +53,14 @@ def _opt_ms(value: object, field: str) -> int | None:
     return value  # type: ignore[return-value]
 
 
-def _flow_name(state_json: object) -> str | None:
-    if type(state_json) is not str:
-        raise Corrupt("state_json is not text")
-    try:
-        flow = _flow_decoder.decode(state_json).flowName
-    except msgspec.ValidationError:
-        # Valid JSON that is not an object: run state is the caller's, it need not name a flow.
-        _, problem = parse_json_text(state_json)
-        if problem:
-            raise Corrupt(f"state_json {problem}") from None
-        return None
-    except msgspec.DecodeError:
-        raise Corrupt("state_json is not valid JSON") from None
-    return flow if type(flow) is str else None
-
-
 def decode_run(row: Any, source: str, watermark: int) -> Observed:
-    """Turn one snapshot-read or listing row into an ``Observed`` at its own change revision."""
-    (run_id, status, state_json, created, started, finished, heartbeat, owner_host, owner_pid, owner_nonce,
-     cancel_requested, ack_json, parent, lineage, ordinal, reason, token, wake, request_json,
-     revision, deleted) = row
+    """Turn one snapshot-read or listing row into an ``Observed`` at its own change revision.
+
+    The run's own columns go through the run store's decoder (``runs.get`` refuses exactly the rows
+    refused here, for the same rule); only the change row and the waiting columns, which ``runs.get``
+    does not read, are checked here.
+    """
+    stored, (reason, token, wake, request_json, revision, deleted) = row[:STORED_COLUMNS], row[STORED_COLUMNS:]
     if revision is None:
         raise Corrupt("live run has no change row")
     if deleted != 0:
@@ -99,62 +69,39 @@ def decode_run(row: Any, source: str, watermark: int) -> Observed:
         raise Corrupt("change revision is not a positive safe integer")
     if revision > watermark:
         raise Corrupt("change revision is above the source watermark")
-    if status not in STATUSES:
-        raise Corrupt("status is not a known run status")
-    if status == "running":
-        if owner_host is None or owner_pid is None or owner_nonce is None or heartbeat is None:
-            raise Corrupt("owner invariant broken: running run without a full owner and heartbeat")
-        if not owner_host or not owner_nonce or not is_safe_int(owner_pid) or not is_safe_int(heartbeat):
-            raise Corrupt("owner invariant broken: malformed owner or heartbeat")
-        owner: OwnerId | None = OwnerId(owner_host, owner_pid, owner_nonce)
-    else:
-        if owner_host is not None or owner_pid is not None or owner_nonce is not None or heartbeat is not None:
-            raise Corrupt("owner invariant broken: owner or heartbeat on a run that is not running")
-        owner = None
-    if not is_safe_int(created):
-        raise Corrupt("created_at_ms is not a non-negative safe integer")
-    if parent is not None and (parent == run_id or parent == ""):
-        raise Corrupt("parent_run_id is empty or the run itself")
-    if (lineage is None) != (ordinal is None):
-        raise Corrupt("lineage_id and round_ordinal must be set together")
-    if lineage == "" or (ordinal is not None and not is_safe_int(ordinal)):
-        raise Corrupt("lineage_id is empty or round_ordinal is not a safe integer")
+    try:
+        run, state = decode_run_state(stored, "read")
+    except RunStoreError as exc:
+        raise Corrupt(exc.detail) from None
+    flow = state.get("flowName") if type(state) is dict else None
     return Observed(
-        run_id,
+        run.run_id,
         source,
         revision,
-        status,
-        _flow_name(state_json),
-        created,
-        _opt_ms(started, "started_at_ms"),
-        _opt_ms(finished, "finished_at_ms"),
-        parent,
-        lineage if lineage is not None else run_id,
-        ordinal if ordinal is not None else 0,
-        owner,
-        None if cancel_requested is None and ack_json is None else _cancellation(cancel_requested, ack_json),
+        run.status,
+        flow if type(flow) is str else None,
+        run.created_at_ms,
+        run.started_at_ms,
+        run.finished_at_ms,
+        run.parent_run_id,
+        run.lineage_id if run.lineage_id is not None else run.run_id,
+        run.round_ordinal if run.round_ordinal is not None else 0,
+        run.owner,
+        _cancellation(run.cancel_requested_at_ms, run.cancel_acknowledgement),
         None if reason is None and wake is None and token is None and request_json is None
         else _waiting(reason, wake, token, request_json),
     )
 
 
-def _cancellation(requested_at: object, ack_json: str | None) -> Cancellation | None:
-    requested = _opt_ms(requested_at, "cancel_requested_at_ms")
+def _cancellation(requested: int | None, ack: dict[str, Any] | None) -> Cancellation | None:
+    # Both were checked by the run decoder (an acknowledgement needs a request and has its shape).
     if requested is None:
-        if ack_json is not None:
-            raise Corrupt("cancel acknowledgement without a cancel request")
         return None
-    if ack_json is None:
+    if ack is None:
         return Cancellation(requested, None)
-    try:
-        ack = _ack_decoder.decode(ack_json)
-    except msgspec.DecodeError:
-        raise Corrupt("cancel_acknowledgement_json does not have the acknowledgement shape") from None
-    if not is_safe_int(ack.observed_at_ms) or not is_safe_int(ack.owner.pid):
-        raise Corrupt("cancel acknowledgement holds an unsafe integer")
+    owner = ack["owner"]
     return Cancellation(
-        requested,
-        Acknowledgement(ack.observed_at_ms, OwnerId(ack.owner.host_id, ack.owner.pid, ack.owner.nonce)),
+        requested, Acknowledgement(ack["observedAtMs"], OwnerId(owner["hostId"], owner["pid"], owner["nonce"]))
     )
 
 

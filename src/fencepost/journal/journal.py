@@ -60,7 +60,9 @@ def _owner_problem(owner: object) -> str | None:
     # empty host or nonce, which no lease row can carry) is ``fence_lost`` (JF-04).
     if type(owner) is not OwnerId:
         return "must be an OwnerId"
-    if type(owner.pid) is int and (owner.host_id, owner.pid, owner.nonce) in _valid:
+    # msgspec does not check field types at construction: test them before hashing the triple.
+    if (type(owner.pid) is int and type(owner.host_id) is str and type(owner.nonce) is str
+            and (owner.host_id, owner.pid, owner.nonce) in _valid):
         return None
     if not is_safe_int(owner.pid):
         return "pid must be a non-negative safe integer"
@@ -136,12 +138,59 @@ class Journal:
 
     ``redaction`` (default ``fencepost.journal.redaction.DEFAULT``) scrubs every payload and meta
     before it is encoded; assign ``Redaction(rules=...)`` to replace the textual rules or
-    ``Redaction.noop()`` to opt out explicitly.
+    ``Redaction.noop()`` to opt out explicitly. Identifiers (``run_id``, ``event_type``,
+    ``source_id``, and so the derived ``event_id``) are stored verbatim, so one the redaction would
+    rewrite is refused with ``invalid_event`` naming the field and the rule.
     """
 
     def __init__(self, store: Store, *, redaction: Redaction | None = None) -> None:
         self._store = store
-        self.redaction: Redaction = redaction if redaction is not None else DEFAULT
+        self.redaction = redaction if redaction is not None else DEFAULT
+
+    @property
+    def redaction(self) -> Redaction:
+        """The ``Redaction`` applied to every payload and meta; it also vets identifiers."""
+        return self._redaction
+
+    @redaction.setter
+    def redaction(self, value: Redaction) -> None:
+        # A ``Redaction``, or a redactor object of the same shape: callable with a bool ``enabled``.
+        if not isinstance(value, Redaction) and not (
+            callable(value) and not isinstance(value, type) and type(getattr(value, "enabled", None)) is bool
+        ):
+            raise JournalError(
+                "invalid_event", "redaction",
+                "redaction must be a fencepost.journal.Redaction (Redaction(rules=...) or Redaction.noop())"
+                " or a callable redactor object with a bool enabled attribute",
+            )
+        self._redaction = value
+        self._clean_ids: set[str] = set()
+
+    def _refuse_credential(self, field: str, value: str, method: str) -> None:
+        """Refuse an identifier the journal's redaction would rewrite: it never reaches the table.
+
+        Identifiers are not redacted (that would merge streams and break idempotency and the
+        derived ``event_id``); they are refused with ``invalid_event`` naming the field and the
+        rule that matched, never the value. ``Redaction.noop()`` opts out here too.
+        """
+        clean = self._clean_ids
+        if value in clean:
+            return
+        r = self._redaction
+        if not r.enabled:
+            return
+        if not isinstance(r, Redaction):
+            r = DEFAULT  # a custom redactor object: identifiers are vetted by the built-in rules
+        if r.text(value) != value:
+            rule = next((x.id for x in r.rules if x.apply(value) != value), "textual rules")
+            raise JournalError(
+                "invalid_event", method,
+                f"{field} looks like a credential (redaction rule {rule}); identifiers are stored verbatim,"
+                " so credential-shaped ones are refused",
+            )
+        if len(clean) >= _VALID_CACHE:
+            clean.clear()
+        clean.add(value)
 
     # ------------------------------------------------------------------ the internal path
     def append_in(
@@ -162,6 +211,8 @@ class Journal:
         path. Identifiers must already be validated; redaction and the durable-value check of
         payload and meta are applied here.
         """
+        if not isinstance(conn, Connection):
+            raise JournalError("invalid_event", "append_in", "conn must be the Connection of an open store.db.write")
         return _append.append(
             conn,
             run_id=run_id,
@@ -176,7 +227,7 @@ class Journal:
         )
 
     def _redactor(self) -> Callable[[Any], Any] | None:
-        r = self.redaction
+        r = self._redaction
         return r if r.enabled else None
 
     def _now(self, method: str) -> int:
@@ -201,6 +252,8 @@ class Journal:
             # Only the run store writes its companion stream (inside the mutation's transaction):
             # a public append there could forge ownership facts an auditor replays.
             raise JournalError("invalid_event", method, "run_id is the run store's reserved companion stream")
+        self._refuse_credential("run_id", run_id, method)
+        self._refuse_credential("source_id", source_id, method)
         redact = self._redactor()
         checked_types: set[str] = set()
         items = []
@@ -208,10 +261,12 @@ class Journal:
             if type(e) is not NewEntry:
                 raise JournalError("invalid_event", method, "entries must be NewEntry values")
             event_type, source_seq = e.event_type, e.source_seq
-            if event_type not in checked_types or source_seq is not None:
+            if type(event_type) is not str or event_type not in checked_types or source_seq is not None:
                 p = _input_problem(run_id, event_type, source_id, source_seq, dedupe)
                 if p:
                     raise JournalError("invalid_event", method, f"event violates the journal input contract: {p}")
+                if event_type not in checked_types:
+                    self._refuse_credential("event_type", event_type, method)
                 checked_types.add(event_type)
             payload_json = _append.prepare(e.payload, "payload", redact, method)
             meta_json = "{}" if e.meta is None else _append.prepare(e.meta, "meta", redact, method)
@@ -298,6 +353,8 @@ class Journal:
         caller's own statements, and ``store.runs``/``store.attempts`` calls made inside ``fn`` join
         it. Everything commits together or, if ``fn`` raises, nothing does.
         """
+        if not callable(fn):
+            raise JournalError("invalid_event", "transact", "fn must be a callable taking a JournalTransaction")
         return self._write(lambda conn: fn(JournalTransaction(self, conn)), "transact")
 
     # ------------------------------------------------------------------ reads
@@ -319,7 +376,10 @@ class Journal:
         if event_types is not None:
             if isinstance(event_types, str):
                 raise JournalError("invalid_event", "entries", "event_types must be a collection of strings")
-            types = list(event_types)
+            try:
+                types = list(event_types)
+            except TypeError:
+                raise JournalError("invalid_event", "entries", "event_types must be a collection of strings") from None
             if len(types) > MAXIMUM_EVENT_TYPES:
                 raise JournalError("invalid_event", "entries", f"event_types holds more than {MAXIMUM_EVENT_TYPES}")
             for t in types:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from fencepost._values import is_safe_int
+from fencepost._values import identifier_problem, is_safe_int
 from fencepost.errors import JournalError
 from fencepost.journal.entries import Entry
 from fencepost.journal.owner import OwnerId
@@ -217,8 +217,9 @@ def ownership_history(store: Store, run_id: str) -> OwnershipHistory:
     """
     from fencepost.journal import companion_stream
 
-    if type(run_id) is not str or not run_id:
-        raise JournalError("invalid_event", "ownership_history", "run_id must be a non-empty string")
+    problem = identifier_problem(run_id)
+    if problem:
+        raise JournalError("invalid_event", "ownership_history", f"run_id {problem}")
     stream = companion_stream(run_id)
     replay = _Replay(run_id)
     after = -1

@@ -151,13 +151,24 @@ def _opt_int(v: object) -> bool:
 
 def decode_run(row: Any, method: str) -> RunRow:
     """Decode a full ``flows_runs`` row strictly; a row that breaks any invariant is ``decode_failed``."""
+    return decode_run_state(row, method)[0]
+
+
+def decode_run_state(row: Any, method: str) -> tuple[RunRow, Any]:
+    """The one run-row decoder: ``(RunRow, decoded state value)``, or ``decode_failed`` naming the rule.
+
+    ``runs.get``, the change feed's snapshot reads and the listing all decode through it, so a row
+    is refused (or accepted) by every read path alike. The state is parsed once, under the durable
+    limits every write enforces (depth, nodes, no NUL or lone surrogate, escaped or not).
+    """
     (rid, status, state, created, started, finished, hb, o_host, o_pid, o_nonce, c_host, c_pid, c_nonce,
      claimed_at, cancel_at, ack_json, parent, lineage, round_ordinal, failure_json) = row
-    has_owner = any(v is not None for v in (o_host, o_pid, o_nonce))
-    has_claim = any(v is not None for v in (c_host, c_pid, c_nonce, claimed_at))
-    cause: dict[str, Any] = {"runId": rid, "hasOwnerColumns": has_owner, "hasClaimColumns": has_claim}
+    # Plain comparisons, not generators: every snapshot read and listing row comes through here.
+    has_owner = o_host is not None or o_pid is not None or o_nonce is not None
+    has_claim = c_host is not None or c_pid is not None or c_nonce is not None or claimed_at is not None
 
     def fail(detail: str, **extra: Any) -> RunStoreError:
+        cause: dict[str, Any] = {"runId": rid, "hasOwnerColumns": has_owner, "hasClaimColumns": has_claim}
         cause.update(extra)
         cause.setdefault("stateJsonValid", _state_ok(state))
         return decode_failed(method, f"stored run {detail}", cause)
@@ -168,11 +179,13 @@ def decode_run(row: Any, method: str) -> RunRow:
         raise fail("has an unknown status", field="status")
     if not is_safe_int(created):
         raise fail(f"created_at_ms {TIMESTAMP_DETAIL}", field="created_at_ms")
-    for name, v in (("started_at_ms", started), ("finished_at_ms", finished), ("heartbeat_at_ms", hb),
-                    ("claimed_at_ms", claimed_at), ("cancel_requested_at_ms", cancel_at),
-                    ("round_ordinal", round_ordinal)):
-        if not _opt_int(v):
-            raise fail(f"{name} {TIMESTAMP_DETAIL}", field=name)
+    if not (_opt_int(started) and _opt_int(finished) and _opt_int(hb) and _opt_int(claimed_at)
+            and _opt_int(cancel_at) and _opt_int(round_ordinal)):
+        for name, v in (("started_at_ms", started), ("finished_at_ms", finished), ("heartbeat_at_ms", hb),
+                        ("claimed_at_ms", claimed_at), ("cancel_requested_at_ms", cancel_at),
+                        ("round_ordinal", round_ordinal)):
+            if not _opt_int(v):
+                raise fail(f"{name} {TIMESTAMP_DETAIL}", field=name)
     own: OwnerId | None = None
     if has_owner:
         own = OwnerId(o_host, o_pid, o_nonce)
@@ -190,7 +203,8 @@ def decode_run(row: Any, method: str) -> RunRow:
         claimant = OwnerId(c_host, c_pid, c_nonce)
         if owner_problem(claimant):
             raise fail("has incomplete or invalid claim columns", field="claim")
-    if not _state_ok(state):
+    value, p = parse_json_text(state, max_depth=MAXIMUM_JSON_DEPTH, max_nodes=MAXIMUM_JSON_NODES)
+    if p:
         raise fail("state_json is not valid durable JSON", field="state_json", stateJsonValid=False)
     ack = None
     if ack_json is not None:
@@ -199,8 +213,11 @@ def decode_run(row: Any, method: str) -> RunRow:
             raise fail("cancel_acknowledgement_json is not a JSON object", field="cancel_acknowledgement_json")
         if cancel_at is None:
             raise fail("has an acknowledgement without a cancel request", field="cancel_acknowledgement_json")
-    if parent is not None and identifier_problem(parent):
-        raise fail("has an invalid parent_run_id", field="parent_run_id")
+        if not _ack_shape_ok(ack):
+            raise fail("cancel_acknowledgement_json does not have the acknowledgement shape",
+                       field="cancel_acknowledgement_json")
+    if parent is not None and (identifier_problem(parent) or parent == rid):
+        raise fail("has an invalid parent_run_id (empty, malformed or the run itself)", field="parent_run_id")
     if lineage is not None and identifier_problem(lineage):
         raise fail("has an invalid lineage_id", field="lineage_id")
     if (lineage is None) != (round_ordinal is None):
@@ -214,7 +231,7 @@ def decode_run(row: Any, method: str) -> RunRow:
         except (msgspec.DecodeError, msgspec.ValidationError):
             raise fail("failure_json is not a failure object", field="failure_json") from None
     return RunRow(rid, status, state, created, started, finished, hb, own, claimant, claimed_at, cancel_at,
-                  ack, parent, lineage, round_ordinal, failure)
+                  ack, parent, lineage, round_ordinal, failure), value
 
 
 _failure_decoder = msgspec.json.Decoder(RunFailure)
@@ -239,6 +256,14 @@ def failure(value: object, method: str, to: str, redact: Any) -> str | None:
         fields = redact(fields)
     cleaned = RunFailure(fields["type"], fields["message"], fields["traceback"]).bounded()
     return _failure_encoder.encode(cleaned).decode()
+
+
+def _ack_shape_ok(ack: dict[str, Any]) -> bool:
+    # What ``acknowledge_cancel`` writes: {"observedAtMs": ms, "owner": {"hostId", "pid", "nonce"}}.
+    owner = ack.get("owner")
+    if not is_safe_int(ack.get("observedAtMs")) or type(owner) is not dict:
+        return False
+    return owner_problem(OwnerId(owner.get("hostId"), owner.get("pid"), owner.get("nonce"))) is None
 
 
 def _state_ok(state: object) -> bool:

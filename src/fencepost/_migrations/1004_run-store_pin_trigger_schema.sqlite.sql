@@ -1,0 +1,3 @@
+-- PostgreSQL-only change (trigger functions pinned to their schema). SQLite has no search path:
+-- a trigger's statements always name tables of its own database file. This comment-only script
+-- keeps the two ledgers in step.

@@ -1,0 +1,2 @@
+-- PostgreSQL-only change (notify trigger function pinned to its schema); SQLite followers need no
+-- database object. This comment-only script keeps the changefeed block's numbering identical.
