@@ -14,6 +14,9 @@ RunStoreCode = Literal[
     "constraint",
     "not_found_row",
     "persistence_failed",
+    # operator operations: a duplicate run id; a retry or delete the run's state does not allow
+    "already_exists",
+    "refused",
     # listing (upstream RunCatalogRead): bad options, a cursor that does not fit, a failed page
     "invalid_options",
     "invalid_cursor",
