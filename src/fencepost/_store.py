@@ -16,7 +16,11 @@ from fencepost.runstore.store import RunStore
 
 
 class Store:
-    """A fencepost database: ``runs``, ``attempts``, ``journal``, ``feed`` and the ``clock``."""
+    """A fencepost database: ``runs``, ``attempts``, ``journal``, ``feed`` and the ``clock``.
+
+    ``migrations_applied`` holds the ids of the migrations ``open`` applied (empty when the
+    database was already current, or opened read-only).
+    """
 
     def __init__(self, db: Database, *, clock: Clock | None = None, attempt_policy: Any = None,
                  consensus: Consensus | None = None) -> None:
@@ -27,6 +31,7 @@ class Store:
         self.runs = RunStore(self)
         self.attempts = AttemptStore(self, attempt_policy)
         self.feed = ChangeFeed(self)
+        self.migrations_applied: tuple[int, ...] = ()
 
     @property
     def url(self) -> str:
@@ -56,15 +61,22 @@ def open(url: str | None = None, *, clock: Clock | None = None, attempt_policy: 
         if readonly:
             try:
                 missing = pending(db)
+            except PersistenceError as exc:
+                if exc.code != "schema_newer":
+                    raise PersistenceError("persistence_failed", "open", "database is not a fencepost store") from None
+                raise
             except Exception:
                 raise PersistenceError("persistence_failed", "open", "database is not a fencepost store") from None
             if missing:
                 raise PersistenceError(
                     "persistence_failed", "open", "database needs migrations (open it writable once)"
                 )
+            done: list[int] = []
         else:
-            migrate(db)
-        return Store(db, clock=clock, attempt_policy=attempt_policy, consensus=consensus)
+            done = migrate(db)
+        store = Store(db, clock=clock, attempt_policy=attempt_policy, consensus=consensus)
+        store.migrations_applied = tuple(done)
+        return store
     except BaseException:
         db.dispose()
         raise

@@ -42,14 +42,27 @@ class RunDetail(msgspec.Struct, frozen=True):
 @click.command()
 @click.pass_obj
 def init(obj: CliContext) -> None:
-    """Create the database (if needed) and apply every migration.
+    """Create the database (if needed) and apply every migration; say which of the three it did.
+
+    Prints "created" (a new store, every migration applied), "migrated" (the migrations it applied
+    to an existing store) or "current" (nothing to do). A database newer than this version of
+    fencepost is refused. To apply the SQL by hand instead, see fencepost migrations sql.
 
     Example: fencepost --db sqlite:///.flows/flows.db init
     """
     from fencepost._durable import redact_url
+    from fencepost._migrations import STORE_NAMESPACES, discover
 
-    write_store()
-    click.echo(f"initialized {redact_url(obj.resolved_url)}")
+    store = write_store()
+    done = store.migrations_applied
+    where = redact_url(obj.resolved_url)
+    everything = [m.id for m in discover(store.db.backend.migration_suffix, STORE_NAMESPACES)]
+    if not done:
+        click.echo(f"current: {where} (no migration to apply)")
+    elif list(done) == everything:
+        click.echo(f"created {where} ({len(done)} migrations applied)")
+    else:
+        click.echo(f"migrated {where}: applied {len(done)} migration(s): {', '.join(str(i) for i in done)}")
 
 
 @click.group()
@@ -286,7 +299,8 @@ def runs_retry(run_id: str, new_run_id: str | None, as_json: bool) -> None:
 @click.argument("run_id")
 @click.option("--force", is_flag=True,
               help="Also delete a running or claimed run, releasing its lease in the same transaction.")
-def runs_delete(run_id: str, force: bool) -> None:
+@json_option
+def runs_delete(run_id: str, force: bool, as_json: bool) -> None:
     """Delete a run and its step attempts.
 
     Change-feed readers (fencepost feed tail, projections) see the deletion. The journal is
@@ -297,4 +311,7 @@ def runs_delete(run_id: str, force: bool) -> None:
     """
     store = write_store(create=False)
     store.runs.delete(run_id, force=force)
-    click.echo(f"deleted {run_id}")
+    if as_json:
+        print_json({"deleted": run_id, "forced": force})
+    else:
+        click.echo(f"deleted {run_id}")
