@@ -80,8 +80,8 @@ def migrations_sql(obj: CliContext, as_json: bool) -> None:
     """Print the SQL that applies the pending migrations, for the URL's backend, ledger rows included.
 
     For a DBA who applies schema changes by hand: run the script in one transaction, then
-    fencepost init reports the store current. With --json: {"backend", "pending", "sql"}. Never creates or changes the database; a database
-    that does not exist yet gets the whole schema.
+    fencepost init reports the store current. Never creates or changes the database; a database
+    that does not exist yet gets the whole schema. With --json: {"backend", "pending", "sql"}.
 
     Example: fencepost --db postgresql://app@db/prod migrations sql > fencepost.sql
     """
