@@ -11,6 +11,7 @@ from fencepost.errors import AttemptStoreError as AttemptStoreError
 from fencepost.errors import FencepostError as FencepostError
 from fencepost.errors import JournalError as JournalError
 from fencepost.errors import ProjectionError as ProjectionError
+from fencepost.errors import RunAlreadyExists as RunAlreadyExists
 from fencepost.errors import RunStoreError as RunStoreError
 from fencepost.errors import SourceChanged as SourceChanged
 from fencepost.journal.owner import OwnerId as OwnerId
@@ -23,6 +24,7 @@ __all__ = sorted(
         "JournalError",
         "ProjectionError",
         "OwnerId",
+        "RunAlreadyExists",
         "RunStoreError",
         "SourceChanged",
         "Store",

@@ -41,7 +41,8 @@ def test_runs_create_stores_the_state_and_a_duplicate_says_it_already_exists(run
         assert store.runs.get("order-17").state_json == '{"step": 0}'
     again = run_cli("--db", db_url, "runs", "create", "order-17", "--state", "{}")
     assert_one_line_error(again)
-    assert again.code == 1 and "already exists" in again.err and "constraint" not in again.err
+    assert again.code == 1 and "a run with this id already exists" in again.err
+    assert "persistence failed" not in again.err
     bad = run_cli("--db", db_url, "runs", "create", "order-18", "--state", "{nope")
     assert_one_line_error(bad)
     assert "state_json" in bad.err

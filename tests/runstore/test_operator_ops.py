@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from fencepost.errors import RunStoreError
+from fencepost.errors import RunAlreadyExists, RunStoreError
 from fencepost.runstore.outcomes import Claimed, NotFound, Transitioned
 from tests.runstore.conftest import PENDING, A, B, activate_new
 
@@ -15,7 +15,8 @@ DELETED = "flows.run-store.deleted"
 
 
 def _race(*fns) -> list:
-    """Run ``fns`` on threads released by one barrier; each result, or the RunStoreError's code."""
+    """Run ``fns`` on threads released by one barrier; each result, or the error's code (its class
+    name for a ``RunStoreError`` subclass)."""
     barrier = threading.Barrier(len(fns))
     results: list = [None] * len(fns)
 
@@ -24,7 +25,7 @@ def _race(*fns) -> list:
         try:
             results[i] = fns[i]()
         except RunStoreError as exc:
-            results[i] = exc.code
+            results[i] = exc.code if type(exc) is RunStoreError else type(exc).__name__
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(len(fns))]
     for t in threads:
@@ -43,25 +44,25 @@ def test_a_duplicate_id_says_it_already_exists_and_changes_nothing(store):
     store.runs.create("dup", '{"v": 1}')
     with pytest.raises(RunStoreError) as err:
         store.runs.create("dup", '{"v": 2}')
-    assert err.value.code == "already_exists"
+    assert err.value.code == "constraint" and isinstance(err.value, RunAlreadyExists)
     assert "already exists" in str(err.value) and "dup" not in str(err.value).split(":", 2)[-1]
     assert store.runs.get("dup").state_json == '{"v": 1}'
 
 
-def test_a_missing_parent_is_still_a_constraint(store):
+def test_a_missing_parent_is_still_a_constraint_but_not_already_exists(store):
     with pytest.raises(RunStoreError) as err:
         store.runs.create("orphan", "{}", parent_run_id="nobody")
-    assert err.value.code == "constraint"
+    assert err.value.code == "constraint" and not isinstance(err.value, RunAlreadyExists)
 
 
 def test_create_many_is_all_or_nothing(store):
     store.runs.create("taken", "{}")
     with pytest.raises(RunStoreError) as err:
         store.runs.create_many([("m1", "{}"), ("m2", "[1]"), ("taken", "{}")])
-    assert err.value.code == "already_exists" and "runs[2]" in str(err.value)
+    assert isinstance(err.value, RunAlreadyExists) and "runs[2]" in str(err.value)
     with pytest.raises(RunStoreError) as err:
         store.runs.create_many([("m1", "{}"), ("m1", "{}")])
-    assert err.value.code == "already_exists" and "runs[1]" in str(err.value)
+    assert isinstance(err.value, RunAlreadyExists) and "runs[1]" in str(err.value)
     with pytest.raises(RunStoreError) as err:
         store.runs.create_many([("m1", "{}"), ("m2", "{not json")])
     assert err.value.code == "invalid_run" and "runs[1].state_json" in str(err.value)
@@ -76,7 +77,7 @@ def test_two_creators_of_one_id_race_and_exactly_one_wins(store):
     for round_ in range(10):
         run_id = f"race-{round_}"
         results = _race(*[lambda rid=run_id: store.runs.create(rid, "{}") or "created"] * 2)
-        assert sorted(results) == ["already_exists", "created"]
+        assert sorted(results) == ["RunAlreadyExists", "created"]
 
 
 # --------------------------------------------------------------------------- retry

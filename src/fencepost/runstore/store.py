@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 from sqlalchemy.engine import Connection
 
-from fencepost.errors import RunStoreError
+from fencepost.errors import RunAlreadyExists, RunStoreError
 from fencepost.journal import consensus as cs
 from fencepost.journal.owner import OwnerId
 from fencepost.runstore import _checks as check
@@ -82,8 +82,9 @@ class RunStore(Leases, Cancellation):
 
         ``created_at_ms`` comes from the store clock. ``lineage_id`` and ``round_ordinal`` come
         together or not at all. Raises ``invalid_run`` for bad input (including a run id with the
-        companion-stream prefix) and ``constraint`` for a duplicate id, a missing parent or a
-        duplicate ``(lineage_id, round_ordinal)``.
+        companion-stream prefix) and ``constraint`` for a duplicate id (as ``RunAlreadyExists``:
+        "a run with this id already exists"), a missing parent or a duplicate
+        ``(lineage_id, round_ordinal)``.
         """
         with m.Op("RunStore.create") as op:
             method = "create"
@@ -107,8 +108,8 @@ class RunStore(Leases, Cancellation):
         """Insert ``(run_id, state_json)`` pairs as ``pending`` runs, all in one transaction, or none.
 
         Every pair is validated first (``invalid_run`` naming ``runs[i].field``). A run id that
-        already exists, or appears twice, is ``already_exists`` naming ``runs[i]``; nothing is
-        written then. Returns the number of runs created.
+        already exists, or appears twice, is refused naming ``runs[i]``; nothing is
+        written then (``RunAlreadyExists``, code ``constraint``). Returns the number of runs created.
         """
         with m.Op("RunStore.createMany") as op:
             method = "create_many"
@@ -126,7 +127,7 @@ class RunStore(Leases, Cancellation):
                 check.state_json(state_json, method, run_id, f"runs[{i}].state_json")
                 if run_id in seen:
                     raise check.refuse(method, f"runs[{i}]: a run with this id already exists (runs[{seen[run_id]}])",
-                                       {"field": f"runs[{i}].run_id"}, code="already_exists")
+                                       {"field": f"runs[{i}].run_id"}, code="constraint", cls=RunAlreadyExists)
                 seen[run_id] = i
                 params.append({"run_id": run_id, "state_json": state_json, "now": now, "parent_run_id": None,
                                "lineage_id": None, "round_ordinal": None})
@@ -137,7 +138,7 @@ class RunStore(Leases, Cancellation):
 
     def _insert(self, method: str, params: list[dict[str, Any]], *, single: bool) -> None:
         # Duplicates are found inside the write transaction (under the writer lock) and reported as
-        # ``already_exists``; a unique violation that still races past (another writer outside
+        # ``RunAlreadyExists``; a unique violation that still races past (another writer outside
         # fencepost) is re-read after the rollback and reported the same way.
         def tx(conn: Connection) -> None:
             found = {r[0] for r in q.run(conn, q.EXISTING_IDS, {"ids": _json_ids([p["run_id"] for p in params])})}
@@ -150,7 +151,7 @@ class RunStore(Leases, Cancellation):
         try:
             self._write(method, tx)
         except RunStoreError as exc:
-            if exc.code != "constraint":
+            if exc.code != "constraint" or isinstance(exc, RunAlreadyExists):
                 raise
             ids = [p["run_id"] for p in params]
             found = self._read(method, lambda conn: {r[0] for r in q.run(conn, q.EXISTING_IDS,
@@ -207,8 +208,8 @@ class RunStore(Leases, Cancellation):
         ``"<lineage>.retry-<round>"``. One transaction reads the lineage, inserts the round and
         journals ``flows.run-store.retried`` on the lineage's stream. ``refused`` while the latest
         round is live (pending, running, suspended) or while any round of the lineage carries a
-        cancellation request; ``not_found_row`` for an unknown id; ``already_exists`` if the new id
-        is taken.
+        cancellation request; ``not_found_row`` for an unknown id; ``RunAlreadyExists`` if the new
+        id is taken.
         """
         with m.Op("RunStore.retry") as op:
             method = "retry"
@@ -610,4 +611,4 @@ def _already_exists(method: str, index: int | None) -> RunStoreError:
     where = "" if index is None else f"runs[{index}]: "
     field = "run_id" if index is None else f"runs[{index}].run_id"
     return check.refuse(method, f"{where}a run with this id already exists", {"field": field},
-                        code="already_exists")
+                        code="constraint", cls=RunAlreadyExists)
