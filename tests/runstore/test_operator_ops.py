@@ -223,3 +223,13 @@ def test_delete_races_a_claim_and_never_leaves_a_lease_without_its_run(store, ra
         raw.rollback()
         assert (deleted, claimed, rows) in {("deleted", "NotFound", 0), ("refused", "Claimed", 1)}
         assert leases <= rows
+
+
+def test_the_noop_store_refuses_the_operator_operations():
+    from fencepost import RunStore
+
+    noop = RunStore.noop()
+    for call in (lambda: noop.create_many([("r", "{}")]), lambda: noop.retry("r"), lambda: noop.delete("r")):
+        with pytest.raises(RunStoreError) as e:
+            call()
+        assert e.value.code == "persistence_failed"
