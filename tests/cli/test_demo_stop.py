@@ -14,6 +14,12 @@ import pytest
 from tests.cli.conftest import fencepost_exe
 
 
+def _like_a_terminal() -> None:
+    # A shell starts background jobs with SIGINT ignored, and Python then installs no Ctrl-C handler;
+    # start the command the way a terminal does, with SIGINT at its default.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -32,7 +38,7 @@ def test_ctrl_c_stops_the_demo_and_its_workers_with_exit_130(tmp_path):
     env["COLUMNS"] = "200"
     proc = subprocess.Popen([fencepost_exe(), "demo", "--runs", "2000", "--workers", "2", "--speed", "2",
                              "--timeout", "300"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=_like_a_terminal)
     pids: list[int] = []
     try:
         deadline = time.monotonic() + 120
