@@ -223,8 +223,9 @@ class Worker:
         ctx = RunContext(self, row, lease)
         with self._lock:
             self._contexts[row.run_id] = ctx
+            # Counted before the function can start, so a reading never lags a run already running.
+            _gauges.worker_in_flight.set(len(self._futures) + 1, **self._gauge_attrs)
             self._futures[row.run_id] = pool.submit(self._execute, ctx)
-            _gauges.worker_in_flight.set(len(self._futures), **self._gauge_attrs)
 
     def _reap(self) -> None:
         with self._lock:
