@@ -12,6 +12,7 @@ from fencepost.errors import FencepostError as FencepostError
 from fencepost.errors import JournalError as JournalError
 from fencepost.errors import OpenError as OpenError
 from fencepost.errors import ProjectionError as ProjectionError
+from fencepost.errors import RunAlreadyExists as RunAlreadyExists
 from fencepost.errors import RunStoreError as RunStoreError
 from fencepost.errors import SourceChanged as SourceChanged
 from fencepost.journal.owner import OwnerId as OwnerId
@@ -25,6 +26,7 @@ __all__ = sorted(
         "OpenError",
         "ProjectionError",
         "OwnerId",
+        "RunAlreadyExists",
         "RunStoreError",
         "SourceChanged",
         "Store",

@@ -117,6 +117,10 @@ class Backend:
     def prepare_schema(self, conn: Connection) -> None:
         """Create the namespace the store's tables live in, if the backend has one (first migration)."""
 
+    def script_preamble(self) -> list[str]:
+        """Statements a hand-applied migration script starts with (create and select the namespace)."""
+        return []
+
     def has_table(self, conn: Connection, name: str) -> bool:
         """Whether table ``name`` exists in the store's namespace."""
         raise NotImplementedError
@@ -348,6 +352,9 @@ class PostgresBackend(Backend):
 
     def prepare_schema(self, conn: Connection) -> None:
         conn.exec_driver_sql(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
+
+    def script_preamble(self) -> list[str]:
+        return [f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"', f'SET search_path TO "{self.schema}"']
 
     def has_table(self, conn: Connection, name: str) -> bool:
         row = conn.execute(

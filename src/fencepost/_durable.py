@@ -189,6 +189,13 @@ class Database:
             )
             self.schema: str | None = None
         elif backend_name == "postgresql":
+            try:
+                import psycopg  # noqa: F401 - the driver is the optional extra fencepost[postgres]
+            except ImportError:
+                raise PersistenceError(
+                    "driver_missing", "open",
+                    "a PostgreSQL URL needs the psycopg driver: pip install 'fencepost[postgres]'",
+                ) from None
             if parsed.get_driver_name() not in ("psycopg", "psycopg_async"):
                 parsed = parsed.set(drivername="postgresql+psycopg")
             self.schema = options.get("schema", DEFAULT_SCHEMA)

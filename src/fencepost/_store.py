@@ -29,7 +29,11 @@ def _write_probe(conn: Connection) -> None:
 
 
 class Store:
-    """A fencepost database: ``runs``, ``attempts``, ``journal``, ``feed`` and the ``clock``."""
+    """A fencepost database: ``runs``, ``attempts``, ``journal``, ``feed`` and the ``clock``.
+
+    ``migrations_applied`` holds the ids of the migrations ``open`` applied (empty when the
+    database was already current, or opened read-only).
+    """
 
     def __init__(self, db: Database, *, clock: Clock | None = None, attempt_policy: Any = None,
                  consensus: Consensus | None = None) -> None:
@@ -40,6 +44,7 @@ class Store:
         self.runs = RunStore(self)
         self.attempts = AttemptStore(self, attempt_policy)
         self.feed = ChangeFeed(self)
+        self.migrations_applied: tuple[int, ...] = ()
 
     @property
     def url(self) -> str:
@@ -72,24 +77,29 @@ def open(url: str | None = None, *, clock: Clock | None = None, attempt_policy: 
     db = Database(url, readonly=readonly)
     try:
         failure: OpenError | None = None
+        done: list[int] = []
         try:
             db.probe()
             if readonly:
                 if pending(db):
                     raise OpenError("needs_migrations", "open", open_detail("needs_migrations", db.where))
-            elif not migrate(db):
-                # Nothing to migrate, so nothing has written yet: prove this open may write. A
-                # read-only SQLite file opens silently read-only (even BEGIN IMMEDIATE succeeds) and
-                # would fail only at the first write; a PostgreSQL role may lack INSERT.
-                try:
-                    db.write(_write_probe)
-                except _Probed:
-                    pass
+            else:
+                done = migrate(db)
+                if not done:
+                    # Nothing to migrate, so nothing has written yet: prove this open may write. A
+                    # read-only SQLite file opens silently read-only (even BEGIN IMMEDIATE succeeds) and
+                    # would fail only at the first write; a PostgreSQL role may lack INSERT.
+                    try:
+                        db.write(_write_probe)
+                    except _Probed:
+                        pass
         except DbFailure as exc:
             failure = db.open_error(exc)
         if failure is not None:
             raise failure
-        return Store(db, clock=clock, attempt_policy=attempt_policy, consensus=consensus)
+        store = Store(db, clock=clock, attempt_policy=attempt_policy, consensus=consensus)
+        store.migrations_applied = tuple(done)
+        return store
     except BaseException:
         db.dispose()
         raise

@@ -14,6 +14,8 @@ RunStoreCode = Literal[
     "constraint",
     "not_found_row",
     "persistence_failed",
+    # operator operations: a retry or delete the run's state does not allow
+    "refused",
     # listing (upstream RunCatalogRead): bad options, a cursor that does not fit, a failed page
     "invalid_options",
     "invalid_cursor",
@@ -131,3 +133,13 @@ class OpenError(FencepostError):
 
 class DatabaseMissing(OpenError):
     """A read-only open found no database (read commands never create one): ``database_missing``."""
+
+
+class RunAlreadyExists(RunStoreError):
+    """``create``/``create_many``/``retry`` met a run id that is already taken. Its code stays
+    ``constraint`` (the run store's contract for a duplicate id); the class and the message say which
+    constraint, so callers can ``except RunAlreadyExists``."""
+
+    def __init__(self, code: str = "constraint", method: str = "create",
+                 detail: str = "a run with this id already exists") -> None:
+        super().__init__(code, method, detail)

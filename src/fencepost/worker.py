@@ -33,6 +33,7 @@ from typing import Any
 import msgspec
 from sqlalchemy import and_, select
 
+from fencepost import _gauges
 from fencepost._schema import flows_runs as runs_t
 from fencepost.journal.owner import OwnerId
 from fencepost.runstore.heartbeat import HEARTBEAT_INTERVAL_MS as INTERVAL_MS
@@ -163,6 +164,7 @@ class Worker:
         self._lock = threading.Lock()
         self._done = threading.Event()
         self._stopping = threading.Event()
+        self._gauge_attrs = {"host": self.owner.host_id, "pid": self.owner.pid, "worker": self.owner.nonce[:8]}
 
     def _count(self, name: str) -> None:
         with self._lock:
@@ -208,6 +210,7 @@ class Worker:
             pool.shutdown(wait=True, cancel_futures=True)
             self._reap()
             self.supervisor.stop()
+            _gauges.worker_in_flight.discard(**self._gauge_attrs)
         return self.stats
 
     def _waiting_for_leases(self) -> bool:
@@ -220,6 +223,8 @@ class Worker:
         ctx = RunContext(self, row, lease)
         with self._lock:
             self._contexts[row.run_id] = ctx
+            # Counted before the function can start, so a reading never lags a run already running.
+            _gauges.worker_in_flight.set(len(self._futures) + 1, **self._gauge_attrs)
             self._futures[row.run_id] = pool.submit(self._execute, ctx)
 
     def _reap(self) -> None:
@@ -228,6 +233,8 @@ class Worker:
             for r in finished:
                 del self._futures[r]
                 self._contexts.pop(r, None)
+            if finished:
+                _gauges.worker_in_flight.set(len(self._futures), **self._gauge_attrs)
 
     # ------------------------------------------------------------------ finding and taking work
     def _candidates(self, limit: int, *, include_live: bool = False) -> list[dict[str, Any]]:

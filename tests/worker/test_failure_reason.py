@@ -132,3 +132,22 @@ def test_every_settlement_is_logged_with_the_run_id(store, caplog):
     bad = settled["bad"]
     assert bad.levelno == logging.WARNING and bad.exc_info is not None and bad.exc_info[0] is LookupError
     assert "bad" in bad.getMessage() and "failed" in bad.getMessage()
+
+
+def test_a_redaction_that_fails_is_a_clear_error_that_quotes_nothing_and_changes_nothing(store):
+    from fencepost.journal.redaction import FunctionRule, Redaction
+
+    def broken(text: str) -> str:
+        raise RuntimeError(f"rule crashed on {text}")
+
+    owner = OwnerId("h", 1, "n1")
+    store.runs.create("direct", "{}")
+    _own(store, "direct", owner)
+    store.journal.redaction = Redaction(rules=[FunctionRule("broken", broken)])
+    with pytest.raises(RunStoreError) as err:
+        store.runs.transition_owned("direct", owner, "failed",
+                                    failure=RunFailure("ValueError", SECRET, "Traceback\n"))
+    assert "could not be redacted" in str(err.value) and SECRET not in str(err.value)
+    assert err.value.__cause__ is None and err.value.__context__ is None
+    row = store.runs.get("direct")
+    assert row.status == "running" and row.failure is None

@@ -79,20 +79,68 @@ def _applied(conn: Connection, db: Database) -> dict[int, str]:
     return {int(r[0]): r[1] for r in conn.exec_driver_sql("SELECT migration_id, name FROM flows_migrations")}
 
 
-def pending(db: Database, namespaces: tuple[str, ...] = STORE_NAMESPACES) -> list[Migration]:
-    """Migrations not yet applied (read without the write lock)."""
-    wanted = discover(db.backend.migration_suffix, namespaces)
-    applied = db.read(lambda conn: _applied(conn, db))
-    _check_known(db, applied)
-    _check_names(wanted, applied)
-    return [m for m in wanted if m.id not in applied]
+def applied(db: Database) -> dict[int, str]:
+    """The ledger: every applied migration id and its recorded name (``{}`` before the first pass)."""
+    return db.read(lambda conn: _applied(conn, db))
 
 
-def _check_known(db: Database, applied: dict[int, str]) -> None:
-    """Refuse a ledger holding a migration this code does not have: a newer fencepost wrote it."""
+def check_not_newer(db: Database, ledger: dict[int, str]) -> None:
+    """Refuse a database whose ledger records migrations this code does not ship (it is newer)."""
     known = {m.id for m in discover(db.backend.migration_suffix, ALL_NAMESPACES)}
-    if any(mid not in known for mid in applied):
-        raise OpenError("schema_too_new", "open", open_detail("schema_too_new", db.where))
+    unknown = sorted(set(ledger) - known)
+    if unknown:
+        ids = ", ".join(str(i) for i in unknown[:10]) + (", ..." if len(unknown) > 10 else "")
+        raise OpenError("schema_too_new", "open",
+                        f"{open_detail('schema_too_new', db.where)}; unknown migration(s): {ids}")
+
+
+@dataclass(frozen=True)
+class MigrationState:
+    """One row of ``fencepost migrations status``: ``applied``, ``pending`` or ``unknown`` (newer code)."""
+
+    id: int
+    name: str
+    state: str
+
+
+def status(db: Database, ledger: dict[int, str] | None = None,
+           namespaces: tuple[str, ...] = STORE_NAMESPACES) -> list[MigrationState]:
+    """Every shipped migration of ``namespaces`` with its state, then any the ledger has and the code lacks."""
+    ledger = applied(db) if ledger is None else ledger
+    shipped = discover(db.backend.migration_suffix, ALL_NAMESPACES)
+    known = {m.id for m in shipped}
+    rows = [MigrationState(m.id, m.recorded_name, "applied" if m.id in ledger else "pending")
+            for m in shipped if m.namespace in namespaces or m.id in ledger]
+    rows += [MigrationState(i, ledger[i], "unknown") for i in sorted(ledger) if i not in known]
+    return sorted(rows, key=lambda r: r.id)
+
+
+def script(db: Database, ledger: dict[int, str], namespaces: tuple[str, ...] = STORE_NAMESPACES) -> str:
+    """The SQL that applies every pending migration of ``namespaces`` by hand (for a DBA), ledger included.
+
+    The same statements the store runs when it migrates itself, each migration followed by its
+    ledger row, for the URL's backend. Run it in one transaction.
+    """
+    pending_ = [m for m in discover(db.backend.migration_suffix, namespaces) if m.id not in ledger]
+    if not pending_:
+        return "-- nothing to apply: every migration is recorded in flows_migrations\n"
+    out = [f"-- fencepost migrations for {db.backend.name}: {', '.join(str(m.id) for m in pending_)}",
+           "-- Apply in one transaction.", *[f"{s};" for s in db.backend.script_preamble()],
+           _LEDGER[db.backend.name].strip() + ";"]
+    for m in pending_:
+        out.append(f"\n-- {m.id} {m.recorded_name}")
+        out.append(m.script.strip())
+        out.append(f"INSERT INTO flows_migrations (migration_id, name) VALUES ({m.id}, '{m.recorded_name}');")
+    return "\n".join(out) + "\n"
+
+
+def pending(db: Database, namespaces: tuple[str, ...] = STORE_NAMESPACES) -> list[Migration]:
+    """Migrations not yet applied (read without the write lock); a newer database is refused."""
+    wanted = discover(db.backend.migration_suffix, namespaces)
+    ledger = applied(db)
+    check_not_newer(db, ledger)
+    _check_names(wanted, ledger)
+    return [m for m in wanted if m.id not in ledger]
 
 
 def _check_names(wanted: list[Migration], applied: dict[int, str]) -> None:
@@ -119,12 +167,12 @@ def migrate(db: Database, namespaces: tuple[str, ...] = STORE_NAMESPACES) -> lis
     def body(conn: Connection) -> list[int]:
         db.backend.prepare_schema(conn)
         conn.exec_driver_sql(_LEDGER[db.backend.name])
-        applied = _applied(conn, db)
-        _check_known(db, applied)
-        _check_names(wanted, applied)
+        ledger = _applied(conn, db)
+        check_not_newer(db, ledger)
+        _check_names(wanted, ledger)
         done: list[int] = []
         for m in wanted:
-            if m.id in applied:
+            if m.id in ledger:
                 continue
             for statement in db.backend.split_script(m.script):
                 conn.exec_driver_sql(statement)

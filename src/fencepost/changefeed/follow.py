@@ -28,6 +28,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
+from fencepost import _gauges
 from fencepost.changefeed.types import Change, Position
 from fencepost.errors import FencepostError, SourceChanged
 
@@ -326,6 +327,8 @@ def follow(
 def _follow(feed: ChangeFeed, position: Position | None, stop: _Stop, poll_interval: float) -> Iterator[Change]:
     waiter = _make_waiter(feed)
     backoff = 0.05
+    follower = _gauges.next_follower()
+    source: str | None = None
     try:
         while not stop.is_set():
             waiter.check_source()
@@ -345,12 +348,20 @@ def _follow(feed: ChangeFeed, position: Position | None, stop: _Stop, poll_inter
             for change in batch.changes:
                 if stop.is_set():
                     return
+                source = change.source
+                _gauges.feed_position.set(change.revision, source=source, follower=follower)
                 yield change
                 position = change.position
             position = batch.next_position
+            if source is not None and source != position.source:
+                _gauges.feed_position.discard(source=source, follower=follower)
+            source = position.source
+            _gauges.feed_position.set(position.revision, source=source, follower=follower)
             if not batch.has_more:
                 waiter.wait(stop, poll_interval)
     finally:
+        if source is not None:
+            _gauges.feed_position.discard(source=source, follower=follower)
         waiter.close()
 
 

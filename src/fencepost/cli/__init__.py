@@ -17,6 +17,7 @@ from fencepost.cli._common import CliContext, echo_error, error_text
 from fencepost.cli.demo import demo
 from fencepost.cli.feed import feed, source
 from fencepost.cli.journal import journal
+from fencepost.cli.migrations import migrations
 from fencepost.cli.projection import projection
 from fencepost.cli.runs import init, runs
 from fencepost.cli.ui import ui
@@ -49,6 +50,7 @@ cli.add_command(source)
 cli.add_command(projection)
 cli.add_command(worker)
 cli.add_command(ui)
+cli.add_command(migrations)
 
 
 def main(argv: list[str] | None = None) -> None:

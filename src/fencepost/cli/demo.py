@@ -23,7 +23,7 @@ from typing import Any
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from fencepost.cli._common import CliContext, console, table
+from fencepost.cli._common import CliContext, console, echo_error, table
 
 TERMINAL = ("completed", "failed", "cancelled")
 DEMO_TASK = "fencepost.cli.demo:demo_task"
@@ -104,7 +104,8 @@ def demo(obj: CliContext, n_runs: int, n_workers: int, speed: float, timeout: fl
     cancellations, a projection following the feed, then a summary.
 
     Demo time runs --speed times faster than wall time so the killed worker's 30-second lease
-    expires quickly; the library's lease constants are unchanged.
+    expires quickly; the library's lease constants are unchanged. Exits 1 (saying so) when
+    --timeout passes before every run settled, 130 on Ctrl-C (the workers are stopped first).
 
     Example: fencepost demo && fencepost runs list --status cancelled
     """
@@ -150,6 +151,8 @@ def demo(obj: CliContext, n_runs: int, n_workers: int, speed: float, timeout: fl
         cancelled_ids: list[str] = []
         cancel_done = False
         deadline = started + timeout
+        timed_out = True
+        interrupted = False
         try:
             while time.monotonic() < deadline:
                 counts = _status_counts(store, prefix)
@@ -168,11 +171,16 @@ def demo(obj: CliContext, n_runs: int, n_workers: int, speed: float, timeout: fl
                     cancelled_ids = _cancel_some(store, prefix, n_runs)
                     progress.console.print(f"requested cancellation of {len(cancelled_ids)} run(s)")
                 if settled >= n_runs:
+                    timed_out = False
                     break
                 if not any(p.is_alive() for p in procs):
                     progress.console.print("[red]every worker process exited[/red]")
+                    timed_out = False
                     break
                 time.sleep(0.1)
+        except KeyboardInterrupt:
+            # Ctrl-C: stop gracefully below (workers park what they hold), then exit 130.
+            interrupted = True
         finally:
             # Never leave worker processes behind, whatever happened above.
             for p in procs:
@@ -183,6 +191,10 @@ def demo(obj: CliContext, n_runs: int, n_workers: int, speed: float, timeout: fl
 
     stop_projection.set()
     projector.join(10)
+    if interrupted:
+        builder.close()
+        echo_error("interrupted: the workers were stopped (runs in hand were parked suspended)")
+        raise SystemExit(130)
     final = builder.catch_up()
     status = builder.status()
     counts = _status_counts(store, prefix)
@@ -210,6 +222,9 @@ def demo(obj: CliContext, n_runs: int, n_workers: int, speed: float, timeout: fl
                   f"fencepost runs show {prefix}0000, fencepost journal show {prefix}0000 --companion, "
                   "fencepost feed tail, fencepost projection status, fencepost ui (live web console)")
     unsettled = n_runs - sum(counts[s] for s in TERMINAL)
+    if timed_out:
+        echo_error(f"timed out after {timeout:g} s (--timeout) with {unsettled} of {n_runs} run(s) unsettled")
+        raise SystemExit(1)
     if unsettled or not ok or not in_step or not killed:
         raise SystemExit(1)
 

@@ -1,4 +1,4 @@
-"""``fencepost init`` and ``fencepost runs list|show|cancel``."""
+"""``fencepost init`` and ``fencepost runs list|show|cancel|create|retry|delete``."""
 
 from __future__ import annotations
 
@@ -42,19 +42,32 @@ class RunDetail(msgspec.Struct, frozen=True):
 @click.command()
 @click.pass_obj
 def init(obj: CliContext) -> None:
-    """Create the database (if needed) and apply every migration.
+    """Create the database (if needed) and apply every migration; say which of the three it did.
+
+    Prints "created" (a new store, every migration applied), "migrated" (the migrations it applied
+    to an existing store) or "current" (nothing to do). A database newer than this version of
+    fencepost is refused. To apply the SQL by hand instead, see fencepost migrations sql.
 
     Example: fencepost --db sqlite:///.flows/flows.db init
     """
     from fencepost._durable import redact_url
+    from fencepost._migrations import STORE_NAMESPACES, discover
 
-    write_store()
-    click.echo(f"initialized {redact_url(obj.resolved_url)}")
+    store = write_store()
+    done = store.migrations_applied
+    where = redact_url(obj.resolved_url)
+    everything = [m.id for m in discover(store.db.backend.migration_suffix, STORE_NAMESPACES)]
+    if not done:
+        click.echo(f"current: {where} (no migration to apply)")
+    elif list(done) == everything:
+        click.echo(f"created {where} ({len(done)} migrations applied)")
+    else:
+        click.echo(f"migrated {where}: applied {len(done)} migration(s): {', '.join(str(i) for i in done)}")
 
 
 @click.group()
 def runs() -> None:
-    """List, inspect and cancel runs."""
+    """List, inspect, create, retry, cancel and delete runs."""
 
 
 def list_rows(store: Any, statuses: tuple[str, ...], limit: int) -> list[Any]:
@@ -186,6 +199,11 @@ def show_failure(failure: Any) -> None:
 def runs_cancel(run_id: str, as_json: bool) -> None:
     """Request cancellation of a run (its owner acknowledges and settles it as cancelled).
 
+    A running run becomes cancelled when its function next calls check() or checkpoint() (within a
+    heartbeat interval it is acknowledged). A pending or suspended run has no owner: it stays
+    pending, with the request recorded, until a worker next claims it, and that worker settles it
+    cancelled at once without calling the function.
+
     Exits 0 when the request is recorded or already was; 1 when the run is unknown or already settled.
 
     Example: fencepost runs cancel demo-0007
@@ -201,3 +219,99 @@ def runs_cancel(run_id: str, as_json: bool) -> None:
                    + (f" ({outcome.status})" if hasattr(outcome, "status") else ""))
     if not isinstance(outcome, CancelRequested | AlreadyRequested):
         raise SystemExit(1)
+
+
+# --------------------------------------------------------------------------- operator commands
+def _parse_ndjson(stream: Any) -> list[tuple[str, str]]:
+    """``{"run_id": ..., "state": <JSON>}`` per line (blank lines skipped); errors name the line."""
+    pairs: list[tuple[str, str]] = []
+    for n, line in enumerate(stream, start=1):
+        if not line.strip():
+            continue
+        try:
+            doc = msgspec.json.decode(line)
+        except msgspec.DecodeError:
+            raise click.ClickException(f"stdin line {n}: not valid JSON") from None
+        if type(doc) is not dict or type(doc.get("run_id")) is not str:
+            raise click.ClickException(f'stdin line {n}: expected an object with a string "run_id"')
+        extra = set(doc) - {"run_id", "state"}
+        if extra:
+            raise click.ClickException(f"stdin line {n}: unknown field(s) {', '.join(sorted(extra))}")
+        pairs.append((doc["run_id"], msgspec.json.encode(doc.get("state", {})).decode()))
+    return pairs
+
+
+@runs.command("create")
+@click.argument("run_id")
+@click.option("--state", "state_json", default="{}", show_default=True, metavar="JSON",
+              help="The run's initial state, stored byte for byte.")
+@json_option
+def runs_create(run_id: str, state_json: str, as_json: bool) -> None:
+    """Create a pending run (a worker then claims and runs it).
+
+    RUN_ID "-" reads NDJSON from stdin instead, one run per line:
+    {"run_id": "...", "state": {...}}. All of them are created in one transaction, or none (a
+    bad line or an id that already exists changes nothing). The database must exist (fencepost init).
+
+    Example: fencepost runs create order-17 --state '{"step": 0}'
+    """
+    store = write_store(create=False)
+    if run_id == "-":
+        pairs = _parse_ndjson(click.get_text_stream("stdin"))
+        created = store.runs.create_many(pairs)
+        if as_json:
+            print_json({"created": [rid for rid, _ in pairs]})
+        else:
+            click.echo(f"created {created} run(s)")
+        return
+    store.runs.create(run_id, state_json)
+    if as_json:
+        print_json(store.runs.get(run_id))
+    else:
+        click.echo(f"created {run_id}")
+
+
+@runs.command("retry")
+@click.argument("run_id")
+@click.option("--new-id", "new_run_id", default=None, metavar="ID",
+              help="The new round's run id. Default: <lineage>.retry-<round>.")
+@json_option
+def runs_retry(run_id: str, new_run_id: str | None, as_json: bool) -> None:
+    """Start a new round of a settled run's lineage from its last checkpoint.
+
+    The new run is pending, with the state the lineage's latest round ended with, and joins the
+    lineage (fencepost runs show prints lineage / round). Refused while the latest round is still
+    live, or while any round of the lineage has a cancellation request. Journaled on the lineage's
+    stream as flows.run-store.retried.
+
+    Example: fencepost runs retry order-17
+    """
+    store = write_store(create=False)
+    row = store.runs.retry(run_id, new_run_id=new_run_id)
+    if as_json:
+        print_json(row)
+    else:
+        click.echo(f"created {row.run_id}: round {row.round_ordinal} of lineage {row.lineage_id}, "
+                   f"pending, from the last state of {row.parent_run_id}")
+
+
+@runs.command("delete")
+@click.argument("run_id")
+@click.option("--force", is_flag=True,
+              help="Also delete a running or claimed run, releasing its lease in the same transaction.")
+@json_option
+def runs_delete(run_id: str, force: bool, as_json: bool) -> None:
+    """Delete a run and its step attempts.
+
+    Change-feed readers (fencepost feed tail, projections) see the deletion. The journal is
+    append-only and keeps the run's history. A running or claimed run is refused unless --force;
+    a run other runs name as their parent is refused.
+
+    Example: fencepost runs delete order-17
+    """
+    store = write_store(create=False)
+    store.runs.delete(run_id, force=force)
+    if as_json:
+        print_json({"deleted": run_id, "forced": force})
+    else:
+        click.echo(f"deleted {run_id}")

@@ -82,13 +82,25 @@ def spawn_workers(url: str, n: int, *, task: str, concurrency: int = 4, until_id
     ctx = multiprocessing.get_context("spawn")
     import_dir = os.getcwd()
     procs = []
-    for i in range(n):
-        p = ctx.Process(target=worker_process, name=f"fencepost-worker-{i}",
-                        args=(url, task, concurrency, until_idle, clock_spec, prefix, results, log_level,
-                              liveness, import_dir))
-        p.start()
-        procs.append(p)
+    # Children start with Ctrl-C ignored (the disposition survives exec) until worker_process installs
+    # its graceful handler: a Ctrl-C while a child is still importing must not kill it mid-import
+    # with a traceback. The parent sees the Ctrl-C and stops them all.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if _main_thread() else None
+    try:
+        for i in range(n):
+            p = ctx.Process(target=worker_process, name=f"fencepost-worker-{i}",
+                            args=(url, task, concurrency, until_idle, clock_spec, prefix, results, log_level,
+                                  liveness, import_dir))
+            p.start()
+            procs.append(p)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
     return procs
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
 
 
 @click.command()

@@ -26,6 +26,7 @@ import msgspec
 from sqlalchemy import MetaData, Table, delete, select
 from sqlalchemy.engine import Connection
 
+from fencepost import _gauges
 from fencepost._durable import Database, DbFailure, map_failure
 from fencepost._migrations import migrate, pending
 from fencepost._values import identifier_problem
@@ -272,6 +273,7 @@ class ProjectionBuilder:
         # Let a ``run`` in another thread finish its page before the lock and engine go away.
         if self._running.acquire(timeout=60):
             self._running.release()
+        _gauges.projection_lag.discard(projection=self.name)
         self._lock.release()
         if self._owns_target:
             self.target.dispose()
@@ -311,6 +313,7 @@ class ProjectionBuilder:
                 time.sleep(random.random() * min(0.001 * 2 ** min(races, 8), 0.25))
                 continue
             applied, rejected, races = applied + a, rejected + r, 0
+            _gauges.projection_lag.set(max(0, head - page.next_revision), projection=self.name)
             if not page.has_more:
                 return CatchUp(applied, rejected, rebuilt, page.next_revision)
 

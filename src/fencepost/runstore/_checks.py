@@ -253,7 +253,12 @@ def failure(value: object, method: str, to: str, redact: Any) -> str | None:
         if p:
             raise refuse(method, f"failure.{name} {p}", {"field": f"failure.{name}"})
     if redact is not None:
-        fields = redact(fields)
+        try:
+            fields = redact(fields)
+        except Exception:  # the redactor's own error may quote the text: never pass it on
+            fields = None
+        if type(fields) is not dict or not all(type(fields.get(k)) is str for k in ("type", "message", "traceback")):
+            raise refuse(method, "failure could not be redacted", {"field": "failure"})
     cleaned = RunFailure(fields["type"], fields["message"], fields["traceback"]).bounded()
     return _failure_encoder.encode(cleaned).decode()
 

@@ -93,6 +93,15 @@ INSERT_RUN = Sql(
 
 SELECT_RUN = Sql(select(*RUN_COLUMNS).where(runs.c.run_id == _txt("run_id")))
 
+DELETE_RUN = Sql(runs.delete().where(runs.c.run_id == _txt("run_id")).returning(runs.c.run_id))
+
+DELETE_ATTEMPTS = Sql(at.delete().where(at.c.run_id == _txt("run_id")))
+
+HAS_CHILDREN = Sql(
+    select(literal_column("1")).select_from(runs).where(runs.c.parent_run_id == _txt("run_id"))
+    .limit(literal_column("1"))
+)
+
 # The guarded fields and the claim, read under the writer lock: the row the predicates judge.
 SELECT_GUARDED = Sql(
     select(

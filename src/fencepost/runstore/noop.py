@@ -30,13 +30,15 @@ class NoopRunStore:
     MAXIMUM_RUN_JSON_DEPTH = MAXIMUM_RUN_JSON_DEPTH
     MAXIMUM_RUN_JSON_NODES = MAXIMUM_RUN_JSON_NODES
     _METHODS = (
-        "create", "get", "lineage", "latest_round", "request_cancel", "request_cancel_lineage",
+        "create", "create_many", "retry", "delete", "get", "lineage", "latest_round", "request_cancel",
+        "request_cancel_lineage",
         "acknowledge_cancel", "claim", "activate", "abandon_claim", "claim_and_own", "recover_claim",
         "steal", "heartbeat", "heartbeat_many", "reconfirm", "transition_owned",
     )
 
     def __init__(self, **overrides: Callable[..., Any]) -> None:
-        for name in ("create", "get", "lineage", "latest_round", "request_cancel_lineage"):
+        for name in ("create", "create_many", "retry", "delete", "get", "lineage", "latest_round",
+                     "request_cancel_lineage"):
             setattr(self, name, _failing(name))
         for name in ("request_cancel", "claim", "claim_and_own", "recover_claim", "steal", "heartbeat",
                      "reconfirm", "transition_owned"):

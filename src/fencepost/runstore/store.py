@@ -10,11 +10,13 @@ Row, lease and fact commit together or not at all. Contention is returned as an 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
+import msgspec
 from sqlalchemy.engine import Connection
 
+from fencepost.errors import RunAlreadyExists, RunStoreError
 from fencepost.journal import consensus as cs
 from fencepost.journal.owner import OwnerId
 from fencepost.runstore import _checks as check
@@ -35,6 +37,7 @@ from fencepost.runstore._base import (
     NOT_FOUND,
     RECOVERED,
     SNAPSHOT_CHANGED,
+    SOURCE_ID,
     TRANSITIONED,
     Expected,
     c_params,
@@ -62,6 +65,8 @@ from fencepost.runstore.outcomes import (
 from fencepost.runstore.rows import STATUSES, TERMINAL, LivenessEvidence, RunFailure, RunRow
 
 _OWNABLE = ("pending", "suspended", "running")
+RETRIED = "flows.run-store.retried"
+DELETED = "flows.run-store.deleted"
 
 
 class RunStore(Leases, Cancellation):
@@ -77,8 +82,9 @@ class RunStore(Leases, Cancellation):
 
         ``created_at_ms`` comes from the store clock. ``lineage_id`` and ``round_ordinal`` come
         together or not at all. Raises ``invalid_run`` for bad input (including a run id with the
-        companion-stream prefix) and ``constraint`` for a duplicate id, a missing parent or a
-        duplicate ``(lineage_id, round_ordinal)``.
+        companion-stream prefix) and ``constraint`` for a duplicate id (as ``RunAlreadyExists``:
+        "a run with this id already exists"), a missing parent or a duplicate
+        ``(lineage_id, round_ordinal)``.
         """
         with m.Op("RunStore.create") as op:
             method = "create"
@@ -96,7 +102,64 @@ class RunStore(Leases, Cancellation):
             op.identity(runId=run_id)
             params = {"run_id": run_id, "state_json": state_json, "now": self._clock.now_ms(),
                       "parent_run_id": parent_run_id, "lineage_id": lineage_id, "round_ordinal": round_ordinal}
-            self._write(method, lambda conn: q.run(conn, q.INSERT_RUN, params))
+            self._insert(method, [params], single=True)
+
+    def create_many(self, runs: Iterable[tuple[str, str]]) -> int:
+        """Insert ``(run_id, state_json)`` pairs as ``pending`` runs, all in one transaction, or none.
+
+        Every pair is validated first (``invalid_run`` naming ``runs[i].field``). A run id that
+        already exists, or appears twice, is refused naming ``runs[i]``; nothing is
+        written then (``RunAlreadyExists``, code ``constraint``). Returns the number of runs created.
+        """
+        with m.Op("RunStore.createMany") as op:
+            method = "create_many"
+            items = list(runs)
+            now = self._clock.now_ms()
+            params: list[dict[str, Any]] = []
+            seen: dict[str, int] = {}
+            for i, item in enumerate(items):
+                if type(item) is not tuple or len(item) != 2:
+                    raise check.refuse(method, f"runs[{i}] must be a (run_id, state_json) pair",
+                                       {"field": f"runs[{i}]"})
+                run_id, state_json = item
+                check.run_id(run_id, method, f"runs[{i}].run_id")
+                check.not_companion(run_id, method)
+                check.state_json(state_json, method, run_id, f"runs[{i}].state_json")
+                if run_id in seen:
+                    raise check.refuse(method, f"runs[{i}]: a run with this id already exists (runs[{seen[run_id]}])",
+                                       {"field": f"runs[{i}].run_id"}, code="constraint", cls=RunAlreadyExists)
+                seen[run_id] = i
+                params.append({"run_id": run_id, "state_json": state_json, "now": now, "parent_run_id": None,
+                               "lineage_id": None, "round_ordinal": None})
+            op.identity(runs=len(params))
+            if params:
+                self._insert(method, params, single=False)
+            return len(params)
+
+    def _insert(self, method: str, params: list[dict[str, Any]], *, single: bool) -> None:
+        # Duplicates are found inside the write transaction (under the writer lock) and reported as
+        # ``RunAlreadyExists``; a unique violation that still races past (another writer outside
+        # fencepost) is re-read after the rollback and reported the same way.
+        def tx(conn: Connection) -> None:
+            found = {r[0] for r in q.run(conn, q.EXISTING_IDS, {"ids": _json_ids([p["run_id"] for p in params])})}
+            for i, p in enumerate(params):
+                if p["run_id"] in found:
+                    raise _already_exists(method, None if single else i)
+            for p in params:
+                q.run(conn, q.INSERT_RUN, p)
+
+        try:
+            self._write(method, tx)
+        except RunStoreError as exc:
+            if exc.code != "constraint" or isinstance(exc, RunAlreadyExists):
+                raise
+            ids = [p["run_id"] for p in params]
+            found = self._read(method, lambda conn: {r[0] for r in q.run(conn, q.EXISTING_IDS,
+                                                                             {"ids": _json_ids(ids)})})
+            for i, rid in enumerate(ids):
+                if rid in found:
+                    raise _already_exists(method, None if single else i) from None
+            raise
 
     def get(self, run_id: str) -> RunRow:
         """Read one run, decoded strictly: ``not_found_row`` if absent, ``decode_failed`` if corrupt."""
@@ -134,6 +197,96 @@ class RunStore(Leases, Cancellation):
             if row is None:
                 raise check.refuse("latest_round", "no run with this id", {"field": "runId"}, code="not_found_row")
             return check.decode_run(row, "latest_round")
+
+    # ------------------------------------------------------------------ operator operations
+    def retry(self, run_id: str, *, new_run_id: str | None = None) -> RunRow:
+        """Start a new round of ``run_id``'s lineage from the state its latest round ended with.
+
+        The new run is ``pending`` with ``lineage_id`` = the lineage, ``round_ordinal`` = the latest
+        round's + 1, ``parent_run_id`` = the latest round and that round's ``state_json`` (its last
+        checkpoint, or the state it settled with). Its id is ``new_run_id``, else
+        ``"<lineage>.retry-<round>"``. One transaction reads the lineage, inserts the round and
+        journals ``flows.run-store.retried`` on the lineage's stream. ``refused`` while the latest
+        round is live (pending, running, suspended) or while any round of the lineage carries a
+        cancellation request; ``not_found_row`` for an unknown id; ``RunAlreadyExists`` if the new
+        id is taken.
+        """
+        with m.Op("RunStore.retry") as op:
+            method = "retry"
+            check.run_id(run_id, method)
+            if new_run_id is not None:
+                check.run_id(new_run_id, method, "new_run_id")
+                check.not_companion(new_run_id, method)
+            op.identity(runId=run_id)
+
+            def tx(conn: Connection) -> RunRow:
+                rows = [check.decode_run(r, method) for r in q.run(conn, q.LINEAGE_ROWS, {"run_id": run_id})]
+                if not rows:
+                    raise check.refuse(method, "no run with this id", {"field": "runId"}, code="not_found_row")
+                if any(r.cancel_requested_at_ms is not None for r in rows):
+                    raise check.refuse(method, "the lineage has a cancellation request", {"field": "runId"},
+                                       code="refused")
+                latest = max(rows, key=lambda r: (r.round_ordinal or 0, r.run_id))
+                if latest.status not in TERMINAL:
+                    raise check.refuse(method, f"the lineage's latest round is still live ({latest.status})",
+                                       {"field": "runId", "status": latest.status}, code="refused")
+                lineage = latest.lineage_id or latest.run_id
+                ordinal = (latest.round_ordinal or 0) + 1
+                rid = new_run_id if new_run_id is not None else f"{lineage}.retry-{ordinal}"
+                check.run_id(rid, method, "new_run_id")
+                if q.run(conn, q.RUN_EXISTS, {"run_id": rid}).fetchone() is not None:
+                    raise _already_exists(method, None)
+                q.run(conn, q.INSERT_RUN, {"run_id": rid, "state_json": latest.state_json, "now": self._clock.now_ms(),
+                                           "parent_run_id": latest.run_id, "lineage_id": lineage,
+                                           "round_ordinal": ordinal})
+                self._store.journal.append_in(
+                    conn, lineage, RETRIED,
+                    {"runId": rid, "lineageId": lineage, "roundOrdinal": ordinal, "fromRunId": latest.run_id},
+                    source_id=SOURCE_ID, meta={"runId": rid},
+                )
+                return check.decode_run(q.run(conn, q.SELECT_RUN, {"run_id": rid}).fetchone(), method)
+
+            return self._write(method, tx)
+
+    def delete(self, run_id: str, *, force: bool = False) -> None:
+        """Delete a run and its attempts; the change feed reports it ``deleted`` (a tombstone).
+
+        A run that is owned (``running``) or claimed is ``refused`` unless ``force=True``, which
+        releases its lease (``released`` recorded) in the same transaction, so no lease outlives
+        its run. A run other runs name as their parent is ``refused``. Journals
+        ``flows.run-store.deleted`` on the run's stream (the journal itself is append-only and
+        keeps the run's history). ``not_found_row`` for an unknown id.
+        """
+        with m.Op("RunStore.delete") as op:
+            method = "delete"
+            check.run_id(run_id, method)
+            if type(force) is not bool:
+                raise check.refuse(method, "force must be a bool", {"field": "force"})
+            op.identity(runId=run_id)
+
+            def tx(conn: Connection) -> None:
+                g = q.run(conn, q.SELECT_GUARDED, {"run_id": run_id}).fetchone()
+                if g is None:
+                    raise check.refuse(method, "no run with this id", {"field": "runId"}, code="not_found_row")
+                if q.run(conn, q.HAS_CHILDREN, {"run_id": run_id}).fetchone() is not None:
+                    raise check.refuse(method, "the run is the parent of other runs; delete them first",
+                                       {"field": "runId"}, code="refused")
+                owner = OwnerId(g[1], g[2], g[3]) if g[1] is not None else None
+                claimant = OwnerId(g[5], g[6], g[7]) if g[5] is not None else None
+                if (owner is not None or claimant is not None) and not force:
+                    raise check.refuse(method, "the run is running or claimed; force releases its lease and deletes it",
+                                       {"field": "runId", "status": g[0]}, code="refused")
+                for holder in (owner, claimant):
+                    if holder is not None:
+                        self._consensus.release(conn, run_id, holder)
+                        self._fact(conn, run_id, "released", holder, None)
+                q.run(conn, q.DELETE_ATTEMPTS, {"run_id": run_id})
+                q.run(conn, q.DELETE_RUN, {"run_id": run_id})
+                self._store.journal.append_in(conn, run_id, DELETED,
+                                              {"runId": run_id, "status": g[0], "forced": force},
+                                              source_id=SOURCE_ID, meta={"runId": run_id})
+
+            self._write(method, tx)
 
     # ------------------------------------------------------------------ claims
     def claim(self, run_id: str, expected: Expected, claimant: OwnerId, now_ms: int) -> ClaimOutcome:
@@ -438,12 +591,24 @@ class RunStore(Leases, Cancellation):
     def noop(**overrides: Callable[..., Any]) -> NoopRunStore:
         """A store that persists nothing and says so (seed ``layerNoop``), with optional overrides.
 
-        ``create``, ``get``, ``lineage``, ``latest_round`` and ``request_cancel_lineage`` raise
-        ``persistence_failed``; every compare-and-swap reports its loss (``NotFound``, or
-        ``ClaimLost`` for ``activate`` and ``abandon_claim``); ``acknowledge_cancel`` is False.
+        ``create``, ``create_many``, ``retry``, ``delete``, ``get``, ``lineage``, ``latest_round`` and
+        ``request_cancel_lineage`` raise ``persistence_failed``; every compare-and-swap reports its
+        loss (``NotFound``, or ``ClaimLost`` for ``activate`` and ``abandon_claim``);
+        ``acknowledge_cancel`` is False.
         """
         return NoopRunStore(**overrides)
 
 
 def _count_throughput() -> None:
     m.throughput.add(1)
+
+
+def _json_ids(ids: list[str]) -> str:
+    return msgspec.json.encode(ids).decode()
+
+
+def _already_exists(method: str, index: int | None) -> RunStoreError:
+    where = "" if index is None else f"runs[{index}]: "
+    field = "run_id" if index is None else f"runs[{index}].run_id"
+    return check.refuse(method, f"{where}a run with this id already exists", {"field": field},
+                        code="constraint", cls=RunAlreadyExists)

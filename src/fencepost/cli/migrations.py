@@ -1,0 +1,100 @@
+"""``fencepost migrations status|sql``: what the store's schema has, what it lacks, and the SQL for it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from fencepost.cli._common import CliContext, json_option, print_json, table
+
+
+@click.group()
+def migrations() -> None:
+    """Show applied and pending schema migrations, or print their SQL for a DBA."""
+
+
+def _ledger(url: str | None) -> tuple[Any, dict[int, str]]:
+    """The database (read-only) and its migration ledger; a missing database has an empty ledger."""
+    from fencepost._durable import Database, resolve_url
+    from fencepost._migrations import applied
+    from fencepost.errors import DatabaseMissing
+
+    try:
+        db = Database(resolve_url(url), readonly=True)
+    except DatabaseMissing:
+        return _Missing(resolve_url(url)), {}
+    try:
+        return db, applied(db)
+    except BaseException:
+        db.dispose()
+        raise
+
+
+class _Missing:
+    """Stands in for a database file that does not exist yet: its backend, never a connection."""
+
+    def __init__(self, url: str) -> None:
+        from fencepost._dialects import SqliteBackend
+
+        self.url = url
+        self.backend = SqliteBackend()
+
+    def dispose(self) -> None:
+        """Nothing to release."""
+
+
+@migrations.command("status")
+@json_option
+@click.pass_obj
+def migrations_status(obj: CliContext, as_json: bool) -> None:
+    """List every migration of this version: applied, pending, or unknown (recorded by a newer version).
+
+    Never creates or changes the database. Exits 1 when the database is newer than this code.
+
+    Example: fencepost migrations status
+    """
+    from fencepost._migrations import status
+
+    db, ledger = _ledger(obj.url)
+    try:
+        rows = status(db, ledger)
+    finally:
+        db.dispose()
+    if as_json:
+        print_json([{"id": r.id, "name": r.name, "state": r.state} for r in rows])
+    else:
+        pending = sum(r.state == "pending" for r in rows)
+        unknown = sum(r.state == "unknown" for r in rows)
+        table(f"{len(rows) - pending - unknown} applied, {pending} pending"
+              + (f", {unknown} unknown (the database is newer than this fencepost)" if unknown else ""),
+              ["id", "name", "state"], [(r.id, r.name, r.state) for r in rows])
+    if any(r.state == "unknown" for r in rows):
+        raise SystemExit(1)
+
+
+@migrations.command("sql")
+@json_option
+@click.pass_obj
+def migrations_sql(obj: CliContext, as_json: bool) -> None:
+    """Print the SQL that applies the pending migrations, for the URL's backend, ledger rows included.
+
+    For a DBA who applies schema changes by hand: run the script in one transaction, then
+    fencepost init reports the store current. Never creates or changes the database; a database
+    that does not exist yet gets the whole schema. With --json: {"backend", "pending", "sql"}.
+
+    Example: fencepost --db postgresql://app@db/prod migrations sql > fencepost.sql
+    """
+    from fencepost._migrations import check_not_newer, script, status
+
+    db, ledger = _ledger(obj.url)
+    try:
+        check_not_newer(db, ledger)
+        text = script(db, ledger)
+        if as_json:
+            pending = [r.id for r in status(db, ledger) if r.state == "pending"]
+            print_json({"backend": db.backend.name, "pending": pending, "sql": text})
+        else:
+            click.echo(text, nl=False)
+    finally:
+        db.dispose()

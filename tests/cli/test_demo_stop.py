@@ -1,0 +1,70 @@
+"""``fencepost demo`` stops the way operators expect: Ctrl-C exits 130 with its workers stopped, and
+a demo that runs out of --timeout says so and exits non-zero."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+
+from tests.cli.conftest import fencepost_exe
+
+
+def _like_a_terminal() -> None:
+    # A shell starts background jobs with SIGINT ignored, and Python then installs no Ctrl-C handler;
+    # start the command the way a terminal does, with SIGINT at its default.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie (exited, not yet reaped by its parent) is gone for our purposes
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_demo_and_its_workers_with_exit_130(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "FENCEPOST_DB"}
+    env["COLUMNS"] = "200"
+    proc = subprocess.Popen([fencepost_exe(), "demo", "--runs", "2000", "--workers", "2", "--speed", "2",
+                             "--timeout", "300"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=_like_a_terminal)
+    pids: list[int] = []
+    try:
+        deadline = time.monotonic() + 120
+        for line in proc.stdout:  # type: ignore[union-attr]
+            m = re.search(r"started \d+ worker processes: pids ([\d, ]+)", line)
+            if m:
+                pids = [int(p) for p in m.group(1).split(",")]
+                break
+            assert time.monotonic() < deadline, "the demo never started its workers"
+        assert pids, "the demo never printed its worker pids"
+        time.sleep(1.0)
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "interrupted" in err
+    assert not [p for p in pids if _alive(p)]
+
+
+@pytest.mark.slow
+def test_a_demo_that_hits_its_timeout_says_so_and_fails(run_cli, tmp_path):
+    result = run_cli("demo", "--runs", "3000", "--workers", "2", "--speed", "1", "--timeout", "5",
+                     cwd=tmp_path, timeout=240)
+    assert result.code == 1, result
+    assert "timed out after 5 s" in result.err and "unsettled" in result.err
+    assert "Traceback" not in result.err

@@ -1,0 +1,132 @@
+"""Operator commands through the real console script: runs create / retry / delete, cancel notes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import fencepost
+from fencepost.journal.owner import OwnerId
+from fencepost.runstore.outcomes import Claimed
+from tests.cli.conftest import Result, assert_one_line_error, fencepost_exe
+
+OWNER = OwnerId("ops-host", 4242, "ops-nonce")
+
+
+def _stdin(db_url: str, args: list[str], text: str) -> Result:
+    env = {k: v for k, v in os.environ.items() if k != "FENCEPOST_DB"}
+    env["COLUMNS"] = "200"
+    return Result(subprocess.run([fencepost_exe(), "--db", db_url, *args], input=text, capture_output=True,
+                                 text=True, env=env, timeout=60))
+
+
+def _init(run_cli, db_url: str) -> None:
+    assert run_cli("--db", db_url, "init").code == 0
+
+
+def _own(store, run_id: str) -> None:
+    row = store.runs.get(run_id)
+    claimed = store.runs.claim(run_id, row.snapshot(), OWNER, store.clock.now_ms())
+    assert isinstance(claimed, Claimed)
+    store.runs.activate(run_id, OWNER, claimed.claimed_at_ms, row)
+
+
+def test_runs_create_stores_the_state_and_a_duplicate_says_it_already_exists(run_cli, db_url):
+    _init(run_cli, db_url)
+    result = run_cli("--db", db_url, "runs", "create", "order-17", "--state", '{"step": 0}')
+    assert result.code == 0, result
+    assert "order-17" in result.out
+    with fencepost.open(db_url, readonly=True) as store:
+        assert store.runs.get("order-17").state_json == '{"step": 0}'
+    again = run_cli("--db", db_url, "runs", "create", "order-17", "--state", "{}")
+    assert_one_line_error(again)
+    assert again.code == 1 and "a run with this id already exists" in again.err
+    assert "persistence failed" not in again.err
+    bad = run_cli("--db", db_url, "runs", "create", "order-18", "--state", "{nope")
+    assert_one_line_error(bad)
+    assert "state_json" in bad.err
+
+
+def test_runs_create_dash_reads_ndjson_from_stdin_all_or_nothing(run_cli, db_url):
+    _init(run_cli, db_url)
+    lines = "".join(json.dumps({"run_id": f"n{i}", "state": {"i": i}}) + "\n" for i in range(5))
+    result = _stdin(db_url, ["runs", "create", "-"], lines)
+    assert result.code == 0, result
+    assert "created 5 run(s)" in result.out
+    with fencepost.open(db_url, readonly=True) as store:
+        assert json.loads(store.runs.get("n3").state_json) == {"i": 3}
+    # One duplicate in the batch: nothing of the batch is created.
+    batch = json.dumps({"run_id": "fresh"}) + "\n" + json.dumps({"run_id": "n1"}) + "\n"
+    dup = _stdin(db_url, ["runs", "create", "-"], batch)
+    assert_one_line_error(dup)
+    assert "already exists" in dup.err and "runs[1]" in dup.err
+    bad = _stdin(db_url, ["runs", "create", "-"], json.dumps({"run_id": "fresh2"}) + "\n{oops\n")
+    assert_one_line_error(bad)
+    assert "line 2" in bad.err
+    with fencepost.open(db_url, readonly=True) as store:
+        ids = {r.run_id for r in store.feed.list_runs(None, None, 100).runs}
+    assert "fresh" not in ids and "fresh2" not in ids
+
+
+def test_runs_retry_starts_a_new_round_and_is_refused_when_cancelled(run_cli, db_url):
+    with fencepost.open(db_url) as store:
+        store.runs.create("job", "{}")
+        _own(store, "job")
+        store.runs.transition_owned("job", OWNER, "failed", state_json='{"step": 4}')
+        store.runs.create("asked", "{}")
+        _own(store, "asked")
+        store.runs.request_cancel("asked", store.clock.now_ms())
+        store.runs.transition_owned("asked", OWNER, "cancelled", guard={"cancel_requested": "present"})
+    result = run_cli("--db", db_url, "runs", "retry", "job", "--json")
+    assert result.code == 0, result
+    row = json.loads(result.out)
+    assert row["status"] == "pending" and row["lineage_id"] == "job" and row["round_ordinal"] == 1
+    assert row["state_json"] == '{"step": 4}'
+    shown = run_cli("--db", db_url, "runs", "show", row["run_id"])
+    assert shown.code == 0 and "job / 1" in shown.out
+    live = run_cli("--db", db_url, "runs", "retry", "job")
+    assert_one_line_error(live)
+    assert "still live" in live.err
+    refused = run_cli("--db", db_url, "runs", "retry", "asked")
+    assert_one_line_error(refused)
+    assert refused.code == 1 and "cancellation request" in refused.err
+
+
+def test_runs_delete_tombstones_and_refuses_a_running_run_without_force(run_cli, db_url):
+    with fencepost.open(db_url) as store:
+        store.runs.create("old", "{}")
+        store.runs.create("busy", "{}")
+        _own(store, "busy")
+        before = store.feed.position()
+    result = run_cli("--db", db_url, "runs", "delete", "old")
+    assert result.code == 0, result
+    refused = run_cli("--db", db_url, "runs", "delete", "busy")
+    assert_one_line_error(refused)
+    assert refused.code == 1 and "force" in refused.err
+    forced = run_cli("--db", db_url, "runs", "delete", "busy", "--force")
+    assert forced.code == 0, forced
+    with fencepost.open(db_url, readonly=True) as store:
+        changes = store.feed.changes_since(before).changes
+    assert {(c.run_id, c.deleted) for c in changes} == {("old", True), ("busy", True)}
+    missing = run_cli("--db", db_url, "runs", "delete", "old")
+    assert_one_line_error(missing)
+
+
+def test_cancelling_a_pending_run_settles_it_when_a_worker_claims_it(run_cli, db_url, tmp_path):
+    (tmp_path / "marktasks.py").write_text(
+        "def work(ctx):\n"
+        "    raise AssertionError('the function of a cancelled run must not run')\n"
+    )
+    with fencepost.open(db_url) as store:
+        store.runs.create("p", "{}")
+    assert run_cli("--db", db_url, "runs", "cancel", "p").code == 0
+    with fencepost.open(db_url, readonly=True) as store:
+        row = store.runs.get("p")
+    assert row.status == "pending" and row.cancel_requested_at_ms is not None
+    result = run_cli("--db", db_url, "worker", "-n", "1", "--task", "marktasks:work", "--until-idle",
+                     cwd=tmp_path, timeout=90)
+    assert result.code == 0, result
+    with fencepost.open(db_url, readonly=True) as store:
+        row = store.runs.get("p")
+    assert row.status == "cancelled" and row.failure is None
