@@ -1,10 +1,14 @@
-"""What every command shares: the store opened once per invocation, ``--json``, rendering."""
+"""What every command shares: the store opened once per invocation, errors, signals, rendering helpers.
+
+Output formats (``--format``/``--json``) live in ``cli._output``.
+"""
 
 from __future__ import annotations
 
-import functools
-import sys
-from collections.abc import Callable, Iterable, Sequence
+import signal
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,7 +17,6 @@ import msgspec
 from rich.console import Console
 from rich.table import Table
 
-_encoder = msgspec.json.Encoder()
 console = Console()
 err_console = Console(stderr=True)
 
@@ -65,34 +68,50 @@ def write_store(*, create: bool = True) -> Any:
     return obj.store(readonly=False)
 
 
-def json_option(fn: Callable) -> Callable:
-    """Add ``--json``: print msgspec JSON of the library structs instead of a table."""
-
-    @click.option("--json", "as_json", is_flag=True, help="Print JSON (msgspec encoding of the library structs).")
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        return fn(*args, **kwargs)
-
-    return wrapper
-
-
-def print_json(value: Any) -> None:
-    """Write ``value`` as one JSON document (and a newline) to stdout."""
-    sys.stdout.write(_encoder.encode(value).decode() + "\n")
-    sys.stdout.flush()
-
-
-def print_json_line(value: Any) -> None:
-    print_json(value)
-
-
 def echo_error(message: str) -> None:
     """One line on stderr: the only way an error reaches the user."""
     line = " ".join(str(message).split())
     click.echo(f"Error: {line}", err=True)
 
 
+def fail(message: str) -> click.ClickException:
+    """A command's failure (exit 1): the boundary prints ``message`` as the one stderr line."""
+    return click.ClickException(message)
+
+
+INTERRUPTED = 130
+
+
+@contextmanager
+def stop_on_signals() -> Iterator[threading.Event]:
+    """An event set by SIGTERM or the first Ctrl-C, for a loop that stops gracefully.
+
+    SIGTERM is a normal stop (the command exits 0); Ctrl-C exits 130 once the loop has stopped. A
+    second Ctrl-C interrupts at once. Only the main thread may install the handlers.
+    """
+    stop = threading.Event()
+    interrupted: list[bool] = []
+
+    def on_interrupt(*_: object) -> None:
+        interrupted.append(True)
+        stop.set()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    previous_term = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    previous_int = signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        yield stop
+    except KeyboardInterrupt:
+        interrupted.append(True)
+    finally:
+        signal.signal(signal.SIGTERM, previous_term)
+        signal.signal(signal.SIGINT, previous_int)
+    if interrupted:
+        raise SystemExit(INTERRUPTED)
+
+
 def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    """A rich table of preformatted rows (the demo's and the worker's reports)."""
     t = Table(title=title, show_lines=False, header_style="bold")
     for c in columns:
         t.add_column(c, overflow="fold")
@@ -105,7 +124,7 @@ def fmt(value: Any) -> str:
     if value is None:
         return "-"
     if isinstance(value, msgspec.Struct):
-        return _encoder.encode(value).decode()
+        return msgspec.json.encode(value).decode()
     return str(value)
 
 
@@ -114,7 +133,7 @@ def when(ms: int | None) -> str:
     if ms is None:
         return "-"
     try:
-        return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+        return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
     except (OverflowError, OSError, ValueError):
         return str(ms)
 
