@@ -21,10 +21,16 @@ from tests.cli.conftest import fencepost_exe
 STATUS_LINE = re.compile(r"^runs_by_status  position (?:[0-9a-f]{8}|-):(\d+)  lag (\d+)  applied/s (\d+\.\d)")
 
 
+def _like_a_terminal() -> None:
+    # A shell starts background jobs with SIGINT ignored (and the command then keeps ignoring it);
+    # start the command as a terminal's foreground job, with SIGINT at its default.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(*args: str) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k != "FENCEPOST_DB"}
     return subprocess.Popen([fencepost_exe(), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env)
+                            text=True, env=env, preexec_fn=_like_a_terminal)
 
 
 def _stop(proc: subprocess.Popen, sig: int) -> tuple[int, str, str]:

@@ -87,7 +87,8 @@ def stop_on_signals() -> Iterator[threading.Event]:
     """An event set by SIGTERM or the first Ctrl-C, for a loop that stops gracefully.
 
     SIGTERM is a normal stop (the command exits 0); Ctrl-C exits 130 once the loop has stopped. A
-    second Ctrl-C interrupts at once. Only the main thread may install the handlers.
+    second Ctrl-C interrupts at once. A process started with SIGINT ignored (a shell's background
+    job) keeps ignoring it. Only the main thread may install the handlers.
     """
     stop = threading.Event()
     interrupted: list[bool] = []
@@ -98,7 +99,9 @@ def stop_on_signals() -> Iterator[threading.Event]:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
     previous_term = signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    previous_int = signal.signal(signal.SIGINT, on_interrupt)
+    previous_int = signal.getsignal(signal.SIGINT)
+    if previous_int is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, on_interrupt)
     try:
         yield stop
     except KeyboardInterrupt:

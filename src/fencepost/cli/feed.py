@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import click
@@ -47,19 +48,21 @@ def feed_tail(from_revision: int, follow: bool, limit: int, out: Output) -> None
             for change in store.feed.follow(start, stop=stop):
                 emit(to_data(change))
         return
-    changes: list[dict[str, Any]] = []
-    position = start
+    if out.format == "json":  # one document: the array of every change
+        out.rows([to_data(c) for c in _pages(store, start, limit)], CHANGE_COLUMNS)
+        return
+    emit = out.stream(CHANGE_COLUMNS)  # page by page, never the whole feed in memory
+    for change in _pages(store, start, limit):
+        emit(to_data(change))
+
+
+def _pages(store: Any, position: Any, limit: int) -> Iterator[Any]:
     while True:
         batch = store.feed.changes_since(position, limit)
-        changes += [to_data(c) for c in batch.changes]
+        yield from batch.changes
         position = batch.next_position
         if not batch.has_more:
-            break
-    out.rows(changes, CHANGE_COLUMNS, title=f"{len(changes)} change(s) after revision {from_revision}")
-
-
-def _snapshot_record(s: Any) -> dict[str, Any]:
-    return to_data(s)
+            return
 
 
 SNAPSHOT_COLUMNS = [
@@ -93,7 +96,7 @@ def feed_snapshot(run_ids: tuple[str, ...], out: Output) -> None:
     Example: fencepost feed snapshot demo-0001 demo-0002
     """
     batch = read_store().feed.read(list(run_ids))
-    out.rows([_snapshot_record(s) for s in batch.snapshots], SNAPSHOT_COLUMNS,
+    out.rows([to_data(s) for s in batch.snapshots], SNAPSHOT_COLUMNS,
              title=f"snapshot at {batch.source}:{batch.revision}",
              footer=[f"snapshot at source {batch.source} revision {batch.revision}"], document=to_data(batch))
 
