@@ -26,7 +26,7 @@ def test_demo_on_the_embedded_default_finishes_and_leaves_an_explorable_database
     url = f"sqlite:///{db}"
     with fencepost.open(url, readonly=True) as store:
         assert verify(store).ok
-    listed = json.loads(run_cli("runs", "list", "--json", "--limit", "1000", cwd=tmp_path).out)
+    listed = json.loads(run_cli("runs", "list", "--json", "--limit", "1000", cwd=tmp_path).out)["runs"]
     assert len(listed) == 60
     statuses = {r["status"] for r in listed}
     assert statuses <= {"completed", "failed", "cancelled"} and "cancelled" in statuses

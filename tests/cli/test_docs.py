@@ -23,13 +23,16 @@ def test_every_command_has_help_and_leaf_commands_show_an_example():
             assert "Example:" in cmd.help, f"{full} has no Example: line"
 
 
-def test_every_read_command_offers_json():
+def test_every_read_command_offers_every_format_and_the_json_alias():
     writers = {"fencepost init", "fencepost demo", "fencepost worker"}
     servers = {"fencepost ui"}  # serves HTML pages (its health is also at /health.json), prints nothing to parse
     for full, cmd, _ctx in iter_commands(cli):
         if isinstance(cmd, click.Group) or full in writers | servers:
             continue
-        assert any(p.name == "as_json" for p in cmd.params), f"{full} lacks --json"
+        params = {p.name: p for p in cmd.params}
+        assert "as_json" in params, f"{full} lacks --json"
+        assert "output_format" in params, f"{full} lacks --format"
+        assert list(params["output_format"].type.choices) == ["table", "json", "jsonl", "csv"], full
 
 
 def test_the_spec_command_set_is_present():

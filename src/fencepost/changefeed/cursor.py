@@ -2,7 +2,8 @@
 
 A cursor is versioned JSON text ``{"version": 1, "source", "filters", "createdAtMs", "runId"}``:
 the last key handed out, bound to the source it was read from and to the canonical filter tuple
-``[status, flowName, [parentRunId]|[], lineageId, [waitingReason]|[], after, before]``. It is
+``[status, flowName, [parentRunId]|[], lineageId, [waitingReason]|[], after, before]`` (``status``
+is one status, or the sorted list when several are asked for). It is
 opaque to callers: pass it back unchanged with the same filters (the limit may change). There are
 no numeric offsets, so a page never shifts when earlier rows are deleted.
 """
@@ -30,9 +31,12 @@ FILTER_KEYS = frozenset(
 
 
 class ListFilters(msgspec.Struct, frozen=True):
-    """Validated filters. ``parent_run_id`` / ``waiting_reason``: ``[]`` any, ``[None]`` none, ``[x]`` x."""
+    """Validated filters. ``parent_run_id`` / ``waiting_reason``: ``[]`` any, ``[None]`` none, ``[x]`` x.
 
-    status: str | None = None
+    ``status`` is one status, or a sorted tuple of two or more (any of them).
+    """
+
+    status: str | tuple[str, ...] | None = None
     flow_name: str | None = None
     parent_run_id: tuple[str | None, ...] = ()
     lineage_id: str | None = None
@@ -46,7 +50,7 @@ class ListFilters(msgspec.Struct, frozen=True):
         A newest-first listing appends ``"newest_first"``, so its cursors never resume the other order.
         """
         return [
-            self.status,
+            list(self.status) if isinstance(self.status, tuple) else self.status,
             self.flow_name,
             list(self.parent_run_id),
             self.lineage_id,
@@ -100,12 +104,22 @@ def parse_filters(filters: Mapping[str, Any] | None) -> ListFilters:
                 _check_text(key, value)
             values[key] = (value,)
             continue
-        if value is not None:
+        if key == "status" and isinstance(value, list | tuple | set | frozenset):
+            value = _statuses(value)
+        elif value is not None:
             _check_text(key, value)
             if key == "status" and value not in STATUSES:
                 raise invalid_options("status must be a run status")
         values[key] = value
     return ListFilters(**values)
+
+
+def _statuses(value: list | tuple | set | frozenset) -> str | tuple[str, ...]:
+    """Several statuses: each a run status, at least one; one alone is the plain status."""
+    if not value or any(type(v) is not str or v not in STATUSES for v in value):
+        raise invalid_options("status must be a run status or a non-empty list of run statuses")
+    unique = tuple(sorted(set(value)))
+    return unique[0] if len(unique) == 1 else unique
 
 
 def _check_text(key: str, value: object) -> None:

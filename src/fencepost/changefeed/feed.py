@@ -208,6 +208,29 @@ class ChangeFeed:
 
         return list_runs(self._store, filters, cursor, limit, newest_first=newest_first)
 
+    def iter_runs(
+        self,
+        filters: Mapping[str, Any] | None = None,
+        *,
+        cursor: str | None = None,
+        page_size: int = 200,
+        newest_first: bool = False,
+    ) -> Iterator[Observed]:
+        """Yield every run matching ``filters`` in listing order, fetching ``list_runs`` pages lazily.
+
+        Each page is one snapshot (a run created after the iteration started can still appear when
+        its key sorts later; one deleted meanwhile can be skipped). ``cursor`` resumes a listing.
+        """
+        from fencepost.changefeed.listing import iter_runs
+
+        return iter_runs(self._store, filters, cursor=cursor, page_size=page_size, newest_first=newest_first)
+
+    def count_runs(self, filters: Mapping[str, Any] | None = None) -> int:
+        """How many runs match ``filters`` (the ``list_runs`` filters), counted in one query."""
+        from fencepost.changefeed.listing import count_runs
+
+        return count_runs(self._store, filters)
+
     # ------------------------------------------------------------------ live tail
     def follow(
         self,

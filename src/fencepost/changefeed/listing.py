@@ -9,10 +9,10 @@ reach consumers through the change feed, not the listing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import bindparam, func
+from sqlalchemy import bindparam, func, select
 from sqlalchemy.engine import Connection
 
 from fencepost._durable import DbFailure
@@ -26,7 +26,7 @@ from fencepost.changefeed.cursor import (
     parse_filters,
 )
 from fencepost.changefeed.snapshot import Corrupt, check_position, decode_run
-from fencepost.changefeed.types import RunPage
+from fencepost.changefeed.types import Observed, RunPage
 from fencepost.errors import FencepostError, RunStoreError
 
 if TYPE_CHECKING:
@@ -35,9 +35,10 @@ if TYPE_CHECKING:
 runs = _sql.runs
 
 
-def _statement(store: Store, filters: ListFilters, keyset: bool, newest_first: bool = False) -> Any:
-    stmt = _sql.LIST_BASE
-    if filters.status is not None:
+def _filtered(store: Store, stmt: Any, filters: ListFilters) -> Any:
+    if isinstance(filters.status, tuple):
+        stmt = stmt.where(store.db.backend.any_of(runs.status, "f_statuses"))
+    elif filters.status is not None:
         stmt = stmt.where(runs.status == bindparam("f_status"))
     if filters.flow_name is not None:
         stmt = stmt.where(store.db.backend.json_string(runs.state_json, "flowName") == bindparam("f_flow"))
@@ -57,6 +58,11 @@ def _statement(store: Store, filters: ListFilters, keyset: bool, newest_first: b
         stmt = stmt.where(runs.created_at_ms >= bindparam("f_after"))
     if filters.created_before_ms is not None:
         stmt = stmt.where(runs.created_at_ms <= bindparam("f_before"))
+    return stmt
+
+
+def _statement(store: Store, filters: ListFilters, keyset: bool, newest_first: bool = False) -> Any:
+    stmt = _filtered(store, _sql.LIST_BASE, filters)
     if newest_first:
         if keyset:
             stmt = stmt.where(_sql.before_key())
@@ -66,6 +72,19 @@ def _statement(store: Store, filters: ListFilters, keyset: bool, newest_first: b
     return stmt.order_by(runs.created_at_ms, runs.run_id).limit(bindparam("n"))
 
 
+def _params(parsed: ListFilters) -> dict[str, Any]:
+    return {
+        "f_status": parsed.status if isinstance(parsed.status, str) else None,
+        "f_statuses": list(parsed.status) if isinstance(parsed.status, tuple) else None,
+        "f_flow": parsed.flow_name,
+        "f_parent": parsed.parent_run_id[0] if parsed.parent_run_id else None,
+        "f_lineage": parsed.lineage_id,
+        "f_reason": parsed.waiting_reason[0] if parsed.waiting_reason else None,
+        "f_after": parsed.created_after_ms,
+        "f_before": parsed.created_before_ms,
+    }
+
+
 def list_runs(store: Store, filters: Mapping[str, Any] | None, cursor: str | None, limit: int, *,
               newest_first: bool = False) -> RunPage:
     """Return one page of runs matching ``filters``, after ``cursor``, at most ``limit`` (1..200).
@@ -73,12 +92,13 @@ def list_runs(store: Store, filters: Mapping[str, Any] | None, cursor: str | Non
     ``newest_first=True`` walks the same key backwards (newest ``(created_at_ms, run_id)`` first);
     its cursors carry the order, so a cursor of one order is ``invalid_cursor`` in the other.
 
-    ``filters`` keys: ``status``, ``flow_name`` (the state's ``flowName``), ``parent_run_id`` and
-    ``waiting_reason`` (``None`` means "has none"), ``lineage_id`` (a run without one is its own
-    lineage), ``created_after_ms`` / ``created_before_ms`` (inclusive). Errors: ``invalid_options``
-    (unknown filter, bad value or limit, cursor over 65 536 characters), ``invalid_cursor`` (not a
-    cursor, or issued for other filters), ``SourceChanged`` (issued on another source),
-    ``list_failed`` (a database failure or a corrupt row, the cause named).
+    ``filters`` keys: ``status`` (one status, or a list: any of them), ``flow_name`` (the state's
+    ``flowName``), ``parent_run_id`` and ``waiting_reason`` (``None`` means "has none"),
+    ``lineage_id`` (a run without one is its own lineage), ``created_after_ms`` /
+    ``created_before_ms`` (inclusive). Errors: ``invalid_options`` (unknown filter, bad value or
+    limit, cursor over 65 536 characters), ``invalid_cursor`` (not a cursor, or issued for other
+    filters or the other order), ``SourceChanged`` (issued on another source), ``list_failed`` (a
+    database failure or a corrupt row, the cause named).
     """
     if type(limit) is not int or not 1 <= limit <= MAX_LIST_LIMIT:
         raise invalid_options(f"limit must be an integer in 1..{MAX_LIST_LIMIT}")
@@ -87,16 +107,8 @@ def list_runs(store: Store, filters: Mapping[str, Any] | None, cursor: str | Non
         raise invalid_options("cursor must be a string returned by list_runs")
     if type(newest_first) is not bool:
         raise invalid_options("newest_first must be a boolean")
-    params: dict[str, Any] = {
-        "f_status": parsed.status,
-        "f_flow": parsed.flow_name,
-        "f_parent": parsed.parent_run_id[0] if parsed.parent_run_id else None,
-        "f_lineage": parsed.lineage_id,
-        "f_reason": parsed.waiting_reason[0] if parsed.waiting_reason else None,
-        "f_after": parsed.created_after_ms,
-        "f_before": parsed.created_before_ms,
-        "n": limit + 1,
-    }
+    params = _params(parsed)
+    params["n"] = limit + 1
     stmt = _statement(store, parsed, cursor is not None, newest_first)
 
     def body(conn: Connection) -> RunPage:
@@ -118,16 +130,44 @@ def list_runs(store: Store, filters: Mapping[str, Any] | None, cursor: str | Non
             next_cursor = encode_cursor(source, parsed, last.created_at_ms, last.run_id, newest_first=newest_first)
         return RunPage(page, next_cursor, source, watermark)
 
+    return _read(store, "list_runs", body)
+
+
+def count_runs(store: Store, filters: Mapping[str, Any] | None) -> int:
+    """How many runs match ``filters`` now (the same filters as ``list_runs``; one query)."""
+    parsed = parse_filters(filters)
+    stmt = _filtered(store, select(func.count()).select_from(_sql.flows_runs), parsed)
+    return _read(store, "count_runs", lambda conn: int(conn.execute(stmt, _params(parsed)).scalar_one()))
+
+
+def iter_runs(
+    store: Store,
+    filters: Mapping[str, Any] | None,
+    *,
+    cursor: str | None = None,
+    page_size: int = MAX_LIST_LIMIT,
+    newest_first: bool = False,
+) -> Iterator[Observed]:
+    """Yield every run matching ``filters``, page after page of ``list_runs`` (each page one snapshot)."""
+    while True:
+        page = list_runs(store, filters, cursor, page_size, newest_first=newest_first)
+        yield from page.runs
+        if page.cursor is None:
+            return
+        cursor = page.cursor
+
+
+def _read(store: Store, method: str, body: Any) -> Any:
     try:
         return store.db.read(body)
     except FencepostError:
         raise
     except DbFailure as exc:
-        err = RunStoreError("list_failed", "list_runs", f"listing failed ({exc.category})")
+        err = RunStoreError("list_failed", method, f"listing failed ({exc.category})")
         err.db_code = exc.code  # type: ignore[attr-defined]
         raise err from None
     except Corrupt as exc:
         # The same verdict and rule as ``runs.get`` and ``feed.read``; the listing's own code wraps it.
-        err = RunStoreError("list_failed", "list_runs", f"decode_failed: {exc}")
+        err = RunStoreError("list_failed", method, f"decode_failed: {exc}")
         err.cause = {"code": "decode_failed"}  # type: ignore[attr-defined]
         raise err from None

@@ -1,9 +1,10 @@
 """The ``fencepost`` command line: each command parses, makes one library call and renders.
 
 One error boundary (``main``): a ``FencepostError``, a database failure or a bad argument prints one
-line on stderr and exits non-zero, never a traceback (set ``FENCEPOST_DEBUG=1`` to see one). Read
-commands open the database read-only and never create or migrate it. ``--json`` on every read
-command prints msgspec JSON of the library's own structs.
+line on stderr and exits non-zero, never a traceback (set ``FENCEPOST_DEBUG=1`` to see one). Exit
+codes: 0 ok, 1 failure, 2 usage, 130 interrupted. A group given no command prints its help. Read
+commands open the database read-only and never create or migrate it; every one takes
+``--format table|json|jsonl|csv`` (``--json`` for short), rendered by ``cli._output``.
 """
 
 from __future__ import annotations
@@ -58,13 +59,17 @@ def main(argv: list[str] | None = None) -> None:
     from fencepost._durable import DbFailure
     from fencepost.errors import FencepostError
 
+    no_args_help = getattr(click.exceptions, "NoArgsIsHelpError", ())
     try:
         code = cli.main(args=argv, prog_name="fencepost", standalone_mode=False)
+    except no_args_help as exc:  # a bare group (click >= 8.2 raises this): its normal help, exit 0
+        click.echo(exc.ctx.get_help())
+        sys.exit(0)
     except click.exceptions.Abort:
         echo_error("aborted")
         sys.exit(130)
     except click.ClickException as exc:
-        # Bad arguments and usage errors: click's own one-line message, exit 2.
+        # Usage errors: click's own message on one line, exit 2; a command's failure, exit 1.
         echo_error(exc.format_message())
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:

@@ -1,10 +1,16 @@
-"""What every command shares: the store opened once per invocation, ``--json``, rendering."""
+"""What every command shares: the store opened once per invocation, errors, signals, rendering helpers.
+
+Output formats (``--format``/``--json``) live in ``cli._output``.
+"""
 
 from __future__ import annotations
 
 import functools
+import signal
 import sys
-from collections.abc import Callable, Iterable, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -14,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 _encoder = msgspec.json.Encoder()
+
 console = Console()
 err_console = Console(stderr=True)
 
@@ -100,7 +107,47 @@ def echo_error(message: str) -> None:
     click.echo(f"Error: {line}", err=True)
 
 
+def fail(message: str) -> click.ClickException:
+    """A command's failure (exit 1): the boundary prints ``message`` as the one stderr line."""
+    return click.ClickException(message)
+
+
+INTERRUPTED = 130
+
+
+@contextmanager
+def stop_on_signals() -> Iterator[threading.Event]:
+    """An event set by SIGTERM or the first Ctrl-C, for a loop that stops gracefully.
+
+    SIGTERM is a normal stop (the command exits 0); Ctrl-C exits 130 once the loop has stopped. A
+    second Ctrl-C interrupts at once. A process started with SIGINT ignored (a shell's background
+    job) keeps ignoring it. Only the main thread may install the handlers.
+    """
+    stop = threading.Event()
+    interrupted: list[bool] = []
+
+    def on_interrupt(*_: object) -> None:
+        interrupted.append(True)
+        stop.set()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    previous_term = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    previous_int = signal.getsignal(signal.SIGINT)
+    if previous_int is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        yield stop
+    except KeyboardInterrupt:
+        interrupted.append(True)
+    finally:
+        signal.signal(signal.SIGTERM, previous_term)
+        signal.signal(signal.SIGINT, previous_int)
+    if interrupted:
+        raise SystemExit(INTERRUPTED)
+
+
 def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    """A rich table of preformatted rows (the demo's and the worker's reports)."""
     t = Table(title=title, show_lines=False, header_style="bold")
     for c in columns:
         t.add_column(c, overflow="fold")
@@ -113,7 +160,7 @@ def fmt(value: Any) -> str:
     if value is None:
         return "-"
     if isinstance(value, msgspec.Struct):
-        return _encoder.encode(value).decode()
+        return msgspec.json.encode(value).decode()
     return str(value)
 
 
@@ -122,7 +169,7 @@ def when(ms: int | None) -> str:
     if ms is None:
         return "-"
     try:
-        return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+        return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
     except (OverflowError, OSError, ValueError):
         return str(ms)
 

@@ -14,8 +14,27 @@ HEADER = """# Command line reference
 
 Every command takes the group option `--db URL` (or `$FENCEPOST_DB`; default
 `sqlite:///.flows/flows.db`). Read commands open the database read-only and never create or
-migrate it; `--json` prints the library's own structs. Errors are one line on stderr with a
-non-zero exit. See also the guides: [worker](guides/worker.md), [demo](guides/demo.md).
+migrate it. A group given no command (`fencepost`, `fencepost runs`) prints its help.
+
+**Output formats.** Every read command takes `--format table|json|jsonl|csv` (`--json` is short
+for `--format json`). `table` is for people: on a terminal a drawn table, written to a pipe or a
+file plain aligned columns with one record per line, never folded, so `fencepost runs list | grep
+ID` finds the run. `json` prints one document, `jsonl` one object per line, `csv` a header and one
+row per record (nested values as JSON text). Keys are snake_case throughout; what a user recorded
+(a run's `state`, a journal entry's `payload` and `meta`) is shown exactly as it was written. A
+run carries `state`, its `state_json` decoded, beside the verbatim `state_json`.
+
+**Errors and exit codes.** An error is one line on stderr starting with `Error:`, never a
+traceback (set `FENCEPOST_DEBUG=1` to see one); data goes to stdout.
+
+| exit code | meaning |
+|---|---|
+| 0 | success |
+| 1 | failure: the command ran and failed (unknown run, unreachable database, a broken journal) |
+| 2 | usage: a bad option, argument or command; nothing was changed |
+| 130 | interrupted: stopped with Ctrl-C (SIGTERM stops a follower gracefully with 0) |
+
+See also the guides: [worker](guides/worker.md), [demo](guides/demo.md).
 """
 
 

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-import signal
-import threading
+from collections.abc import Iterator
+from typing import Any
 
 import click
 
-from fencepost.cli._common import console, json_option, owner_text, print_json, read_store, table, when, write_store
+from fencepost.cli._common import owner_text, read_store, stop_on_signals, when, write_store
+from fencepost.cli._output import Column, Output, output_options, to_data
+
+CHANGE_COLUMNS = [
+    Column("revision", "revision", wrap=False),
+    Column("change", "deleted", lambda r: "deleted" if r["deleted"] else "changed", wrap=False),
+    Column("run_id", "run_id", wrap=False),
+]
 
 
 @click.group()
@@ -18,75 +25,80 @@ def feed() -> None:
 @feed.command("tail")
 @click.option("--from", "from_revision", type=click.IntRange(0), default=0, show_default=True,
               help="Start after this revision of the current source.")
-@click.option("--follow", "-f", is_flag=True, help="Keep following new changes until interrupted.")
+@click.option("--follow", "-f", is_flag=True,
+              help="Keep following new changes until stopped (Ctrl-C exits 130, SIGTERM exits 0).")
 @click.option("--limit", default=500, show_default=True, type=click.IntRange(1, 1000),
               help="Changes per page.")
-@json_option
-def feed_tail(from_revision: int, follow: bool, limit: int, as_json: bool) -> None:
+@output_options
+def feed_tail(from_revision: int, follow: bool, limit: int, out: Output) -> None:
     """Print the changes after a revision (one line each), then stop or --follow.
 
-    With --json, prints one JSON object per change (JSON Lines).
+    Each change has run_id, source, revision and deleted. With --follow, json prints one object per
+    line, like jsonl (the stream has no end).
 
-    Example: fencepost feed tail --from 0 --follow --json
+    Example: fencepost feed tail --from 0 --follow --format jsonl
     """
     from fencepost.changefeed import Position
 
     store = read_store()
     start = Position(store.feed.position().source, from_revision)
-    emit = _printer(as_json)
     if follow:
-        stop = threading.Event()
-        previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
-        try:
+        emit = out.stream(CHANGE_COLUMNS)
+        with stop_on_signals() as stop:
             for change in store.feed.follow(start, stop=stop):
-                emit(change)
-        except KeyboardInterrupt:
-            pass
-        finally:
-            signal.signal(signal.SIGTERM, previous)
+                emit(to_data(change))
         return
-    position = start
+    if out.format == "json":  # one document: the array of every change
+        out.rows([to_data(c) for c in _pages(store, start, limit)], CHANGE_COLUMNS)
+        return
+    emit = out.stream(CHANGE_COLUMNS)  # page by page, never the whole feed in memory
+    for change in _pages(store, start, limit):
+        emit(to_data(change))
+
+
+def _pages(store: Any, position: Any, limit: int) -> Iterator[Any]:
     while True:
         batch = store.feed.changes_since(position, limit)
-        for change in batch.changes:
-            emit(change)
+        yield from batch.changes
         position = batch.next_position
         if not batch.has_more:
-            break
+            return
 
 
-def _printer(as_json: bool):
-    if as_json:
-        return print_json
+SNAPSHOT_COLUMNS = [
+    Column("run_id", "run_id", wrap=False),
+    Column("revision", "revision", wrap=False),
+    Column("status", "status",
+           lambda r: r["status"] if r["type"] == "Observed" else ("deleted" if r["deleted"] else "missing")),
+    Column("owner", "owner", lambda r: _owner_cell(r.get("owner"))),
+    Column("created", "created_at_ms", lambda r: when(r.get("created_at_ms")), wrap=False),
+    Column("cancel", "cancellation", lambda r: "requested" if r.get("cancellation") else "-"),
+]
 
-    def line(change) -> None:
-        click.echo(f"{change.revision:>8}  {'deleted' if change.deleted else 'changed':<7}  {change.run_id}")
 
-    return line
+def _owner_cell(owner: Any) -> str:
+    if not isinstance(owner, dict):
+        return "-"
+    from fencepost.journal.owner import OwnerId
+
+    return owner_text(OwnerId(owner["host_id"], owner["pid"], owner["nonce"]))
 
 
 @feed.command("snapshot")
 @click.argument("run_ids", nargs=-1, required=True)
-@json_option
-def feed_snapshot(run_ids: tuple[str, ...], as_json: bool) -> None:
+@output_options
+def feed_snapshot(run_ids: tuple[str, ...], out: Output) -> None:
     """Read up to 200 runs in one snapshot, in request order, with the batch position.
+
+    With --format json, prints the batch {"source", "revision", "snapshots": [...]}; jsonl and csv
+    print the snapshots alone (each with "type": Observed or Missing).
 
     Example: fencepost feed snapshot demo-0001 demo-0002
     """
-    store = read_store()
-    batch = store.feed.read(list(run_ids))
-    if as_json:
-        print_json(batch)
-        return
-    rows = []
-    for s in batch.snapshots:
-        if type(s).__name__ == "Observed":
-            rows.append((s.run_id, s.revision, s.status, owner_text(s.owner), when(s.created_at_ms),
-                         "requested" if s.cancellation else "-"))
-        else:
-            rows.append((s.run_id, s.revision, "deleted" if s.deleted else "missing", "-", "-", "-"))
-    table(f"snapshot at {batch.source}:{batch.revision}", ["run_id", "revision", "status", "owner", "created",
-                                                          "cancel"], rows)
+    batch = read_store().feed.read(list(run_ids))
+    out.rows([to_data(s) for s in batch.snapshots], SNAPSHOT_COLUMNS,
+             title=f"snapshot at {batch.source}:{batch.revision}",
+             footer=[f"snapshot at source {batch.source} revision {batch.revision}"], document=to_data(batch))
 
 
 @click.group()
@@ -95,22 +107,22 @@ def source() -> None:
 
 
 @source.command("show")
-@json_option
-def source_show(as_json: bool) -> None:
+@output_options
+def source_show(out: Output) -> None:
     """Show the current position: the source id and its revision.
 
-    Example: fencepost source show --json
+    Example: fencepost source show --format json
     """
     position = read_store().feed.position()
-    if as_json:
-        print_json(position)
+    if out.is_table:
+        out.message(f"source {position.source} revision {position.revision}")
     else:
-        console.print(f"source {position.source} revision {position.revision}")
+        out.record(to_data(position))
 
 
 @source.command("rotate")
-@json_option
-def source_rotate(as_json: bool) -> None:
+@output_options
+def source_rotate(out: Output) -> None:
     """Give the database a new source id (after a restore or a divergent copy).
 
     Every consumer holding a position of the old source must rebuild.
@@ -118,7 +130,7 @@ def source_rotate(as_json: bool) -> None:
     Example: fencepost source rotate
     """
     position = write_store(create=False).feed.rotate_source()
-    if as_json:
-        print_json(position)
+    if out.is_table:
+        out.message(f"rotated: source {position.source} revision {position.revision}")
     else:
-        console.print(f"rotated: source {position.source} revision {position.revision}")
+        out.record(to_data(position))

@@ -2,28 +2,42 @@
 
 from __future__ import annotations
 
-import signal
 import threading
+import time
 from typing import Any
 
 import click
 
-from fencepost.cli._common import CliContext, console, json_option, print_json, read_store, table
+from fencepost.cli._common import CliContext, read_store, stop_on_signals
+from fencepost.cli._output import Output, output_options, to_data
 
-PROJECTIONS = ("runs-by-status", "ownership-history")
+# The names ``projection status`` shows; the dashed spellings are accepted too.
+PROJECTIONS = ("runs_by_status", "ownership_history")
+
+
+class ProjectionName(click.ParamType):
+    """A built-in projection, by the name ``projection status`` shows (``-`` or ``_`` alike)."""
+
+    name = "|".join(PROJECTIONS)
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> str:
+        name = str(value).strip().replace("-", "_")
+        if name not in PROJECTIONS:
+            self.fail(f"must be one of {', '.join(PROJECTIONS)}", param, ctx)
+        return name
 
 
 def make_projection(name: str) -> Any:
     from fencepost.projections import OwnershipHistory, RunsByStatus
 
-    return RunsByStatus() if name == "runs-by-status" else OwnershipHistory()
+    return RunsByStatus() if name == "runs_by_status" else OwnershipHistory()
 
 
 def _options(fn):
     fn = click.option("--target", metavar="URL", default=None,
                       help="Database holding the projection (default: the source database itself).")(fn)
-    fn = click.option("--name", "which", type=click.Choice(PROJECTIONS), default="runs-by-status",
-                      show_default=True, help="Which built-in projection.")(fn)
+    fn = click.option("--name", "which", type=ProjectionName(), default="runs_by_status",
+                      show_default=True, help="Which built-in projection (the name projection status shows).")(fn)
     return fn
 
 
@@ -44,41 +58,84 @@ def projection() -> None:
 
 @projection.command("run")
 @_options
-@click.option("--follow", "-f", is_flag=True, help="Keep following the feed until interrupted.")
-@json_option
+@click.option("--follow", "-f", is_flag=True,
+              help="Keep following the feed until stopped (Ctrl-C exits 130, SIGTERM exits 0).")
+@click.option("--interval", type=click.FloatRange(0.1, 3600), default=2.0, show_default=True,
+              help="With --follow: seconds between status lines.")
+@output_options
 @click.pass_obj
-def projection_run(obj: CliContext, which: str, target: str | None, follow: bool, as_json: bool) -> None:
+def projection_run(obj: CliContext, which: str, target: str | None, follow: bool, interval: float,
+                   out: Output) -> None:
     """Catch the projection up with the source (or keep it in step with --follow).
 
-    Example: fencepost projection run --name runs-by-status
+    With --follow, prints a status line every --interval seconds: the position the projection
+    reflects, its lag and the updates applied per second (json/jsonl: one object per line with
+    the projection status fields and applied_per_s).
+
+    Example: fencepost projection run --name runs_by_status --follow
     """
     with _builder(obj, which, target) as builder:
         if follow:
-            stop = threading.Event()
-            previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
-            try:
-                builder.run(stop)
-            except KeyboardInterrupt:
-                pass
-            finally:
-                signal.signal(signal.SIGTERM, previous)
+            _follow(obj, builder, which, target, interval, out)
             return
         result = builder.catch_up()
-    if as_json:
-        print_json(result)
+    if out.is_table:
+        out.message(f"applied {result.applied}, rejected {result.rejected}, "
+                    f"{'rebuilt, ' if result.rebuilt else ''}at revision {result.revision}")
     else:
-        console.print(f"applied {result.applied}, rejected {result.rejected}, "
-                      f"{'rebuilt, ' if result.rebuilt else ''}at revision {result.revision}")
+        out.record(to_data(result))
+
+
+def _follow(obj: CliContext, builder: Any, which: str, target: str | None, interval: float, out: Output) -> None:
+    """Run the builder in a thread; the main thread handles signals and prints status lines."""
+    failure: list[BaseException] = []
+
+    def work(stop: threading.Event) -> None:
+        try:
+            builder.run(stop)
+        except BaseException as exc:  # handed to the main thread, raised there
+            failure.append(exc)
+        finally:
+            stop.set()
+
+    emit = out.stream([])
+    with stop_on_signals() as stop, _builder(obj, which, target, readonly_target=True) as watcher:
+        thread = threading.Thread(target=work, args=(stop,), name=f"projection-{which}", daemon=True)
+        thread.start()
+        try:
+            last: tuple[float, int] | None = None
+            while not stop.wait(interval if last is not None else min(interval, 0.5)):
+                status = watcher.status()
+                now = time.monotonic()
+                rate = 0.0 if last is None else (status.applied - last[1]) / max(now - last[0], 1e-9)
+                last = (now, status.applied)
+                if out.is_table:
+                    emit_line(status, rate)
+                else:
+                    emit({**to_data(status), "applied_per_s": round(rate, 1)})
+        finally:
+            stop.set()
+            thread.join()
+            watcher.target.dispose()
+    if failure:
+        raise failure[0]
+
+
+def emit_line(status: Any, rate: float) -> None:
+    """One status line: position (source:revision), lag and applied updates per second."""
+    source = status.source[:8] if status.source else "-"
+    click.echo(f"{status.name}  position {source}:{status.applied_revision}  lag {status.lag}  "
+               f"applied/s {rate:.1f}" + (f"  rebuilding ({status.pending_rebuild})" if status.pending_rebuild else ""))
 
 
 @projection.command("status")
 @_options
-@json_option
+@output_options
 @click.pass_obj
-def projection_status(obj: CliContext, which: str, target: str | None, as_json: bool) -> None:
+def projection_status(obj: CliContext, which: str, target: str | None, out: Output) -> None:
     """Show where a projection stands against its source (applied revision, lag, rejections).
 
-    Example: fencepost projection status --json
+    Example: fencepost projection status --format json
     """
     # Read-only on both sides: a target never built reports the whole source as lag, creating nothing.
     with _builder(obj, which, target, readonly_target=True) as builder:
@@ -86,25 +143,21 @@ def projection_status(obj: CliContext, which: str, target: str | None, as_json: 
             status = builder.status()
         finally:
             builder.target.dispose()
-    if as_json:
-        print_json(status)
-        return
-    table(f"projection {status.name}", ["field", "value"],
-          [(f, getattr(status, f)) for f in status.__struct_fields__])
+    out.record(to_data(status), title=f"projection {status.name}")
 
 
 @projection.command("rebuild")
 @_options
-@json_option
+@output_options
 @click.pass_obj
-def projection_rebuild(obj: CliContext, which: str, target: str | None, as_json: bool) -> None:
+def projection_rebuild(obj: CliContext, which: str, target: str | None, out: Output) -> None:
     """Rebuild the projection from revision 0 of the current source.
 
-    Example: fencepost projection rebuild --name ownership-history
+    Example: fencepost projection rebuild --name ownership_history
     """
     with _builder(obj, which, target) as builder:
         result = builder.rebuild()
-    if as_json:
-        print_json(result)
+    if out.is_table:
+        out.message(f"rebuilt: applied {result.applied} at revision {result.revision}")
     else:
-        console.print(f"rebuilt: applied {result.applied} at revision {result.revision}")
+        out.record(to_data(result))

@@ -7,17 +7,8 @@ from typing import Any
 import click
 import msgspec
 
-from fencepost.cli._common import (
-    CliContext,
-    console,
-    json_option,
-    owner_text,
-    print_json,
-    read_store,
-    table,
-    when,
-    write_store,
-)
+from fencepost.cli._common import CliContext, fail, json_option, owner_text, print_json, read_store, when, write_store
+from fencepost.cli._output import Column, Output, output_options, snake_keys, to_data
 
 STATUSES = ("pending", "running", "suspended", "completed", "failed", "cancelled")
 RUN_DECISION = "flows.engine.run-decision"
@@ -70,29 +61,92 @@ def runs() -> None:
     """List, inspect, create, retry, cancel and delete runs."""
 
 
-def list_rows(store: Any, statuses: tuple[str, ...], limit: int) -> list[Any]:
-    """Run rows in creation order, up to ``limit``, optionally only some statuses.
+def run_record(row: Any) -> dict[str, Any]:
+    """A run row as the CLI prints it: the ``RunRow`` fields, snake_case at every depth, with the
+    decoded ``state`` beside the verbatim ``state_json`` (``state`` is null when that is not JSON)."""
+    record: dict[str, Any] = {}
+    for key, value in to_data(row).items():
+        record[key] = snake_keys(value) if key == "cancel_acknowledgement" else value
+        if key == "state_json":
+            try:
+                record["state"] = msgspec.json.decode(value)
+            except msgspec.DecodeError:
+                record["state"] = None
+    return record
 
-    The listing filters one status at a time, so several statuses are listed separately and merged
-    on the listing's own key ``(created_at_ms, run_id)``.
-    """
-    found: list[Any] = []
-    for status in statuses or (None,):
-        found += _listed(store, {"status": status} if status else None, limit)
-    found.sort(key=lambda r: (r.created_at_ms, r.run_id))
-    return _rows(store, [r.run_id for r in found[:limit]])
+
+def _flow(record: dict[str, Any]) -> Any:
+    state = record.get("state")
+    flow = state.get("flowName") if isinstance(state, dict) else None
+    return flow if isinstance(flow, str) else None
 
 
-def _listed(store: Any, filters: dict[str, Any] | None, limit: int) -> list[Any]:
-    out: list[Any] = []
-    cursor = None
-    while len(out) < limit:
-        page = store.feed.list_runs(filters, cursor, min(200, limit - len(out)))
-        out.extend(page.runs)
+RUN_COLUMNS = [
+    Column("run_id", "run_id", wrap=False),
+    Column("status", "status", wrap=False),
+    Column("flow", "flow", _flow),
+    Column("owner", "owner", lambda r: owner_text(_owner(r.get("owner")))),
+    Column("heartbeat", "heartbeat_at_ms", lambda r: when(r.get("heartbeat_at_ms")), wrap=False),
+    Column("cancel", "cancel_requested_at_ms",
+           lambda r: "requested" if r.get("cancel_requested_at_ms") is not None else "-"),
+    Column("created", "created_at_ms", lambda r: when(r.get("created_at_ms")), wrap=False),
+]
+
+
+def _owner(value: Any) -> Any:
+    from fencepost.journal.owner import OwnerId
+
+    return OwnerId(value["host_id"], value["pid"], value["nonce"]) if isinstance(value, dict) else None
+
+
+class Instant(click.ParamType):
+    """A point in time: epoch milliseconds, or an ISO-8601 date/time (UTC unless it names an offset)."""
+
+    name = "TIME"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip()
+        if text.isdigit():
+            return int(text)
+        from datetime import UTC, datetime
+
+        try:
+            moment = datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
+        except ValueError:
+            self.fail("must be epoch milliseconds or an ISO-8601 time such as 2026-01-31T12:00:00Z", param, ctx)
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        return int(moment.timestamp() * 1000)
+
+
+def list_filters(statuses: tuple[str, ...], flow: str | None, after: int | None,
+                 before: int | None) -> dict[str, Any]:
+    """The ``list_runs`` filters of the command line options (several statuses: any of them)."""
+    filters: dict[str, Any] = {}
+    if statuses:
+        filters["status"] = statuses[0] if len(statuses) == 1 else list(statuses)
+    if flow is not None:
+        filters["flow_name"] = flow
+    if after is not None:
+        filters["created_after_ms"] = after
+    if before is not None:
+        filters["created_before_ms"] = before
+    return filters
+
+
+def list_page(store: Any, filters: dict[str, Any], cursor: str | None, limit: int,
+              descending: bool) -> tuple[list[Any], str | None]:
+    """Up to ``limit`` runs after ``cursor`` and the cursor that resumes right after the last one."""
+    listed: list[Any] = []
+    while len(listed) < limit:
+        page = store.feed.list_runs(filters, cursor, min(200, limit - len(listed)), newest_first=descending)
+        listed.extend(page.runs)
         cursor = page.cursor
         if cursor is None:
             break
-    return out
+    return _rows(store, [r.run_id for r in listed]), cursor
 
 
 def _rows(store: Any, run_ids: list[str]) -> list[Any]:
@@ -110,25 +164,41 @@ def _rows(store: Any, run_ids: list[str]) -> list[Any]:
 
 @runs.command("list")
 @click.option("--status", "statuses", multiple=True, type=click.Choice(STATUSES),
-              help="Only runs in this status (repeatable).")
+              help="Only runs in this status (repeatable: any of them).")
+@click.option("--flow", metavar="NAME", default=None,
+              help="Only runs of this flow: the string flowName of the run's state.")
+@click.option("--created-after", "after", type=Instant(), default=None,
+              help="Only runs created at or after this time (epoch ms or ISO-8601, UTC by default).")
+@click.option("--created-before", "before", type=Instant(), default=None,
+              help="Only runs created at or before this time.")
+@click.option("--desc", "descending", is_flag=True, help="Newest first.")
+@click.option("--cursor", default=None, metavar="CURSOR",
+              help="Continue a listing where the previous page ended (give the same filters and order).")
 @click.option("--limit", default=100, show_default=True, type=click.IntRange(1, 100_000),
               help="At most this many runs.")
-@json_option
-def runs_list(statuses: tuple[str, ...], limit: int, as_json: bool) -> None:
-    """List runs in creation order.
+@output_options
+def runs_list(statuses: tuple[str, ...], flow: str | None, after: int | None, before: int | None,
+              descending: bool, cursor: str | None, limit: int, out: Output) -> None:
+    """List runs, oldest first (by creation time, then run id), one page at a time.
 
-    With --json, prints a JSON array of run objects with the RunRow field names.
+    A table ends with "showing N of M" and, when more runs match, the --cursor of the next page.
+    With --format json, prints {"runs": [...], "next_cursor": ..., "total": M}; jsonl and csv print
+    the runs alone. Each run has the RunRow fields and "state", its state_json decoded.
 
-    Example: fencepost runs list --status running --json
+    Example: fencepost runs list --status running --desc --limit 20
     """
+    import shlex
+
     store = read_store()
-    rows = list_rows(store, statuses, limit)
-    if as_json:
-        print_json(rows)
-        return
-    table(f"{len(rows)} run(s)", ["run_id", "status", "owner", "heartbeat", "cancel", "created"],
-          [(r.run_id, r.status, owner_text(r.owner), when(r.heartbeat_at_ms),
-            "requested" if r.cancel_requested_at_ms is not None else "-", when(r.created_at_ms)) for r in rows])
+    filters = list_filters(statuses, flow, after, before)
+    rows, next_cursor = list_page(store, filters, cursor, limit, descending)
+    total = store.feed.count_runs(filters)
+    records = [run_record(r) for r in rows]
+    footer = [f"showing {len(records)} of {total}"]
+    if next_cursor is not None:
+        footer.append(f"next page: --cursor {shlex.quote(next_cursor)}")
+    out.rows(records, RUN_COLUMNS, title=f"{len(records)} run(s)", footer=footer,
+             document={"runs": records, "next_cursor": next_cursor, "total": total})
 
 
 def reconfirm_warnings(store: Any, run_id: str) -> list[RunWarning]:
@@ -150,22 +220,26 @@ def reconfirm_warnings(store: Any, run_id: str) -> list[RunWarning]:
 
 @runs.command("show")
 @click.argument("run_id")
-@json_option
-def runs_show(run_id: str, as_json: bool) -> None:
+@output_options
+def runs_show(run_id: str, out: Output) -> None:
     """Show one run: its row, and a warning for every lease-reconfirmed decision.
 
     A reconfirmed run keeps its recorded status: the warning says its owner worked for a while
-    without a confirmed heartbeat, then proved it still held the lease.
+    without a confirmed heartbeat, then proved it still held the lease. With --format json:
+    {"run": {...}, "warnings": [...]}.
 
-    Example: fencepost runs show demo-0001
+    Example: fencepost runs show demo-0001 --format json
     """
     store = read_store()
     detail = RunDetail(store.runs.get(run_id), reconfirm_warnings(store, run_id))
-    if as_json:
-        print_json(detail)
-        return
+    run = run_record(detail.run)
+    warnings = to_data(detail.warnings)
     r = detail.run
-    table(f"run {r.run_id}", ["field", "value"], [
+    if out.format == "csv":
+        out.record({**run, "warnings": warnings})
+        return
+    out.record({"run": run, "warnings": warnings}, [
+        ("run_id", r.run_id),
         ("status", r.status),
         ("state_json", r.state_json if len(r.state_json) <= 200 else r.state_json[:200] + "..."),
         ("created", when(r.created_at_ms)),
@@ -179,24 +253,23 @@ def runs_show(run_id: str, as_json: bool) -> None:
         ("cancel acknowledged", "yes" if r.cancel_acknowledgement else "-"),
         ("parent", r.parent_run_id),
         ("lineage / round", f"{r.lineage_id or '-'} / {r.round_ordinal if r.round_ordinal is not None else '-'}"),
-    ])
-    if r.failure is not None:
-        show_failure(r.failure)
-    for w in detail.warnings:
-        console.print(f"[yellow]warning[/yellow] lease-reconfirmed: owner ran {w.unconfirmed_ms} ms unconfirmed "
-                      f"(journal seq {w.seq}, {when(w.occurred_at_ms)})")
+    ], title=f"run {r.run_id}", notes=[
+        *failure_lines(r.failure),
+        *(f"warning lease-reconfirmed: owner ran {w.unconfirmed_ms} ms unconfirmed "
+          f"(journal seq {w.seq}, {when(w.occurred_at_ms)})" for w in detail.warnings)])
 
 
-def show_failure(failure: Any) -> None:
-    """Print why a run failed: the exception type and message, then its recorded traceback."""
-    click.echo(f"failed with {failure.type}: {failure.message}")
-    click.echo(failure.traceback.rstrip("\n"))
+def failure_lines(failure: Any) -> list[str]:
+    """Why a run failed, for people: the exception type and message, then its recorded traceback."""
+    if failure is None:
+        return []
+    return [f"failed with {failure.type}: {failure.message}", failure.traceback.rstrip("\n")]
 
 
 @runs.command("cancel")
 @click.argument("run_id")
-@json_option
-def runs_cancel(run_id: str, as_json: bool) -> None:
+@output_options
+def runs_cancel(run_id: str, out: Output) -> None:
     """Request cancellation of a run (its owner acknowledges and settles it as cancelled).
 
     A running run becomes cancelled when its function next calls check() or checkpoint() (within a
@@ -204,21 +277,24 @@ def runs_cancel(run_id: str, as_json: bool) -> None:
     pending, with the request recorded, until a worker next claims it, and that worker settles it
     cancelled at once without calling the function.
 
-    Exits 0 when the request is recorded or already was; 1 when the run is unknown or already settled.
+    Exits 0 when the request is recorded or already was; 1 (the reason on stderr) when the run is
+    unknown or already settled.
 
     Example: fencepost runs cancel demo-0007
     """
-    from fencepost.runstore.outcomes import AlreadyRequested, CancelRequested
+    from fencepost.runstore.outcomes import AlreadyRequested, CancelRequested, Terminal
 
     store = write_store(create=False)
     outcome = store.runs.request_cancel(run_id, store.clock.now_ms())
-    if as_json:
-        print_json(outcome)
-    else:
-        click.echo(f"{run_id}: {type(outcome).__name__}"
-                   + (f" ({outcome.status})" if hasattr(outcome, "status") else ""))
+    if isinstance(outcome, Terminal):
+        raise fail(f"run is already settled ({outcome.status}): nothing to cancel")
     if not isinstance(outcome, CancelRequested | AlreadyRequested):
-        raise SystemExit(1)
+        raise fail("run not found" if type(outcome).__name__ == "NotFound" else type(outcome).__name__)
+    if out.is_table:
+        done = "cancellation requested" if isinstance(outcome, CancelRequested) else "already requested"
+        out.message(f"{run_id}: {done}")
+    else:
+        out.record({"run_id": run_id, **to_data(outcome)})
 
 
 # --------------------------------------------------------------------------- operator commands

@@ -1,0 +1,245 @@
+"""The one output layer of every read command: ``--format table|json|jsonl|csv`` (``--json`` is ``json``).
+
+A command builds *records*, plain ``dict`` values with snake_case keys, and hands them to the
+``Output`` its ``@output_options`` decorator passes in as ``out``:
+
+- ``out.rows(records, columns)`` for a list, ``out.record(record, fields)`` for one object,
+  ``out.stream(columns)`` for an unbounded sequence (``feed tail --follow``).
+- ``table``: a rich table on a terminal; written to a pipe or a file, plain aligned columns, one
+  record per line, never folded (``fencepost runs list | grep <id>`` finds the id).
+- ``json``: one document (a list is an array); ``jsonl``: one object per line; ``csv``: a header and
+  one row per record, nested values as JSON text.
+
+Keys are snake_case throughout. User data (a run's ``state``, a journal entry's ``payload`` and
+``meta``) is shown as it was recorded. ``to_data`` turns library structs into such records.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import re
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import click
+import msgspec
+
+FORMATS = ("table", "json", "jsonl", "csv")
+
+_encoder = msgspec.json.Encoder()
+_CAMEL = re.compile(r"(?<=[a-z0-9])([A-Z])")
+
+
+@dataclass(frozen=True)
+class Column:
+    """One table column: its ``header``, how to render a record's cell, and whether it may wrap.
+
+    ``key`` names the record field shown; ``render`` (optional) turns the record into the cell text.
+    ``wrap=False`` (identifiers) never breaks the value across lines, even on a narrow terminal.
+    """
+
+    header: str
+    key: str
+    render: Callable[[Mapping[str, Any]], Any] | None = None
+    wrap: bool = True
+
+    def cell(self, record: Mapping[str, Any]) -> str:
+        value = self.render(record) if self.render is not None else record.get(self.key)
+        return cell_text(value)
+
+
+def cell_text(value: Any) -> str:
+    """A cell's text: ``-`` for none, JSON for structures, ``str`` otherwise."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, dict | list | tuple | msgspec.Struct):
+        return _encoder.encode(value).decode()
+    return str(value)
+
+
+def snake(key: str) -> str:
+    """``observedAtMs`` -> ``observed_at_ms`` (already snake_case keys are unchanged)."""
+    return _CAMEL.sub(r"_\1", key).lower()
+
+
+def snake_keys(value: Any) -> Any:
+    """``value`` with every mapping key, at every depth, in snake_case (for library-made documents)."""
+    if isinstance(value, dict):
+        return {snake(str(k)): snake_keys(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [snake_keys(v) for v in value]
+    return value
+
+
+def to_data(value: Any) -> Any:
+    """A library value (structs, lists, dicts) as JSON-ready builtins; tagged structs keep ``type``."""
+    return msgspec.to_builtins(value)
+
+
+class Output:
+    """Where one invocation's result goes, in the format the user chose."""
+
+    def __init__(self, fmt: str) -> None:
+        self.format = fmt
+
+    @property
+    def is_table(self) -> bool:
+        return self.format == "table"
+
+    # ------------------------------------------------------------------ lists
+    def rows(
+        self,
+        records: Sequence[Mapping[str, Any]],
+        columns: Sequence[Column],
+        *,
+        title: str | None = None,
+        footer: Iterable[str] = (),
+        document: Any = None,
+    ) -> None:
+        """Print a list of records; ``document`` replaces the array as the ``json`` output."""
+        if self.format == "json":
+            _write_json(list(records) if document is None else document)
+        elif self.format == "jsonl":
+            for r in records:
+                _write_json(r)
+        elif self.format == "csv":
+            _write_csv(records)
+        else:
+            _write_table(title, columns, [[c.cell(r) for c in columns] for r in records])
+            for line in footer:
+                click.echo(line)
+
+    # ------------------------------------------------------------------ one object
+    def record(
+        self,
+        record: Mapping[str, Any],
+        fields: Sequence[tuple[str, Any]] | None = None,
+        *,
+        title: str | None = None,
+        notes: Iterable[str] = (),
+    ) -> None:
+        """Print one object; in a table as ``field | value`` rows (``fields``, else every key)."""
+        if self.format in ("json", "jsonl"):
+            _write_json(record)
+        elif self.format == "csv":
+            _write_csv([record])
+        else:
+            pairs = fields if fields is not None else list(record.items())
+            _write_table(title, [Column("field", "field", wrap=False), Column("value", "value")],
+                         [[str(k), cell_text(v)] for k, v in pairs])
+            for line in notes:
+                click.echo(line)
+
+    # ------------------------------------------------------------------ unbounded
+    def stream(self, columns: Sequence[Column]) -> Callable[[Mapping[str, Any]], None]:
+        """A printer for records that keep coming: JSON formats print one object per line (``json``
+        too, since the stream has no end), ``csv`` prints its header once, a table one plain line each.
+        """
+        if self.format in ("json", "jsonl"):
+            return _write_json
+        if self.format == "csv":
+            writer = csv.writer(sys.stdout, lineterminator="\n")
+            state = {"header": None}
+
+            def csv_line(record: Mapping[str, Any]) -> None:
+                if state["header"] is None:
+                    state["header"] = list(record)
+                    writer.writerow(state["header"])
+                writer.writerow([_csv_cell(record.get(k)) for k in state["header"]])
+                sys.stdout.flush()
+
+            return csv_line
+
+        def line(record: Mapping[str, Any]) -> None:
+            click.echo("  ".join(c.cell(record) for c in columns))
+
+        return line
+
+    def message(self, text: str) -> None:
+        """A human sentence, printed only in table format (machine formats carry the data alone)."""
+        if self.is_table:
+            click.echo(text)
+
+
+def output_options(fn: Callable) -> Callable:
+    """Add ``--format table|json|jsonl|csv`` and its alias ``--json``; pass the choice as ``out``."""
+
+    @click.option("--format", "output_format", type=click.Choice(FORMATS), default=None,
+                  help="Output format.  [default: table]")
+    @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+    @functools.wraps(fn)
+    def wrapper(*args: Any, output_format: str | None, as_json: bool, **kwargs: Any) -> Any:
+        if as_json and output_format not in (None, "json"):
+            raise click.UsageError("--json and --format are exclusive (--json means --format json)")
+        return fn(*args, out=Output("json" if as_json else output_format or "table"), **kwargs)
+
+    return wrapper
+
+
+# ---------------------------------------------------------------------- writers
+def _write_json(value: Any) -> None:
+    sys.stdout.write(_encoder.encode(value).decode() + "\n")
+    sys.stdout.flush()
+
+
+def _csv_cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, dict | list | tuple | msgspec.Struct):
+        return _encoder.encode(value).decode()
+    return value
+
+
+def _write_csv(records: Sequence[Mapping[str, Any]]) -> None:
+    writer = csv.writer(sys.stdout, lineterminator="\n")
+    header: list[str] = []
+    for r in records:
+        header += [k for k in r if k not in header]
+    if header:
+        writer.writerow(header)
+    for r in records:
+        writer.writerow([_csv_cell(r.get(k)) for k in header])
+    sys.stdout.flush()
+
+
+def _write_table(title: str | None, columns: Sequence[Column], cells: list[list[str]]) -> None:
+    if sys.stdout.isatty():
+        from rich.console import Console
+
+        console = Console(highlight=False)
+        widths = [max([len(c.header)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
+        # Identifier columns at full width, the others at least 6 wide, plus borders and padding.
+        needed = sum(w if not c.wrap else min(w, 6) for w, c in zip(widths, columns, strict=True))
+        if needed + 3 * len(columns) + 1 <= console.width:
+            _rich_table(console, title, columns, cells, widths)
+            return
+        # Too narrow for whole identifiers: plain lines (the terminal wraps them, the text stays whole).
+    # A pipe or a file: plain aligned columns, one record per line, nothing folded or cropped.
+    # Cells never contain a newline (they would break "one record per line").
+    rows = [[c.header for c in columns]] + [[_one_line(v) for v in row] for row in cells]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(columns))]
+    for r in rows:
+        click.echo("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
+
+
+def _rich_table(console: Any, title: str | None, columns: Sequence[Column], cells: list[list[str]],
+                widths: list[int]) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    t = Table(title=title, show_lines=False, header_style="bold")
+    for c, w in zip(columns, widths, strict=True):
+        # An identifier column is as wide as its longest value: never folded, never cropped.
+        t.add_column(c.header, no_wrap=not c.wrap, overflow="fold", min_width=None if c.wrap else w)
+    for row in cells:
+        t.add_row(*[Text(v) for v in row])  # Text: a cell is never read as rich markup
+    console.print(t)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.splitlines()) if "\n" in text or "\r" in text else text
