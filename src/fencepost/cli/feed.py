@@ -21,11 +21,14 @@ def feed() -> None:
 @click.option("--follow", "-f", is_flag=True, help="Keep following new changes until interrupted.")
 @click.option("--limit", default=500, show_default=True, type=click.IntRange(1, 1000),
               help="Changes per page.")
+@click.option("--snapshots", is_flag=True,
+              help="Print each change's run snapshot (read with its page) instead of the change.")
 @json_option
-def feed_tail(from_revision: int, follow: bool, limit: int, as_json: bool) -> None:
+def feed_tail(from_revision: int, follow: bool, limit: int, snapshots: bool, as_json: bool) -> None:
     """Print the changes after a revision (one line each), then stop or --follow.
 
-    With --json, prints one JSON object per change (JSON Lines).
+    Each page of changes is read together with the snapshots of its runs. With --json, prints one
+    JSON object per change (JSON Lines); with --snapshots, the run's snapshot at that change.
 
     Example: fencepost feed tail --from 0 --follow --json
     """
@@ -33,13 +36,14 @@ def feed_tail(from_revision: int, follow: bool, limit: int, as_json: bool) -> No
 
     store = read_store()
     start = Position(store.feed.position().source, from_revision)
-    emit = _printer(as_json)
+    emit = _printer(as_json, snapshots)
     if follow:
         stop = threading.Event()
         previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
         try:
-            for change in store.feed.follow(start, stop=stop):
-                emit(change)
+            for page in store.feed.follow_batches(start, stop=stop, limit=limit):
+                for change, snapshot in zip(page.changes, page.snapshots, strict=True):
+                    emit(change, snapshot)
         except KeyboardInterrupt:
             pass
         finally:
@@ -47,20 +51,24 @@ def feed_tail(from_revision: int, follow: bool, limit: int, as_json: bool) -> No
         return
     position = start
     while True:
-        batch = store.feed.changes_since(position, limit)
-        for change in batch.changes:
-            emit(change)
+        batch = store.feed.changes_with_snapshots(position, limit)
+        for change, snapshot in zip(batch.changes, batch.snapshots, strict=True):
+            emit(change, snapshot)
         position = batch.next_position
         if not batch.has_more:
             break
 
 
-def _printer(as_json: bool):
+def _printer(as_json: bool, snapshots: bool):
     if as_json:
-        return print_json
+        if snapshots:
+            return lambda _change, snapshot: print_json(snapshot)
+        return lambda change, _snapshot: print_json(change)
 
-    def line(change) -> None:
-        click.echo(f"{change.revision:>8}  {'deleted' if change.deleted else 'changed':<7}  {change.run_id}")
+    def line(change, snapshot) -> None:
+        status = getattr(snapshot, "status", "deleted")
+        extra = f"  {status}" if snapshots else ""
+        click.echo(f"{change.revision:>8}  {'deleted' if change.deleted else 'changed':<7}  {change.run_id}{extra}")
 
     return line
 
