@@ -44,14 +44,17 @@ class Store:
 
 
 def open(url: str | None = None, *, clock: Clock | None = None, attempt_policy: Any = None,
-         consensus: Consensus | None = None, readonly: bool = False) -> Store:
+         consensus: Consensus | None = None, readonly: bool = False, group_commit: bool = True) -> Store:
     """Open (creating and migrating if needed) the store at ``url``.
 
     ``url=None`` means ``$FENCEPOST_DB``, else ``sqlite:///.flows/flows.db``. Migrations run once,
     in one pass, under the writer lock, so several processes may open one fresh database at once.
     ``readonly=True`` never creates or migrates: a missing or unmigrated database is an error.
+    ``group_commit`` (on by default) lets concurrent write calls of this process (threads, or
+    asyncio tasks through threads) share one durable COMMIT, each call in its own savepoint with
+    its own outcome; ``group_commit=False`` gives every call its own transaction.
     """
-    db = Database(url, readonly=readonly)
+    db = Database(url, readonly=readonly, group_commit=group_commit)
     try:
         if readonly:
             try:
