@@ -117,6 +117,7 @@ class Raw:
         self.begin()
         c.execute(self.sql(cs.GUARD), {"run_id": run_id, **o}).fetchone()
         c.execute(self.sql(q.TRANSITION_SETTLE), {"run_id": run_id, "state_json": '{"done":true}', "guard": 0,
+                                                  "failure_json": None,
                                                   "to": "completed", "finished": now, **o}).fetchone()
         c.execute(self.sql(cs.RELEASE_OWNER), {"run_id": run_id, **o}).fetchone()
         self.fact(run_id, "released", None, now)

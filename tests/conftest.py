@@ -117,8 +117,10 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture
-def store(db_url: str, clock: ManualClock) -> Iterator[fencepost.Store]:
-    s = fencepost.open(db_url, clock=clock)
+def store(request: pytest.FixtureRequest, db_url: str, clock: ManualClock) -> Iterator[fencepost.Store]:
+    # Indirect parametrization ``["group", "single"]`` runs a test with and without group commit.
+    mode = getattr(request, "param", "group")
+    s = fencepost.open(db_url, clock=clock, group_commit=mode == "group")
     try:
         yield s
     finally:

@@ -136,6 +136,19 @@ class Backend:
         """``column`` equals one of the list bound as ``name`` (change-feed snapshot reads)."""
         raise NotImplementedError
 
+    def write_marker(self, conn: Connection) -> int | None:
+        """An id of the open write transaction that later snapshots can be compared with (or None)."""
+        return None
+
+    def renames_safe_after(self, conn: Connection, marker: int | None) -> bool:
+        """Whether a table renamed now would show every reader rows committed up to ``marker``.
+
+        A reader whose snapshot predates a rename must not find the renamed table under the old
+        name with rows it cannot see (a half-built projection). SQLite keeps the schema in the
+        snapshot itself, so such a reader still sees the old table.
+        """
+        return True
+
 
 class SqliteBackend(Backend):
     """Embedded default: one file, WAL, one writer at a time under ``BEGIN IMMEDIATE``."""
@@ -377,6 +390,24 @@ class PostgresBackend(Backend):
     def split_script(self, script: str) -> list[str]:
         # PostgreSQL accepts a whole script in one simple-protocol execute.
         return [script]
+
+    def write_marker(self, conn: Connection) -> int | None:
+        return int(conn.exec_driver_sql("SELECT pg_current_xact_id()::text").scalar())
+
+    def renames_safe_after(self, conn: Connection, marker: int | None) -> bool:
+        # Catalog lookups are not MVCC: after a rename commits, a reader whose snapshot is older
+        # than the rows of the renamed table finds the table by its new name and misses those rows.
+        # Safe only when no other session of this database holds a snapshot that may not see the
+        # transaction ``marker`` (its xmin at or before it); sessions that start later see it.
+        if marker is None:
+            return False
+        old = conn.exec_driver_sql(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid() AND backend_xmin IS NOT NULL "
+            "AND age(backend_xmin) >= age(xid(%(marker)s::text::xid8))",
+            {"marker": marker},
+        ).scalar()
+        return old == 0
 
 
 _PG_WRITE_LOCK = text("SELECT pg_advisory_xact_lock(hashtextextended(:schema, 2099))")

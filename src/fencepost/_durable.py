@@ -26,6 +26,7 @@ from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from fencepost._dialects import Backend, PostgresBackend, SqliteBackend
+from fencepost._group import GroupCommit
 from fencepost.errors import DatabaseMissing, FencepostError, OpenError, PersistenceError
 
 T = TypeVar("T")
@@ -142,7 +143,7 @@ def redact_url(url: str) -> str:
 class Database:
     """An engine plus the write/read discipline every store shares."""
 
-    def __init__(self, url: str | None = None, *, readonly: bool = False) -> None:
+    def __init__(self, url: str | None = None, *, readonly: bool = False, group_commit: bool = True) -> None:
         self.url = resolve_url(url)
         # The driver's own parse errors quote the URL (credentials included): name the rule only.
         # Raised outside the ``except`` so the quoting exception is not even kept as ``__context__``.
@@ -215,6 +216,8 @@ class Database:
         self._slots: weakref.WeakSet[_Slot] = weakref.WeakSet()
         self._slots_lock = threading.Lock()
         self._pid = os.getpid()
+        # Concurrent top-level writes of this process share one COMMIT (see _group.py).
+        self._group = GroupCommit(self) if group_commit and not readonly else None
 
     @property
     def where(self) -> str:
@@ -273,6 +276,8 @@ class Database:
                     raise
                 failure = self._failure(exc)
             raise failure  # outside the handler: the driver's exception is not kept as context
+        if self._group is not None:
+            return self._group.write(fn)
         return self._run(fn, write=True)
 
     def read(self, fn: Callable[[Connection], T]) -> T:

@@ -62,7 +62,7 @@ class Store:
 
 
 def open(url: str | None = None, *, clock: Clock | None = None, attempt_policy: Any = None,
-         consensus: Consensus | None = None, readonly: bool = False) -> Store:
+         consensus: Consensus | None = None, readonly: bool = False, group_commit: bool = True) -> Store:
     """Open (creating and migrating if needed) the store at ``url``.
 
     ``url=None`` means ``$FENCEPOST_DB``, else ``sqlite:///.flows/flows.db``. Migrations run once,
@@ -73,8 +73,12 @@ def open(url: str | None = None, *, clock: Clock | None = None, attempt_policy: 
     ``cannot_connect``, ``database_missing``, ``auth_failed``, ``permission_denied``,
     ``needs_migrations``, ``schema_too_new``, ``disk_full``, ``open_failed``) and whose message names the path or
     the URL with its password masked. A bad URL is a ``ValueError``.
+
+    ``group_commit`` (on by default) lets concurrent write calls of this process (threads, or
+    asyncio tasks through threads) share one durable COMMIT, each call in its own savepoint with
+    its own outcome; ``group_commit=False`` gives every call its own transaction.
     """
-    db = Database(url, readonly=readonly)
+    db = Database(url, readonly=readonly, group_commit=group_commit)
     try:
         failure: OpenError | None = None
         done: list[int] = []

@@ -93,6 +93,7 @@ def test_producer_floor_at_max_safe_without_explicit_source_seq_is_refused(store
     assert "journal sequence is outside the allocatable safe integer range" in str(err.value)
 
 
+@pytest.mark.parametrize("store", ["group", "single"], indirect=True)
 def test_fifty_concurrent_producers_on_one_run_get_seqs_zero_to_49(store: fencepost.Store) -> None:
     """JN-13: 50 threads released at one barrier append to one run: seqs are exactly 0..49."""
     barrier = threading.Barrier(50)

@@ -219,6 +219,7 @@ def test_noop_store_answers_losses():
     assert overridden.heartbeat("r", A, 0) == FenceLost()
 
 
+@pytest.mark.parametrize("store", ["group", "single"], indirect=True)
 def test_concurrent_requests_have_one_writer(store):
     """RM-17."""
     store.runs.create("r", "{}")

@@ -65,6 +65,7 @@ def test_replacement_and_astral_run_ids_round_trip(runs, rid):
     assert runs.get(rid).run_id == rid
 
 
+@pytest.mark.parametrize("store", ["group", "single"], indirect=True)
 def test_concurrent_claims_of_one_snapshot_admit_exactly_one(store):
     """RS-09: two claimants race one pending snapshot; one Claimed, the other a loss."""
     store.runs.create("r", "{}")
@@ -102,6 +103,7 @@ def test_claim_and_own_installs_any_named_owner(runs):
     assert row.owner == other and row.heartbeat_at_ms == 0
 
 
+@pytest.mark.parametrize("store", ["group", "single"], indirect=True)
 def test_concurrent_claim_and_own_admits_one_owner(store):
     """RS-12."""
     store.runs.create("r", "{}")

@@ -63,6 +63,17 @@ def read_statements(backend: Any) -> tuple[Any, Any]:
     return cached
 
 
+# One page of changes with the run row of each (NULL for a tombstone), in revision order: the
+# snapshots of a page in the same statement as the page (columns as ``decode_run`` reads them,
+# then the change's own run id).
+CHANGES_WITH_RUNS = (
+    select(*RUN_COLUMNS, changes.revision, changes.deleted, changes.run_id.label("change_run_id"))
+    .select_from(flows_run_changes.outerjoin(flows_runs, runs.run_id == changes.run_id))
+    .where(changes.revision > bindparam("after"), changes.revision <= bindparam("watermark"))
+    .order_by(changes.revision)
+    .limit(bindparam("n"))
+)
+
 LIST_BASE = select(
     *RUN_COLUMNS, changes.revision.label("change_revision"), changes.deleted.label("change_deleted")
 ).select_from(flows_runs.outerjoin(flows_run_changes, changes.run_id == runs.run_id))

@@ -25,11 +25,11 @@ import logging
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from fencepost import _gauges
-from fencepost.changefeed.types import Change, Position
+from fencepost.changefeed.types import Change, ChangePage, Position
 from fencepost.errors import FencepostError, SourceChanged
 
 if TYPE_CHECKING:
@@ -325,6 +325,46 @@ def follow(
 
 
 def _follow(feed: ChangeFeed, position: Position | None, stop: _Stop, poll_interval: float) -> Iterator[Change]:
+    pages = _pages(feed, position, stop, poll_interval, lambda p: feed.changes_since(p, PAGE))
+    try:
+        for batch in pages:
+            for change in batch.changes:
+                if stop.is_set():
+                    return
+                yield change
+    finally:
+        pages.close()  # releases the waiter's watcher and connections now, not at collection
+
+
+def follow_batches(
+    feed: ChangeFeed, position: Position | None, *, stop: _Stop | None, poll_interval: float, limit: int
+) -> Iterator[ChangePage]:
+    """Generator behind ``ChangeFeed.follow_batches`` (see its docstring for the contract)."""
+    if not (isinstance(poll_interval, (int, float)) and 0 < poll_interval <= 3600):
+        raise ValueError("poll_interval must be a number of seconds in (0, 3600]")
+    from fencepost.changefeed.feed import MAX_CHANGES_LIMIT, _check_requested_position, _decode_failed
+
+    if type(limit) is not int or not 1 <= limit <= MAX_CHANGES_LIMIT:
+        raise _decode_failed("follow_batches", f"limit must be an integer in 1..{MAX_CHANGES_LIMIT}")
+    if position is not None:
+        _check_requested_position(position, "follow_batches")
+    halt: _Stop = stop if stop is not None else _Never()
+    return _nonempty(_pages(feed, position, halt, float(poll_interval),
+                            lambda p: feed.changes_with_snapshots(p, limit)))
+
+
+def _nonempty(pages: Iterator[ChangePage]) -> Iterator[ChangePage]:
+    try:
+        for page in pages:
+            if page.changes:
+                yield page
+    finally:
+        pages.close()
+
+
+def _pages(feed: ChangeFeed, position: Position | None, stop: _Stop, poll_interval: float,
+           fetch: Callable[[Position], Any]) -> Iterator[Any]:
+    """Every page ``fetch`` returns from ``position`` on, waiting for a hint or the poll when caught up."""
     waiter = _make_waiter(feed)
     backoff = 0.05
     follower = _gauges.next_follower()
@@ -336,7 +376,7 @@ def _follow(feed: ChangeFeed, position: Position | None, stop: _Stop, poll_inter
             try:
                 if position is None:
                     position = Position(feed.position().source, 0)
-                batch = feed.changes_since(position, PAGE)
+                batch = fetch(position)
             except FencepostError as exc:
                 if not _retryable(exc):
                     raise
@@ -345,13 +385,9 @@ def _follow(feed: ChangeFeed, position: Position | None, stop: _Stop, poll_inter
                 backoff = min(backoff * 2, MAX_BACKOFF)
                 continue
             backoff = 0.05
-            for change in batch.changes:
-                if stop.is_set():
-                    return
-                source = change.source
-                _gauges.feed_position.set(change.revision, source=source, follower=follower)
-                yield change
-                position = change.position
+            yield batch
+            if stop.is_set():
+                return
             position = batch.next_position
             if source is not None and source != position.source:
                 _gauges.feed_position.discard(source=source, follower=follower)

@@ -131,6 +131,28 @@ class Batch(msgspec.Struct, frozen=True):
     snapshots: list[Observed | Missing]
 
 
+class ChangePage(msgspec.Struct, frozen=True):
+    """One page of ``changes_with_snapshots`` / ``follow_batches``: changes and their snapshots.
+
+    Read in one snapshot: ``snapshots[i]`` is the state of ``changes[i].run_id`` at that change's
+    revision (an ``Observed``, or a ``Missing`` with ``deleted=True`` for a tombstone), so no
+    separate ``read`` is needed. ``revision``, ``has_more`` and ``next_revision`` mean what they
+    mean on ``ChangeBatch``.
+    """
+
+    source: str
+    revision: int
+    changes: list[Change]
+    snapshots: list[Observed | Missing]
+    has_more: bool
+    next_revision: int
+
+    @property
+    def next_position(self) -> Position:
+        """``Position(source, next_revision)``: where the next page starts."""
+        return Position(self.source, self.next_revision)
+
+
 class RunPage(msgspec.Struct, frozen=True):
     """One page of ``list_runs``: runs in ``(created_at_ms, run_id)`` order, coherent at ``revision``.
 

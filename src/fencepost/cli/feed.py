@@ -45,8 +45,10 @@ def feed_tail(from_revision: int, follow: bool, limit: int, out: Output) -> None
     if follow:
         emit = out.stream(CHANGE_COLUMNS)
         with stop_on_signals() as stop:
-            for change in store.feed.follow(start, stop=stop):
-                emit(to_data(change))
+            # Pages of changes, each read with its runs' snapshots in one query.
+            for page in store.feed.follow_batches(start, stop=stop, limit=limit):
+                for change in page.changes:
+                    emit(to_data(change))
         return
     if out.format == "json":  # one document: the array of every change
         out.rows([to_data(c) for c in _pages(store, start, limit)], CHANGE_COLUMNS)

@@ -21,9 +21,6 @@ from fencepost.projections.protocol import ConsensusFact
 if TYPE_CHECKING:
     from fencepost._store import Store
 
-READ_LIMIT = 200  # ids per snapshot read (SPEC 6)
-
-
 class Page(NamedTuple):
     source: str
     updates: list[Any]  # each has run_id, source, revision
@@ -50,17 +47,10 @@ class RunsFeed:
     def page(self, source: str, after: int, limit: int) -> Page:
         from fencepost.changefeed import Position
 
-        feed = self._store.feed
-        batch = feed.changes_since(Position(source, after), limit)
-        ids = [change.run_id for change in batch.changes]
-        snapshots: list[Any] = []
-        for start in range(0, len(ids), READ_LIMIT):
-            read = feed.read(ids[start:start + READ_LIMIT])
-            # A rotation between the page and the read: these snapshots belong to another source.
-            if read.source != source:
-                raise SourceChanged(method="read")
-            snapshots.extend(read.snapshots)
-        return Page(batch.source, snapshots, batch.next_revision, batch.has_more, None)
+        # The changes and their snapshots come from one statement in one snapshot: every snapshot
+        # is at its change's revision, and a rotation is refused for the page as a whole.
+        batch = self._store.feed.changes_with_snapshots(Position(source, after), limit)
+        return Page(batch.source, batch.snapshots, batch.next_revision, batch.has_more, None)
 
 
 _FACT_PREFIX = "flows.consensus."

@@ -5,11 +5,14 @@ Statements are module-level Core objects with bind parameters, so SQLAlchemy com
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Any
 
 from sqlalchemy import BigInteger, Column, Integer, MetaData, Select, Table, Text, bindparam, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.expression import Executable
+
+from fencepost._dialects import in_json_ids
 
 metadata = MetaData()
 
@@ -69,9 +72,12 @@ load_checkpoint = select(checkpoints).where(checkpoints.c.name == bindparam("nam
 
 
 def held_revisions(table: Table) -> Select:
-    """``(run_id, source, revision)`` held by one projection for a list of run ids."""
+    """``(run_id, source, revision)`` held by one projection for the run ids of the JSON array ``ids``.
+
+    One parameter for the whole page: an expanding ``IN`` is re-rendered for every page length.
+    """
     return select(table.c.run_id, table.c.source, table.c.revision).where(
-        table.c.name == bindparam("name"), table.c.run_id.in_(bindparam("ids", expanding=True))
+        table.c.name == bindparam("name"), in_json_ids(table.c.run_id, "ids")
     )
 
 
@@ -86,7 +92,7 @@ last_rebuild = (
 )
 
 
-_compiled: dict[tuple[object, str], tuple[str, tuple[str, ...] | None]] = {}
+_compiled: dict[tuple[object, str], tuple[str, Any]] = {}
 
 
 def executemany(conn: Connection, key: object, stmt: Executable, rows: list[dict[str, Any]]) -> None:
@@ -103,12 +109,15 @@ def executemany(conn: Connection, key: object, stmt: Executable, rows: list[dict
     if found is None:
         compiled = stmt.compile(dialect=dialect)
         positions = tuple(compiled.positiontup) if compiled.positional and compiled.positiontup else None
-        found = _compiled[cache_key] = (str(compiled), positions)
-    sql, positions = found
-    if positions is None:
+        # itemgetter of one name returns the bare value, not a 1-tuple: wrap that case.
+        getter = None if positions is None else (
+            itemgetter(*positions) if len(positions) > 1 else (lambda row, n=positions[0]: (row[n],)))
+        found = _compiled[cache_key] = (str(compiled), getter)
+    sql, getter = found
+    if getter is None:
         conn.exec_driver_sql(sql, rows)
     else:
-        conn.exec_driver_sql(sql, [tuple(row[name] for name in positions) for row in rows])
+        conn.exec_driver_sql(sql, list(map(getter, rows)))
 
 
 def upsert_many(conn: Connection, backend: Any, table: Table, conflict: tuple[str, ...],

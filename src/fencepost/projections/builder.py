@@ -44,6 +44,7 @@ T = TypeVar("T")
 log = logging.getLogger("fencepost.projections")
 
 MAX_PAGE = 1000  # changes_since refuses larger pages (REFERENCE 4)
+_PARKED = "fencepost_projection_swap"  # a live table's name for the moment of a swap
 _RETRIES = 50  # consecutive source races tolerated before giving up
 
 
@@ -151,6 +152,8 @@ class ProjectionBuilder:
         self._shadow = {t.name: _shadow_of(t, shadow_md) for t in tables}
         self._lock = BuilderLock(self.target, self.name)
         self._prepared = False
+        # Marker of the transaction of the last shadow page this builder committed (see swap).
+        self._shadow_marker: int | None = None
         self._closed = threading.Event()
         self._running = threading.Lock()
         # Test hook: called after each committed page with (shadow, page).
@@ -334,6 +337,7 @@ class ProjectionBuilder:
             and cp.shadow_revision <= head
             and (cp.shadow_anchor is None or self._feed.anchor_at(cp.shadow_revision) == cp.shadow_anchor)
         )
+        self._shadow_marker = None
         if not resumable:
             def start(conn: Connection) -> None:
                 current = self._load_in(conn)
@@ -358,11 +362,29 @@ class ProjectionBuilder:
             current = self._load_in(conn)
             if current != cp:
                 raise CheckpointMoved()
-            self.projection.reset(Target(conn, self.target.backend, self._live, False))
-            for name, live in self._live.items():
-                shadow = self._shadow[name]
-                names = [c.name for c in live.columns]
-                conn.execute(live.insert().from_select(names, select(*[shadow.c[n] for n in names])))
+            backend = self.target.backend
+            # The last shadow page's transaction, when this builder wrote it; else this one (all
+            # shadow pages committed before it began), which is only more conservative.
+            marker = self._shadow_marker if self._shadow_marker is not None else backend.write_marker(conn)
+            if backend.renames_safe_after(conn, marker):
+                # Exchange the tables' names (three renames, inside this transaction): the filled
+                # shadow becomes the live table without copying a row, and the old live rows end
+                # up in the shadow, emptied below. Indexes keep their own names, so index names
+                # alternate between the two tables from one rebuild to the next.
+                quote = conn.dialect.identifier_preparer.quote
+                for name, live in self._live.items():
+                    shadow = self._shadow[name]
+                    for old, new in ((live.name, _PARKED), (shadow.name, live.name), (_PARKED, shadow.name)):
+                        conn.exec_driver_sql(f"ALTER TABLE {quote(old)} RENAME TO {quote(new)}")
+            else:
+                # A reader holds a snapshot older than the shadow's last page (PostgreSQL): a
+                # renamed table would show it a partial projection. Copy the rows instead, which
+                # that reader cannot see until this commit, as it cannot see any of it.
+                self.projection.reset(Target(conn, backend, self._live, False))
+                for name, live in self._live.items():
+                    shadow = self._shadow[name]
+                    names = [c.name for c in live.columns]
+                    conn.execute(live.insert().from_select(names, select(*[shadow.c[n] for n in names])))
             rl, rs = _sql.run_revisions, _sql.run_revisions_shadow
             conn.execute(delete(rl).where(rl.c.name == self.name))
             cols = [c.name for c in rl.columns]
@@ -387,6 +409,7 @@ class ProjectionBuilder:
             accepted, rejected = self._apply_in(conn, page.source, page.updates, shadow=shadow)
             now = self._now()
             if shadow:
+                self._shadow_marker = self.target.backend.write_marker(conn)
                 checkpoints.advance_shadow(conn, cp, revision=page.next_revision, anchor=page.anchor,
                                            applied=accepted, rejected=rejected, now_ms=now)
             else:
@@ -404,11 +427,11 @@ class ProjectionBuilder:
         if not updates:
             return 0, 0
         held_stmt = _sql.held_shadow if shadow else _sql.held_live
-        ids = list(dict.fromkeys(u.run_id for u in updates))
-        held: dict[str, tuple[str, int]] = {}
-        for start in range(0, len(ids), 500):
-            for row in conn.execute(held_stmt, {"name": self.name, "ids": ids[start:start + 500]}):
-                held[row.run_id] = (row.source, int(row.revision))
+        ids = msgspec.json.encode(list(dict.fromkeys(u.run_id for u in updates))).decode()
+        held: dict[str, tuple[str, int]] = {
+            run_id: (held_source, int(revision))
+            for run_id, held_source, revision in conn.execute(held_stmt, {"name": self.name, "ids": ids}).all()
+        }
         newest: dict[str, tuple[str, int]] = {}
         accepted: list[Any] = []
         rejected = 0
@@ -431,9 +454,9 @@ class ProjectionBuilder:
                 for update in accepted:
                     self.projection.apply(target, update)
             table = _sql.run_revisions_shadow if shadow else _sql.run_revisions
+            name = self.name
             _sql.upsert_many(conn, self.target.backend, table, ("name", "run_id"), [
-                {"name": self.name, "run_id": run_id, "source": s, "revision": r}
-                for run_id, (s, r) in newest.items()
+                {"name": name, "run_id": run_id, "source": s, "revision": r} for run_id, (s, r) in newest.items()
             ])
         return len(accepted), rejected
 
@@ -505,12 +528,18 @@ class ProjectionBuilder:
 
     def _watch(self, wake: threading.Event, quit_watch: threading.Event) -> None:
         """Turn the feed's live follow into wake-ups; the poll in ``run`` covers any gap."""
-        follow = getattr(self.source.feed, "follow", None)
-        if follow is None:
+        feed = self.source.feed
+        pages = getattr(feed, "follow_batches", None) if self._feed_kind == "runs" else None
+        follow = getattr(feed, "follow", None)
+        if pages is None and follow is None:
             return
         while not quit_watch.is_set():
             try:
-                for _change in follow(self.source.feed.position(), stop=quit_watch):
+                # One wake-up per page of changes, not per change (a consensus projection keeps
+                # the change follow it always woke on).
+                updates = (pages(feed.position(), stop=quit_watch) if pages is not None
+                           else follow(feed.position(), stop=quit_watch))
+                for _page in updates:
                     wake.set()
             except Exception:  # a rotation or an outage: wake the builder, retry later
                 wake.set()

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import BigInteger, Column, Index, Integer, MetaData, Table, Text, bindparam, delete, select
+import msgspec
+from sqlalchemy import BigInteger, Column, Index, Integer, MetaData, Table, Text, delete, select
 from sqlalchemy import update as sql_update
 
+from fencepost._dialects import in_json_ids
 from fencepost.changefeed import Missing, Observed
 from fencepost.projections import _sql
 from fencepost.projections.protocol import ConsensusFact, Target
@@ -72,9 +74,13 @@ class RunsByStatus:
                 gone[item.run_id] = None
         if gone:
             conn = target.conn
-            conn.execute(delete(table).where(table.c.run_id.in_(bindparam("ids", expanding=True))), {"ids": list(gone)})
+            conn.execute(delete(table).where(in_json_ids(table.c.run_id, "ids")), {"ids": _json_list(gone)})
         if rows:
             _sql.upsert_many(target.conn, target.backend, table, ("run_id",), list(rows.values()))
+
+
+def _json_list(ids: Iterable[str]) -> str:
+    return msgspec.json.encode(list(ids)).decode()
 
 
 def _row(item: Observed) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from sqlalchemy import and_, update
+from sqlalchemy import and_, bindparam, update
 from sqlalchemy.engine import Connection
 
 from fencepost.projections import _sql
@@ -83,26 +83,43 @@ def ensure(conn: Connection, backend: Any, name: str, feed: str, now_ms: int) ->
     return found
 
 
-def _where_live(cp: Checkpoint) -> Any:
-    c = cp_table.c
-    src = c.source.is_(None) if cp.source is None else c.source == cp.source
-    return and_(c.name == cp.name, src, c.revision == cp.revision, c.shadow_source.is_(None))
-
-
 def _where_shadow(cp: Checkpoint) -> Any:
     c = cp_table.c
     return and_(c.name == cp.name, c.shadow_source == cp.shadow_source, c.shadow_revision == cp.shadow_revision)
 
 
+# The per-page compare-and-swaps, built once (SQLAlchemy then compiles each once): a statement
+# built per page costs more than the UPDATE itself.
+_c = cp_table.c
+_ADVANCE_SET = {
+    "revision": bindparam("to_revision"), "anchor": bindparam("to_anchor"),
+    "applied": _c.applied + bindparam("add_applied"), "rejected": _c.rejected + bindparam("add_rejected"),
+    "updated_at_ms": bindparam("now_ms"),
+}
+_LIVE_AT = and_(_c.name == bindparam("cp_name"), _c.revision == bindparam("cp_revision"), _c.shadow_source.is_(None))
+_ADVANCE_LIVE = update(cp_table).where(_LIVE_AT, _c.source == bindparam("cp_source")).values(
+    source=bindparam("to_source"), **_ADVANCE_SET)
+_ADVANCE_FIRST = update(cp_table).where(_LIVE_AT, _c.source.is_(None)).values(
+    source=bindparam("to_source"), **_ADVANCE_SET)
+_ADVANCE_SHADOW = update(cp_table).where(
+    _c.name == bindparam("cp_name"), _c.shadow_source == bindparam("cp_shadow_source"),
+    _c.shadow_revision == bindparam("cp_shadow_revision"),
+).values(
+    shadow_revision=bindparam("to_revision"), shadow_anchor=bindparam("to_anchor"),
+    shadow_applied=_c.shadow_applied + bindparam("add_applied"), applied=_c.applied + bindparam("add_applied"),
+    rejected=_c.rejected + bindparam("add_rejected"), updated_at_ms=bindparam("now_ms"),
+)
+
+
 def advance_live(conn: Connection, cp: Checkpoint, *, source: str, revision: int, anchor: str | None,
                  applied: int, rejected: int, now_ms: int) -> None:
     """Move the live checkpoint from ``cp`` to ``(source, revision)``; raise CheckpointMoved if it moved."""
-    result = conn.execute(
-        update(cp_table).where(_where_live(cp)).values(
-            source=source, revision=revision, anchor=anchor, applied=cp_table.c.applied + applied,
-            rejected=cp_table.c.rejected + rejected, updated_at_ms=now_ms,
-        )
-    )
+    params = {"cp_name": cp.name, "cp_revision": cp.revision, "to_source": source, "to_revision": revision,
+              "to_anchor": anchor, "add_applied": applied, "add_rejected": rejected, "now_ms": now_ms}
+    if cp.source is None:
+        result = conn.execute(_ADVANCE_FIRST, params)
+    else:
+        result = conn.execute(_ADVANCE_LIVE, {**params, "cp_source": cp.source})
     if result.rowcount != 1:
         raise CheckpointMoved()
 
@@ -124,12 +141,11 @@ def start_shadow(conn: Connection, cp: Checkpoint, *, source: str, reason: str, 
 def advance_shadow(conn: Connection, cp: Checkpoint, *, revision: int, anchor: str | None, applied: int,
                    rejected: int, now_ms: int) -> None:
     """Move the shadow checkpoint from ``cp`` to ``revision``; raise CheckpointMoved if it moved."""
-    result = conn.execute(
-        update(cp_table).where(_where_shadow(cp)).values(
-            shadow_revision=revision, shadow_anchor=anchor, shadow_applied=cp_table.c.shadow_applied + applied,
-            applied=cp_table.c.applied + applied, rejected=cp_table.c.rejected + rejected, updated_at_ms=now_ms,
-        )
-    )
+    result = conn.execute(_ADVANCE_SHADOW, {
+        "cp_name": cp.name, "cp_shadow_source": cp.shadow_source, "cp_shadow_revision": cp.shadow_revision,
+        "to_revision": revision, "to_anchor": anchor, "add_applied": applied, "add_rejected": rejected,
+        "now_ms": now_ms,
+    })
     if result.rowcount != 1:
         raise CheckpointMoved()
 

@@ -1,0 +1,503 @@
+"""Every row of the performance table in one run: fencepost beside its baseline, same-run ratios.
+
+Run: ``.venv/bin/python bench/table.py [--pg postgresql+psycopg://postgres@127.0.0.1:5432/test] [--reps 5]``
+(needs the ``bench`` extra: ``eventsourcing`` 9.5, and ``psycopg-pool`` for its PostgreSQL module).
+
+Each row runs fencepost and its baseline alternately (ours/base, then base/ours, ...) for ``--reps``
+reps; the printed figures are the medians of the per-rep rates and of the per-rep ratios (ours /
+base, higher is better for fencepost). Absolute rates move a lot between runs on a shared machine:
+read the ratios. Rows (SQLite in WAL mode; PostgreSQL where the row exists there, with ``--pg``):
+
+* ``append``: one fenced ``store.journal.append`` per write transaction vs ``eventsourcing``
+  ``Application.save`` of an aggregate with one new event (SQLite ``synchronous=FULL`` and
+  ``NORMAL``; PostgreSQL through ``eventsourcing.postgres``).
+* ``append x8 threads``: 8 threads of one process appending fenced entries at once, each to its
+  own run, on one store, vs 8 threads doing 1-event ``Application.save`` calls on one application.
+* ``run-store hot path``: ``claim_and_own`` + 3 x ``heartbeat`` + settle per run vs the raw driver
+  executing the same statements with the same transaction boundaries (``bench/runstore.py``).
+* ``changes_since(500)``: paging every change of ``--feed-runs`` runs vs the same keyset scan
+  through the raw driver (``bench/changefeed.py``).
+* ``RunsByStatus first build``: ``ProjectionBuilder.catch_up()`` of ``--build-runs`` runs into a
+  fresh target (a new SQLite file / a new PostgreSQL schema, the builder's migration applied first)
+  vs the raw driver reading ``(run_id, status, revision)`` of every run from the source and inserting
+  them into a fresh table on the target in one transaction.
+
+Nothing is asserted: timing is for reading, never for CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sqlite3
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import changefeed as cf_bench
+import fencepost
+import projections as proj_bench
+import runstore as rs_bench
+from _pg import ScratchSchemas
+from fencepost._durable import Database
+from fencepost._migrations import migrate
+from fencepost.clock import ManualClock, SystemClock
+from fencepost.journal import OwnerId
+from fencepost.projections import ProjectionBuilder, RunsByStatus
+
+THREADS = 8
+Row = tuple[str, str, float, float, float, float, str]  # path, backend, ours, base, ratio, cpu ratio, unit
+ROWS: list[Row] = []
+
+
+def _payload(i: int) -> dict[str, object]:
+    return {"step": "fetch", "attempt": i, "status": "ok", "detail": {"rows": 12, "ms": 3.5}}
+
+
+class Timer:
+    """Wall and process-CPU seconds of one timed section (CPU: every thread of this process)."""
+
+    def __enter__(self) -> Timer:
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.wall = time.perf_counter() - self.wall
+        self.cpu = time.process_time() - self.cpu
+
+    def rate(self, n: float) -> tuple[float, float]:
+        return n / self.wall, n / max(self.cpu, 1e-9)
+
+
+Sample = tuple[float, float]  # (units per wall second, units per CPU second of this process)
+
+
+def interleaved(reps: int, ours: Callable[[], Sample], base: Callable[[], Sample]
+                ) -> tuple[list[Sample], list[Sample]]:
+    """Run ``ours`` and ``base`` alternately (each returns a ``Sample``); per-rep samples of both."""
+    a: list[Sample] = []
+    b: list[Sample] = []
+    ours()  # warm-up: caches, prepared statements, WAL files
+    base()
+    for r in range(reps):
+        if r % 2 == 0:
+            a.append(ours())
+            b.append(base())
+        else:
+            b.append(base())
+            a.append(ours())
+    return a, b
+
+
+def record(path: str, backend: str, unit: str, ours: list[Sample], base: list[Sample]) -> None:
+    ratios = [x[0] / y[0] for x, y in zip(ours, base, strict=True)]
+    cpu = statistics.median(x[1] / y[1] for x, y in zip(ours, base, strict=True))
+    row = (path, backend, statistics.median(x[0] for x in ours), statistics.median(x[0] for x in base),
+           statistics.median(ratios), cpu, unit)
+    ROWS.append(row)
+    print(f"  {path} [{backend}]: ours {row[2]:,.0f} {unit}, base {row[3]:,.0f} {unit}, median ratio {row[4]:.2f}x "
+          f"(reps {' '.join(f'{x:.2f}' for x in ratios)}); CPU-time ratio {cpu:.2f}x", flush=True)
+
+
+# --------------------------------------------------------------------------- journal appends
+class FencepostAppends:
+    """Fenced single-entry appends on one store; ``threads`` writers each on its own run."""
+
+    def __init__(self, url: str) -> None:
+        self.store = fencepost.open(url, clock=SystemClock())
+        self.i = 0
+        self.owners: dict[str, OwnerId] = {}
+        marker = "?" if self.store.db.name == "sqlite" else "%s"
+        with self.store.db.connect() as conn:
+            for k in range(THREADS + 1):
+                run_id, owner = f"run-fenced-{k}", OwnerId("bench-host", os.getpid(), f"bench-nonce-{k}")
+                conn.exec_driver_sql(
+                    "INSERT INTO flows_consensus_leases (run_id, owner_host_id, owner_pid, owner_nonce, granted_at_ms,"
+                    f" heartbeat_at_ms) VALUES ({marker}, {marker}, {marker}, {marker}, 0, 0)",
+                    (run_id, owner.host_id, owner.pid, owner.nonce),
+                )
+                self.owners[run_id] = owner
+            conn.commit()
+
+    def _append(self, run_id: str, i: int) -> None:
+        self.store.journal.append(run_id, "step.finished", _payload(i), owner=self.owners[run_id], source_id="w")
+
+    def single(self, n: int) -> Sample:
+        with Timer() as t:
+            for _ in range(n):
+                self.i += 1
+                self._append(f"run-fenced-{THREADS}", self.i)
+        return t.rate(n)
+
+    def threaded(self, n: int) -> Sample:
+        def work(k: int) -> None:
+            barrier.wait()
+            for i in range(n):
+                self._append(f"run-fenced-{k}", i)
+
+        return _run_threads(work, n)
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def _run_threads(work: Callable[[int], None], n: int) -> Sample:
+    global barrier
+    barrier = threading.Barrier(THREADS + 1)
+    errors: list[BaseException] = []
+
+    def guarded(k: int) -> None:
+        try:
+            work(k)
+        except BaseException as exc:
+            errors.append(exc)
+            raise
+
+    threads = [threading.Thread(target=guarded, args=(k,)) for k in range(THREADS)]
+    for t in threads:
+        t.start()
+    with Timer() as timer:
+        barrier.wait()
+        for t in threads:
+            t.join()
+    if errors:
+        raise errors[0]
+    return timer.rate(THREADS * n)
+
+
+barrier = threading.Barrier(1)
+_ES_SQLITE_SYNC = ["FULL"]
+_es_patched = [False]
+
+
+_STEP: list[Any] = []
+
+
+def _step_class() -> Any:
+    """The peer's aggregate, defined once (it registers its class by topic)."""
+    if not _STEP:
+        from eventsourcing.domain import Aggregate, event
+
+        class Step(Aggregate):
+            @event("Started")
+            def __init__(self, name: str) -> None:
+                self.name = name
+
+            @event("Finished")
+            def finish(self, detail: dict) -> None:
+                self.detail = detail
+
+        _STEP.append(Step)
+    return _STEP[0]
+
+
+class EventSourcingAppends:
+    """``eventsourcing`` ``Application.save`` of one aggregate with one new event per save."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        from eventsourcing.application import Application
+
+        if env["PERSISTENCE_MODULE"] == "eventsourcing.sqlite" and not _es_patched[0]:
+            from eventsourcing.sqlite import SQLiteConnectionPool
+
+            original = SQLiteConnectionPool._create_connection
+
+            def create_connection(pool: Any) -> Any:  # the same synchronous setting as fencepost's store
+                c = original(pool)
+                c._sqlite_conn.execute(f"PRAGMA synchronous = {_ES_SQLITE_SYNC[0]}")
+                return c
+
+            SQLiteConnectionPool._create_connection = create_connection  # type: ignore[method-assign]
+            _es_patched[0] = True
+
+        Step = _step_class()
+        self.app = Application(env=env)
+        self.steps = [Step(f"fetch-{k}") for k in range(THREADS + 1)]
+        for s in self.steps:
+            self.app.save(s)
+        self.i = 0
+
+    def single(self, n: int) -> Sample:
+        step = self.steps[THREADS]
+        with Timer() as t:
+            for _ in range(n):
+                self.i += 1
+                step.finish(_payload(self.i))
+                self.app.save(step)
+        return t.rate(n)
+
+    def threaded(self, n: int) -> Sample:
+        def work(k: int) -> None:
+            step = self.steps[k]
+            barrier.wait()
+            for i in range(n):
+                step.finish(_payload(i))
+                self.app.save(step)
+
+        return _run_threads(work, n)
+
+    def close(self) -> None:
+        self.app.close()
+
+
+def journal_rows(tmp: Path, pg: ScratchSchemas | None, reps: int, n: int, n_threaded: int) -> None:
+    print("journal appends (appends/s)", flush=True)
+    for sync in ("FULL", "NORMAL"):
+        _ES_SQLITE_SYNC[0] = sync
+        ours = FencepostAppends(f"sqlite:///{tmp / f'journal-{sync}.db'}?synchronous={sync}")
+        es = EventSourcingAppends({"PERSISTENCE_MODULE": "eventsourcing.sqlite",
+                                   "SQLITE_DBNAME": str(tmp / f"es-{sync}.db")})
+        a, b = interleaved(reps, lambda ours=ours: ours.single(n), lambda es=es: es.single(n))
+        record("fenced append vs es Application.save", f"sqlite {sync}", "appends/s", a, b)
+        if sync == "FULL":
+            a, b = interleaved(reps, lambda ours=ours: ours.threaded(n_threaded),
+                               lambda es=es: es.threaded(n_threaded))
+            record(f"{THREADS} threads fenced append vs es save x{THREADS}", f"sqlite {sync}", "appends/s", a, b)
+        ours.close()
+        es.close()
+    if pg is None:
+        return
+    _, ours_url = pg.new()
+    es_schema, _ = pg.new()
+    import psycopg
+
+    with psycopg.connect(pg.dsn, autocommit=True) as c:
+        c.execute(f'CREATE SCHEMA "{es_schema}"')
+    from sqlalchemy.engine import make_url
+
+    u = make_url(pg.base_url)
+    ours = FencepostAppends(ours_url)
+    es = EventSourcingAppends({
+        "PERSISTENCE_MODULE": "eventsourcing.postgres", "POSTGRES_DBNAME": u.database or "postgres",
+        "POSTGRES_HOST": u.host or "127.0.0.1", "POSTGRES_PORT": str(u.port or 5432),
+        "POSTGRES_USER": u.username or "postgres", "POSTGRES_PASSWORD": u.password or "",
+        "POSTGRES_SCHEMA": es_schema, "POSTGRES_POOL_SIZE": str(THREADS + 2),
+    })
+    pn = max(50, n // 5)
+    a, b = interleaved(reps, lambda: ours.single(pn), lambda: es.single(pn))
+    record("fenced append vs es Application.save", "postgresql", "appends/s", a, b)
+    pt = max(20, n_threaded // 5)
+    a, b = interleaved(reps, lambda: ours.threaded(pt), lambda: es.threaded(pt))
+    record(f"{THREADS} threads fenced append vs es save x{THREADS}", "postgresql", "appends/s", a, b)
+    ours.close()
+    es.close()
+
+
+# --------------------------------------------------------------------------- run-store hot path
+def runstore_rows(tmp: Path, pg: ScratchSchemas | None, reps: int, runs: int) -> None:
+    print("run-store hot path (runs/s, 5 write transactions each)", flush=True)
+    counter = [0]
+
+    def one(label: str, ours_url: str, raw_url: str, raw_connect: Callable[[], Any], kind: str,
+            schema: str | None) -> None:
+        clock = ManualClock(0)
+        ours = fencepost.open(ours_url, clock=clock)
+        raw_store = fencepost.open(raw_url, clock=clock)
+        raw = rs_bench.Raw(kind, raw_connect(), schema)
+
+        def run_ours() -> Sample:
+            counter[0] += 1
+            ids = rs_bench.seed(ours, f"o{counter[0]}", runs)
+            with Timer() as t:
+                for rid in ids:
+                    rs_bench.ours_one_run(ours, rid, 0)
+            return t.rate(runs)
+
+        def run_raw() -> Sample:
+            counter[0] += 1
+            ids = rs_bench.seed(raw_store, f"r{counter[0]}", runs)
+            with Timer() as t:
+                for rid in ids:
+                    raw.one_run(rid, 0)
+            return t.rate(runs)
+
+        a, b = interleaved(reps, run_ours, run_raw)
+        record("run-store hot path vs raw driver", label, "runs/s", a, b)
+        ours.close()
+        raw_store.close()
+        raw.conn.close()
+
+    for sync in ("FULL", "NORMAL"):
+        a_path, b_path = tmp / f"rs-ours-{sync}.db", tmp / f"rs-raw-{sync}.db"
+
+        def connect(path: Path = b_path, sync: str = sync) -> sqlite3.Connection:
+            c = sqlite3.connect(path, isolation_level=None)
+            c.execute("PRAGMA busy_timeout = 10000")
+            c.execute("PRAGMA foreign_keys = ON")
+            c.execute(f"PRAGMA synchronous = {sync}")
+            return c
+
+        one(f"sqlite {sync}", f"sqlite:///{a_path}?synchronous={sync}", f"sqlite:///{b_path}?synchronous={sync}",
+            connect, "sqlite", None)
+    if pg is not None:
+        _, ours_url = pg.new()
+        raw_schema, raw_url = pg.new()
+        one("postgresql", ours_url, raw_url, lambda: pg.connect(raw_schema), "postgresql", raw_schema)
+
+
+# --------------------------------------------------------------------------- change feed
+def changefeed_rows(tmp: Path, pg: ScratchSchemas | None, reps: int, runs: int) -> None:
+    print(f"changes_since pages of 500 over {runs:,} runs (changes/s)", flush=True)
+    kinds = [("sqlite", None)] + ([("postgresql", pg.base_url)] if pg is not None else [])
+    for kind, pg_url in kinds:
+        store, _url, schema = cf_bench._open(kind, pg_url, tmp)
+        try:
+            cf_bench._fill(store, runs)
+            cf_bench._analyze(store)
+
+            def feed(store: fencepost.Store = store) -> Sample:
+                with Timer() as t:
+                    seen = cf_bench._feed_scan(store)
+                assert seen == runs
+                return t.rate(runs)
+
+            def raw(store: fencepost.Store = store) -> Sample:
+                with Timer() as t:
+                    seen = cf_bench._raw_scan(store)
+                assert seen == runs
+                return t.rate(runs)
+
+            a, b = interleaved(reps, feed, raw)
+            record("changes_since(500) vs raw keyset scan", kind, "changes/s", a, b)
+        finally:
+            cf_bench._drop(store, schema)
+
+
+# --------------------------------------------------------------------------- projection first build
+_BASE_SELECT = ("SELECT r.run_id, r.status, c.revision FROM flows_runs r JOIN flows_run_changes c "
+                "ON c.run_id = r.run_id")
+_BASE_TABLE = "CREATE TABLE base_copy (run_id TEXT PRIMARY KEY, status TEXT NOT NULL, revision BIGINT NOT NULL)"
+
+
+def build_rows(tmp: Path, pg: ScratchSchemas | None, reps: int, runs: int) -> None:
+    print(f"RunsByStatus first build of {runs:,} runs into a fresh target (runs/s)", flush=True)
+    counter = [0]
+    # SQLite -> fresh SQLite file
+    source = fencepost.open(f"sqlite:///{tmp / 'build-source.db'}")
+    proj_bench._populate(source, runs)
+
+    def ours_sqlite() -> Sample:
+        counter[0] += 1
+        target = Database(f"sqlite:///{tmp / f'build-target-{counter[0]}.db'}")
+        migrate(target, ("projections",))
+        with ProjectionBuilder(source, target, RunsByStatus()) as builder:
+            with Timer() as t:
+                done = builder.catch_up()
+            rate = t.rate(runs)
+        assert done.applied == runs, done
+        target.dispose()
+        return rate
+
+    def base_sqlite() -> Sample:
+        counter[0] += 1
+        path = tmp / f"build-base-{counter[0]}.db"
+        timer = Timer().__enter__()
+        src = sqlite3.connect(source.db.path, isolation_level=None)
+        dst = sqlite3.connect(path, isolation_level=None)
+        dst.execute("PRAGMA journal_mode = WAL")
+        dst.execute("PRAGMA synchronous = FULL")
+        src.execute("BEGIN")
+        rows = src.execute(_BASE_SELECT).fetchall()
+        src.execute("COMMIT")
+        dst.execute("BEGIN IMMEDIATE")
+        dst.execute(_BASE_TABLE)
+        dst.executemany("INSERT INTO base_copy VALUES (?, ?, ?)", rows)
+        dst.execute("COMMIT")
+        timer.__exit__()
+        rate = timer.rate(runs)
+        src.close()
+        dst.close()
+        assert len(rows) == runs
+        return rate
+
+    a, b = interleaved(reps, ours_sqlite, base_sqlite)
+    record("RunsByStatus first build vs raw read+insert", "sqlite", "runs/s", a, b)
+    source.close()
+    if pg is None:
+        return
+    # PostgreSQL -> fresh PostgreSQL schema
+    src_schema, src_url = pg.new()
+    source = fencepost.open(src_url)
+    proj_bench._populate(source, runs)
+
+    def ours_pg() -> Sample:
+        _, url = pg.new()
+        target = Database(url)
+        migrate(target, ("projections",))
+        with ProjectionBuilder(source, target, RunsByStatus()) as builder:
+            with Timer() as t:
+                done = builder.catch_up()
+            rate = t.rate(runs)
+        assert done.applied == runs, done
+        target.dispose()
+        return rate
+
+    def base_pg() -> Sample:
+        schema, _ = pg.new()
+        timer = Timer().__enter__()
+        src = pg.connect(src_schema)
+        rows = src.execute(_BASE_SELECT).fetchall()
+        src.commit()
+        dst = pg.connect(schema)
+        dst.execute(f'CREATE SCHEMA "{schema}"')
+        dst.execute(f'SET search_path TO "{schema}"')
+        dst.execute(_BASE_TABLE)
+        with dst.cursor() as cur:
+            cur.executemany("INSERT INTO base_copy VALUES (%s, %s, %s)", rows)
+        dst.commit()
+        timer.__exit__()
+        rate = timer.rate(runs)
+        src.close()
+        dst.close()
+        assert len(rows) == runs
+        return rate
+
+    a, b = interleaved(reps, ours_pg, base_pg)
+    record("RunsByStatus first build vs raw read+insert", "postgresql", "runs/s", a, b)
+    source.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pg", default=None, help="PostgreSQL URL (postgresql+psycopg://...) for the second backend")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--appends", type=int, default=1000, help="single-thread appends per rep (SQLite)")
+    ap.add_argument("--thread-appends", type=int, default=250, help="appends per thread per rep (SQLite)")
+    ap.add_argument("--runs", type=int, default=200, help="runs per rep through the run-store hot path")
+    ap.add_argument("--feed-runs", type=int, default=50_000)
+    ap.add_argument("--build-runs", type=int, default=20_000)
+    ap.add_argument("--only", default="", help="comma list of: journal,runstore,feed,build")
+    args = ap.parse_args()
+    only = set(filter(None, args.only.split(","))) or {"journal", "runstore", "feed", "build"}
+    print(f"{args.reps} interleaved reps per row; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    with tempfile.TemporaryDirectory(prefix="fencepost-table-") as tmp_dir:
+        tmp = Path(tmp_dir)
+        pg_ctx = ScratchSchemas(args.pg) if args.pg else None
+        try:
+            if "journal" in only:
+                journal_rows(tmp, pg_ctx, args.reps, args.appends, args.thread_appends)
+            if "runstore" in only:
+                runstore_rows(tmp, pg_ctx, args.reps, args.runs)
+            if "feed" in only:
+                changefeed_rows(tmp, pg_ctx, args.reps, args.feed_runs)
+            if "build" in only:
+                build_rows(tmp, pg_ctx, args.reps, args.build_runs)
+        finally:
+            if pg_ctx is not None:
+                pg_ctx.__exit__(None, None, None)
+    print("\n| path | backend | fencepost | baseline | median ratio | CPU-time ratio |\n|---|---|---|---|---|---|")
+    for path, backend, ours, base, ratio, cpu, unit in ROWS:
+        print(f"| {path} | {backend} | {ours:,.0f} {unit} | {base:,.0f} {unit} | {ratio:.2f}x | {cpu:.2f}x |")
+    print(f"load average at the end {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()

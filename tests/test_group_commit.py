@@ -1,0 +1,312 @@
+"""Group commit: concurrent write calls of one process share a COMMIT, each keeps its own outcome.
+
+Races are run with group commit on and off (the single-transaction path as the reference), with
+real threads against a real database; the deterministic tests hold the leader's body until the
+other callers are queued, so they provably share one transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import Counter
+
+import pytest
+from sqlalchemy import event, text
+
+import fencepost
+from fencepost import Activated, LivenessEvidence, OwnerId
+from fencepost._durable import DbFailure
+from fencepost.clock import ManualClock
+from fencepost.journal.verify import verify
+from tests.runstore.conftest import facts
+from tests.runstore.test_race import _replay
+
+THREADS = 4
+RUNS = 6
+ROUNDS = 4
+ROUND_MS = 31_000
+
+
+def _owner(i: int) -> OwnerId:
+    return OwnerId(f"host-{i % 2}", 2000 + i, f"thread-{i}")
+
+
+def _threads(n: int, target, *args) -> list[BaseException]:
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            target(i, *args)
+        except BaseException as exc:  # reported to the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads)
+    return errors
+
+
+@pytest.mark.parametrize("store", ["group", "single"], indirect=True)
+def test_threads_racing_claim_and_own_admit_one_owner_per_epoch(store, clock):
+    """The run-store race of tests/runstore/test_race.py with threads of one store instead of processes."""
+    ids = [f"run-{i}" for i in range(RUNS)]
+    for rid in ids:
+        store.runs.create(rid, "{}")
+    barrier = threading.Barrier(THREADS)
+    wins: list[tuple[int, int, str]] = []
+
+    def worker(i: int) -> None:
+        me = _owner(i)
+        for rnd in range(ROUNDS):
+            now = rnd * ROUND_MS
+            barrier.wait(60)
+            if i == 0:
+                clock.set(now)
+            barrier.wait(60)
+            for rid in ids[i % RUNS:] + ids[:i % RUNS]:
+                row = store.runs.get(rid)
+                evidence = LivenessEvidence(row.owner, now, "lease-expired") if row.owner is not None else None
+                if store.runs.claim_and_own(rid, row, me, now, evidence) == Activated():
+                    wins.append((rnd, i, rid))
+            barrier.wait(60)
+
+    assert _threads(THREADS, worker) == []
+    count = Counter((rnd, rid) for rnd, _i, rid in wins)
+    assert all(count[(rnd, rid)] == 1 for rnd in range(ROUNDS) for rid in ids), count
+    winner = {(rnd, rid): _owner(i) for rnd, i, rid in wins}
+    for rid in ids:
+        assert _replay(facts(store, rid)) == [winner[(rnd, rid)] for rnd in range(ROUNDS)]
+        assert store.runs.get(rid).owner == winner[(ROUNDS - 1, rid)]
+    assert verify(store).ok
+
+
+@pytest.mark.parametrize("store", ["group", "single"], indirect=True)
+def test_threaded_fenced_appends_and_heartbeats_stay_gapless_and_chained(store):
+    """8 threads each own a run and append + heartbeat; a ninth appends with a fence it lost."""
+    n = 8
+    for i in range(n):
+        store.runs.create(f"r{i}", "{}")
+        assert store.runs.claim_and_own(f"r{i}", fencepost.RunSnapshot("pending", None, None), _owner(i), 0) \
+            == Activated()
+    barrier = threading.Barrier(n + 1)
+    lost: list[str] = []
+
+    def worker(i: int) -> None:
+        barrier.wait(60)
+        for k in range(15):
+            store.journal.append(f"r{i}", "step", {"k": k}, owner=_owner(i), source_id="w")
+            if k % 5 == 0:
+                store.runs.heartbeat(f"r{i}", _owner(i), k + 1)
+
+    def zombie() -> None:
+        barrier.wait(60)
+        for _ in range(10):
+            try:
+                store.journal.append("r0", "step", {"zombie": True}, owner=_owner(99), source_id="z")
+            except fencepost.JournalError as exc:
+                lost.append(exc.code)
+
+    errors: list[BaseException] = []
+    z = threading.Thread(target=zombie)
+    z.start()
+    errors = _threads(n, worker)
+    z.join(60)
+    assert errors == [] and lost == ["fence_lost"] * 10
+    for i in range(n):
+        entries = store.journal.entries(f"r{i}").entries
+        assert [e.seq for e in entries] == list(range(15)) and all(e.source_id == "w" for e in entries)
+    positions = [e.position for e in store.journal.log()]
+    assert positions == list(range(1, len(positions) + 1))
+    assert verify(store).ok
+
+
+# --------------------------------------------------------------------------- one shared transaction
+def _hold_until_queued(store: fencepost.Store, queued: int):
+    """A leader body that returns only once ``queued`` other calls wait to join its group (the
+    first time it runs; run again alone, it just writes)."""
+    first = [True]
+
+    def body(conn):
+        conn.execute(text("INSERT INTO flows_runs (run_id, status, state_json, created_at_ms) "
+                          "VALUES ('leader', 'pending', '{}', 0)"))
+        deadline = time.monotonic() + 30
+        while first[0] and store.db._group._waiting < queued:
+            assert time.monotonic() < deadline, "the other callers never queued"
+            time.sleep(0.001)
+        first[0] = False
+        return "leader"
+
+    return body
+
+
+def _insert(run_id: str):
+    return lambda conn: conn.execute(text(
+        "INSERT INTO flows_runs (run_id, status, state_json, created_at_ms) VALUES (:r, 'pending', '{}', 0)"),
+        {"r": run_id})
+
+
+def _run_ids(store: fencepost.Store) -> set[str]:
+    return set(store.db.read(lambda conn: conn.execute(text("SELECT run_id FROM flows_runs")).scalars().all()))
+
+
+def _commits(store: fencepost.Store) -> list[int]:
+    counted: list[int] = []
+    event.listen(store.db.engine, "commit", lambda _conn: counted.append(1))
+    return counted
+
+
+def test_one_callers_failure_leaves_the_others_committed(store):
+    commits = _commits(store)
+    outcomes: dict[str, object] = {}
+    called: list[str] = []
+
+    def ok(conn):
+        _insert("ok")(conn)
+        store.db.after_commit(lambda: called.append("ok"))
+        return "ok"
+
+    def refuses(conn):
+        _insert("refused")(conn)
+        store.db.after_commit(lambda: called.append("refused"))
+        raise fencepost.JournalError("fence_lost", "append", "owner does not hold the run")
+
+    def violates(conn):
+        _insert("leader")(conn)  # the leader's row: a primary-key violation, this call's alone
+
+    bodies = {"refuses": refuses, "violates": violates, "ok": ok}
+    leader_started = threading.Event()
+
+    def call(name: str, fn) -> None:
+        try:
+            outcomes[name] = store.db.write(fn)
+        except BaseException as exc:  # the caller's own outcome
+            outcomes[name] = exc
+
+    leader = threading.Thread(target=lambda: (leader_started.set(),
+                                              call("leader", _hold_until_queued(store, len(bodies)))))
+    leader.start()
+    assert leader_started.wait(10)
+    while store.db._group._group is None:  # the leader's group is open
+        time.sleep(0.001)
+    followers = [threading.Thread(target=call, args=(name, fn)) for name, fn in bodies.items()]
+    for t in followers:
+        t.start()
+    for t in [leader, *followers]:
+        t.join(60)
+    assert len(commits) == 1  # four calls, one COMMIT
+    assert outcomes["leader"] == "leader" and outcomes["ok"] == "ok"
+    assert isinstance(outcomes["refuses"], fencepost.JournalError) and outcomes["refuses"].code == "fence_lost"
+    assert isinstance(outcomes["violates"], DbFailure) and outcomes["violates"].category == "constraint"
+    assert _run_ids(store) == {"leader", "ok"}
+    assert called == ["ok"]  # after-commit callbacks of the successful call only
+
+
+def test_asyncio_tasks_through_threads_share_one_commit(store):
+    commits = _commits(store)
+
+    async def main() -> list[object]:
+        leader = asyncio.create_task(asyncio.to_thread(store.db.write, _hold_until_queued(store, 5)))
+        while store.db._group._group is None:
+            await asyncio.sleep(0.001)
+        rest = [asyncio.to_thread(store.db.write, _insert(f"task-{i}")) for i in range(5)]
+        return await asyncio.gather(leader, *rest)
+
+    results = asyncio.run(main())
+    assert len(commits) == 1
+    assert results[0] == "leader"
+    assert _run_ids(store) == {"leader", *(f"task-{i}" for i in range(5))}
+
+
+def test_a_failed_shared_commit_fails_the_successes_once_and_reruns_the_refusals(store):
+    """A COMMIT that fails with its outcome unknown: calls whose body succeeded get a persistence
+    failure and are never re-run (they may have committed); a refused call decides again alone."""
+    runs: Counter[str] = Counter()
+    outcomes: dict[str, object] = {}
+    fail = [True]
+
+    def broken_commit(_conn) -> None:
+        if fail[0]:
+            fail[0] = False
+            raise RuntimeError("the connection died during COMMIT")
+
+    def ok(conn):
+        runs["ok"] += 1
+        _insert("ok")(conn)
+
+    def refuses(conn):
+        runs["refuses"] += 1
+        raise fencepost.JournalError("fence_lost", "append", "owner does not hold the run")
+
+    def call(name: str, fn) -> None:
+        try:
+            outcomes[name] = store.db.write(fn)
+        except BaseException as exc:
+            outcomes[name] = exc
+
+    event.listen(store.db.engine, "commit", broken_commit)
+    leader = threading.Thread(target=call, args=("leader", _hold_until_queued(store, 2)))
+    leader.start()
+    while store.db._group._group is None:
+        time.sleep(0.001)
+    followers = [threading.Thread(target=call, args=(n, f)) for n, f in (("ok", ok), ("refuses", refuses))]
+    for t in followers:
+        t.start()
+    for t in [leader, *followers]:
+        t.join(60)
+    assert isinstance(outcomes["leader"], RuntimeError)
+    assert isinstance(outcomes["ok"], DbFailure) and outcomes["ok"].category == "persistence_failed"
+    assert isinstance(outcomes["refuses"], fencepost.JournalError)
+    assert runs == {"ok": 1, "refuses": 2}
+    assert _run_ids(store) == set()  # nothing of the failed group landed
+    store.runs.create("after", "{}")  # and the store works again
+    assert _run_ids(store) == {"after"}
+
+
+def test_group_commit_can_be_switched_off(db_url):
+    with fencepost.open(db_url, clock=ManualClock(0), group_commit=False) as single:
+        assert single.db._group is None
+        single.runs.create("r", "{}")
+    with fencepost.open(db_url, clock=ManualClock(0)) as grouped:
+        assert grouped.db._group is not None
+        assert grouped.runs.get("r").run_id == "r"
+
+
+def test_a_deferred_constraint_broken_by_one_member_fails_that_member_alone(store):
+    """The shared COMMIT is refused by a deferred foreign key one body broke: nothing of the group
+    committed, so every call runs again alone; the culprit fails, the others commit."""
+    from tests.faults.test_writer_deferred import _deferred_fk, _violate
+
+    _deferred_fk(store)
+    store.db.write(lambda c: c.exec_driver_sql("INSERT INTO fault_parent (id) VALUES (7)"))
+    outcomes: dict[str, object] = {}
+
+    def call(name: str, fn) -> None:
+        try:
+            outcomes[name] = store.db.write(fn)
+        except BaseException as exc:
+            outcomes[name] = exc
+
+    leader = threading.Thread(target=call, args=("leader", _hold_until_queued(store, 2)))
+    leader.start()
+    while store.db._group._group is None:
+        time.sleep(0.001)
+    followers = [
+        threading.Thread(target=call, args=("culprit", _violate)),
+        threading.Thread(target=call, args=("innocent", lambda c: c.exec_driver_sql(
+            "INSERT INTO fault_child (pid) VALUES (7)"))),
+    ]
+    for t in followers:
+        t.start()
+    for t in [leader, *followers]:
+        t.join(60)
+    assert outcomes["leader"] == "leader"
+    assert isinstance(outcomes["culprit"], DbFailure) and outcomes["culprit"].category == "constraint"
+    assert not isinstance(outcomes["innocent"], BaseException)
+    assert _run_ids(store) == {"leader"}
+    children = store.db.read(lambda c: c.exec_driver_sql("SELECT pid FROM fault_child").scalars().all())
+    assert children == [7]
