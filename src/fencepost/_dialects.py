@@ -83,7 +83,7 @@ class Backend:
         """Whether the driver connection has a transaction open (True when it cannot tell)."""
         raise NotImplementedError
 
-    def discard_after(self, exc: BaseException) -> bool:
+    def discard_after(self, exc: BaseException | None) -> bool:
         """Whether a connection that raised ``exc`` must be replaced even though it rolled back."""
         return False
 
@@ -192,7 +192,7 @@ class SqliteBackend(Backend):
     def transaction_open(self, dbapi_connection: Any) -> bool:
         return bool(dbapi_connection.in_transaction)
 
-    def discard_after(self, exc: BaseException) -> bool:
+    def discard_after(self, exc: BaseException | None) -> bool:
         # A file opened while it was read-only stays read-only on that connection; a file that
         # could not be opened, or failed I/O, may be fine on a new one.
         name = getattr(getattr(exc, "orig", None), "sqlite_errorname", None) or ""

@@ -417,7 +417,7 @@ class Database:
             raise CommitUnknown(unknown)
         return result, txn
 
-    def _settle(self, conn: Connection, trans: Any, write: bool, exc: BaseException) -> None:
+    def _settle(self, conn: Connection, trans: Any, write: bool, exc: BaseException | None) -> None:
         """After a failure: end the transaction on ``conn`` (SQLAlchemy's and the database's), or
         discard ``conn`` when that cannot be done or proven, or when ``exc`` says the connection
         itself is stale (a SQLite file opened read-only); the next call starts clean."""

@@ -111,7 +111,7 @@ class GroupCommit:
                 trans = conn.begin()
                 db.backend.begin_write(conn)
             except BaseException as exc:
-                db._settle(conn, trans, True)
+                db._settle(conn, trans, True, exc)
                 return self._raised(exc)  # as a single write: busy retries, anything else is this call's
             group = _Group(conn, trans)
             self._group = group
@@ -119,7 +119,7 @@ class GroupCommit:
                 outcome = self._run_body(conn, fn, savepoint=False)
                 if outcome[0] != _OK:
                     # Nobody joined yet: the transaction holds only this body. Roll it back.
-                    db._settle(conn, trans, True)
+                    db._settle(conn, trans, True, outcome[1] if isinstance(outcome[1], BaseException) else None)
                     return outcome
                 while not group.failure:
                     with self._waiting_lock:
@@ -129,12 +129,12 @@ class GroupCommit:
                     self._cond.wait(_GATHER_WAIT)  # a waiting call takes the lock and runs its body
                 self._group = None
                 if group.failure:  # a member broke the shared transaction: nothing of it commits
-                    db._settle(conn, trans, True)
+                    db._settle(conn, trans, True, None)
                     return (_ALONE, None, [])
                 try:
                     trans.commit()
                 except BaseException as exc:
-                    db._settle(conn, trans, True)
+                    db._settle(conn, trans, True, exc)
                     if _refused(db, exc):
                         # Definitely not committed (busy, or a deferred constraint some body broke):
                         # every call runs again alone, so the culprit fails alone.

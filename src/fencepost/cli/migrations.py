@@ -6,7 +6,11 @@ from typing import Any
 
 import click
 
-from fencepost.cli._common import CliContext, json_option, print_json, table
+from fencepost.cli._common import CliContext
+from fencepost.cli._output import Column, Output, output_options
+
+MIGRATION_COLUMNS = [Column("id", "id", wrap=False), Column("name", "name", wrap=False),
+                     Column("state", "state", wrap=False)]
 
 
 @click.group()
@@ -45,9 +49,9 @@ class _Missing:
 
 
 @migrations.command("status")
-@json_option
+@output_options
 @click.pass_obj
-def migrations_status(obj: CliContext, as_json: bool) -> None:
+def migrations_status(obj: CliContext, out: Output) -> None:
     """List every migration of this version: applied, pending, or unknown (recorded by a newer version).
 
     Never creates or changes the database. Exits 1 when the database is newer than this code.
@@ -61,22 +65,19 @@ def migrations_status(obj: CliContext, as_json: bool) -> None:
         rows = status(db, ledger)
     finally:
         db.dispose()
-    if as_json:
-        print_json([{"id": r.id, "name": r.name, "state": r.state} for r in rows])
-    else:
-        pending = sum(r.state == "pending" for r in rows)
-        unknown = sum(r.state == "unknown" for r in rows)
-        table(f"{len(rows) - pending - unknown} applied, {pending} pending"
-              + (f", {unknown} unknown (the database is newer than this fencepost)" if unknown else ""),
-              ["id", "name", "state"], [(r.id, r.name, r.state) for r in rows])
+    pending = sum(r.state == "pending" for r in rows)
+    unknown = sum(r.state == "unknown" for r in rows)
+    out.rows([{"id": r.id, "name": r.name, "state": r.state} for r in rows], MIGRATION_COLUMNS,
+             title=f"{len(rows) - pending - unknown} applied, {pending} pending"
+             + (f", {unknown} unknown (the database is newer than this fencepost)" if unknown else ""))
     if any(r.state == "unknown" for r in rows):
         raise SystemExit(1)
 
 
 @migrations.command("sql")
-@json_option
+@output_options
 @click.pass_obj
-def migrations_sql(obj: CliContext, as_json: bool) -> None:
+def migrations_sql(obj: CliContext, out: Output) -> None:
     """Print the SQL that applies the pending migrations, for the URL's backend, ledger rows included.
 
     For a DBA who applies schema changes by hand: run the script in one transaction, then
@@ -91,10 +92,10 @@ def migrations_sql(obj: CliContext, as_json: bool) -> None:
     try:
         check_not_newer(db, ledger)
         text = script(db, ledger)
-        if as_json:
-            pending = [r.id for r in status(db, ledger) if r.state == "pending"]
-            print_json({"backend": db.backend.name, "pending": pending, "sql": text})
-        else:
+        if out.is_table:
             click.echo(text, nl=False)
+        else:
+            pending = [r.id for r in status(db, ledger) if r.state == "pending"]
+            out.record({"backend": db.backend.name, "pending": pending, "sql": text})
     finally:
         db.dispose()

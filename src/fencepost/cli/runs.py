@@ -7,7 +7,7 @@ from typing import Any
 import click
 import msgspec
 
-from fencepost.cli._common import CliContext, fail, json_option, owner_text, print_json, read_store, when, write_store
+from fencepost.cli._common import CliContext, fail, owner_text, read_store, when, write_store
 from fencepost.cli._output import Column, Output, output_options, snake_keys, to_data
 
 STATUSES = ("pending", "running", "suspended", "completed", "failed", "cancelled")
@@ -321,8 +321,8 @@ def _parse_ndjson(stream: Any) -> list[tuple[str, str]]:
 @click.argument("run_id")
 @click.option("--state", "state_json", default="{}", show_default=True, metavar="JSON",
               help="The run's initial state, stored byte for byte.")
-@json_option
-def runs_create(run_id: str, state_json: str, as_json: bool) -> None:
+@output_options
+def runs_create(run_id: str, state_json: str, out: Output) -> None:
     """Create a pending run (a worker then claims and runs it).
 
     RUN_ID "-" reads NDJSON from stdin instead, one run per line:
@@ -335,24 +335,24 @@ def runs_create(run_id: str, state_json: str, as_json: bool) -> None:
     if run_id == "-":
         pairs = _parse_ndjson(click.get_text_stream("stdin"))
         created = store.runs.create_many(pairs)
-        if as_json:
-            print_json({"created": [rid for rid, _ in pairs]})
-        else:
+        if out.is_table:
             click.echo(f"created {created} run(s)")
+        else:
+            out.record({"created": [rid for rid, _ in pairs]})
         return
     store.runs.create(run_id, state_json)
-    if as_json:
-        print_json(store.runs.get(run_id))
-    else:
+    if out.is_table:
         click.echo(f"created {run_id}")
+    else:
+        out.record(run_record(store.runs.get(run_id)))
 
 
 @runs.command("retry")
 @click.argument("run_id")
 @click.option("--new-id", "new_run_id", default=None, metavar="ID",
               help="The new round's run id. Default: <lineage>.retry-<round>.")
-@json_option
-def runs_retry(run_id: str, new_run_id: str | None, as_json: bool) -> None:
+@output_options
+def runs_retry(run_id: str, new_run_id: str | None, out: Output) -> None:
     """Start a new round of a settled run's lineage from its last checkpoint.
 
     The new run is pending, with the state the lineage's latest round ended with, and joins the
@@ -364,8 +364,8 @@ def runs_retry(run_id: str, new_run_id: str | None, as_json: bool) -> None:
     """
     store = write_store(create=False)
     row = store.runs.retry(run_id, new_run_id=new_run_id)
-    if as_json:
-        print_json(row)
+    if not out.is_table:
+        out.record(run_record(row))
     else:
         click.echo(f"created {row.run_id}: round {row.round_ordinal} of lineage {row.lineage_id}, "
                    f"pending, from the last state of {row.parent_run_id}")
@@ -375,8 +375,8 @@ def runs_retry(run_id: str, new_run_id: str | None, as_json: bool) -> None:
 @click.argument("run_id")
 @click.option("--force", is_flag=True,
               help="Also delete a running or claimed run, releasing its lease in the same transaction.")
-@json_option
-def runs_delete(run_id: str, force: bool, as_json: bool) -> None:
+@output_options
+def runs_delete(run_id: str, force: bool, out: Output) -> None:
     """Delete a run and its step attempts.
 
     Change-feed readers (fencepost feed tail, projections) see the deletion. The journal is
@@ -387,7 +387,7 @@ def runs_delete(run_id: str, force: bool, as_json: bool) -> None:
     """
     store = write_store(create=False)
     store.runs.delete(run_id, force=force)
-    if as_json:
-        print_json({"deleted": run_id, "forced": force})
-    else:
+    if out.is_table:
         click.echo(f"deleted {run_id}")
+    else:
+        out.record({"deleted": run_id, "forced": force})
