@@ -136,12 +136,40 @@ def parse_json_text(text: object, *, max_depth: int = MAXIMUM_JSON_DEPTH,
         return None, f"text {p}"
     try:
         value = _json_decoder.decode(text)
-    except (msgspec.DecodeError, RecursionError):
+    except RecursionError:
+        # Nesting deeper than the decoder's own recursion bound: that is the depth limit broken.
+        return None, f"exceeds the depth limit of {max_depth}"
+    except msgspec.DecodeError:
+        if _nesting_exceeds(text, max_depth):
+            return None, f"exceeds the depth limit of {max_depth}"
         return None, "is not valid JSON"
     except UnicodeDecodeError:  # pragma: no cover - msgspec reports escapes as DecodeError
         return None, "is not valid JSON"
     problem = _value_problem(value, max_depth, max_nodes)
     return value, problem
+
+
+def _nesting_exceeds(text: str, max_depth: int) -> bool:
+    """True when JSON-like ``text`` opens more than ``max_depth`` containers at once (strings skipped)."""
+    depth = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > max_depth:
+                return True
+        elif ch in "]}":
+            depth -= 1
+    return False
 
 
 def encode_json(value: Any) -> str:
