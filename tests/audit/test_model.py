@@ -114,6 +114,10 @@ class OwnershipMachine(RuleBasedStateMachine):
     def clock(self) -> int:
         return self.store.clock.now_ms()
 
+    def any(self, test) -> bool:
+        """Some run satisfies ``test`` (a rule's precondition: keeps the search on useful steps)."""
+        return any(test(m) for m in self.model.values())
+
     def reading(self, owner: OwnerId, jitter: int) -> int:
         return max(0, self.clock + OFFSET[owner] + jitter)
 
@@ -166,6 +170,7 @@ class OwnershipMachine(RuleBasedStateMachine):
                    lambda: self.store.runs.claim(run_id, exp, who, now), lambda: m.claim_op(exp, who, now, clock))
 
     @rule(run_id=runs, pick=st.integers(0, 5), stranger=st.sampled_from([None] * 8 + OWNERS))
+    @precondition(lambda self: self.any(lambda m: m.tokens))
     def activate(self, run_id: str, pick: int, stranger: OwnerId | None) -> None:
         m = self.model[run_id]
         if m.claim is not None and stranger is None:
@@ -193,6 +198,7 @@ class OwnershipMachine(RuleBasedStateMachine):
                    lambda: m.claim_and_own_op(exp, who, now, clock, mev))
 
     @rule(run_id=runs, pick=st.integers(0, 5))
+    @precondition(lambda self: self.any(lambda m: m.tokens))
     def abandon(self, run_id: str, pick: int) -> None:
         m = self.model[run_id]
         if m.claim is not None and pick < 4:
@@ -206,6 +212,7 @@ class OwnershipMachine(RuleBasedStateMachine):
 
     @rule(run_id=runs, who=st.sampled_from(OWNERS), jitter=st.sampled_from(JITTER), pick=st.integers(0, 5),
           kind=st.sampled_from(KINDS), exact=st.sampled_from([True, True, True, False]))
+    @precondition(lambda self: self.any(lambda m: m.status == "running"))
     def steal(self, run_id: str, who: OwnerId, jitter: int, pick: int, kind: str, exact: bool) -> None:
         m = self.model[run_id]
         exp, now, clock = self.snapshot(m, pick), self.reading(who, jitter), self.clock
@@ -217,6 +224,7 @@ class OwnershipMachine(RuleBasedStateMachine):
 
     @rule(run_id=runs, who=st.sampled_from(OWNERS), jitter=st.sampled_from(JITTER), pick=st.integers(0, 5),
           kind=st.sampled_from(KINDS))
+    @precondition(lambda self: self.any(lambda m: m.tokens))
     def recover(self, run_id: str, who: OwnerId, jitter: int, pick: int, kind: str) -> None:
         m = self.model[run_id]
         if m.claim is not None and pick < 4:
@@ -235,6 +243,7 @@ class OwnershipMachine(RuleBasedStateMachine):
 
     @rule(run_id=runs, who=st.sampled_from(OWNERS), jitter=st.sampled_from(JITTER), reconfirm=st.booleans(),
           current=st.booleans())
+    @precondition(lambda self: self.any(lambda m: m.status == "running"))
     def heartbeat(self, run_id: str, who: OwnerId, jitter: int, reconfirm: bool, current: bool) -> None:
         m = self.model[run_id]
         if current and m.owner is not None:
@@ -247,6 +256,7 @@ class OwnershipMachine(RuleBasedStateMachine):
 
     @rule(run_id=runs, to=st.sampled_from(TARGETS), guard=st.sampled_from([None, None, "absent", "present"]),
           stranger=st.sampled_from([None] * 8 + OWNERS))
+    @precondition(lambda self: self.any(lambda m: m.status == "running"))
     def transition(self, run_id: str, to: str, guard: str | None, stranger: OwnerId | None) -> None:
         m = self.model[run_id]
         who = stranger or m.owner or OWNERS[0]
