@@ -137,7 +137,12 @@ def parse_json_text(text: object, *, max_depth: int = MAXIMUM_JSON_DEPTH,
         return None, f"text {p}"
     try:
         value = _json_decoder.decode(text)
-    except (msgspec.DecodeError, RecursionError):
+    except RecursionError:
+        # Nesting deeper than the decoder's own recursion bound: that is the depth limit broken.
+        return None, f"exceeds the depth limit of {max_depth}"
+    except msgspec.DecodeError:
+        if _nesting_exceeds(text, max_depth):
+            return None, f"exceeds the depth limit of {max_depth}"
         return None, "is not valid JSON"
     except UnicodeDecodeError:  # pragma: no cover - msgspec reports escapes as DecodeError
         return None, "is not valid JSON"
@@ -164,6 +169,29 @@ def _within_bounds_by_text(text: str, max_depth: int, max_nodes: int) -> bool:
     if opens > max_depth or opens + text.count(",") + text.count(":") + 1 > max_nodes:
         return False
     return "\\u" not in text or _HAZARD_ESCAPE.search(text) is None
+
+
+def _nesting_exceeds(text: str, max_depth: int) -> bool:
+    """True when JSON-like ``text`` opens more than ``max_depth`` containers at once (strings skipped)."""
+    depth = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > max_depth:
+                return True
+        elif ch in "]}":
+            depth -= 1
+    return False
 
 
 def encode_json(value: Any) -> str:

@@ -142,7 +142,8 @@ def test_live_pages_admit_later_keys_and_never_revisit_earlier_ones(store, raw):
         assert [r.run_id for r in store.feed.list_runs(filters, padded, 2).runs] == ["d"]
     with pytest.raises(fencepost.RunStoreError) as err:
         store.feed.list_runs(filters, first.cursor.ljust(65_537), 2)
-    assert err.value.code == "invalid_options"
+    # An over-long cursor is a bad cursor, not a bad option (issue 11).
+    assert err.value.code == "invalid_cursor" and "65536 characters" in str(err.value)
 
 
 def test_cursor_is_bound_to_filters_and_source(store, raw, make_db_url, clock):

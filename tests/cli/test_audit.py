@@ -11,7 +11,8 @@ import fencepost
 from fencepost._schema import flows_journal_events as events
 from fencepost.journal import companion_stream
 from fencepost.journal.owner import OwnerId
-from fencepost.runstore.outcomes import Claimed
+from fencepost.runstore.outcomes import Activated, Claimed
+from tests.cli.conftest import assert_one_line_error
 
 A = OwnerId("host-a", 101, "owner-a")
 B = OwnerId("host-a", 202, "owner-b")
@@ -79,3 +80,90 @@ def test_replay_exits_1_when_a_forged_fact_gives_the_run_a_second_owner(run_cli,
     result = run_cli("--db", settled, "journal", "replay", "r1")
     assert result.code == 1, result
     assert "violation" in result.out
+
+
+# ---------------------------------------------------------------------------- issue 11
+def _forge_second_owner(db_url: str, run_id: str) -> None:
+    with fencepost.open(db_url) as store:
+        store.db.write(lambda conn: store.journal.append_in(
+            conn, companion_stream(run_id), "flows.consensus.activated",
+            {"runId": run_id, "owner": B.to_json(), "grantedAtMs": 5}, source_id="flows.run-store",
+            meta={"runId": run_id}))
+
+
+def test_replay_of_an_unknown_run_is_an_error(run_cli, settled):
+    """Issue 11 (4): no run and no facts with this id: exit 1, one line on stderr, nothing on stdout."""
+    result = run_cli("--db", settled, "journal", "replay", "no-such-run")
+    assert_one_line_error(result)
+    assert result.code == 1 and result.out == "" and "no run" in result.err
+    # A run that exists but was never claimed has an empty, consistent history.
+    with fencepost.open(settled) as store:
+        store.runs.create("never-claimed", "{}")
+    assert run_cli("--db", settled, "journal", "replay", "never-claimed").code == 0
+
+
+def test_replay_wants_a_run_id_or_all(run_cli, settled):
+    for args in ((), ("r1", "--all")):
+        result = run_cli("--db", settled, "journal", "replay", *args)
+        assert_one_line_error(result)
+        assert result.code == 2
+
+
+def test_replay_all_summarises_every_run_and_exits_1_on_any_violation(run_cli, settled):
+    """Issue 11 (4): runs, intervals, violations by kind; --json; exit 1 once one run is broken."""
+    with fencepost.open(settled) as store:
+        store.runs.create("r2", "{}")
+        assert isinstance(store.runs.claim_and_own("r2", store.runs.get("r2"), A, store.clock.now_ms()),
+                          Activated)
+    ok = run_cli("--db", settled, "journal", "replay", "--all")
+    assert ok.code == 0, ok
+    assert "2 run(s) replayed, 2 ownership interval(s), 0 violation(s)" in ok.out
+    summary = json.loads(run_cli("--db", settled, "journal", "replay", "--all", "--json").out)
+    assert (summary["ok"], summary["runs"], summary["intervals"], summary["violations"]) == (True, 2, 2, {})
+    assert sorted(h["run_id"] for h in summary["histories"]) == ["r1", "r2"]
+
+    _forge_second_owner(settled, "r2")
+    broken = run_cli("--db", settled, "journal", "replay", "--all")
+    assert broken.code == 1, broken
+    assert "2 run(s) replayed, 3 ownership interval(s), 2 violation(s)" in broken.out
+    assert "activated_without_claim" in broken.out and "two_owners" in broken.out and "r2" in broken.out
+    as_json = run_cli("--db", settled, "journal", "replay", "--all", "--json")
+    assert as_json.code == 1
+    assert json.loads(as_json.out)["violations"] == {"activated_without_claim": 1, "two_owners": 1}
+
+
+def test_verify_names_the_run_of_a_broken_companion_entry(run_cli, settled):
+    """Issue 11 (4): the break names run r1, not only the hashed companion stream."""
+    with fencepost.open(settled) as store, store.db.connect() as conn:
+        _drop_append_only_guard(store, conn)
+        conn.execute(update(events).where(events.c.run_id == companion_stream("r1"), events.c.seq == 1)
+                     .values(payload_json='{"runId":"r1","owner":{"hostId":"evil","pid":1,"nonce":"x"},'
+                                          '"grantedAtMs":0}'))
+        conn.commit()
+    broken = run_cli("--db", settled, "journal", "verify")
+    assert broken.code == 1 and "first at run r1 (its companion stream) seq 1" in broken.out, broken
+    report = json.loads(run_cli("--db", settled, "journal", "verify", "--json").out)
+    assert report["first_break"]["run_id"] == "r1"
+    assert report["first_break"]["stream"] == companion_stream("r1")
+
+
+def test_verify_anchor_proves_the_newest_entries_were_not_removed(run_cli, settled):
+    """Issue 11 (4): ``--anchor POSITION:HASH`` from an earlier report catches a removed newest entry."""
+    ok = run_cli("--db", settled, "journal", "verify", "--json")
+    head = json.loads(ok.out)["head"]
+    anchor = f"{head['position']}:{head['entry_hash']}"
+    assert f"head {anchor}" in run_cli("--db", settled, "journal", "verify").out
+    assert run_cli("--db", settled, "journal", "verify", "--anchor", anchor).code == 0
+    with fencepost.open(settled) as store, store.db.connect() as conn:
+        _drop_append_only_guard(store, conn)
+        conn.execute(events.delete().where(events.c.position == head["position"]))
+        conn.commit()
+    # The chain alone cannot see a removed newest entry ...
+    assert run_cli("--db", settled, "journal", "verify").code == 0
+    # ... the anchor does.
+    anchored = run_cli("--db", settled, "journal", "verify", "--anchor", anchor)
+    assert anchored.code == 1 and "first at the anchor" in anchored.out, anchored
+    for bad in ("12", "x:" + "0" * 64, "3:abc", "3:" + "G" * 64):
+        result = run_cli("--db", settled, "journal", "verify", "--anchor", bad)
+        assert_one_line_error(result)
+        assert result.code == 2 and "--anchor" in result.err

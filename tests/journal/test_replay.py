@@ -99,14 +99,65 @@ def test_activation_after_release_without_a_new_claim_is_reported(store: fencepo
     assert rules(ownership_history(store, "run")) == ["activated_without_claim"]
 
 
-@pytest.mark.parametrize(("steal_at", "expected"), [(30_000, ["stolen_while_fresh"]), (30_001, [])])
-def test_steal_is_legitimate_only_once_the_lease_is_strictly_stale(store: fencepost.Store, steal_at: int,
-                                                                   expected: list[str]) -> None:
-    """Stale is strict: granted at 0, a steal at 30 000 is too early; at 30 001 it is allowed."""
+@pytest.mark.parametrize(("steal_at", "expected"), [(20_000, ["stolen_while_fresh"]), (20_001, [])])
+def test_facts_without_evidence_fields_judge_a_steal_against_the_grant_less_the_skew_allowance(
+        store: fencepost.Store, steal_at: int, expected: list[str]) -> None:
+    """Facts of an older store carry no heartbeat readings. An activation then proves the owner's
+    heartbeat only down to its grant minus the 10 s skew allowance (the grant may be a caller's
+    reading up to 10 s ahead of the clock that stamped the heartbeat), so a steal is flagged only
+    when that bound is not strictly older than the steal's reading minus 30 s."""
     fact(store, "run", "claimed", A, 0, 0)
     fact(store, "run", "activated", A, 0, 0)
     fact(store, "run", "stolen", B, steal_at, steal_at)
     assert rules(ownership_history(store, "run")) == expected
+
+
+def steal_fact(store: fencepost.Store, run_id: str, thief: OwnerId, now: int, holder: OwnerId, reading: int,
+               cutoff: int, evidence: str = "lease-expired") -> None:
+    store.clock.set(max(now, store.clock.now_ms()))  # type: ignore[attr-defined]
+    payload = {"runId": run_id, "owner": thief.to_json(), "grantedAtMs": now, "holder": holder.to_json(),
+               "holderHeartbeatAtMs": reading, "cutoffMs": cutoff, "evidence": evidence}
+    store.db.write(lambda conn: store.journal.append_in(
+        conn, companion_stream(run_id), "flows.consensus.stolen", payload, source_id="flows.run-store",
+        meta={"runId": run_id}))
+
+
+def activated_fact(store: fencepost.Store, run_id: str, owner: OwnerId, grant: int, heartbeat: int) -> None:
+    store.clock.set(max(heartbeat, store.clock.now_ms()))  # type: ignore[attr-defined]
+    payload = {"runId": run_id, "owner": owner.to_json(), "grantedAtMs": grant, "heartbeatAtMs": heartbeat}
+    store.db.write(lambda conn: store.journal.append_in(
+        conn, companion_stream(run_id), "flows.consensus.activated", payload, source_id="flows.run-store",
+        meta={"runId": run_id}))
+
+
+@pytest.mark.parametrize(("reading", "expected"), [(0, []), (1, ["stolen_while_fresh"])])
+def test_a_steal_is_judged_against_the_reading_and_cutoff_it_records(
+        store: fencepost.Store, reading: int, expected: list[str]) -> None:
+    """Issue 11 (2b): claimed with a reading 8 s ahead of the clock, activated at clock 0 (heartbeat
+    0), stolen at 30 001: legitimate, because the recorded heartbeat (0) is strictly older than the
+    recorded cutoff (1). A reading equal to the cutoff is fresh."""
+    fact(store, "run", "claimed", A, 8_000, 0)
+    activated_fact(store, "run", A, 8_000, 0)
+    steal_fact(store, "run", B, 30_001, A, reading, 1)
+    assert rules(ownership_history(store, "run")) == expected
+
+
+def test_a_steal_whose_evidence_contradicts_the_facts_is_reported(store: fencepost.Store) -> None:
+    """A recorded reading older than the activation's heartbeat, a cutoff not derived from the
+    steal's own reading, a holder that is not the owner, a host rule that does not hold."""
+    fact(store, "run", "claimed", A, 100, 100)
+    activated_fact(store, "run", A, 100, 100)
+    steal_fact(store, "run", B, 40_000, A, 50, 10_000)
+    h = ownership_history(store, "run")
+    assert rules(h) == ["stolen_while_fresh"] and "older than one" in h.violations[0].detail
+    for args, rule in (((B, 40_001, A, 100, 9_000), "stolen_while_fresh"),
+                       ((B, 40_002, B, 100, 10_002), "stolen_wrong_holder"),
+                       ((B, 40_003, A, 100, 10_003, "same-host-pid-dead"), "evidence_invalid")):
+        run_id = f"run-{rule}-{args[1]}"
+        fact(store, run_id, "claimed", A, 100, 100)
+        activated_fact(store, run_id, A, 100, 100)
+        steal_fact(store, run_id, *args)
+        assert rules(ownership_history(store, run_id)) == [rule], rule
 
 
 def test_steal_of_an_unowned_run_is_reported(store: fencepost.Store) -> None:

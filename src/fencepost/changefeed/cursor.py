@@ -153,7 +153,7 @@ def decode_cursor(cursor: object, source: str, filters: ListFilters, *, newest_f
     if type(cursor) is not str:
         raise invalid_options("cursor must be a string returned by list_runs")
     if len(cursor) > MAX_CURSOR_CHARS:
-        raise invalid_options(f"cursor must be at most {MAX_CURSOR_CHARS} characters (got {len(cursor)})")
+        raise invalid_cursor(f"cursor must be at most {MAX_CURSOR_CHARS} characters (got {len(cursor)})")
     try:
         body = _cursor_decoder.decode(cursor)
     except (msgspec.DecodeError, UnicodeEncodeError):

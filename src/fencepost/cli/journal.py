@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from fencepost.cli._common import fail, owner_text, read_store, when
+from fencepost.cli._common import fail, owner_text, read_store, table, when
 from fencepost.cli._output import Column, Output, output_options, to_data
 
 ENTRY_COLUMNS = [
@@ -58,20 +58,32 @@ def _short(payload: Any) -> str:
 
 
 @journal.command("replay")
-@click.argument("run_id")
+@click.argument("run_id", required=False)
+@click.option("--all", "every", is_flag=True, help="Replay every run that has ownership facts and summarise.")
 @output_options
-def journal_replay(run_id: str, out: Output) -> None:
+def journal_replay(run_id: str | None, every: bool, out: Output) -> None:
     """Rebuild a run's ownership history from its consensus facts alone and check it.
 
-    Checks: never two owners at once, every activation preceded by its claim, nothing after a
-    terminal release. Exits 1 when the history breaks an invariant.
+    Checks: never two owners at once, every activation preceded by its claim, every steal and
+    expiry justified by the heartbeat and cutoff the store recorded, no release by a non-holder.
+    With --all, every run with ownership facts is replayed and the summary counts runs, intervals
+    and violations by rule. Exits 1 when any history breaks a rule, or when RUN_ID names neither a
+    run nor any ownership facts.
 
     Example: fencepost journal replay demo-0001
     """
+    if every == (run_id is not None):
+        raise click.UsageError("give a RUN_ID or --all (not both)")
+    store = read_store()
+    if every:
+        _replay_all(store, out)
+        return
     from fencepost.journal import ownership_history
 
-    store = read_store()
+    assert run_id is not None
     history = ownership_history(store, run_id)
+    if history.facts == 0 and not _run_exists(store, run_id):
+        raise fail("journal replay: no run and no ownership facts with this run id")
     if out.is_table:
         out.rows([to_data(i) | {"owner_text": owner_text(i.owner)} for i in history.intervals], INTERVAL_COLUMNS,
                  title=f"ownership of {run_id} ({history.facts} fact(s))",
@@ -96,31 +108,95 @@ INTERVAL_COLUMNS = [
 ]
 
 
+def _run_exists(store: Any, run_id: str) -> bool:
+    from fencepost.errors import RunStoreError
+
+    try:
+        store.runs.get(run_id)
+    except RunStoreError as exc:
+        if exc.code in ("not_found_row", "invalid_run"):
+            return False
+        raise
+    return True
+
+
+def _replay_all(store: Any, out: Output) -> None:
+    from fencepost.journal.replay import replay_all
+
+    summary = replay_all(store)
+    if not out.is_table:
+        out.record({"ok": summary.ok, "runs": summary.runs, "intervals": summary.intervals,
+                    "violations": summary.violations, "unattributed_streams": summary.unattributed_streams,
+                    "histories": to_data(summary.histories)})
+    else:
+        total = sum(summary.violations.values())
+        click.echo(f"{summary.runs} run(s) replayed, {summary.intervals} ownership interval(s), "
+                      f"{total} violation(s)")
+        if summary.violations:
+            table("violations by rule", ["rule", "count"], sorted(summary.violations.items()))
+            broken = [h for h in summary.histories if h.violations]
+            table("runs with violations", ["run", "violations", "first"],
+                  [(h.run_id, len(h.violations), f"{h.violations[0].rule} at seq {h.violations[0].seq}")
+                   for h in broken])
+        for stream in summary.unattributed_streams:
+            click.echo(f"unattributed ownership facts on {stream} name no run that hashes to it")
+        if summary.ok:
+            click.echo("every ownership history is consistent")
+    if not summary.ok:
+        raise SystemExit(1)
+
+
 def _fields(struct: Any) -> tuple[str, ...]:
     return tuple(getattr(struct, "__struct_fields__", ()))
 
 
+def _anchor(value: str | None) -> Any:
+    if value is None:
+        return None
+    from fencepost.journal import Head
+
+    position, sep, digest = value.partition(":")
+    if not sep or not position.isdigit() or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+        raise click.BadParameter("expected POSITION:HASH (a journal position and its 64-hex entry hash)",
+                                 param_hint="--anchor")
+    return Head(position=int(position), entry_hash=digest)
+
+
 @journal.command("verify")
+@click.option("--anchor", metavar="POSITION:HASH", default=None,
+              help="A head recorded earlier (printed by verify): also prove the entry there is unchanged.")
 @output_options
-def journal_verify(out: Output) -> None:
+def journal_verify(anchor: str | None, out: Output) -> None:
     """Verify every stream's hash chain and the global position sequence.
 
-    Exits 1 when an entry was edited, removed or reordered.
+    Exits 1 when an entry was edited, removed or reordered. The report ends with the journal head
+    (POSITION:HASH); keep it elsewhere and pass it back with --anchor to prove later that nothing
+    up to it was removed or rewritten.
 
-    Example: fencepost journal verify
+    Example: fencepost journal verify --anchor 1042:5f1c...e9
     """
     from fencepost.journal import verify
 
+    head = _anchor(anchor)
     store = read_store()
-    report = verify(store)
-    b = report.first_break
-    where = f" first at stream {b.stream} seq {b.seq} (position {b.position}): {b.what}, {b.detail}" if b else ""
+    report = verify(store, anchor=head)
     if not out.is_table:
         out.record(to_data(report))
     elif report.ok:
+        tail = f"; head {report.head.position}:{report.head.entry_hash}" if report.head else ""
         out.message(f"journal verified: {report.entries_checked} entries in "
-                    f"{report.streams_checked} streams, chains intact")
+                    f"{report.streams_checked} streams, chains intact{tail}")
     else:
+        b = report.first_break
+        where = ""
+        if b is not None:
+            if b.what == "anchor":
+                place = "the anchor"
+            elif b.run_id is not None and b.run_id != b.stream:
+                place = f"run {b.run_id} (its companion stream)"
+            else:
+                place = f"stream {b.stream}"
+            where = f" first at {place} seq {b.seq} (position {b.position}): {b.what}, {b.detail}"
         out.message(f"journal broken: {report.breaks} break(s);{where}")
     if not report.ok:
         raise fail(f"the journal is broken: {report.breaks} break(s)")

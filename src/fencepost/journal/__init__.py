@@ -8,7 +8,14 @@ from fencepost.journal.entries import Accepted, Duplicate, EntriesPage, Entry, N
 from fencepost.journal.journal import Journal, JournalTransaction
 from fencepost.journal.owner import OwnerId
 from fencepost.journal.redaction import Redaction, Rule
-from fencepost.journal.replay import OwnershipHistory, OwnershipInterval, Violation, ownership_history
+from fencepost.journal.replay import (
+    OwnershipHistory,
+    OwnershipInterval,
+    ReplaySummary,
+    Violation,
+    ownership_history,
+    replay_all,
+)
 from fencepost.journal.verify import Break, Head, VerifyReport, head, verify
 
 COMPANION_PREFIX = "flows.companion/"
@@ -39,6 +46,7 @@ __all__ = [
     "OwnershipHistory",
     "OwnershipInterval",
     "Redaction",
+    "ReplaySummary",
     "Rule",
     "VerifyReport",
     "Violation",
@@ -46,5 +54,6 @@ __all__ = [
     "head",
     "is_companion_run_id",
     "ownership_history",
+    "replay_all",
     "verify",
 ]

@@ -24,6 +24,7 @@ from fencepost.journal._sql import ENTRY_COLUMNS
 from fencepost.journal.entries import Accepted, Duplicate, EntriesPage, Entry, NewEntry
 from fencepost.journal.owner import OwnerId
 from fencepost.journal.redaction import DEFAULT, Redaction
+from fencepost.journal.replay import FACT_PREFIX, FACT_SOURCE
 
 if TYPE_CHECKING:
     from fencepost._store import Store
@@ -209,10 +210,14 @@ class Journal:
 
         Internal path shared by companion facts and the public appends, so there is one append
         path. Identifiers must already be validated; redaction and the durable-value check of
-        payload and meta are applied here.
+        payload and meta are applied here. The run store's own consensus facts keep their
+        structural fields verbatim (``Redaction.fact``).
         """
         if not isinstance(conn, Connection):
             raise JournalError("invalid_event", "append_in", "conn must be the Connection of an open store.db.write")
+        redact = self._redactor()
+        if redact is not None and source_id == FACT_SOURCE and event_type.startswith(FACT_PREFIX):
+            redact = self.redaction.fact
         return _append.append(
             conn,
             run_id=run_id,
@@ -223,7 +228,7 @@ class Journal:
             meta=meta,
             dedupe=dedupe,
             emitted_at_ms=self._now("append"),
-            redact=self._redactor(),
+            redact=redact,
         )
 
     def _redactor(self) -> Callable[[Any], Any] | None:

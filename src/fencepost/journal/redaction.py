@@ -466,6 +466,59 @@ class Redaction:
         return out
 
 
+    def fact(self, value: Any) -> Any:
+        """Redact the payload or meta of one of the run store's own consensus facts.
+
+        The structural fields of a fact (``FACT_FIELDS``: the run id, the owner triples, the
+        timestamps and the evidence the store decided on) are identifiers and readings the store
+        already keeps verbatim in its run rows; rewriting one would corrupt the ownership history
+        (a run id ``sk-learn-train-001`` is not an API key). They are kept as given when they have
+        their structural shape (a string, an integer, null, or an ``{hostId, pid, nonce}`` owner);
+        every other member, and a structural field of any other shape, is redacted as usual.
+        """
+        if not self.enabled:
+            return value
+        if type(value) is not dict:
+            return self(value)
+        kept: dict[str, Any] = {}
+        rest: dict[Any, Any] = {}
+        for k, v in value.items():
+            if k in FACT_FIELDS and _structural(v):
+                kept[k] = v
+            else:
+                rest[k] = v
+        out = self(rest)
+        for k, v in kept.items():
+            if type(v) is str:
+                problem = text_problem(v)
+                if problem:
+                    raise NotDurable(f"string {problem}")
+            elif type(v) is dict:
+                for part in (v["hostId"], v["nonce"]):
+                    problem = text_problem(part)
+                    if problem:
+                        raise NotDurable(f"string {problem}")
+                v = dict(v)
+            out[k] = v
+        return out
+
+
+#: Members of a consensus fact's payload and meta that ``Redaction.fact`` keeps verbatim.
+FACT_FIELDS = frozenset({
+    "runId", "owner", "grantedAtMs", "heartbeatAtMs", "holder", "holderHeartbeatAtMs", "cutoffMs",
+    "evidence", "observer", "cause",
+})
+
+
+def _structural(v: Any) -> bool:
+    t = type(v)
+    if v is None or t is str or (t is int):
+        return True
+    if t is dict and set(v) == {"hostId", "pid", "nonce"}:
+        return type(v["hostId"]) is str and type(v["nonce"]) is str and type(v["pid"]) is int
+    return False
+
+
 DEFAULT = Redaction()
 NOOP = Redaction.noop()
 
@@ -473,6 +526,7 @@ __all__ = [
     "CIRCULAR",
     "DEFAULT",
     "DEFAULT_RULES",
+    "FACT_FIELDS",
     "MAX_DEPTH",
     "MAX_NODES",
     "NOOP",

@@ -1,30 +1,42 @@
 """Ownership replay for auditors: rebuild who held a run from its ``flows.consensus.*`` facts alone.
 
-The run store appends one fact per transition the consensus strategy grants (``claimed``,
+The run store appends one fact per transition that changes who holds or claims a run (``claimed``,
 ``activated``, ``released``, ``stolen``, ``expired``) to the run's companion stream, in the same
-transaction as the run-row mutation (REFERENCE 3.5). Replaying them in ``seq`` order rebuilds the
-ownership intervals and checks the rules the strategy enforces:
+transaction as the run-row mutation (REFERENCE 3.5). Each fact carries the evidence the store
+decided on: ``activated`` the heartbeat it stamped (``heartbeatAtMs``); ``stolen`` the displaced
+``holder``, the holder's heartbeat the store read (``holderHeartbeatAtMs``), the staleness
+``cutoffMs`` it compared that reading with and the ``evidence`` kind; ``expired`` the ``cutoffMs``
+and ``evidence`` kind. Replaying the facts in ``seq`` order rebuilds the ownership intervals
+(``ownership_step``, shared with the ``OwnershipHistory`` projection) and checks the rules:
 
 * ``two_owners``: an owner is activated while another still holds the run and no steal displaced it;
 * ``activated_without_claim``: an ``activated`` that does not consume a pending ``claimed``/``stolen``
   with the same owner and grant (this also covers an activation after a release with no new claim);
 * ``claim_while_claimed`` / ``claim_while_owned``: a claim or steal the lease could not have granted;
-* ``stolen_without_owner``, ``stolen_while_fresh``: a steal needs an owner whose lease was stale,
-  i.e. granted more than ``STALE_AFTER`` before the steal's recorded time;
-* ``expired_without_claim``, ``expired_while_fresh``: a recovery needs a pending claim that was stale
-  at the fact's recorded time (allowing the permitted caller clock skew);
+* ``stolen_without_owner``; ``stolen_wrong_holder`` (the steal names another holder than the run's
+  owner); ``stolen_while_fresh``: the recorded reading was not older than the recorded cutoff, the
+  cutoff is not the steal's own reading minus ``STALE_AFTER``, the reading is older than a heartbeat
+  earlier facts prove, or the steal's reading is further ahead of the store clock than the skew
+  allowance; ``evidence_invalid``: the evidence kind's host rule does not hold;
+* ``expired_without_claim``, ``expired_while_fresh``: a recovery needs a pending claim that was older
+  than the recorded cutoff (and a cutoff within the skew allowance of the store clock);
 * ``released_without_hold``, ``malformed_fact``, ``wrong_run``, ``unknown_fact``.
 
-Heartbeats are never journaled, so the staleness checks use what the facts prove: an owner was alive
-at least at its grant. Violations are reported, never raised.
+Facts written before the evidence fields existed still replay: without ``heartbeatAtMs`` an
+activation proves the owner's heartbeat only down to its grant minus the skew allowance, and a
+steal without a recorded reading is judged against that bound. Violations are reported, never raised.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import msgspec
+from sqlalchemy import select
 
+from fencepost._durable import DbFailure
+from fencepost._schema import flows_journal_events as _events
 from fencepost._values import identifier_problem, is_safe_int
 from fencepost.errors import JournalError
 from fencepost.journal.entries import Entry
@@ -40,6 +52,9 @@ FACT_SOURCE = "flows.run-store"
 STALE_AFTER_MS = 30_000
 #: How far a caller's ``now_ms`` may run ahead of the store clock that stamps ``emitted_at_ms``.
 SKEW_ALLOWANCE_MS = 10_000
+#: The kinds of fact the run store writes.
+FACT_KINDS = ("claimed", "activated", "released", "stolen", "expired")
+_COMPANION = "flows.companion/run-store/"
 
 
 class OwnershipInterval(msgspec.Struct, frozen=True):
@@ -81,34 +96,139 @@ class OwnershipHistory(msgspec.Struct, frozen=True):
         return not self.violations
 
 
+class Holding(msgspec.Struct, frozen=True):
+    """A claim pending on a run, or the run's current owner: who, under which grant, taken how.
+
+    ``kind`` is ``claimed`` or ``stolen`` for a claim, ``activated`` for an owner.
+    """
+
+    owner: OwnerId
+    granted_at_ms: int | None
+    kind: str
+
+
+class Step(msgspec.Struct, frozen=True):
+    """What one fact does to a run's ownership (``ownership_step``).
+
+    ``claim_ended`` says how the pending claim ended (``superseded``, ``released``, ``expired``),
+    ``interval_ended`` how the open interval ended (``stolen``, ``released``, ``displaced``),
+    ``activated_claim`` that the pending claim became the owner (its interval opens at this fact),
+    ``interval_opened`` that an interval opens at this fact (from the claim or without one),
+    ``claim`` the claim pending after the fact, and ``rules`` the structural rules the fact broke.
+    """
+
+    claim: Holding | None
+    claim_ended: str | None = None
+    interval_ended: str | None = None
+    activated_claim: bool = False
+    interval_opened: bool = False
+    rules: tuple[str, ...] = ()
+
+
+def ownership_step(owner_now: Holding | None, claim: Holding | None, kind: str, owner: OwnerId,
+                   granted_at_ms: int | None) -> Step:
+    """Apply one consensus fact to a run's ownership: the one interval-building rule.
+
+    ``owner_now`` is the run's open interval (None: nobody owns it), ``claim`` the pending claim;
+    ``kind``, ``owner`` and ``granted_at_ms`` are the fact's. Replay and the ``OwnershipHistory``
+    projection both build their intervals with this function, so they cannot disagree:
+
+    * ``claimed`` / ``stolen`` record a pending claim (a steal changes no owner until activated);
+    * ``activated`` opens an interval; when it consumes a pending steal it ends the displaced owner's
+      interval (``stolen``); the same owner activated again without a claim keeps its interval;
+    * ``released`` ends the releaser's claim and/or the releaser's interval, nobody else's;
+    * ``expired`` ends the matching pending claim.
+    """
+    rules: list[str] = []
+    if kind in ("claimed", "stolen"):
+        if claim is not None:
+            rules.append("claim_while_claimed")
+        if kind == "claimed" and owner_now is not None:
+            rules.append("claim_while_owned")
+        if kind == "stolen" and owner_now is None:
+            rules.append("stolen_without_owner")
+        return Step(claim=Holding(owner, granted_at_ms, kind), claim_ended="superseded" if claim else None,
+                    rules=tuple(rules))
+    if kind == "activated":
+        matched = claim is not None and claim.owner == owner and claim.granted_at_ms == granted_at_ms
+        if not matched:
+            rules.append("activated_without_claim")
+        ended = None
+        if owner_now is not None:
+            if matched and claim is not None and claim.kind == "stolen":
+                ended = "stolen"
+            elif owner_now.owner == owner and not matched:
+                return Step(claim=claim, rules=tuple(rules))  # the same owner again: keep its interval
+            else:
+                rules.append("two_owners")
+                ended = "displaced"
+        return Step(claim=None if matched else claim, interval_ended=ended, activated_claim=matched,
+                    interval_opened=True, rules=tuple(rules))
+    if kind == "released":
+        claim_ended = interval_ended = None
+        if claim is not None and claim.owner == owner and granted_at_ms in (None, claim.granted_at_ms):
+            claim_ended = "released"
+        if owner_now is not None and owner_now.owner == owner and granted_at_ms in (None, owner_now.granted_at_ms):
+            interval_ended = "released"
+        if claim_ended is None and interval_ended is None:
+            rules.append("released_without_hold")
+        return Step(claim=None if claim_ended else claim, claim_ended=claim_ended, interval_ended=interval_ended,
+                    rules=tuple(rules))
+    if kind == "expired":
+        if claim is None or claim.owner != owner or claim.granted_at_ms != granted_at_ms:
+            return Step(claim=claim, rules=("expired_without_claim",))
+        return Step(claim=None, claim_ended="expired")
+    return Step(claim=claim, rules=("unknown_fact",))
+
+
 class _Open(msgspec.Struct):
     owner: OwnerId
     grant: int | None
     position: int
     seq: int
     at_ms: int
+    #: The newest heartbeat the facts prove this owner had (None: nothing proven).
+    floor: int | None
 
 
-class _Claim(msgspec.Struct):
-    owner: OwnerId
-    grant: int | None
-    kind: str
-
-
-def _owner_of(payload: Any) -> OwnerId | None:
-    o = payload.get("owner") if type(payload) is dict else None
-    if type(o) is not dict:
+def owner_of(value: Any) -> OwnerId | None:
+    """The ``{hostId, pid, nonce}`` member ``value`` as an ``OwnerId``, or None when malformed."""
+    if type(value) is not dict:
         return None
-    host, pid, nonce = o.get("hostId"), o.get("pid"), o.get("nonce")
+    host, pid, nonce = value.get("hostId"), value.get("pid"), value.get("nonce")
     if type(host) is not str or type(nonce) is not str or not is_safe_int(pid):
         return None
     return OwnerId(host, pid, nonce)
 
 
+_EVIDENCE_FIELDS = {
+    "activated": ("heartbeatAtMs",),
+    "stolen": ("holder", "holderHeartbeatAtMs", "cutoffMs", "evidence"),
+    "expired": ("cutoffMs", "evidence"),
+}
+_EVIDENCE_KINDS = ("lease-expired", "same-host-pid-dead", "cross-host-unreachable-stale")
+
+
+def _evidence_problem(kind: str, payload: dict[str, Any]) -> str | None:
+    for name in _EVIDENCE_FIELDS.get(kind, ()):
+        if name not in payload:
+            continue
+        v = payload[name]
+        if name == "holder":
+            ok = owner_of(v) is not None
+        elif name == "evidence":
+            ok = type(v) is str
+        else:
+            ok = is_safe_int(v)
+        if not ok:
+            return f"{name} is malformed"
+    return None
+
+
 class _Replay:
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
-        self.claim: _Claim | None = None
+        self.claim: Holding | None = None
         self.current: _Open | None = None
         self.intervals: list[OwnershipInterval] = []
         self.violations: list[Violation] = []
@@ -130,73 +250,78 @@ class _Replay:
     def apply(self, e: Entry) -> None:
         kind = e.event_type[len(FACT_PREFIX):]
         self.facts += 1
-        owner = _owner_of(e.payload)
-        grant = e.payload.get("grantedAtMs") if type(e.payload) is dict else None
+        payload = e.payload if type(e.payload) is dict else {}
+        owner = owner_of(payload.get("owner"))
+        grant = payload.get("grantedAtMs")
         if owner is None or not (grant is None or is_safe_int(grant)):
             self.violate(e, "malformed_fact", "payload lacks a well-formed owner or grantedAtMs")
             return
-        if e.payload.get("runId") != self.run_id:
+        problem = _evidence_problem(kind, payload)
+        if problem is not None:
+            self.violate(e, "malformed_fact", f"payload {problem}")
+            return
+        if payload.get("runId") != self.run_id:
+            # A fact about another run does not change this run's history.
             self.violate(e, "wrong_run", "payload runId names another run")
-        handler = getattr(self, f"_{kind}", None)
-        if handler is None:
-            self.violate(e, "unknown_fact", f"unknown consensus fact {kind!r}")
             return
-        handler(e, owner, grant)
-
-    def _claimed(self, e: Entry, owner: OwnerId, grant: int | None) -> None:
-        if self.claim is not None:
-            self.violate(e, "claim_while_claimed", "a claim was granted while another claim was pending")
-        if self.current is not None:
-            self.violate(e, "claim_while_owned", "a claim was granted while the run had an owner")
-        self.claim = _Claim(owner, grant, "claimed")
-
-    def _stolen(self, e: Entry, owner: OwnerId, grant: int | None) -> None:
-        if self.claim is not None:
-            self.violate(e, "claim_while_claimed", "a steal was granted while a claim was pending")
-        if self.current is None:
-            self.violate(e, "stolen_without_owner", "a steal was granted while nobody owned the run")
-        elif grant is None or self.current.grant is None or not self.current.grant < grant - STALE_AFTER_MS:
-            self.violate(e, "stolen_while_fresh",
-                         f"the owner's lease was granted within {STALE_AFTER_MS} ms of the steal")
-        self.claim = _Claim(owner, grant, "stolen")
-
-    def _activated(self, e: Entry, owner: OwnerId, grant: int | None) -> None:
-        claim = self.claim
-        matched = claim is not None and claim.owner == owner and claim.grant == grant
-        if not matched:
-            self.violate(e, "activated_without_claim", "no pending claim or steal with this owner and grant")
+        if kind == "stolen":
+            self._judge_steal(e, payload, owner, grant)
+        elif kind == "expired":
+            self._judge_expiry(e, payload, owner, grant)
         current = self.current
-        if current is not None:
-            if matched and claim is not None and claim.kind == "stolen":
-                self.close(e, "stolen")
-            elif current.owner == owner and not matched:
-                return  # the same owner activated again: keep its interval
-            else:
-                self.violate(e, "two_owners", "activated while another owner held the run")
-                self.close(e, "displaced")
-        if matched:
-            self.claim = None
-        self.current = _Open(owner, grant, e.position, e.seq, e.emitted_at_ms)
+        held = None if current is None else Holding(current.owner, current.grant, "activated")
+        step = ownership_step(held, self.claim, kind, owner, grant)
+        for rule in step.rules:
+            self.violate(e, rule, _DETAILS[rule])
+        if step.interval_ended is not None:
+            self.close(e, step.interval_ended)
+        self.claim = step.claim
+        if step.interval_opened:
+            hb = payload.get("heartbeatAtMs")
+            floor = hb if hb is not None else (None if grant is None else grant - SKEW_ALLOWANCE_MS)
+            self.current = _Open(owner, grant, e.position, e.seq, e.emitted_at_ms, floor)
 
-    def _released(self, e: Entry, owner: OwnerId, grant: int | None) -> None:
-        matched = False
-        if self.claim is not None and self.claim.owner == owner and (grant is None or grant == self.claim.grant):
-            self.claim = None
-            matched = True
-        if self.current is not None and self.current.owner == owner and (grant is None or grant == self.current.grant):
-            self.close(e, "released")
-            matched = True
-        if not matched:
-            self.violate(e, "released_without_hold", "released by an owner that held neither the claim nor the run")
+    def _judge_steal(self, e: Entry, payload: dict[str, Any], thief: OwnerId, grant: int | None) -> None:
+        current = self.current
+        if current is None:
+            return  # stolen_without_owner, from ownership_step
+        holder = owner_of(payload.get("holder")) if "holder" in payload else current.owner
+        if holder != current.owner:
+            self.violate(e, "stolen_wrong_holder", "the steal displaces an owner that did not hold the run")
+        kind = payload.get("evidence")
+        if kind is not None and not _host_rule(kind, holder, thief):
+            self.violate(e, "evidence_invalid", "the evidence kind does not admit a steal between these hosts")
+        reading = payload.get("holderHeartbeatAtMs")
+        cutoff = payload.get("cutoffMs")
+        floor = current.floor
+        if grant is None:
+            fresh = "the steal has no reading"
+        elif grant > e.emitted_at_ms + SKEW_ALLOWANCE_MS:
+            fresh = "the steal's reading is further ahead of the store clock than the skew allowance"
+        elif reading is None or cutoff is None:
+            # A fact from before the evidence fields: judge against what earlier facts prove.
+            fresh = None if floor is None or floor < grant - STALE_AFTER_MS else (
+                f"the owner's lease was renewed within {STALE_AFTER_MS} ms of the steal")
+        elif cutoff != grant - STALE_AFTER_MS:
+            fresh = "the recorded cutoff is not the steal's reading minus the staleness window"
+        elif not reading < cutoff:
+            fresh = "the holder's recorded heartbeat was not older than the cutoff"
+        elif floor is not None and reading < floor:
+            fresh = "the recorded heartbeat is older than one the owner's earlier facts prove"
+        else:
+            fresh = None
+            current.floor = reading if floor is None else max(floor, reading)
+        if fresh is not None:
+            self.violate(e, "stolen_while_fresh", fresh)
 
-    def _expired(self, e: Entry, owner: OwnerId, grant: int | None) -> None:
+    def _judge_expiry(self, e: Entry, payload: dict[str, Any], owner: OwnerId, grant: int | None) -> None:
         claim = self.claim
-        if claim is None or claim.owner != owner or claim.grant != grant:
-            self.violate(e, "expired_without_claim", "no pending claim with this owner and grant")
-            return
-        if grant is None or not grant < e.emitted_at_ms + SKEW_ALLOWANCE_MS - STALE_AFTER_MS:
+        if claim is None or claim.owner != owner or claim.granted_at_ms != grant:
+            return  # expired_without_claim, from ownership_step
+        cutoff = payload.get("cutoffMs")
+        limit = e.emitted_at_ms + SKEW_ALLOWANCE_MS - STALE_AFTER_MS
+        if grant is None or not grant < (limit if cutoff is None else min(cutoff, limit)):
             self.violate(e, "expired_while_fresh", f"the claim was not older than {STALE_AFTER_MS} ms when it expired")
-        self.claim = None
 
     def result(self, stream: str) -> OwnershipHistory:
         intervals = list(self.intervals)
@@ -206,6 +331,38 @@ class _Replay:
                                                start_seq=c.seq, started_at_ms=c.at_ms))
         return OwnershipHistory(run_id=self.run_id, stream=stream, facts=self.facts, intervals=intervals,
                                 violations=self.violations)
+
+
+def _host_rule(kind: Any, holder: OwnerId, actor: OwnerId) -> bool:
+    if kind == "same-host-pid-dead":
+        return actor.host_id == holder.host_id
+    if kind == "cross-host-unreachable-stale":
+        return actor.host_id != holder.host_id
+    return kind == "lease-expired"
+
+
+_DETAILS = {
+    "claim_while_claimed": "a claim was granted while another claim was pending",
+    "claim_while_owned": "a claim was granted while the run had an owner",
+    "stolen_without_owner": "a steal was granted while nobody owned the run",
+    "activated_without_claim": "no pending claim or steal with this owner and grant",
+    "two_owners": "activated while another owner held the run",
+    "released_without_hold": "released by an owner that held neither the claim nor the run",
+    "expired_without_claim": "no pending claim with this owner and grant",
+    "unknown_fact": "unknown consensus fact",
+}
+
+
+def _facts(store: Store, stream: str) -> Iterator[Entry]:
+    after = -1
+    while True:
+        page = store.journal.entries(stream, after=after, limit=10_000)
+        for e in page.entries:
+            if e.event_type.startswith(FACT_PREFIX) and e.source_id == FACT_SOURCE:
+                yield e
+        if not page.has_more:
+            return
+        after = page.entries[-1].seq
 
 
 def ownership_history(store: Store, run_id: str) -> OwnershipHistory:
@@ -222,13 +379,70 @@ def ownership_history(store: Store, run_id: str) -> OwnershipHistory:
         raise JournalError("invalid_event", "ownership_history", f"run_id {problem}")
     stream = companion_stream(run_id)
     replay = _Replay(run_id)
-    after = -1
-    while True:
-        page = store.journal.entries(stream, after=after, limit=10_000)
-        for e in page.entries:
-            if e.event_type.startswith(FACT_PREFIX) and e.source_id == FACT_SOURCE:
-                replay.apply(e)
-        if not page.has_more:
-            break
-        after = page.entries[-1].seq
+    for e in _facts(store, stream):
+        replay.apply(e)
     return replay.result(stream)
+
+
+class ReplaySummary(msgspec.Struct, frozen=True):
+    """``replay_all``: every run's history, and the totals an auditor reads first.
+
+    ``runs`` counts the runs replayed, ``intervals`` their ownership intervals, ``violations`` maps
+    each broken rule to how often it was broken; ``unattributed_streams`` lists companion streams
+    whose facts name no run that hashes to them (facts nobody can attribute). ``ok`` is True when
+    nothing was broken.
+    """
+
+    runs: int
+    intervals: int
+    violations: dict[str, int]
+    unattributed_streams: list[str]
+    histories: list[OwnershipHistory]
+
+    @property
+    def ok(self) -> bool:
+        """True when no run broke a rule and every fact stream names its run."""
+        return not self.violations and not self.unattributed_streams
+
+
+_FACT_STREAMS = (
+    select(_events.c.run_id).distinct()
+    .where(_events.c.source_id == FACT_SOURCE, _events.c.event_type.like(FACT_PREFIX + "%"),
+           _events.c.run_id.like(_COMPANION + "%"))
+    .order_by(_events.c.run_id)
+)
+
+
+def replay_all(store: Store) -> ReplaySummary:
+    """Replay every run that has ownership facts (``ownership_history`` of each), with totals.
+
+    A run is found through its companion stream: the run id is the ``runId`` its facts name that
+    hashes to that stream.
+    """
+    from fencepost.journal import companion_stream
+
+    try:
+        streams = store.db.read(lambda conn: list(conn.execute(_FACT_STREAMS).scalars()))
+    except DbFailure:
+        raise JournalError("read_failed", "replay_all", "journal read persistence failed") from None
+    histories: list[OwnershipHistory] = []
+    orphans: list[str] = []
+    counts: dict[str, int] = {}
+    for stream in streams:
+        run_id = None
+        for e in _facts(store, stream):
+            named = e.payload.get("runId") if type(e.payload) is dict else None
+            if type(named) is str and named and companion_stream(named) == stream:
+                run_id = named
+                break
+        if run_id is None:
+            orphans.append(stream)
+            continue
+        h = ownership_history(store, run_id)
+        histories.append(h)
+        for v in h.violations:
+            counts[v.rule] = counts.get(v.rule, 0) + 1
+    histories.sort(key=lambda h: h.run_id)
+    return ReplaySummary(runs=len(histories), intervals=sum(len(h.intervals) for h in histories),
+                         violations=dict(sorted(counts.items())), unattributed_streams=orphans,
+                         histories=histories)

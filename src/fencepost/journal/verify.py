@@ -43,6 +43,9 @@ class Break(msgspec.Struct, frozen=True):
     not follow its log predecessor), ``seq`` (a gap or repeat in the stream), ``stream_link`` (the
     entry does not follow its stream predecessor), ``content`` (type, payload or meta differ from
     what was hashed), ``entry_hash`` (any other field differs), ``event_id`` and ``anchor``.
+    ``run_id`` is the run the entry belongs to: the stream itself, or for a companion stream
+    (``flows.companion/...``, named by a hash) the run its ``meta.runId`` names when that run hashes
+    to the stream; None when it cannot be told (or for an anchor break).
     """
 
     stream: str
@@ -50,6 +53,7 @@ class Break(msgspec.Struct, frozen=True):
     position: int
     what: str
     detail: str
+    run_id: str | None = None
 
 
 class VerifyReport(msgspec.Struct, frozen=True):
@@ -89,7 +93,7 @@ class _Checker:
         self.breaks += 1
         if self.first is None:
             self.first = Break(stream=row.run_id, seq=int(row.seq), position=int(row.position), what=what,
-                               detail=detail)
+                               detail=detail, run_id=_run_of(row))
 
     def check(self, row: Any) -> None:
         self.count += 1
@@ -115,6 +119,27 @@ class _Checker:
         self.log_prev = row.entry_hash
         self.streams[row.run_id] = (int(row.seq), row.entry_hash)
         self.last = Head(position=position, entry_hash=row.entry_hash)
+
+
+_meta = msgspec.json.Decoder()
+
+
+def _run_of(row: Any) -> str | None:
+    """The run an entry belongs to (see ``Break.run_id``)."""
+    from fencepost.journal import COMPANION_PREFIX, companion_stream
+
+    stream = row.run_id
+    if not stream.startswith(COMPANION_PREFIX):
+        return stream
+    name = stream[len(COMPANION_PREFIX):].rpartition("/")[0]
+    try:
+        meta = _meta.decode(row.meta_json)
+    except (msgspec.DecodeError, TypeError):
+        return None
+    named = meta.get("runId") if type(meta) is dict else None
+    if type(named) is str and named and name and companion_stream(named, name) == stream:
+        return named
+    return None
 
 
 def verify(store: Store, *, anchor: Head | None = None) -> VerifyReport:

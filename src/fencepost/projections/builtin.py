@@ -11,6 +11,8 @@ from sqlalchemy import update as sql_update
 
 from fencepost._dialects import in_json_ids
 from fencepost.changefeed import Missing, Observed
+from fencepost.journal.owner import OwnerId
+from fencepost.journal.replay import Holding, owner_of, ownership_step
 from fencepost.projections import _sql
 from fencepost.projections.protocol import ConsensusFact, Target
 
@@ -107,17 +109,24 @@ def _row(item: Observed) -> dict[str, Any]:
 class OwnershipHistory:
     """Ownership intervals per run, from the journal's ``flows.consensus.*`` facts in position order.
 
-    Table ``projection_ownership_history`` (or ``table=``), one row per interval, keyed by
-    ``(run_id, opened_position)``: the owner (``owner_host_id``, ``owner_pid``, ``owner_nonce``), how
-    it began (``opened_by``: ``claimed``, ``stolen`` or ``activated``) with the fact's
-    ``granted_at_ms`` and ``opened_at_ms`` (when the fact was emitted), its activation
-    (``activated_position``, ``activated_at_ms``) and how it ended (``closed_by``: ``released``,
-    ``stolen``, ``expired`` or ``claimed`` when a new claim supersedes it; ``closed_position``,
-    ``closed_at_ms``). An open interval has ``closed_position`` NULL. Rules, fact by fact:
-    ``claimed`` closes any open interval and opens one; ``activated`` marks the open interval of the
-    same owner (or closes another owner's and opens one); ``stolen`` closes the open interval and
-    opens the thief's; ``released`` and ``expired`` close the open interval. Contradictions in the
-    facts are recorded as they come: verifying them is ``fencepost journal replay``'s job.
+    Table ``projection_ownership_history`` (or ``table=``), keyed by ``(run_id, opened_position)``.
+    Each row is a claim on a run and, once activated, the owner's interval:
+
+    * the owner (``owner_host_id``, ``owner_pid``, ``owner_nonce``); how the row began
+      (``opened_by``: ``claimed``, ``stolen``, or ``activated`` for an activation with no claim
+      before it) with the fact's ``granted_at_ms`` and ``opened_at_ms`` (when the fact was emitted);
+    * its activation (``activated_position``, ``activated_at_ms``; NULL for a claim that never
+      became ownership);
+    * how it ended (``closed_by``, ``closed_position``, ``closed_at_ms``; NULL while open). A claim
+      ends ``released`` (abandoned, lost, or dropped when the owner left), ``expired`` or
+      ``superseded``; an interval ends ``released`` (its owner left), ``stolen`` (a thief
+      activated) or ``displaced``.
+
+    The rows with an ``activated_position`` are exactly the intervals ``fencepost journal replay``
+    rebuilds: both apply ``fencepost.journal.replay.ownership_step`` fact by fact. A steal is a
+    claim, so it changes no owner until the thief activates; a ``released`` ends only the
+    releaser's claim or interval. Contradictions in the facts are recorded as they come
+    (verifying them is replay's job); facts without a well-formed owner are skipped, as replay does.
     """
 
     feed = "consensus"
@@ -151,59 +160,57 @@ class OwnershipHistory:
         target.conn.execute(delete(target.table(self.table.name)))
 
     def apply(self, target: Target, update: ConsensusFact) -> None:
-        """Fold one consensus fact into the run's intervals."""
+        """Fold one consensus fact into the run's claims and intervals (``ownership_step``)."""
         t = target.table(self.table.name)
         conn = target.conn
         fact = update
-        owner = _owner(fact.owner)
-        current = conn.execute(
-            select(t.c.opened_position, t.c.owner_host_id, t.c.owner_pid, t.c.owner_nonce)
+        owner = owner_of(fact.owner)
+        if owner is None:
+            return  # replay reports it as malformed and applies nothing
+        open_rows = conn.execute(
+            select(t.c.opened_position, t.c.owner_host_id, t.c.owner_pid, t.c.owner_nonce, t.c.granted_at_ms,
+                   t.c.opened_by, t.c.activated_position)
             .where(t.c.run_id == fact.run_id, t.c.closed_position.is_(None))
-            .order_by(t.c.opened_position.desc())
-            .limit(1)
-        ).first()
-        same_owner = current is not None and (current.owner_host_id, current.owner_pid, current.owner_nonce) == owner
+            .order_by(t.c.opened_position)
+        ).all()
+        interval = claim = None
+        for row in open_rows:  # at most one open interval and one pending claim per run
+            if row.activated_position is not None:
+                interval = row
+            else:
+                claim = row
 
-        def close(closed_by: str) -> None:
-            if current is None:
-                return
+        def holding(row: Any, kind: str) -> Holding | None:
+            if row is None:
+                return None
+            return Holding(OwnerId(row.owner_host_id, int(row.owner_pid), row.owner_nonce), row.granted_at_ms, kind)
+
+        step = ownership_step(holding(interval, "activated"), holding(claim, claim.opened_by if claim else ""),
+                              fact.kind, owner, fact.granted_at_ms)
+
+        def close(row: Any, closed_by: str) -> None:
             conn.execute(
                 sql_update(t)
-                .where(t.c.run_id == fact.run_id, t.c.opened_position == current.opened_position)
+                .where(t.c.run_id == fact.run_id, t.c.opened_position == row.opened_position)
                 .values(closed_position=fact.revision, closed_by=closed_by, closed_at_ms=fact.emitted_at_ms)
             )
 
-        def open_(opened_by: str, activated: bool) -> None:
+        if step.interval_ended is not None and interval is not None:
+            close(interval, step.interval_ended)
+        if step.claim_ended is not None and claim is not None:
+            close(claim, step.claim_ended)
+        if step.activated_claim and claim is not None:
+            conn.execute(
+                sql_update(t)
+                .where(t.c.run_id == fact.run_id, t.c.opened_position == claim.opened_position)
+                .values(activated_position=fact.revision, activated_at_ms=fact.emitted_at_ms)
+            )
+        elif step.interval_opened or (step.claim is not None and fact.kind in ("claimed", "stolen")):
+            activated = step.interval_opened
             conn.execute(t.insert().values(
-                run_id=fact.run_id, opened_position=fact.revision, owner_host_id=owner[0], owner_pid=owner[1],
-                owner_nonce=owner[2], opened_by=opened_by, granted_at_ms=fact.granted_at_ms,
-                opened_at_ms=fact.emitted_at_ms, activated_position=fact.revision if activated else None,
+                run_id=fact.run_id, opened_position=fact.revision, owner_host_id=owner.host_id,
+                owner_pid=owner.pid, owner_nonce=owner.nonce, opened_by="activated" if activated else fact.kind,
+                granted_at_ms=fact.granted_at_ms, opened_at_ms=fact.emitted_at_ms,
+                activated_position=fact.revision if activated else None,
                 activated_at_ms=fact.emitted_at_ms if activated else None, source=fact.source,
             ))
-
-        if fact.kind == "claimed":
-            close("claimed")
-            open_("claimed", False)
-        elif fact.kind == "activated":
-            if same_owner:
-                assert current is not None
-                conn.execute(
-                    sql_update(t)
-                    .where(t.c.run_id == fact.run_id, t.c.opened_position == current.opened_position)
-                    .values(activated_position=fact.revision, activated_at_ms=fact.emitted_at_ms)
-                )
-            else:
-                close("claimed")
-                open_("activated", True)
-        elif fact.kind == "stolen":
-            close("stolen")
-            open_("stolen", False)
-        elif fact.kind in ("released", "expired"):
-            close(fact.kind)
-        # Unknown consensus kinds are facts of a newer writer: skip them rather than guess.
-
-
-def _owner(owner: dict[str, Any] | None) -> tuple[Any, Any, Any]:
-    if not owner:
-        return (None, None, None)
-    return (owner.get("hostId"), owner.get("pid"), owner.get("nonce"))

@@ -145,12 +145,22 @@ class StoreBase:
             err.cause = {"category": exc.category, "code": exc.code}  # type: ignore[attr-defined]
             raise err from None
 
-    def _fact(self, conn: Connection, run_id: str, kind: str, owner: OwnerId, granted_at_ms: int | None) -> None:
+    def _fact(self, conn: Connection, run_id: str, kind: str, owner: OwnerId, granted_at_ms: int | None,
+              **evidence: Any) -> None:
+        """Append the consensus fact ``kind`` with the evidence the store decided on.
+
+        ``evidence`` members by kind: ``activated`` ``heartbeatAtMs`` (the heartbeat stamped);
+        ``stolen`` ``holder``, ``holderHeartbeatAtMs`` (the holder's heartbeat read), ``cutoffMs``
+        (what it was compared with) and ``evidence`` (the kind); ``expired`` ``observer``,
+        ``cutoffMs`` and ``evidence``; ``released`` may carry ``cause`` when the store dropped a
+        claim its holder did not release itself.
+        """
+        payload: dict[str, Any] = {"runId": run_id, "owner": owner.to_json(), "grantedAtMs": granted_at_ms}
+        for name, value in evidence.items():
+            payload[name] = value.to_json() if isinstance(value, OwnerId) else value
         # Companion facts ride the journal's one append path, inside this same transaction.
         self._store.journal.append_in(
-            conn, companion_stream(run_id), FACT_TYPES[kind],
-            {"runId": run_id, "owner": owner.to_json(), "grantedAtMs": granted_at_ms},
-            source_id=SOURCE_ID, meta={"runId": run_id},
+            conn, companion_stream(run_id), FACT_TYPES[kind], payload, source_id=SOURCE_ID, meta={"runId": run_id},
         )
 
     def _lease_now(self, now_ms: object, method: str) -> int:

@@ -61,6 +61,13 @@ def _refuse(method: str, detail: str, code: str = "invalid_attempt") -> AttemptS
     return err
 
 
+def _contract(summary: str, exc: AttemptStoreError) -> str:
+    """The refusal of a whole attempt: a broken depth or node limit is named, with its field."""
+    if getattr(exc, "cause", {}).get("limit"):
+        return f"{summary}: {exc.detail}"
+    return summary
+
+
 def validate_policy(policy: object) -> AttemptPolicy:
     """Validate an ``AttemptPolicy`` (None means the defaults); ``invalid_attempt`` otherwise."""
     if policy is None:
@@ -126,7 +133,10 @@ class AttemptStore:
             raise _refuse(method, f"{field} is required")
         p = value_problem(value, max_depth=MAXIMUM_JSON_DEPTH, max_nodes=MAXIMUM_JSON_NODES)
         if p:
-            raise _refuse(method, f"{field} {p}")
+            err = _refuse(method, f"{field} {p}")
+            if "limit of" in p:  # the depth or node limit: callers must learn which one they broke
+                err.cause = {"field": field, "limit": "depth" if "depth" in p else "nodes"}  # type: ignore[attr-defined]
+            raise err
         return encode_json(value)
 
     def _checkpoint(self, method: str, value: Any) -> str | None:
@@ -180,8 +190,8 @@ class AttemptStore:
                 raise _refuse(method, "attempt violates the persistence contract")
             try:
                 p = self._attempt(method, attempt)
-            except AttemptStoreError:
-                raise _refuse(method, "attempt violates the persistence contract") from None
+            except AttemptStoreError as exc:
+                raise _refuse(method, _contract("attempt violates the persistence contract", exc)) from None
             p.update(self._owner(method, owner))
             p["in_progress"] = self._in_progress_json
             op.identity(runId=attempt.run_id, stepKeyDigest=attempt.step_key_digest, attempt=attempt.attempt,
@@ -273,8 +283,8 @@ class AttemptStore:
             method = "finish"
             try:
                 p = self._attempt(method, attempt)
-            except AttemptStoreError:
-                raise _refuse(method, "finished attempt violates the contract") from None
+            except AttemptStoreError as exc:
+                raise _refuse(method, _contract("finished attempt violates the contract", exc)) from None
             if attempt.state in self._in_progress or attempt.finished_at_ms is None:
                 raise _refuse(method, "finished attempt violates the contract")
             if attempt.meta == {}:

@@ -377,8 +377,13 @@ class RunStore(Leases, Cancellation):
                         strategy.release(conn, run_id, owner)  # compensate: the grant must not linger
                         return classify(g, now)
                 grant = d.granted_at_ms
-                self._fact(conn, run_id, kind, owner, grant)
-                self._fact(conn, run_id, "activated", owner, grant)
+                if kind == "stolen":
+                    assert ev is not None
+                    self._fact(conn, run_id, "stolen", owner, grant, holder=own, holderHeartbeatAtMs=g[4],
+                               cutoffMs=now - STALE_AFTER_MS, evidence=ev.kind)
+                else:
+                    self._fact(conn, run_id, "claimed", owner, grant)
+                self._fact(conn, run_id, "activated", owner, grant, heartbeatAtMs=now)
                 q.run(conn, q.SET_RUNNING, {"run_id": run_id, "started": now, "hb": now, **o_params(owner)})
                 return ACTIVATED
 
@@ -414,10 +419,12 @@ class RunStore(Leases, Cancellation):
                     return SNAPSHOT_CHANGED
                 now = self._clock.now_ms()
                 if not isinstance(strategy.activate(conn, run_id, claimant, token, now), cs.Activated):
+                    # The lease disowned this claim: the row drops it too, and says so.
                     q.run(conn, q.CLEAR_CLAIM, {"run_id": run_id})
+                    self._fact(conn, run_id, "released", claimant, token, cause="activation-lost")
                     return CLAIM_LOST
                 q.run(conn, q.SET_RUNNING, {"run_id": run_id, "started": now, "hb": now, **o_params(claimant)})
-                self._fact(conn, run_id, "activated", claimant, token)
+                self._fact(conn, run_id, "activated", claimant, token, heartbeatAtMs=now)
                 return ACTIVATED
 
             outcome = self._write(method, tx)
@@ -478,7 +485,8 @@ class RunStore(Leases, Cancellation):
                 if not isinstance(d, cs.Recovered):
                     return CLAIM_FRESH if getattr(d, "reason", None) == "claim_fresh" else CLAIM_CHANGED
                 q.run(conn, q.CLEAR_CLAIM, {"run_id": run_id})
-                self._fact(conn, run_id, "expired", stale_claimant, token)
+                self._fact(conn, run_id, "expired", stale_claimant, token, observer=observer,
+                           cutoffMs=now - STALE_AFTER_MS, evidence=ev.kind)
                 return RECOVERED
 
             outcome = self._write(method, tx)
@@ -514,7 +522,8 @@ class RunStore(Leases, Cancellation):
                 if not isinstance(d, cs.Claimed):
                     return classify(g, now)
                 q.run(conn, q.SET_CLAIM, {"run_id": run_id, "claimed_at": d.granted_at_ms, **c_params(claimant)})
-                self._fact(conn, run_id, "stolen", claimant, d.granted_at_ms)
+                self._fact(conn, run_id, "stolen", claimant, d.granted_at_ms, holder=own, holderHeartbeatAtMs=g[4],
+                           cutoffMs=now - STALE_AFTER_MS, evidence=ev.kind)
                 return Claimed(d.granted_at_ms)
 
             outcome = self._write(method, tx)
@@ -558,9 +567,13 @@ class RunStore(Leases, Cancellation):
                 if strategy.guard(conn, run_id, owner):
                     p = o_params(owner)
                     p.update(run_id=run_id, state_json=state_json, guard=g_code)
+                    pending = None
                     if to == "running":
                         hit = q.run(conn, q.TRANSITION_RUNNING, p).fetchone()
                     else:
+                        # Leaving drops any claim a stealer holds on the run: read it first, so
+                        # that change of who claims the run leaves its own fact.
+                        pending = q.run(conn, q.SELECT_GUARDED, {"run_id": run_id}).fetchone()
                         p["to"] = to
                         p["failure_json"] = failure_json
                         p["finished"] = self._clock.now_ms() if to in TERMINAL else None
@@ -569,6 +582,11 @@ class RunStore(Leases, Cancellation):
                         if to != "running":
                             strategy.release(conn, run_id, owner)
                             self._fact(conn, run_id, "released", owner, None)
+                            claimant = None if pending is None or no_claim(pending) else OwnerId(
+                                pending[5], pending[6], pending[7])
+                            if claimant is not None and claimant != owner:
+                                # (the owner's own claim is covered by its release, grant null)
+                                self._fact(conn, run_id, "released", claimant, pending[8], cause="owner-left")
                             if to in TERMINAL:
                                 self._db.after_commit(_count_throughput)
                         return TRANSITIONED
