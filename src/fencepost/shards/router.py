@@ -243,7 +243,7 @@ class ShardedRuns(_Routed):
                lineage_id: str | None = None, round_ordinal: int | None = None) -> None:
         """Create on the placed shard (or the lineage's / parent's shard), checking the set's generation."""
         s = self._shards
-        if len(s.names) == 1 or identifier_problem(run_id):
+        if identifier_problem(run_id):  # refused by the store exactly as it refuses it alone
             return s[s.names[0]].runs.create(run_id, state_json, parent_run_id=parent_run_id,
                                              lineage_id=lineage_id, round_ordinal=round_ordinal)
         anchor = lineage_id if lineage_id is not None else parent_run_id
