@@ -61,3 +61,11 @@ def test_outcomes_are_frozen_tagged_structs_usable_in_match() -> None:
             pytest.fail("Claimed did not match its own class pattern")
     encoded = msgspec.json.decode(msgspec.json.encode(fencepost.Terminal(status="completed")))
     assert encoded["status"] == "completed" and "Terminal" in encoded.values()
+
+
+@pytest.mark.parametrize("name", ["open_shards", "ShardSet", "ShardChange", "ShardError"])
+def test_shard_names_are_exported_from_the_package_and_the_subpackage(name: str) -> None:
+    import fencepost.shards
+
+    assert name in fencepost.__all__
+    assert getattr(fencepost, name) is getattr(fencepost.shards, name)

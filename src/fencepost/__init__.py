@@ -17,6 +17,10 @@ from fencepost.errors import RunStoreError as RunStoreError
 from fencepost.errors import SourceChanged as SourceChanged
 from fencepost.journal.owner import OwnerId as OwnerId
 from fencepost.runstore import *  # noqa: F403 - re-exported by design, listed in its __all__
+from fencepost.shards import ShardChange as ShardChange
+from fencepost.shards import ShardError as ShardError
+from fencepost.shards import ShardSet as ShardSet
+from fencepost.shards import open_shards as open_shards
 
 __all__ = sorted(
     {
@@ -28,9 +32,13 @@ __all__ = sorted(
         "OwnerId",
         "RunAlreadyExists",
         "RunStoreError",
+        "ShardChange",
+        "ShardError",
+        "ShardSet",
         "SourceChanged",
         "Store",
         "open",
+        "open_shards",
         *_runstore.__all__,
         *_changefeed.__all__,
     }

@@ -206,8 +206,10 @@ class GroupCommit:
         """How a raising body is answered: as a single write would answer it."""
         db = self._db
         if isinstance(exc, DBAPIError):
-            if exc.connection_invalidated or db.backend.is_transient(exc):
-                return (_ALONE, "broken", [])  # the single write would retry: so do we, alone
+            if exc.connection_invalidated or db.backend.is_transient(exc) or db.backend.discard_after(exc):
+                # The single write would retry, or replace a connection that went stale (a SQLite
+                # file opened while read-only): so do we, alone, where that rule lives.
+                return (_ALONE, "broken", [])
             return (_RAISED, db._failure(exc), [])
         if isinstance(exc, SQLAlchemyError):
             return (_RAISED, db._failure(exc), [])

@@ -112,3 +112,15 @@ flows_run_changes = Table(
     Column("revision", Int, nullable=False),
     Column("deleted", Integer, nullable=False),
 )
+
+# Since migration 4001: at most one row, present when the store is a member of a shard set.
+flows_shard_membership = Table(
+    "flows_shard_membership",
+    metadata,
+    Column("singleton", Integer, primary_key=True),
+    Column("set_id", Text, nullable=False),
+    Column("shard_name", Text, nullable=False),
+    Column("members_json", Text, nullable=False),
+    Column("generation", Int, nullable=False),
+    Column("joined_at_ms", Int, nullable=False),
+)

@@ -254,7 +254,10 @@ class Worker:
             stmt = select(*_CANDIDATE_COLUMNS).where(where).order_by(runs_t.c.created_at_ms, runs_t.c.run_id)
             return [dict(r._mapping) for r in conn.execute(stmt.limit(limit))]
 
-        return self.store.db.read(read)
+        found = [c for member in _members(self.store) for c in member.db.read(read)]
+        if len(found) > limit:  # several shards: the oldest ``limit`` of them all
+            found = sorted(found, key=lambda c: (c["created_at_ms"], c["run_id"]))[:limit]
+        return found
 
     def take(self, limit: int) -> list[RunRow]:
         """Sweep once and take up to ``limit`` runs; return the rows now owned (activated) by this worker.
@@ -405,14 +408,20 @@ class Worker:
             return [r[0] for r in conn.execute(stmt)]
 
         now = self.store.clock.now_ms()
-        for run_id in self.store.db.read(read):
+        for run_id in [r for member in _members(self.store) for r in member.db.read(read)]:
             # Acknowledge at once (within one interval of the request), before the function notices.
             self.store.runs.acknowledge_cancel(run_id, self.owner, now)
             held[run_id]._cancelled.set()
 
 
+def _members(store: Any) -> list[Any]:
+    """The stores a worker sweeps: every shard of a ``ShardSet``, else the one store."""
+    shard_stores = getattr(store, "shard_stores", None)
+    return shard_stores() if shard_stores is not None else [store]
+
+
 _CANDIDATE_COLUMNS = (
-    runs_t.c.run_id, runs_t.c.status, runs_t.c.heartbeat_at_ms,
+    runs_t.c.created_at_ms, runs_t.c.run_id, runs_t.c.status, runs_t.c.heartbeat_at_ms,
     runs_t.c.owner_host_id, runs_t.c.owner_pid, runs_t.c.owner_nonce,
     runs_t.c.claim_host_id, runs_t.c.claim_pid, runs_t.c.claim_nonce, runs_t.c.claimed_at_ms,
 )

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import msgspec
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,9 +22,11 @@ _json = st.recursive(_leaf, lambda inner: st.one_of(st.lists(inner, max_size=4),
 @given(_json, st.integers(1, 6), st.integers(1, 40))
 def test_fast_path_verdict_equals_the_full_walk(value, max_depth: int, max_nodes: int) -> None:
     text = json.dumps(value, ensure_ascii=True)  # NUL and surrogates arrive as escapes
-    decoded, problem = parse_json_text(text, max_depth=max_depth, max_nodes=max_nodes)
-    if problem == "is not valid JSON":  # a lone surrogate escape msgspec refuses to decode
+    try:
+        msgspec.json.decode(text)
+    except msgspec.DecodeError:  # a lone surrogate escape msgspec refuses to decode: no value to walk
         return
+    decoded, problem = parse_json_text(text, max_depth=max_depth, max_nodes=max_nodes)
     assert problem == _value_problem(decoded, max_depth, max_nodes)
 
 

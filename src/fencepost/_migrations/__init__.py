@@ -1,7 +1,7 @@
 """Numbered SQL migrations, applied once, in one pass, in one write transaction.
 
 Files are ``<id>_<namespace>_<name>.<sqlite|postgresql>.sql``. Namespaces own id blocks of 1000
-(journal 0, run-store 1000, changefeed 2000, projections 3000), as upstream's loader does. The
+(journal 0, run-store 1000, changefeed 2000, projections 3000, shards 4000), as upstream's loader does. The
 ledger is ``flows_migrations``. The pass runs under the durable writer's lock, so several
 processes opening one fresh database at once apply each migration exactly once.
 """
@@ -19,9 +19,9 @@ from fencepost._durable import Database, open_detail
 from fencepost.errors import OpenError, PersistenceError
 
 _NAME = re.compile(r"^(\d{4})_([a-z-]+)_([a-z0-9_]+)\.(sqlite|postgresql)\.sql$")
-BLOCKS = {"journal": 0, "run-store": 1000, "changefeed": 2000, "projections": 3000}
+BLOCKS = {"journal": 0, "run-store": 1000, "changefeed": 2000, "projections": 3000, "shards": 4000}
 ALL_NAMESPACES = tuple(BLOCKS)
-STORE_NAMESPACES = ("journal", "run-store", "changefeed")
+STORE_NAMESPACES = ("journal", "run-store", "changefeed", "shards")
 
 
 @dataclass(frozen=True)

@@ -148,8 +148,9 @@ class ChangeFeed:
                 rows = rows[:limit]
             changes: list[Change] = []
             snapshots: list[Observed | Missing] = []
+            n = len(_sql.RUN_COLUMNS)  # then the change's revision, deleted flag and run id
             for row in rows:
-                run_id, revision, deleted = row[21], row[19], row[20]
+                run_id, revision, deleted = row[n + 2], row[n], row[n + 1]
                 if row[0] is None:
                     if deleted != 1:
                         raise Corrupt("a live change row has no run row")
@@ -157,7 +158,7 @@ class ChangeFeed:
                         raise Corrupt("tombstone revision is outside 1..watermark")
                     snapshots.append(Missing(run_id, source, revision, True))
                 else:
-                    snapshots.append(decode_run(row[:21], source, watermark))
+                    snapshots.append(decode_run(row[: n + 2], source, watermark))
                 changes.append(Change(run_id, source, revision, deleted == 1))
             next_revision = changes[-1].revision if has_more else watermark
             return ChangePage(source, watermark, changes, snapshots, has_more, next_revision)

@@ -1,0 +1,12 @@
+"""Shards: several ordinary stores used as one run store, routed by run id.
+
+``placement`` decides where a new run goes (rendezvous hashing), ``membership`` records and checks
+which stores form a set, ``router`` is the ``ShardSet`` with its routed ``runs``, ``attempts`` and
+``journal`` and its merged, shard-labelled change feed.
+"""
+
+from fencepost.shards.membership import Membership, ShardError
+from fencepost.shards.placement import place
+from fencepost.shards.router import ShardChange, ShardSet, open_shards
+
+__all__ = ["Membership", "ShardChange", "ShardError", "ShardSet", "open_shards", "place"]

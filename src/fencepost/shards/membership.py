@@ -1,0 +1,186 @@
+"""Shard membership: every store of a set records the set, its own name and the ordered member list.
+
+Opening a set reads every store's record (table ``flows_shard_membership``, migration 4001) and
+refuses, naming the rule and the shard's position, a set that does not match what the stores
+recorded: a shard missing, an extra store, stores in another order or under other names, a store of
+another set, or members that disagree because a grow was interrupted. A fresh set (no store has a
+record) is founded by the first opener; an interrupted founding is finished by the next one.
+Growing a set (``grow=True``) appends names; it never removes or reorders them.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+from sqlalchemy import select, update
+from sqlalchemy.engine import Connection
+
+from fencepost._durable import DbFailure, map_failure
+from fencepost._schema import flows_journal_events, flows_runs
+from fencepost._schema import flows_shard_membership as t
+from fencepost._store import Store
+from fencepost.errors import FencepostError
+
+__all__ = ["Membership", "ShardError", "check_name", "read", "reconcile"]
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+class ShardError(FencepostError):
+    """A shard set could not be opened or used as given (``membership_mismatch``, ``invalid_shards`` ...)."""
+
+    component = "Shards"
+
+
+class Membership(msgspec.Struct, frozen=True):
+    """One store's record: the set it belongs to, its name there, every member in order, the generation."""
+
+    set_id: str
+    shard_name: str
+    members: tuple[str, ...]
+    generation: int
+
+
+def check_name(name: object, index: int) -> str:
+    """A shard name: 1..64 characters of ``A-Z a-z 0-9 . _ -``, starting with a letter or digit."""
+    if type(name) is not str or not _NAME.match(name):
+        raise ShardError("invalid_shards", "open_shards",
+                         f"shard #{index} name must be 1..64 characters of A-Z a-z 0-9 . _ -, "
+                         "starting with a letter or digit")
+    return name
+
+
+def _decode(row: Any) -> Membership:
+    try:
+        members = tuple(msgspec.json.decode(row.members_json, type=list[str]))
+    except msgspec.DecodeError:
+        raise ShardError("decode_failed", "open_shards",
+                         "members_json of a shard record is not a list of names") from None
+    return Membership(row.set_id, row.shard_name, members, int(row.generation))
+
+
+def read(store: Store) -> Membership | None:
+    """The store's membership record, or ``None`` when it belongs to no set."""
+    def body(conn: Connection) -> Membership | None:
+        row = conn.execute(select(t).where(t.c.singleton == 1)).first()
+        return None if row is None else _decode(row)
+
+    try:
+        return store.db.read(body)
+    except DbFailure as exc:
+        raise map_failure(exc, ShardError, "open_shards", "shard membership") from None
+
+
+def read_in(conn: Connection) -> tuple[str, int] | None:
+    """``(set_id, generation)`` read inside an open transaction (the check a run creation makes)."""
+    row = conn.execute(select(t.c.set_id, t.c.generation).where(t.c.singleton == 1)).first()
+    return None if row is None else (row.set_id, int(row.generation))
+
+
+def _record(store: Store, wanted: Membership) -> None:
+    """Write ``wanted`` where the store has no record or an older generation of the same set."""
+    def body(conn: Connection) -> None:
+        row = conn.execute(select(t).where(t.c.singleton == 1)).first()
+        values = {"set_id": wanted.set_id, "shard_name": wanted.shard_name,
+                  "members_json": msgspec.json.encode(list(wanted.members)).decode(),
+                  "generation": wanted.generation}
+        if row is None:
+            conn.execute(t.insert().values(singleton=1, joined_at_ms=store.clock.now_ms(), **values))
+        elif row.set_id == wanted.set_id and int(row.generation) < wanted.generation:
+            conn.execute(update(t).where(t.c.singleton == 1).values(**values))
+
+    try:
+        store.db.write(body)
+    except DbFailure as exc:
+        raise map_failure(exc, ShardError, "open_shards", "shard membership") from None
+
+
+def _empty(store: Store) -> bool:
+    """True when the store holds no run and no journal entry (safe to adopt into a founding set)."""
+    def body(conn: Connection) -> bool:
+        runs = conn.execute(select(flows_runs.c.run_id).limit(1)).first()
+        events = conn.execute(select(flows_journal_events.c.position).limit(1)).first()
+        return runs is None and events is None
+
+    return store.db.read(body)
+
+
+def _refuse(detail: str) -> ShardError:
+    return ShardError("membership_mismatch", "open_shards", detail)
+
+
+def _verify(names: Sequence[str], records: Sequence[Membership | None]) -> Membership:
+    """The set's membership when every record agrees with ``names``; else refuse, naming the rule."""
+    first = next(r for r in records if r is not None)
+    for i, rec in enumerate(records):
+        if rec is None:
+            raise _refuse(f"shard #{i} is not a member of this set (an extra store? grow the set to add it)")
+        if rec.set_id != first.set_id:
+            raise _refuse(f"shard #{i} belongs to another shard set")
+    for i, rec in enumerate(records):
+        assert rec is not None
+        if rec.generation != first.generation or rec.members != first.members:
+            raise _refuse(f"shard #{i} records another generation of the member list "
+                          "(an interrupted grow: open with grow=True to finish it)")
+    recorded = first.members
+    if len(recorded) > len(names):
+        raise _refuse(f"the set has {len(recorded)} shards and {len(names)} were given: a shard is missing")
+    if len(recorded) < len(names):
+        raise _refuse(f"the set has {len(recorded)} shards and {len(names)} were given: an extra store")
+    for i, rec in enumerate(records):
+        assert rec is not None
+        if rec.shard_name != names[i] or recorded[i] != names[i]:
+            raise _refuse(f"shard #{i} is recorded under another name or position (stores in another order?)")
+    return first
+
+
+def reconcile(names: Sequence[str], stores: Sequence[Store], *, grow: bool = False,
+              readonly: bool = False) -> Membership:
+    """Check (and, where allowed, record) the membership of ``stores`` named ``names``; return it.
+
+    No store has a record: the set is founded (not when ``readonly``). Some stores lack a record
+    while the others name exactly ``names``: an interrupted founding, finished here. ``grow``: the
+    recorded member list must be a prefix of ``names``; the new list is recorded in every store
+    under the next generation (re-running an interrupted grow finishes it).
+    """
+    records = [read(s) for s in stores]
+    present = [r for r in records if r is not None]
+    if readonly:
+        if not present:
+            raise _refuse("no store of the given set records a membership (open it writable once)")
+        return _verify(names, records)
+    if not present:
+        founder = Membership(secrets.token_hex(16), names[0], tuple(names), 1)
+        _record(stores[0], founder)
+        records[0] = read(stores[0])
+        present = [r for r in records if r is not None]
+    if len({r.set_id for r in present}) > 1:
+        index = next(i for i, r in enumerate(records) if r is not None and r.set_id != present[0].set_id)
+        raise _refuse(f"shard #{index} belongs to another shard set")
+    newest = max(present, key=lambda r: r.generation)
+    if grow:
+        for i, rec in enumerate(records):
+            if rec is not None and tuple(names[: len(rec.members)]) != rec.members:
+                raise _refuse(f"shard #{i} records members that are not a prefix of the given list "
+                              "(a grow only appends shards)")
+        generation = newest.generation + (0 if tuple(names) == newest.members else 1)
+        target = tuple(names)
+    else:
+        generation, target = newest.generation, newest.members
+        if target != tuple(names) or any(r.generation != generation for r in present):
+            return _verify(names, records)  # refuses, naming the first broken rule
+    for i, (store, rec) in enumerate(zip(stores, records, strict=True)):
+        if rec is None and not grow and not (generation == 1 and _empty(store)):
+            # A blank store with runs in it, or one standing in for a member of a grown set, is no
+            # unfinished founding: refuse rather than adopt it.
+            return _verify(names, records)
+        if rec is None or (grow and rec.generation < generation):
+            if rec is not None and rec.shard_name != names[i]:
+                raise _refuse(f"shard #{i} is recorded under another name or position (stores in another order?)")
+            _record(store, Membership(newest.set_id, names[i], target, generation))
+            records[i] = read(store)
+    return _verify(names, records)

@@ -1,0 +1,414 @@
+"""The sharded store: N ordinary stores behind the ``runs``, ``attempts`` and ``journal`` surfaces.
+
+Every call that names a run is routed to the one store that holds it; a run (with its attempts,
+its journal stream and its companion stream) lives on exactly one shard, for life.
+
+- **Where a run is created.** On the shard its id places on (``placement.place``), except a run
+  created with a ``lineage_id`` or ``parent_run_id``: it joins the shard of that run, so a lineage
+  and a fork's parent stay in one store (their constraints are the store's own).
+- **Where an existing run is found.** Runs never move, so after a set grows some old runs are not
+  where placement now points. A lookup asks the placed shard first, then the others in member
+  order, and remembers the answer (a run never changes shard). An id no shard knows is answered by
+  the placed shard (``NotFound`` and friends, exactly as one store would).
+- **No split on a stale process.** Creating a run re-reads the target shard's membership inside
+  the creating transaction and refuses (``membership_changed``) when the set grew since this
+  process opened it.
+
+What is per shard: listing (``shards[name].feed.list_runs``), the journal's global log, change-feed
+positions. ``changes()`` and ``follow()`` merge the shards' feeds, labelling each change with its
+shard; order holds within one shard, never across shards. Nothing spans shards atomically:
+``heartbeat_many`` is one transaction per shard.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
+
+import msgspec
+from sqlalchemy import exists, or_, select
+from sqlalchemy.engine import Connection
+
+from fencepost._durable import DbFailure, map_failure
+from fencepost._schema import flows_journal_events as events_t
+from fencepost._schema import flows_runs as runs_t
+from fencepost._store import Store
+from fencepost._store import open as open_store
+from fencepost._values import identifier_problem
+from fencepost.changefeed.types import Change, Position
+from fencepost.clock import Clock, SystemClock
+from fencepost.journal.owner import OwnerId
+from fencepost.runstore import _checks as check
+from fencepost.runstore.rows import Attempt
+from fencepost.shards import membership as ms
+from fencepost.shards.membership import Membership, ShardError
+from fencepost.shards.placement import place
+
+__all__ = ["ShardChange", "ShardSet", "open_shards"]
+
+T = TypeVar("T")
+_CACHE_LIMIT = 100_000
+
+
+class ShardChange(msgspec.Struct, frozen=True):
+    """One change of a merged feed, labelled with the shard (store) it came from."""
+
+    shard: str
+    change: Change
+
+
+class ShardSet:
+    """Several stores, one per shard, used as one: ``runs``, ``attempts``, ``journal`` route by run id.
+
+    ``shards[name]`` is the member ``Store`` (its own ``feed``, listing and journal log); ``names``
+    is the member order. Open one with ``fencepost.open_shards``.
+    """
+
+    def __init__(self, stores: Mapping[str, Store], membership: Membership, *, clock: Clock) -> None:
+        self._stores = dict(stores)
+        self.names: tuple[str, ...] = tuple(stores)
+        self.membership = membership
+        self.clock = clock
+        self._where: dict[str, str] = {}
+        self._where_lock = threading.Lock()
+        self.runs = ShardedRuns(self)
+        self.attempts = ShardedAttempts(self)
+        self.journal = ShardedJournal(self)
+
+    # ------------------------------------------------------------------ members
+    def __getitem__(self, name: str) -> Store:
+        return self._stores[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def items(self) -> list[tuple[str, Store]]:
+        """``(name, store)`` for every shard, in member order."""
+        return [(n, self._stores[n]) for n in self.names]
+
+    def shard_stores(self) -> list[Store]:
+        """Every member store, in member order (what a ``Worker`` sweeps)."""
+        return [self._stores[n] for n in self.names]
+
+    # ------------------------------------------------------------------ placement and lookup
+    def place(self, run_id: str) -> str:
+        """The shard a NEW run with this id is created on (rendezvous hashing over the names)."""
+        return place(run_id, self.names)
+
+    def locate(self, run_id: str) -> str:
+        """The shard holding ``run_id`` (its run row or journal stream), else the one it would be placed on."""
+        if len(self.names) == 1 or identifier_problem(run_id):
+            return self.names[0]
+        found = self._find(run_id)
+        return found if found is not None else self.place(run_id)
+
+    def _find(self, run_id: str) -> str | None:
+        known = self._where.get(run_id)
+        if known is not None:
+            return known
+        placed = self.place(run_id)
+        for name in [placed, *(n for n in self.names if n != placed)]:
+            if self._holds(self._stores[name], run_id):
+                self._remember(run_id, name)
+                return name
+        return None
+
+    def store_for(self, run_id: str) -> Store:
+        """The member store that holds (or would hold) ``run_id``."""
+        return self._stores[self.locate(run_id)]
+
+    @staticmethod
+    def _holds(store: Store, run_id: str) -> bool:
+        stmt = select(or_(exists().where(runs_t.c.run_id == run_id), exists().where(events_t.c.run_id == run_id)))
+        try:
+            return bool(store.db.read(lambda conn: conn.execute(stmt).scalar()))
+        except DbFailure as exc:
+            raise map_failure(exc, ShardError, "locate", "shard lookup") from None
+
+    def _remember(self, run_id: str, name: str) -> None:
+        with self._where_lock:
+            if len(self._where) >= _CACHE_LIMIT:
+                self._where.clear()
+            self._where[run_id] = name
+
+    def _check_generation(self, conn: Connection, name: str) -> None:
+        found = ms.read_in(conn)
+        if found != (self.membership.set_id, self.membership.generation):
+            raise ShardError("membership_changed", "create",
+                             f"shard #{self.names.index(name)} records another generation of this set: reopen it")
+
+    # ------------------------------------------------------------------ merged change feed
+    def positions(self) -> dict[str, Position]:
+        """Every shard's current change-feed position."""
+        return {name: store.feed.position() for name, store in self.items()}
+
+    def changes(self, positions: Mapping[str, Position] | None = None, *, limit: int = 500) -> Iterator[ShardChange]:
+        """Every change after ``positions`` (per shard; missing shards start at revision 0), labelled.
+
+        Shard by shard, each in revision order up to its watermark at the time it is read. A
+        position of another source raises ``SourceChanged`` as a single store would.
+        """
+        positions = dict(positions or {})
+        for name, store in self.items():
+            pos = positions.get(name) or Position(store.feed.position().source, 0)
+            while True:
+                batch = store.feed.changes_since(pos, limit)
+                for change in batch.changes:
+                    yield ShardChange(name, change)
+                pos = Position(batch.source, batch.next_revision)
+                if not batch.has_more:
+                    break
+
+    def follow(self, positions: Mapping[str, Position] | None = None, *, stop: threading.Event | None = None,
+               poll_interval: float = 2.0) -> Iterator[ShardChange]:
+        """Follow every shard at once (one thread each) and yield their changes as they come, labelled.
+
+        Each shard's changes keep their order; between shards there is none. Ends when ``stop`` is
+        set; an error of any shard's follow (``SourceChanged`` ...) stops the others and is raised.
+        """
+        stop = stop if stop is not None else threading.Event()
+        inner = threading.Event()
+        out: queue.Queue[Any] = queue.Queue(maxsize=1000)
+        positions = dict(positions or {})
+        done = object()
+
+        def pump(name: str, store: Store) -> None:
+            try:
+                for change in store.feed.follow(positions.get(name), stop=inner, poll_interval=poll_interval):
+                    while not inner.is_set():
+                        try:
+                            out.put(ShardChange(name, change), timeout=0.1)
+                            break
+                        except queue.Full:
+                            continue
+            except BaseException as exc:  # handed to the consumer, which raises it
+                out.put(exc)
+            finally:
+                out.put(done)
+
+        threads = [threading.Thread(target=pump, args=(n, s), daemon=True, name=f"fencepost-follow-{n}")
+                   for n, s in self.items()]
+        for th in threads:
+            th.start()
+        running = len(threads)
+        try:
+            while running:
+                if stop.is_set():
+                    return
+                try:
+                    item = out.get(timeout=0.1)
+                except queue.Empty:
+                    continue
+                if item is done:
+                    running -= 1
+                elif isinstance(item, BaseException):
+                    raise item
+                else:
+                    yield item
+        finally:
+            inner.set()
+            for th in threads:
+                th.join(timeout=5)
+
+    # ------------------------------------------------------------------ lifecycle
+    def close(self) -> None:
+        """Close every member store."""
+        for store in self._stores.values():
+            store.close()
+
+    def __enter__(self) -> ShardSet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Routed:
+    def __init__(self, shards: ShardSet) -> None:
+        self._shards = shards
+
+    def _on(self, run_id: Any) -> Store:
+        return self._shards.store_for(run_id)
+
+
+class ShardedRuns(_Routed):
+    """``RunStore`` of a shard set: each call runs on the shard holding its run."""
+
+    def create(self, run_id: str, state_json: str, *, parent_run_id: str | None = None,
+               lineage_id: str | None = None, round_ordinal: int | None = None) -> None:
+        """Create on the placed shard (or the lineage's / parent's shard), checking the set's generation."""
+        s = self._shards
+        if identifier_problem(run_id):  # refused by the store exactly as it refuses it alone
+            return s[s.names[0]].runs.create(run_id, state_json, parent_run_id=parent_run_id,
+                                             lineage_id=lineage_id, round_ordinal=round_ordinal)
+        anchor = lineage_id if lineage_id is not None else parent_run_id
+        name = s._find(run_id)  # an id that exists anywhere is refused by the store that holds it
+        if name is None:
+            name = s.locate(anchor) if anchor is not None and not identifier_problem(anchor) else s.place(run_id)
+        store = s[name]
+
+        def body(conn: Connection) -> None:
+            s._check_generation(conn, name)
+            store.runs.create(run_id, state_json, parent_run_id=parent_run_id, lineage_id=lineage_id,
+                              round_ordinal=round_ordinal)
+
+        store.runs._write("create", body)
+        s._remember(run_id, name)
+
+    def get(self, run_id: str) -> Any:
+        return self._on(run_id).runs.get(run_id)
+
+    def lineage(self, run_id: str) -> Any:
+        return self._on(run_id).runs.lineage(run_id)
+
+    def latest_round(self, run_id: str) -> Any:
+        return self._on(run_id).runs.latest_round(run_id)
+
+    def claim(self, run_id: str, *args: Any, **kwargs: Any) -> Any:
+        return self._on(run_id).runs.claim(run_id, *args, **kwargs)
+
+    def claim_and_own(self, run_id: str, *args: Any, **kwargs: Any) -> Any:
+        return self._on(run_id).runs.claim_and_own(run_id, *args, **kwargs)
+
+    def activate(self, run_id: str, *args: Any, **kwargs: Any) -> Any:
+        return self._on(run_id).runs.activate(run_id, *args, **kwargs)
+
+    def abandon_claim(self, run_id: str, *args: Any, **kwargs: Any) -> Any:
+        return self._on(run_id).runs.abandon_claim(run_id, *args, **kwargs)
+
+    def recover_claim(self, run_id: str, *args: Any, **kwargs: Any) -> Any:
+        return self._on(run_id).runs.recover_claim(run_id, *args, **kwargs)
+
+    def steal(self, run_id: str, *args: Any, **kwargs: Any) -> Any:
+        return self._on(run_id).runs.steal(run_id, *args, **kwargs)
+
+    def transition_owned(self, run_id: str, *args: Any, **kwargs: Any) -> Any:
+        return self._on(run_id).runs.transition_owned(run_id, *args, **kwargs)
+
+    def heartbeat(self, run_id: str, *args: Any, **kwargs: Any) -> Any:
+        return self._on(run_id).runs.heartbeat(run_id, *args, **kwargs)
+
+    def reconfirm(self, run_id: str, *args: Any, **kwargs: Any) -> Any:
+        return self._on(run_id).runs.reconfirm(run_id, *args, **kwargs)
+
+    def request_cancel(self, run_id: str, *args: Any, **kwargs: Any) -> Any:
+        return self._on(run_id).runs.request_cancel(run_id, *args, **kwargs)
+
+    def request_cancel_lineage(self, run_id: str, *args: Any, **kwargs: Any) -> Any:
+        return self._on(run_id).runs.request_cancel_lineage(run_id, *args, **kwargs)
+
+    def acknowledge_cancel(self, run_id: str, *args: Any, **kwargs: Any) -> Any:
+        return self._on(run_id).runs.acknowledge_cancel(run_id, *args, **kwargs)
+
+    def heartbeat_many(self, owner: OwnerId, run_ids: Iterable[str], now_ms: int) -> dict[str, Any]:
+        """One ``heartbeat_many`` per shard (one transaction each, never one across shards), merged in request order."""
+        s = self._shards
+        if len(s.names) == 1 or isinstance(run_ids, (str, bytes)) or not isinstance(run_ids, Iterable):
+            return s[s.names[0]].runs.heartbeat_many(owner, run_ids, now_ms)
+        given = list(run_ids)
+        check.owner(owner, "heartbeat_many")
+        for rid in given:  # refuse the whole batch before any shard writes, as one store does
+            check.run_id(rid, "heartbeat_many", "run_ids[]")
+        ids = list(dict.fromkeys(given))
+        groups: dict[str, list[str]] = {}
+        for rid in ids:
+            groups.setdefault(s.locate(rid), []).append(rid)
+        answers: dict[str, Any] = {}
+        for name, group in groups.items():
+            answers.update(s[name].runs.heartbeat_many(owner, group, now_ms))
+        return {rid: answers[rid] for rid in ids}
+
+
+class ShardedAttempts(_Routed):
+    """``AttemptStore`` of a shard set: each attempt lives on its run's shard."""
+
+    def _of(self, attempt: Any) -> Store:
+        return self._on(attempt.run_id if type(attempt) is Attempt else None)
+
+    def put(self, attempt: Attempt, owner: OwnerId) -> Any:
+        return self._of(attempt).attempts.put(attempt, owner)
+
+    def finish(self, attempt: Attempt, owner: OwnerId) -> Any:
+        return self._of(attempt).attempts.finish(attempt, owner)
+
+    def get(self, run_id: str, *args: Any, **kwargs: Any) -> Any:
+        return self._on(run_id).attempts.get(run_id, *args, **kwargs)
+
+    def heartbeat(self, run_id: str, *args: Any, **kwargs: Any) -> Any:
+        return self._on(run_id).attempts.heartbeat(run_id, *args, **kwargs)
+
+    def patch(self, run_id: str, *args: Any, **kwargs: Any) -> Any:
+        return self._on(run_id).attempts.patch(run_id, *args, **kwargs)
+
+
+class ShardedJournal(_Routed):
+    """``Journal`` of a shard set: a stream lives on its run's shard; the global log is per shard."""
+
+    def append(self, run_id: str, *args: Any, **kwargs: Any) -> Any:
+        return self._on(run_id).journal.append(run_id, *args, **kwargs)
+
+    def append_unfenced(self, run_id: str, *args: Any, **kwargs: Any) -> Any:
+        return self._on(run_id).journal.append_unfenced(run_id, *args, **kwargs)
+
+    def append_many(self, run_id: str, *args: Any, **kwargs: Any) -> Any:
+        return self._on(run_id).journal.append_many(run_id, *args, **kwargs)
+
+    def append_many_unfenced(self, run_id: str, *args: Any, **kwargs: Any) -> Any:
+        return self._on(run_id).journal.append_many_unfenced(run_id, *args, **kwargs)
+
+    def entries(self, run_id: str, *args: Any, **kwargs: Any) -> Any:
+        """A stream's entries (a run's stream or a companion stream: both are found where they are)."""
+        return self._on(run_id).journal.entries(run_id, *args, **kwargs)
+
+    def transact(self, run_id: str, fn: Callable[[Any], T]) -> T:
+        """``Journal.transact`` on the shard holding ``run_id``; every write in ``fn`` must concern that shard."""
+        return self._on(run_id).journal.transact(fn)
+
+
+def _named(urls: Sequence[str] | Mapping[str, str]) -> dict[str, str]:
+    if isinstance(urls, Mapping):
+        pairs = list(urls.items())
+    elif isinstance(urls, (str, bytes)) or not isinstance(urls, Sequence):
+        raise ShardError("invalid_shards", "open_shards", "urls must be a sequence of URLs or a mapping of name to URL")
+    else:
+        pairs = [(f"shard-{i}", u) for i, u in enumerate(urls)]
+    if not pairs:
+        raise ShardError("invalid_shards", "open_shards", "a shard set needs at least one store")
+    named: dict[str, str] = {}
+    for i, (name, url) in enumerate(pairs):
+        ms.check_name(name, i)
+        if type(url) is not str or not url:
+            raise ShardError("invalid_shards", "open_shards", f"shard #{i} URL must be a non-empty string")
+        if name in named:
+            raise ShardError("invalid_shards", "open_shards", f"shard #{i} repeats the name of an earlier shard")
+        named[name] = url
+    return named
+
+
+def open_shards(urls: Sequence[str] | Mapping[str, str], *, clock: Clock | None = None, attempt_policy: Any = None,
+                readonly: bool = False, grow: bool = False) -> ShardSet:
+    """Open (creating and migrating each store if needed) a shard set and check its recorded membership.
+
+    ``urls`` is a list (shards named ``shard-0``, ``shard-1`` ... by position) or a mapping of
+    name to URL, in member order. A fresh set is founded on first open. A set that does not match
+    what its stores recorded — a shard missing, an extra store, another order or name, a store of
+    another set — raises ``ShardError('membership_mismatch')`` and changes nothing. ``grow=True``
+    appends the new names to the set (every store records the longer list); existing runs stay.
+    """
+    named = _named(urls)
+    clock = clock if clock is not None else SystemClock()
+    stores: dict[str, Store] = {}
+    try:
+        for name, url in named.items():
+            stores[name] = open_store(url, clock=clock, attempt_policy=attempt_policy, readonly=readonly)
+        membership = ms.reconcile(list(named), list(stores.values()), grow=grow, readonly=readonly)
+        return ShardSet(stores, membership, clock=clock)
+    except BaseException:
+        for store in stores.values():
+            store.close()
+        raise

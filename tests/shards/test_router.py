@@ -1,0 +1,176 @@
+"""The sharded store routes every call by run id, on both backends."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import fencepost
+from fencepost import Activated, Attempt, Inserted, OwnerId, RunSnapshot, Transitioned, Updated
+from fencepost.clock import ManualClock
+from fencepost.journal import companion_stream
+from fencepost.worker import Worker
+
+A = OwnerId("host-a", 101, "owner-a")
+PENDING = RunSnapshot("pending", None, None)
+
+
+def _ids(store: fencepost.Store) -> set[str]:
+    return {r.run_id for r in store.feed.list_runs(limit=200).runs}
+
+
+@pytest.fixture
+def shards(shard_urls):
+    s = fencepost.open_shards(shard_urls(3), clock=ManualClock(1_000))
+    yield s
+    s.close()
+
+
+def test_runs_are_created_on_their_placed_shard_and_found_there(shards) -> None:
+    ids = [f"run-{i}" for i in range(60)]
+    for rid in ids:
+        shards.runs.create(rid, "{}")
+    for name, store in shards.items():
+        assert _ids(store) == {r for r in ids if shards.place(r) == name}
+    assert all(_ids(s) for _, s in shards.items()), "60 ids left a shard empty"
+    for rid in ids:
+        assert shards.runs.get(rid).run_id == rid
+
+
+def test_the_whole_lifecycle_stays_on_the_run_shard(shards) -> None:
+    """Claim, activate, journal, attempt, heartbeat and settle: every row and fact on one shard."""
+    rid = "life-1"
+    shards.runs.create(rid, "{}")
+    home = shards.place(rid)
+    now = shards.clock.now_ms()
+    assert shards.runs.claim_and_own(rid, PENDING, A, now) == Activated()
+    shards.journal.append(rid, "step.done", {"n": 1}, owner=A, source_id="test", source_seq=1)
+    att = Attempt(rid, "d" * 64, 1, "running", now)
+    assert shards.attempts.put(att, A) == Inserted()
+    assert shards.attempts.get(rid, "d" * 64, 1) is not None
+    assert shards.runs.heartbeat_many(A, [rid], now) == {rid: Updated(now)}
+    assert isinstance(shards.runs.transition_owned(rid, A, "completed"), Transitioned)
+    assert [e.event_type for e in shards.journal.entries(rid).entries] == ["step.done"]
+    facts = shards.journal.entries(companion_stream(rid)).entries
+    assert [f.event_type for f in facts][:2] == ["flows.consensus.claimed", "flows.consensus.activated"]
+    for name, store in shards.items():
+        here = name == home
+        assert (store.attempts.get(rid, "d" * 64, 1) is not None) == here
+        assert bool(store.journal.entries(rid).entries) == here
+        assert bool(store.journal.entries(companion_stream(rid)).entries) == here
+
+
+def test_lineage_and_forks_stay_on_the_root_shard(shards) -> None:
+    root = "root"
+    shards.runs.create(root, "{}")
+    for i in range(1, 12):
+        shards.runs.create(f"root-r{i}", "{}", lineage_id=root, round_ordinal=i)
+        shards.runs.create(f"fork-{i}", "{}", parent_run_id=root)
+    home = shards[shards.place(root)]
+    assert [r.run_id for r in shards.runs.lineage(root)] == [root, *(f"root-r{i}" for i in range(1, 12))]
+    assert _ids(home) == {root, *(f"root-r{i}" for i in range(1, 12)), *(f"fork-{i}" for i in range(1, 12))}
+    assert shards.runs.latest_round(root).run_id == "root-r11"
+
+
+def test_a_duplicate_id_is_refused_by_the_shard_that_holds_it(shards) -> None:
+    shards.runs.create("dup", "{}")
+    with pytest.raises(fencepost.RunStoreError) as err:
+        shards.runs.create("dup", "{}")
+    assert err.value.code == "constraint"
+
+
+def test_an_unknown_run_is_answered_as_one_store_answers(shards) -> None:
+    with pytest.raises(fencepost.RunStoreError) as err:
+        shards.runs.get("nobody")
+    assert err.value.code == "not_found_row"
+    assert shards.runs.heartbeat("nobody", A, 1_000).__class__.__name__ == "NotFound"
+    with pytest.raises(fencepost.RunStoreError) as err:
+        shards.runs.get("")
+    assert err.value.code == "invalid_run"
+    with pytest.raises(fencepost.RunStoreError):
+        shards.runs.heartbeat_many(A, ["ok", ""], 1_000)
+
+
+def test_existing_runs_stay_where_they_were_created_after_the_set_grows(shard_urls) -> None:
+    urls = shard_urls(3)
+    ids = [f"old-{i}" for i in range(90)]
+    with fencepost.open_shards(urls[:2], clock=ManualClock(0)) as two:
+        for rid in ids:
+            two.runs.create(rid, "{}")
+        where = {rid: two.locate(rid) for rid in ids}
+    with fencepost.open_shards(urls, grow=True, clock=ManualClock(0)) as three:
+        moved = [rid for rid in ids if three.place(rid) == "shard-2"]
+        assert moved, "no id would now be placed on the new shard"
+        for rid in ids:  # found where they are, the moved ones included, and never copied
+            assert three.locate(rid) == where[rid]
+            assert isinstance(three.runs.claim_and_own(rid, PENDING, A, 0), Activated)
+        assert _ids(three["shard-2"]) == set()
+        new = [f"new-{i}" for i in range(90)]
+        for rid in new:
+            three.runs.create(rid, "{}")
+        share = len(_ids(three["shard-2"])) / len(new)
+        assert 0.15 < share < 0.55, share  # about a third of NEW placements
+
+
+def test_heartbeat_many_spans_shards_in_request_order(shards) -> None:
+    ids = [f"hb-{i}" for i in range(12)]
+    for rid in ids:
+        shards.runs.create(rid, "{}")
+        assert shards.runs.claim_and_own(rid, PENDING, A, 1_000) == Activated()
+    assert len({shards.place(r) for r in ids}) > 1
+    out = shards.runs.heartbeat_many(A, [*reversed(ids), "absent"], 1_500)
+    assert list(out) == [*reversed(ids), "absent"]
+    assert all(out[r] == Updated(1_500) for r in ids)
+    assert out["absent"].__class__.__name__ == "NotFound"
+
+
+def test_changes_and_follow_label_each_change_with_its_shard(shards) -> None:
+    ids = [f"feed-{i}" for i in range(20)]
+    for rid in ids:
+        shards.runs.create(rid, "{}")
+    seen = list(shards.changes())
+    assert sorted(c.change.run_id for c in seen) == sorted(ids)
+    assert all(shards.place(c.change.run_id) == c.shard for c in seen)
+    for name in shards.names:  # per shard, revision order
+        revs = [c.change.revision for c in seen if c.shard == name]
+        assert revs == sorted(revs)
+    stop = threading.Event()
+    got = []
+
+    def consume() -> None:
+        for item in shards.follow(shards.positions(), stop=stop, poll_interval=0.1):
+            got.append(item)
+            if len(got) == 6:
+                stop.set()
+
+    th = threading.Thread(target=consume)
+    th.start()
+    later = [f"late-{i}" for i in range(6)]
+    for rid in later:
+        shards.runs.create(rid, "{}")
+    th.join(timeout=30)
+    assert not th.is_alive()
+    assert sorted(c.change.run_id for c in got) == sorted(later)
+    assert all(shards.place(c.change.run_id) == c.shard for c in got)
+
+
+def test_follow_raises_a_shard_source_change(shards) -> None:
+    positions = shards.positions()
+    shards[shards.names[1]].feed.rotate_source()
+    with pytest.raises(fencepost.SourceChanged):
+        for _ in shards.follow(positions, poll_interval=0.1):
+            pass
+
+
+def test_a_worker_sweeps_every_shard(shard_urls) -> None:
+    with fencepost.open_shards(shard_urls(3)) as shards:
+        ids = [f"work-{i}" for i in range(24)]
+        for rid in ids:
+            shards.runs.create(rid, '{"n": 0}')
+        assert len({shards.place(r) for r in ids}) == 3
+        stats = Worker(shards, lambda ctx: {"done": ctx.run_id}, concurrency=3).run(until_idle=True)
+        assert stats.completed == len(ids)
+        for rid in ids:
+            row = shards.runs.get(rid)
+            assert row.status == "completed" and row.state_json == f'{{"done":"{rid}"}}'
