@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import msgspec
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
