@@ -67,9 +67,10 @@ def migrations_status(obj: CliContext, out: Output) -> None:
         db.dispose()
     pending = sum(r.state == "pending" for r in rows)
     unknown = sum(r.state == "unknown" for r in rows)
+    summary = (f"{len(rows) - pending - unknown} applied, {pending} pending"
+               + (f", {unknown} unknown (the database is newer than this fencepost)" if unknown else ""))
     out.rows([{"id": r.id, "name": r.name, "state": r.state} for r in rows], MIGRATION_COLUMNS,
-             title=f"{len(rows) - pending - unknown} applied, {pending} pending"
-             + (f", {unknown} unknown (the database is newer than this fencepost)" if unknown else ""))
+             footer=[summary])
     if any(r.state == "unknown" for r in rows):
         raise SystemExit(1)
 
