@@ -119,7 +119,7 @@ class GroupCommit:
                 outcome = self._run_body(conn, fn, savepoint=False)
                 if outcome[0] != _OK:
                     # Nobody joined yet: the transaction holds only this body. Roll it back.
-                    db._settle(conn, trans, True, outcome[1] if isinstance(outcome[1], BaseException) else None)
+                    db._settle(conn, trans, True, getattr(outcome[1], "raw", None))
                     return outcome
                 while not group.failure:
                     with self._waiting_lock:
@@ -206,11 +206,11 @@ class GroupCommit:
         """How a raising body is answered: as a single write would answer it."""
         db = self._db
         if isinstance(exc, DBAPIError):
-            if exc.connection_invalidated or db.backend.is_transient(exc) or db.backend.discard_after(exc):
-                # The single write would retry, or replace a connection that went stale (a SQLite
-                # file opened while read-only): so do we, alone, where that rule lives.
-                return (_ALONE, "broken", [])
-            return (_RAISED, db._failure(exc), [])
+            if exc.connection_invalidated or db.backend.is_transient(exc):
+                return (_ALONE, "broken", [])  # the single write would retry: so do we, alone
+            failure = db._failure(exc)
+            failure.raw = exc  # type: ignore[attr-defined]  # settle needs it to replace a stale connection
+            return (_RAISED, failure, [])
         if isinstance(exc, SQLAlchemyError):
             return (_RAISED, db._failure(exc), [])
         return (_RAISED, exc, [])

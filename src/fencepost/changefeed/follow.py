@@ -385,14 +385,15 @@ def _pages(feed: ChangeFeed, position: Position | None, stop: _Stop, poll_interv
                 backoff = min(backoff * 2, MAX_BACKOFF)
                 continue
             backoff = 0.05
+            reached = batch.next_position
+            if source is not None and source != reached.source:
+                _gauges.feed_position.discard(source=source, follower=follower)
+            source = reached.source
+            _gauges.feed_position.set(reached.revision, source=source, follower=follower)
             yield batch
             if stop.is_set():
                 return
-            position = batch.next_position
-            if source is not None and source != position.source:
-                _gauges.feed_position.discard(source=source, follower=follower)
-            source = position.source
-            _gauges.feed_position.set(position.revision, source=source, follower=follower)
+            position = reached
             if not batch.has_more:
                 waiter.wait(stop, poll_interval)
     finally:
