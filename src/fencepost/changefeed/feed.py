@@ -97,13 +97,7 @@ class ChangeFeed:
         wanted = _check_requested_position(position, method)
 
         def body(conn: Connection) -> ChangeBatch:
-            current = _read_position(conn)
-            if wanted.source != current.source:
-                raise SourceChanged("invalid_run", method, "change position belongs to another source: rebuild")
-            if wanted.revision > current.revision:
-                raise SourceChanged(
-                    "invalid_run", method, "change position is ahead of the source revision: rebuild"
-                )
+            current = _current_for(conn, wanted, method)
             rows = conn.execute(
                 _sql.CHANGES_SINCE, {"after": wanted.revision, "watermark": current.revision, "n": limit + 1}
             ).all()
@@ -132,13 +126,7 @@ class ChangeFeed:
         wanted = _check_requested_position(position, method)
 
         def body(conn: Connection) -> ChangePage:
-            current = _read_position(conn)
-            if wanted.source != current.source:
-                raise SourceChanged("invalid_run", method, "change position belongs to another source: rebuild")
-            if wanted.revision > current.revision:
-                raise SourceChanged(
-                    "invalid_run", method, "change position is ahead of the source revision: rebuild"
-                )
+            current = _current_for(conn, wanted, method)
             source, watermark = current.source, current.revision
             rows = conn.execute(
                 _sql.CHANGES_WITH_RUNS, {"after": wanted.revision, "watermark": watermark, "n": limit + 1}
@@ -330,3 +318,13 @@ class ChangeFeed:
         from fencepost.changefeed.follow import afollow
 
         return afollow(self, position, stop=stop, poll_interval=poll_interval)
+
+
+def _current_for(conn: Connection, wanted: Position, method: str) -> Position:
+    """The source's current position, refusing a ``wanted`` position of another source or ahead of it."""
+    current = _read_position(conn)
+    if wanted.source != current.source:
+        raise SourceChanged("invalid_run", method, "change position belongs to another source: rebuild")
+    if wanted.revision > current.revision:
+        raise SourceChanged("invalid_run", method, "change position is ahead of the source revision: rebuild")
+    return current

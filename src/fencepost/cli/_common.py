@@ -5,11 +5,9 @@ Output formats (``--format``/``--json``) live in ``cli._output``.
 
 from __future__ import annotations
 
-import functools
 import signal
-import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -18,8 +16,6 @@ import click
 import msgspec
 from rich.console import Console
 from rich.table import Table
-
-_encoder = msgspec.json.Encoder()
 
 console = Console()
 err_console = Console(stderr=True)
@@ -70,27 +66,6 @@ def write_store(*, create: bool = True) -> Any:
 
         fencepost.open(obj.url, readonly=True).close()
     return obj.store(readonly=False)
-
-
-def json_option(fn: Callable) -> Callable:
-    """Add ``--json``: print msgspec JSON of the library structs instead of a table."""
-
-    @click.option("--json", "as_json", is_flag=True, help="Print JSON (msgspec encoding of the library structs).")
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        return fn(*args, **kwargs)
-
-    return wrapper
-
-
-def print_json(value: Any) -> None:
-    """Write ``value`` as one JSON document (and a newline) to stdout."""
-    sys.stdout.write(_encoder.encode(value).decode() + "\n")
-    sys.stdout.flush()
-
-
-def print_json_line(value: Any) -> None:
-    print_json(value)
 
 
 def error_text(exc: BaseException) -> str:
