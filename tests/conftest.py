@@ -8,6 +8,8 @@ runs; otherwise its tests are skipped with a reason, except under ``FENCEPOST_RE
 from __future__ import annotations
 
 import os
+import sys
+import threading
 import uuid
 from collections.abc import Iterator
 
@@ -43,9 +45,30 @@ def _postgres_base_url() -> str | None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _pg_state["exitstatus"] = int(exitstatus)
     container = _pg_state.get("container")
     if container is not None:
         container.stop()  # type: ignore[attr-defined]
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """A test that leaves a non-daemon thread running would keep the interpreter from ever exiting.
+
+    Give such threads a moment, then name them and end the process with a failing status, so a
+    leaked thread is a reported defect rather than a run that never finishes.
+    """
+    left = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
+    for t in left:
+        t.join(timeout=10)
+    left = [t for t in left if t.is_alive()]
+    if not left:
+        return
+    names = ", ".join(sorted(t.name for t in left))
+    sys.stderr.write(f"\nnon-daemon threads still running after the session (a test leaked them): {names}\n")
+    sys.stderr.flush()
+    sys.stdout.flush()
+    os._exit(int(_pg_state.get("exitstatus", 1)) or 1)
 
 
 def require_postgres() -> str:

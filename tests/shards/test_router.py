@@ -137,20 +137,25 @@ def test_changes_and_follow_label_each_change_with_its_shard(shards) -> None:
         assert revs == sorted(revs)
     stop = threading.Event()
     got = []
+    start = shards.positions()  # taken before the writes below, so none of them can be missed
 
     def consume() -> None:
-        for item in shards.follow(shards.positions(), stop=stop, poll_interval=0.1):
+        for item in shards.follow(start, stop=stop, poll_interval=0.1):
             got.append(item)
             if len(got) == 6:
                 stop.set()
 
-    th = threading.Thread(target=consume)
+    th = threading.Thread(target=consume, daemon=True)
     th.start()
     later = [f"late-{i}" for i in range(6)]
-    for rid in later:
-        shards.runs.create(rid, "{}")
-    th.join(timeout=30)
-    assert not th.is_alive()
+    try:
+        for rid in later:
+            shards.runs.create(rid, "{}")
+        th.join(timeout=30)
+        assert not th.is_alive(), f"follow saw {len(got)} of 6 changes in 30 s"
+    finally:
+        stop.set()
+        th.join(timeout=10)
     assert sorted(c.change.run_id for c in got) == sorted(later)
     assert all(shards.place(c.change.run_id) == c.shard for c in got)
 
