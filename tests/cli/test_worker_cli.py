@@ -51,6 +51,21 @@ def test_worker_imports_the_task_from_the_current_folder(run_cli, db_url, tmp_pa
     assert set(_statuses(db_url, ["c1", "c2", "c3"]).values()) == {"completed"}
 
 
+def test_the_worker_report_on_a_narrow_pipe_is_one_line_per_process(run_cli, db_url, tmp_path):
+    """Written to a pipe, the report is plain aligned lines: no header folded, nothing cropped."""
+    (tmp_path / "mytasks.py").write_text("def work(ctx):\n    return {}\n")
+    _create(db_url, ["n1"])
+    result = run_cli("--db", db_url, "worker", "-n", "2", "--task", "mytasks:work", "--until-idle",
+                     cwd=tmp_path, env={"COLUMNS": "60"}, timeout=90)
+    assert result.code == 0, result
+    lines = [line.split() for line in result.out.splitlines() if line.strip()]
+    header = ["pid", "claimed", "takeovers", "completed", "failed", "cancelled", "suspended", "lost"]
+    assert header in lines, result.out
+    body = lines[lines.index(header) + 1:]
+    assert len(body) == 2 and all(len(row) == len(header) for row in body), result.out
+    assert sum(int(row[3]) for row in body) == 1
+
+
 def test_an_import_error_inside_the_task_module_is_shown_as_is(run_cli, tmp_path):
     (tmp_path / "brokentasks.py").write_text("import not_a_real_dependency_xyz\n\ndef work(ctx):\n    pass\n")
     result = run_cli("worker", "--task", "brokentasks:work", cwd=tmp_path)

@@ -15,7 +15,6 @@ from typing import Any
 import click
 import msgspec
 from rich.console import Console
-from rich.table import Table
 
 console = Console()
 err_console = Console(stderr=True)
@@ -122,13 +121,11 @@ def stop_on_signals() -> Iterator[threading.Event]:
 
 
 def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
-    """A rich table of preformatted rows (the demo's and the worker's reports)."""
-    t = Table(title=title, show_lines=False, header_style="bold")
-    for c in columns:
-        t.add_column(c, overflow="fold")
-    for r in rows:
-        t.add_row(*[fmt(v) for v in r])
-    console.print(t)
+    """A table of preformatted rows (the demo's and the worker's reports), written like every other
+    table: boxed on a wide enough terminal, plain aligned lines on a pipe (never folded)."""
+    from fencepost.cli._output import Column, _write_table
+
+    _write_table(title, [Column(c, c, wrap=False) for c in columns], [[fmt(v) for v in r] for r in rows])
 
 
 def fmt(value: Any) -> str:
