@@ -1,4 +1,4 @@
-"""Migration 3001 creates exactly the builder tables ``projections._sql`` declares, on both backends."""
+"""Migrations 3001 and 3002 create exactly the builder tables ``projections._sql`` declares, on both backends."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from fencepost.projections import _sql
 def test_projection_migration_matches_the_declared_tables(db_url):
     db = Database(db_url)
     try:
-        assert migrate(db, ("projections",)) == [3001]
+        assert migrate(db, ("projections",)) == [3001, 3002]
         assert migrate(db, ("projections",)) == []  # idempotent
 
         def reflect(conn):
