@@ -206,8 +206,8 @@ class ProjectionBuilder:
         With named sources, every source's share is rebuilt, or only ``source_name``'s; the rows of
         the other sources are left as they are.
         """
-        self._acquire()
         shares = self._select(source_name, "rebuild")
+        self._acquire()
 
         def start(share: Share) -> None:
             source, _head = share.feed.head()
@@ -346,8 +346,8 @@ class ProjectionBuilder:
         The checkpoint does not move; stale or foreign-source updates are rejected and counted.
         With named sources, ``source_name`` says whose store the snapshots were read from.
         """
-        self._acquire()
         share = self._select(source_name, "offer", one=True)[0]
+        self._acquire()
         items = list(updates)
 
         def body(conn: Connection) -> tuple[int, int]:
