@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
-from sqlalchemy import MetaData, Table, delete, select
+from sqlalchemy import Table
 from sqlalchemy.engine import Connection
 
 from fencepost import _gauges
@@ -40,6 +40,7 @@ from fencepost.errors import FencepostError, ProjectionError, SourceChanged
 from fencepost.projections import _sources, _sql, checkpoints
 from fencepost.projections._feeds import Page
 from fencepost.projections._lock import BuilderLock
+from fencepost.projections._shadow import ShadowTables
 from fencepost.projections._sources import SOURCE_COLUMN, Share
 from fencepost.projections.checkpoints import Checkpoint, CheckpointMoved, RebuildRecord
 from fencepost.projections.protocol import Projection, Target
@@ -52,7 +53,6 @@ T = TypeVar("T")
 log = logging.getLogger("fencepost.projections")
 
 MAX_PAGE = 1000  # changes_since refuses larger pages (REFERENCE 4)
-_PARKED = "fencepost_projection_swap"  # a live table's name for the moment of a swap
 _RETRIES = 50  # consecutive source races tolerated before giving up
 
 
@@ -88,18 +88,6 @@ class ProjectionStatus(msgspec.Struct, frozen=True):
     rebuilds: int
     pending_rebuild: str | None
     last_rebuild: RebuildRecord | None
-
-
-def _shadow_of(table: Table, metadata: MetaData) -> Table:
-    shadow = table.to_metadata(metadata, name=f"{table.name}__shadow")
-    # Index and constraint names are per schema (per database on SQLite): give the copies their own.
-    for index in shadow.indexes:
-        if index.name:
-            index.name = f"{index.name}__shadow"
-    for constraint in shadow.constraints:
-        if isinstance(constraint.name, str) and constraint.name:
-            constraint.name = f"{constraint.name}__shadow"
-    return shadow
 
 
 class ProjectionBuilder:
@@ -177,9 +165,7 @@ class ProjectionBuilder:
             self._shares = [Share(self.name, None, source, feed)]  # type: ignore[arg-type]
         else:
             self._shares = [Share(self.name, label, store, feed) for label, store in named.items()]
-        shadow_md = MetaData()
-        self._live = {t.name: t for t in tables}
-        self._shadow = {t.name: _shadow_of(t, shadow_md) for t in tables}
+        self._tables = ShadowTables(projection, tables)
         self._lock = BuilderLock(self.target, self.name)
         self._prepared = False
         self._closed = threading.Event()
@@ -214,7 +200,7 @@ class ProjectionBuilder:
 
             def body(conn: Connection) -> None:
                 cp = self._load_in(conn, share)
-                self._reset_shadow(conn, share)
+                self._tables.reset(conn, self.target.backend, share)
                 checkpoints.start_shadow(conn, cp, source=source, reason="requested", now_ms=self._now(share))
 
             self._write(body)
@@ -478,7 +464,7 @@ class ProjectionBuilder:
                 current = self._load_in(conn, share)
                 if current != cp:
                     raise CheckpointMoved()
-                self._reset_shadow(conn, share)
+                self._tables.reset(conn, self.target.backend, share)
                 checkpoints.start_shadow(conn, cp, source=source, reason=reason, now_ms=self._now(share))
 
             self._write(start)
@@ -497,68 +483,11 @@ class ProjectionBuilder:
             current = self._load_in(conn, share)
             if current != cp:
                 raise CheckpointMoved()
-            if share.label is None:
-                self._swap_tables(conn, share)
-            else:
-                self._swap_share(conn, share.label)
-            rl, rs = _sql.run_revisions, _sql.run_revisions_shadow
-            conn.execute(delete(rl).where(rl.c.name == share.checkpoint))
-            cols = [c.name for c in rl.columns]
-            conn.execute(rl.insert().from_select(
-                cols, select(*[rs.c[n] for n in cols]).where(rs.c.name == share.checkpoint)))
-            self._reset_shadow(conn, share)
+            self._tables.swap(conn, self.target.backend, share)
             checkpoints.swap_shadow(conn, cp, now_ms=self._now(share))
 
         self._write(swap)
         return applied, rejected
-
-    def _swap_tables(self, conn: Connection, share: Share) -> None:
-        """Make the filled shadow tables the live ones (a single source owns every row)."""
-        backend = self.target.backend
-        # The last shadow page's transaction, when this builder wrote it; else this one (all
-        # shadow pages committed before it began), which is only more conservative.
-        marker = share.shadow_marker if share.shadow_marker is not None else backend.write_marker(conn)
-        if backend.renames_safe_after(conn, marker):
-            # Exchange the tables' names (three renames, inside this transaction): the filled
-            # shadow becomes the live table without copying a row, and the old live rows end
-            # up in the shadow, emptied below. Indexes keep their own names, so index names
-            # alternate between the two tables from one rebuild to the next.
-            quote = conn.dialect.identifier_preparer.quote
-            for name, live in self._live.items():
-                shadow = self._shadow[name]
-                for old, new in ((live.name, _PARKED), (shadow.name, live.name), (_PARKED, shadow.name)):
-                    conn.exec_driver_sql(f"ALTER TABLE {quote(old)} RENAME TO {quote(new)}")
-        else:
-            # A reader holds a snapshot older than the shadow's last page (PostgreSQL): a
-            # renamed table would show it a partial projection. Copy the rows instead, which
-            # that reader cannot see until this commit, as it cannot see any of it.
-            self.projection.reset(Target(conn, backend, self._live, False))
-            for name, live in self._live.items():
-                shadow = self._shadow[name]
-                names = [c.name for c in live.columns]
-                conn.execute(live.insert().from_select(names, select(*[shadow.c[n] for n in names])))
-
-    def _swap_share(self, conn: Connection, label: str) -> None:
-        """Replace one source's live rows with its shadow rows; other sources' rows are not touched.
-
-        The live tables hold every source's rows, so they cannot be renamed: the share's rows are
-        deleted and copied inside the swap transaction, which readers see whole or not at all.
-        """
-        for name, live in self._live.items():
-            shadow = self._shadow[name]
-            conn.execute(delete(live).where(live.c[SOURCE_COLUMN] == label))
-            names = [c.name for c in live.columns]
-            conn.execute(live.insert().from_select(
-                names, select(*[shadow.c[n] for n in names]).where(shadow.c[SOURCE_COLUMN] == label)))
-
-    def _reset_shadow(self, conn: Connection, share: Share) -> None:
-        if share.label is None:
-            self.projection.reset(Target(conn, self.target.backend, self._shadow, True))
-        else:
-            for shadow in self._shadow.values():
-                conn.execute(delete(shadow).where(shadow.c[SOURCE_COLUMN] == share.label))
-        rs = _sql.run_revisions_shadow
-        conn.execute(delete(rs).where(rs.c.name == share.checkpoint))
 
     def _commit(self, share: Share, cp: Checkpoint, page: Page, *, shadow: bool) -> tuple[int, int]:
         expected_source = cp.shadow_source if shadow else (cp.source or page.source)
@@ -608,7 +537,8 @@ class ProjectionBuilder:
             else:
                 rejected += 1
         if accepted:
-            target = Target(conn, self.target.backend, self._shadow if shadow else self._live, shadow, share.label)
+            tables = self._tables.shadow if shadow else self._tables.live
+            target = Target(conn, self.target.backend, tables, shadow, share.label)
             apply_batch = getattr(self.projection, "apply_batch", None)
             if apply_batch is not None:
                 apply_batch(target, accepted)
@@ -637,7 +567,7 @@ class ProjectionBuilder:
             raise map_failure(exc, ProjectionError, "prepare", "projection target") from None
 
         def body(conn: Connection) -> None:
-            for table in [*self._live.values(), *self._shadow.values()]:
+            for table in self._tables.all():
                 table.create(conn, checkfirst=True)
             for share in self._shares:
                 self._claim_checkpoint(conn, share)
