@@ -284,3 +284,16 @@ def test_one_failing_source_does_not_hold_back_the_others(sources, make_db_url, 
         assert (len(projected["edge-1"]), len(projected["edge-2"]), len(projected["central"])) == (5, 0, 5)
         monkeypatch.undo()
         assert builder.catch_up()["edge-2"].applied == 5
+
+
+def test_the_console_lists_only_the_projections_of_its_own_store(sources, make_db_url):
+    """A target that is also a store holds source shares measured against other stores: the
+    console's projection list shows only the projections of that store itself."""
+    from fencepost.ui import views
+
+    central = sources["central"]
+    with ProjectionBuilder(sources, central.db, RunsByStatus("everywhere", table="everywhere_by_status")) as several:
+        several.catch_up()
+    with ProjectionBuilder(central, central.db, RunsByStatus("solo", table="solo_by_status")) as single:
+        single.catch_up()
+    assert [p["name"] for p in views.projections(central)] == ["solo"]
