@@ -1,4 +1,4 @@
-"""Migration 3001 creates exactly the builder tables ``projections._sql`` declares, on both backends."""
+"""Migrations 3001 and 3002 create exactly the builder tables ``projections._sql`` declares, on both backends."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from fencepost.projections import _sql
 def test_projection_migration_matches_the_declared_tables(db_url):
     db = Database(db_url)
     try:
-        assert migrate(db, ("projections",)) == [3001]
+        assert migrate(db, ("projections",)) == [3001, 3002]
         assert migrate(db, ("projections",)) == []  # idempotent
 
         def reflect(conn):
@@ -30,3 +30,41 @@ def test_projection_migration_matches_the_declared_tables(db_url):
             assert sorted(pk) == sorted(c.name for c in table.primary_key.columns), table.name
     finally:
         db.dispose()
+
+
+def test_a_target_built_before_3002_keeps_its_projection_and_is_upgraded_by_the_next_builder(
+        db_url, make_db_url, monkeypatch):
+    """A single-source projection built when only 3001 existed: a read-only ``status`` still reads
+    its position before 3002 is applied, and the next builder applies 3002 and carries on."""
+    import fencepost
+    from fencepost import _migrations
+    from fencepost.projections import ProjectionBuilder, RunsByStatus
+    from tests.projections import _runs
+
+    shipped = _migrations.discover
+    store = fencepost.open(db_url)
+    target_url = make_db_url()
+    try:
+        store.db.write(lambda conn: [_runs.create(conn, f"old-{i}", i) for i in range(5)])
+        monkeypatch.setattr(_migrations, "discover", lambda *a, **k: [m for m in shipped(*a, **k) if m.id != 3002])
+        # What the builder did before 3002: no look at the columns 3002 adds.
+        monkeypatch.setattr("fencepost.projections.checkpoints.share_of", lambda conn, name: None)
+        monkeypatch.setattr("fencepost.projections.checkpoints.has_shares", lambda conn, name: False)
+        with ProjectionBuilder(store, target_url, RunsByStatus()) as builder:
+            built = builder.catch_up()
+        monkeypatch.undo()
+        readonly = Database(target_url, readonly=True)
+        try:
+            assert 3002 not in _migrations.applied(readonly)
+            with ProjectionBuilder(store, readonly, RunsByStatus()) as reader:
+                status = reader.status()
+        finally:
+            readonly.dispose()
+        assert (status.applied_revision, status.lag) == (built.revision, 0)
+
+        store.db.write(lambda conn: _runs.create(conn, "new-0", 9))
+        with ProjectionBuilder(store, target_url, RunsByStatus()) as builder:
+            assert builder.catch_up().applied == 1
+            assert 3002 in _migrations.applied(builder.target)
+    finally:
+        store.close()

@@ -1,7 +1,8 @@
 """Projection builders: exactly-once checkpoints, stale rejection, rebuild on source rotation.
 
 ``ProjectionBuilder(source_store, target_url, projection)`` keeps a read model on a target database
-(the source's own or another, either backend); see ``docs/concepts/projections.md``.
+(the source's own or another, either backend); ``ProjectionBuilder({"edge-1": a, "central": b}, ...)``
+keeps one fed by several named stores, one checkpoint per source; see ``docs/concepts/projections.md``.
 """
 
 from fencepost.projections.builder import CatchUp, ProjectionBuilder, ProjectionStatus

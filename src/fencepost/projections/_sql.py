@@ -36,6 +36,10 @@ checkpoints = Table(
     Column("shadow_reason", Text),
     Column("shadow_started_at_ms", Int),
     Column("updated_at_ms", Int, nullable=False),
+    # Migration 3002: set (both) on the checkpoint of one source's share of a projection fed by
+    # several sources; NULL on an ordinary projection's checkpoint.
+    Column("projection", Text),
+    Column("source_name", Text),
 )
 
 rebuilds = Table(
@@ -68,7 +72,11 @@ def _revisions_table(name: str) -> Table:
 run_revisions = _revisions_table("projection_run_revisions")
 run_revisions_shadow = _revisions_table("projection_run_revisions_shadow")
 
-load_checkpoint = select(checkpoints).where(checkpoints.c.name == bindparam("name"))
+# The columns of 3001 only: a read-only status works on a target whose 3002 is not applied yet.
+_CHECKPOINT_COLUMNS = [c for c in checkpoints.columns if c.name not in ("projection", "source_name")]
+load_checkpoint = select(*_CHECKPOINT_COLUMNS).where(checkpoints.c.name == bindparam("name"))
+share_of = select(checkpoints.c.projection, checkpoints.c.source_name).where(checkpoints.c.name == bindparam("name"))
+any_share = select(checkpoints.c.name).where(checkpoints.c.projection == bindparam("projection")).limit(1)
 
 
 def held_revisions(table: Table) -> Select:

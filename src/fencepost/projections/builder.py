@@ -11,6 +11,12 @@ older copy restored with its source id), is never compared: the builder fills a 
 projection's tables from revision 0 of the current source, page by page with its own checkpoint,
 then swaps it in with one transaction (REFERENCE 4 "Rebuild protocol"). Readers of the target keep
 seeing the old projection until that commit.
+
+Fed by several named stores, the builder runs all of the above once per source, each source with
+its own checkpoint row (its "share", ``_sources``): a page of one source is applied with that
+source's checkpoint only, revisions of two sources are never compared, and a rotation of one source
+rebuilds that source's rows alone (its shadow rows are swapped in by one transaction that replaces
+exactly the rows keyed by its name) while the other sources keep being applied.
 """
 
 from __future__ import annotations
@@ -19,11 +25,11 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
-from sqlalchemy import MetaData, Table, delete, select
+from sqlalchemy import Table
 from sqlalchemy.engine import Connection
 
 from fencepost import _gauges
@@ -31,20 +37,22 @@ from fencepost._durable import Database, DbFailure, map_failure
 from fencepost._migrations import migrate, pending
 from fencepost._values import identifier_problem
 from fencepost.errors import FencepostError, ProjectionError, SourceChanged
-from fencepost.projections import _sql, checkpoints
-from fencepost.projections._feeds import ConsensusFeed, Page, RunsFeed
+from fencepost.projections import _sources, _sql, checkpoints
+from fencepost.projections._feeds import Page
 from fencepost.projections._lock import BuilderLock
+from fencepost.projections._shadow import ShadowTables
+from fencepost.projections._sources import SOURCE_COLUMN, Share
 from fencepost.projections.checkpoints import Checkpoint, CheckpointMoved, RebuildRecord
 from fencepost.projections.protocol import Projection, Target
 
 if TYPE_CHECKING:
     from fencepost._store import Store
+    from fencepost.shards import ShardSet
 
 T = TypeVar("T")
 log = logging.getLogger("fencepost.projections")
 
 MAX_PAGE = 1000  # changes_since refuses larger pages (REFERENCE 4)
-_PARKED = "fencepost_projection_swap"  # a live table's name for the moment of a swap
 _RETRIES = 50  # consecutive source races tolerated before giving up
 
 
@@ -82,25 +90,18 @@ class ProjectionStatus(msgspec.Struct, frozen=True):
     last_rebuild: RebuildRecord | None
 
 
-def _shadow_of(table: Table, metadata: MetaData) -> Table:
-    shadow = table.to_metadata(metadata, name=f"{table.name}__shadow")
-    # Index and constraint names are per schema (per database on SQLite): give the copies their own.
-    for index in shadow.indexes:
-        if index.name:
-            index.name = f"{index.name}__shadow"
-    for constraint in shadow.constraints:
-        if isinstance(constraint.name, str) and constraint.name:
-            constraint.name = f"{constraint.name}__shadow"
-    return shadow
-
-
 class ProjectionBuilder:
-    """Keep ``projection`` on the database at ``target`` from the store ``source``.
+    """Keep ``projection`` on the database at ``target`` from the store ``source`` (or several stores).
 
     Parameters
     ----------
     source:
-        The ``Store`` whose change feed (or journal, for a consensus projection) is consumed.
+        The ``Store`` whose change feed (or journal, for a consensus projection) is consumed; or
+        several named stores, a mapping ``{"edge-1": store_a, "central": store_b}`` (any mix of
+        backends) or a ``ShardSet``. Names are 1..64 characters of ``A-Z a-z 0-9 . _ -``. With
+        named sources, ``catch_up``, ``rebuild``, ``status`` and ``rebuilds`` return one entry per
+        source name, and the projection keys its rows by ``source_name`` (built-in projections are
+        switched to that shape with their ``keyed_by_source()``).
     target:
         A database URL (or an open ``Database``): the source's own database or another one, on
         either backend. The builder's tables (migration block ``projections``) and the projection's
@@ -118,7 +119,7 @@ class ProjectionBuilder:
 
     def __init__(
         self,
-        source: Store,
+        source: Store | Mapping[str, Store] | ShardSet,
         target: str | Database,
         projection: Projection,
         *,
@@ -126,6 +127,7 @@ class ProjectionBuilder:
         lock_timeout: float | None = 0.0,
         poll_interval: float = 1.0,
     ) -> None:
+        named = _sources.resolve(source)
         problem = identifier_problem(getattr(projection, "name", None))
         if problem:
             raise ProjectionError("invalid_projection", "ProjectionBuilder", f"projection name {problem}")
@@ -135,9 +137,22 @@ class ProjectionBuilder:
         tables = list(getattr(projection, "tables", ()))
         if not tables or not all(isinstance(t, Table) for t in tables):
             raise ProjectionError("invalid_projection", "ProjectionBuilder", "tables must be SQLAlchemy Tables")
+        if named is not None and not _sources.keyed_by_source(tables):
+            keyed = getattr(projection, "keyed_by_source", None)
+            if callable(keyed):
+                projection = keyed()
+                tables = list(getattr(projection, "tables", ()))
+            if not all(isinstance(t, Table) for t in tables) or not _sources.keyed_by_source(tables):
+                raise ProjectionError("invalid_projection", "ProjectionBuilder",
+                                      f"fed by several sources, every table needs a {SOURCE_COLUMN} column "
+                                      "in its primary key")
+        if named is None and getattr(projection, "by_source", False) is True:
+            raise ProjectionError("invalid_projection", "ProjectionBuilder",
+                                  f"a projection keyed by {SOURCE_COLUMN} needs named sources")
         if type(batch_size) is not int or not 1 <= batch_size <= MAX_PAGE:
             raise ProjectionError("invalid_projection", "ProjectionBuilder", f"batch_size must be 1..{MAX_PAGE}")
         self.source = source
+        self.sources: dict[str, Store] | None = named
         self.projection = projection
         self.name: str = projection.name
         self.batch_size = batch_size
@@ -145,91 +160,149 @@ class ProjectionBuilder:
         self._lock_timeout = lock_timeout
         self._owns_target = isinstance(target, str)
         self.target = Database(target) if isinstance(target, str) else target
-        self._feed = ConsensusFeed(source) if feed == "consensus" else RunsFeed(source)
         self._feed_kind: str = feed
-        shadow_md = MetaData()
-        self._live = {t.name: t for t in tables}
-        self._shadow = {t.name: _shadow_of(t, shadow_md) for t in tables}
+        if named is None:
+            self._shares = [Share(self.name, None, source, feed)]  # type: ignore[arg-type]
+        else:
+            self._shares = [Share(self.name, label, store, feed) for label, store in named.items()]
+        self._tables = ShadowTables(projection, tables)
         self._lock = BuilderLock(self.target, self.name)
         self._prepared = False
-        # Marker of the transaction of the last shadow page this builder committed (see swap).
-        self._shadow_marker: int | None = None
         self._closed = threading.Event()
         self._running = threading.Lock()
         # Test hook: called after each committed page with (shadow, page).
         self._after_page: Callable[[bool, Page], None] | None = None
 
     # ------------------------------------------------------------------ public surface
-    def catch_up(self) -> CatchUp:
+    def catch_up(self) -> CatchUp | dict[str, CatchUp]:
         """Apply everything up to the source's current revision, rebuilding first if it rotated.
 
         Returns the updates applied and rejected by this call, whether a rebuild was swapped in,
-        and the revision the projection now reflects.
+        and the revision the projection now reflects. With named sources: one ``CatchUp`` per
+        source name; every source is caught up even when one fails, then the first failure is raised.
         """
         self._acquire()
-        return self._catch_up()
+        if self.sources is None:
+            return self._catch_up(self._shares[0])
+        return self._each(self._shares, self._catch_up)
 
-    def rebuild(self) -> CatchUp:
-        """Rebuild from revision 0 of the current source into a shadow copy, then swap it in."""
+    def rebuild(self, source_name: str | None = None) -> CatchUp | dict[str, CatchUp]:
+        """Rebuild from revision 0 of the current source into a shadow copy, then swap it in.
+
+        With named sources, every source's share is rebuilt, or only ``source_name``'s; the rows of
+        the other sources are left as they are.
+        """
+        shares = self._select(source_name, "rebuild")
         self._acquire()
-        source, _head = self._feed.head()
 
-        def body(conn: Connection) -> None:
-            cp = self._load_in(conn)
-            self._reset_shadow(conn)
-            checkpoints.start_shadow(conn, cp, source=source, reason="requested", now_ms=self._now())
+        def start(share: Share) -> None:
+            source, _head = share.feed.head()
 
-        self._write(body)
-        return self._catch_up()
+            def body(conn: Connection) -> None:
+                cp = self._load_in(conn, share)
+                self._tables.reset(conn, self.target.backend, share)
+                checkpoints.start_shadow(conn, cp, source=source, reason="requested", now_ms=self._now(share))
+
+            self._write(body)
+
+        if self.sources is None:
+            start(shares[0])
+            return self._catch_up(shares[0])
+
+        def one(share: Share) -> CatchUp:
+            start(share)
+            return self._catch_up(share)
+
+        return self._each(shares, one)
 
     def run(self, stop: threading.Event | None = None) -> None:
         """Catch up, then follow the source until ``stop`` is set (or the builder is closed).
 
         Wake-ups come from the change feed's ``follow`` (watchfiles or LISTEN/NOTIFY); a poll every
         ``poll_interval`` seconds is the safety net. A database that is briefly unavailable is
-        retried after ``poll_interval``; ``builder_busy`` and invalid projections propagate.
+        retried after ``poll_interval``; ``builder_busy`` and invalid projections propagate. With
+        named sources each source is followed by its own thread, so a source that is down or being
+        rebuilt holds none of the others back; an error that propagates stops them all.
         """
         stop = stop if stop is not None else threading.Event()
         with self._running:
-            self._run(stop)
+            self._acquire()
+            if self.sources is None:
+                self._follow(self._shares[0], stop)
+            else:
+                self._follow_all(stop)
 
-    def _run(self, stop: threading.Event) -> None:
-        self._acquire()
+    def _follow_all(self, stop: threading.Event) -> None:
+        halt = threading.Event()  # set by the first share that fails, or once ``stop`` is set
+        failures: list[BaseException] = []
+
+        def work(share: Share) -> None:
+            try:
+                self._follow(share, halt)
+            except BaseException as exc:  # raised in the calling thread below
+                failures.append(exc)
+                halt.set()
+
+        threads = [threading.Thread(target=work, args=(share,), daemon=True,
+                                    name=f"projection-{self.name}-{share.label}") for share in self._shares]
+        for thread in threads:
+            thread.start()
+        try:
+            while not halt.is_set() and not self._stopping(stop):
+                stop.wait(0.05)
+        finally:
+            halt.set()
+            for thread in threads:
+                thread.join()
+        if failures:
+            raise failures[0]
+
+    def _follow(self, share: Share, stop: threading.Event) -> None:
         wake = threading.Event()
         quit_watch = threading.Event()
-        watcher = threading.Thread(target=self._watch, args=(wake, quit_watch), daemon=True,
-                                   name=f"projection-{self.name}-watch")
+        watcher = threading.Thread(target=self._watch, args=(share, wake, quit_watch), daemon=True,
+                                   name=f"projection-{share.checkpoint}-watch")
         watcher.start()
         try:
             while not self._stopping(stop):
                 wake.clear()
                 try:
-                    self._catch_up()
+                    self._catch_up(share)
                 except (DbFailure, FencepostError) as exc:
                     # Only an unavailable database is waited out; every other error is a defect.
                     if isinstance(exc, FencepostError) and exc.code != "persistence_failed":
                         raise
-                    log.warning("projection %s: catch-up failed (%s); retrying", self.name, type(exc).__name__)
+                    log.warning("projection %s: catch-up failed (%s); retrying", share.checkpoint,
+                                type(exc).__name__)
                 self._wait(wake, stop, self.poll_interval)
         finally:
             quit_watch.set()
             watcher.join(timeout=5)
 
-    def status(self) -> ProjectionStatus:
+    def status(self) -> ProjectionStatus | dict[str, ProjectionStatus]:
         """Read the checkpoint and the source head: lag, rejected, rebuilds, last rebuild.
 
         Read-only on both sides: a target where this projection was never built (no tables, no
         checkpoint) reports ``source=None``, ``applied_revision=0`` and the whole source as lag.
+        With named sources: one ``ProjectionStatus`` per source name, each against its own source.
         """
 
-        def body(conn: Connection) -> tuple[Checkpoint | None, RebuildRecord | None]:
-            return checkpoints.load(conn, self.name), checkpoints.last_rebuild(conn, self.name)
+        def body(conn: Connection) -> list[tuple[Checkpoint | None, RebuildRecord | None]]:
+            return [(checkpoints.load(conn, share.checkpoint), checkpoints.last_rebuild(conn, share.checkpoint))
+                    for share in self._shares]
 
-        cp, last = self._read(body) if self._target_ready() else (None, None)
+        found = self._read(body) if self._target_ready() else [(None, None)] * len(self._shares)
+        statuses = [self._status(share, cp, last) for share, (cp, last) in zip(self._shares, found, strict=True)]
+        if self.sources is None:
+            return statuses[0]
+        return {share.label: st for share, st in zip(self._shares, statuses, strict=True)}  # type: ignore[misc]
+
+    def _status(self, share: Share, cp: Checkpoint | None, last: RebuildRecord | None) -> ProjectionStatus:
         if cp is None:
-            cp = Checkpoint(self.name, self._feed_kind, None, 0, None, 0, 0, 0, None, None, None, None, None, None, 0)
-        source, head = self._feed.head()
-        pending = self._pending_reason(cp, source, head)
+            cp = Checkpoint(share.checkpoint, self._feed_kind, None, 0, None, 0, 0, 0, None, None, None, None, None,
+                            None, 0)
+        source, head = share.feed.head()
+        pending = self._pending_reason(share, cp, source, head)
         if pending is None and cp.source == source:
             lag = head - cp.revision
         else:
@@ -240,27 +313,36 @@ class ProjectionBuilder:
             rebuilds=cp.rebuilds, pending_rebuild=pending, last_rebuild=last,
         )
 
-    def rebuilds(self) -> list[RebuildRecord]:
-        """Every completed rebuild of this projection on this target, oldest first (read-only)."""
-        if not self._target_ready():
-            return []
-        return self._read(lambda conn: checkpoints.rebuild_log(conn, self.name))
+    def rebuilds(self) -> list[RebuildRecord] | dict[str, list[RebuildRecord]]:
+        """Every completed rebuild of this projection on this target, oldest first (read-only).
 
-    def offer(self, updates: Iterable[Any]) -> CatchUp:
+        With named sources: the list of each source's share, by source name.
+        """
+        if not self._target_ready():
+            found: list[list[RebuildRecord]] = [[] for _ in self._shares]
+        else:
+            found = self._read(lambda conn: [checkpoints.rebuild_log(conn, s.checkpoint) for s in self._shares])
+        if self.sources is None:
+            return found[0]
+        return {share.label: records for share, records in zip(self._shares, found, strict=True)}  # type: ignore[misc]
+
+    def offer(self, updates: Iterable[Any], source_name: str | None = None) -> CatchUp:
         """Apply snapshots obtained elsewhere (``store.feed.read``), each only if it ``is_newer``.
 
         The checkpoint does not move; stale or foreign-source updates are rejected and counted.
+        With named sources, ``source_name`` says whose store the snapshots were read from.
         """
+        share = self._select(source_name, "offer", one=True)[0]
         self._acquire()
         items = list(updates)
 
         def body(conn: Connection) -> tuple[int, int]:
-            cp = self._load_in(conn)
+            cp = self._load_in(conn, share)
             if cp.source is None:
                 return 0, len(items)
-            accepted, rejected = self._apply_in(conn, cp.source, items, shadow=False)
+            accepted, rejected = self._apply_in(conn, share, cp.source, items, shadow=False)
             conn.execute(
-                _sql.checkpoints.update().where(_sql.checkpoints.c.name == self.name).values(
+                _sql.checkpoints.update().where(_sql.checkpoints.c.name == share.checkpoint).values(
                     applied=_sql.checkpoints.c.applied + accepted,
                     rejected=_sql.checkpoints.c.rejected + rejected,
                 )
@@ -268,7 +350,7 @@ class ProjectionBuilder:
             return accepted, rejected
 
         applied, rejected = self._write(body)
-        return CatchUp(applied, rejected, False, self._read(self._load_in).revision)
+        return CatchUp(applied, rejected, False, self._read(lambda conn: self._load_in(conn, share)).revision)
 
     def close(self) -> None:
         """Stop ``run``, release the builder lock and the target's connections."""
@@ -276,7 +358,8 @@ class ProjectionBuilder:
         # Let a ``run`` in another thread finish its page before the lock and engine go away.
         if self._running.acquire(timeout=60):
             self._running.release()
-        _gauges.projection_lag.discard(projection=self.name)
+        for share in self._shares:
+            _gauges.projection_lag.discard(**self._gauge_labels(share))
         self._lock.release()
         if self._owns_target:
             self.target.dispose()
@@ -287,22 +370,59 @@ class ProjectionBuilder:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # ------------------------------------------------------------------ several sources
+    def _select(self, source_name: str | None, method: str, *, one: bool = False) -> list[Share]:
+        """The shares a call addresses: all (or the one) without ``source_name``, else that one."""
+        if self.sources is None:
+            if source_name is not None:
+                raise ProjectionError("invalid_sources", method, "source_name: this builder has one unnamed source")
+            return self._shares
+        if source_name is None:
+            if one:
+                raise ProjectionError("invalid_sources", method, "source_name is required with several sources")
+            return self._shares
+        for share in self._shares:
+            if share.label == source_name:
+                return [share]
+        raise ProjectionError("invalid_sources", method, "source_name names no source of this builder")
+
+    def _each(self, shares: list[Share], fn: Callable[[Share], CatchUp]) -> dict[str, CatchUp]:
+        """Run ``fn`` for every share; one source's failure never stops the others, then it is raised."""
+        results: dict[str, CatchUp] = {}
+        failure: BaseException | None = None
+        for share in shares:
+            try:
+                results[share.label] = fn(share)  # type: ignore[index]
+            except (DbFailure, FencepostError) as exc:
+                if isinstance(exc, ProjectionError) and exc.code == "builder_busy":
+                    raise
+                failure = failure or exc
+        if failure is not None:
+            raise failure
+        return results
+
+    def _gauge_labels(self, share: Share) -> dict[str, str]:
+        if share.label is None:
+            return {"projection": self.name}
+        return {"projection": self.name, "source": share.label}
+
     # ------------------------------------------------------------------ catch-up and rebuild
-    def _catch_up(self) -> CatchUp:
+    def _catch_up(self, share: Share) -> CatchUp:
         applied = rejected = 0
         rebuilt = False
         races = 0
+        feed = share.feed
         while True:
             try:
-                cp = self._read(self._load_in)
-                source, head = self._feed.head()
-                reason = self._pending_reason(cp, source, head)
+                cp = self._read(lambda conn: self._load_in(conn, share))
+                source, head = feed.head()
+                reason = self._pending_reason(share, cp, source, head)
                 if reason is not None:
-                    a, r = self._rebuild(cp, reason, source, head)
+                    a, r = self._rebuild(share, cp, reason, source, head)
                     applied, rejected, rebuilt, races = applied + a, rejected + r, True, 0
                     continue
-                page = self._feed.page(source, cp.revision, self.batch_size)
-                a, r = self._commit(cp, page, shadow=False)
+                page = feed.page(source, cp.revision, self.batch_size)
+                a, r = self._commit(share, cp, page, shadow=False)
             except (SourceChanged, CheckpointMoved):
                 # The source rotated or rewound between two reads, or the checkpoint moved under
                 # us: re-read both and decide again; never compare across sources.
@@ -316,100 +436,69 @@ class ProjectionBuilder:
                 time.sleep(random.random() * min(0.001 * 2 ** min(races, 8), 0.25))
                 continue
             applied, rejected, races = applied + a, rejected + r, 0
-            _gauges.projection_lag.set(max(0, head - page.next_revision), projection=self.name)
+            _gauges.projection_lag.set(max(0, head - page.next_revision), **self._gauge_labels(share))
             if not page.has_more:
                 return CatchUp(applied, rejected, rebuilt, page.next_revision)
 
-    def _pending_reason(self, cp: Checkpoint, source: str, head: int) -> str | None:
+    def _pending_reason(self, share: Share, cp: Checkpoint, source: str, head: int) -> str | None:
         if cp.source is not None:
             if cp.source != source:
                 return "source_changed"
             if cp.revision > head:
                 return "source_rewound"
-            if cp.anchor is not None and self._feed.anchor_at(cp.revision) != cp.anchor:
+            if cp.anchor is not None and share.feed.anchor_at(cp.revision) != cp.anchor:
                 return "journal_diverged"
         return cp.shadow_reason
 
-    def _rebuild(self, cp: Checkpoint, reason: str, source: str, head: int) -> tuple[int, int]:
+    def _rebuild(self, share: Share, cp: Checkpoint, reason: str, source: str, head: int) -> tuple[int, int]:
+        feed = share.feed
         resumable = (
             cp.shadow_source == source
             and cp.shadow_revision is not None
             and cp.shadow_revision <= head
-            and (cp.shadow_anchor is None or self._feed.anchor_at(cp.shadow_revision) == cp.shadow_anchor)
+            and (cp.shadow_anchor is None or feed.anchor_at(cp.shadow_revision) == cp.shadow_anchor)
         )
-        self._shadow_marker = None
+        share.shadow_marker = None
         if not resumable:
             def start(conn: Connection) -> None:
-                current = self._load_in(conn)
+                current = self._load_in(conn, share)
                 if current != cp:
                     raise CheckpointMoved()
-                self._reset_shadow(conn)
-                checkpoints.start_shadow(conn, cp, source=source, reason=reason, now_ms=self._now())
+                self._tables.reset(conn, self.target.backend, share)
+                checkpoints.start_shadow(conn, cp, source=source, reason=reason, now_ms=self._now(share))
 
             self._write(start)
-            cp = self._read(self._load_in)
+            cp = self._read(lambda conn: self._load_in(conn, share))
         applied = rejected = 0
         while True:
             assert cp.shadow_revision is not None
-            page = self._feed.page(source, cp.shadow_revision, self.batch_size)
-            a, r = self._commit(cp, page, shadow=True)
+            page = feed.page(source, cp.shadow_revision, self.batch_size)
+            a, r = self._commit(share, cp, page, shadow=True)
             applied, rejected = applied + a, rejected + r
-            cp = self._read(self._load_in)
+            cp = self._read(lambda conn: self._load_in(conn, share))
             if not page.has_more:
                 break
 
         def swap(conn: Connection) -> None:
-            current = self._load_in(conn)
+            current = self._load_in(conn, share)
             if current != cp:
                 raise CheckpointMoved()
-            backend = self.target.backend
-            # The last shadow page's transaction, when this builder wrote it; else this one (all
-            # shadow pages committed before it began), which is only more conservative.
-            marker = self._shadow_marker if self._shadow_marker is not None else backend.write_marker(conn)
-            if backend.renames_safe_after(conn, marker):
-                # Exchange the tables' names (three renames, inside this transaction): the filled
-                # shadow becomes the live table without copying a row, and the old live rows end
-                # up in the shadow, emptied below. Indexes keep their own names, so index names
-                # alternate between the two tables from one rebuild to the next.
-                quote = conn.dialect.identifier_preparer.quote
-                for name, live in self._live.items():
-                    shadow = self._shadow[name]
-                    for old, new in ((live.name, _PARKED), (shadow.name, live.name), (_PARKED, shadow.name)):
-                        conn.exec_driver_sql(f"ALTER TABLE {quote(old)} RENAME TO {quote(new)}")
-            else:
-                # A reader holds a snapshot older than the shadow's last page (PostgreSQL): a
-                # renamed table would show it a partial projection. Copy the rows instead, which
-                # that reader cannot see until this commit, as it cannot see any of it.
-                self.projection.reset(Target(conn, backend, self._live, False))
-                for name, live in self._live.items():
-                    shadow = self._shadow[name]
-                    names = [c.name for c in live.columns]
-                    conn.execute(live.insert().from_select(names, select(*[shadow.c[n] for n in names])))
-            rl, rs = _sql.run_revisions, _sql.run_revisions_shadow
-            conn.execute(delete(rl).where(rl.c.name == self.name))
-            cols = [c.name for c in rl.columns]
-            conn.execute(rl.insert().from_select(cols, select(*[rs.c[n] for n in cols]).where(rs.c.name == self.name)))
-            self._reset_shadow(conn)
-            checkpoints.swap_shadow(conn, cp, now_ms=self._now())
+            self._tables.swap(conn, self.target.backend, share)
+            checkpoints.swap_shadow(conn, cp, now_ms=self._now(share))
 
         self._write(swap)
         return applied, rejected
 
-    def _reset_shadow(self, conn: Connection) -> None:
-        self.projection.reset(Target(conn, self.target.backend, self._shadow, True))
-        rs = _sql.run_revisions_shadow
-        conn.execute(delete(rs).where(rs.c.name == self.name))
-
-    def _commit(self, cp: Checkpoint, page: Page, *, shadow: bool) -> tuple[int, int]:
+    def _commit(self, share: Share, cp: Checkpoint, page: Page, *, shadow: bool) -> tuple[int, int]:
         expected_source = cp.shadow_source if shadow else (cp.source or page.source)
         if page.source != expected_source:
             raise CheckpointMoved()
 
         def body(conn: Connection) -> tuple[int, int]:
-            accepted, rejected = self._apply_in(conn, page.source, page.updates, shadow=shadow)
-            now = self._now()
+            accepted, rejected = self._apply_in(conn, share, page.source, page.updates, shadow=shadow)
+            now = self._now(share)
             if shadow:
-                self._shadow_marker = self.target.backend.write_marker(conn)
+                share.shadow_marker = self.target.backend.write_marker(conn)
                 checkpoints.advance_shadow(conn, cp, revision=page.next_revision, anchor=page.anchor,
                                            applied=accepted, rejected=rejected, now_ms=now)
             else:
@@ -422,15 +511,17 @@ class ProjectionBuilder:
             self._after_page(shadow, page)
         return result
 
-    def _apply_in(self, conn: Connection, source: str, updates: Sequence[Any], *, shadow: bool) -> tuple[int, int]:
+    def _apply_in(self, conn: Connection, share: Share, source: str, updates: Sequence[Any], *,
+                  shadow: bool) -> tuple[int, int]:
         """Apply the updates that are newer than what is held, in order; return (applied, rejected)."""
         if not updates:
             return 0, 0
         held_stmt = _sql.held_shadow if shadow else _sql.held_live
+        name = share.checkpoint
         ids = msgspec.json.encode(list(dict.fromkeys(u.run_id for u in updates))).decode()
         held: dict[str, tuple[str, int]] = {
             run_id: (held_source, int(revision))
-            for run_id, held_source, revision in conn.execute(held_stmt, {"name": self.name, "ids": ids}).all()
+            for run_id, held_source, revision in conn.execute(held_stmt, {"name": name, "ids": ids}).all()
         }
         newest: dict[str, tuple[str, int]] = {}
         accepted: list[Any] = []
@@ -446,7 +537,8 @@ class ProjectionBuilder:
             else:
                 rejected += 1
         if accepted:
-            target = Target(conn, self.target.backend, self._shadow if shadow else self._live, shadow)
+            tables = self._tables.shadow if shadow else self._tables.live
+            target = Target(conn, self.target.backend, tables, shadow, share.label)
             apply_batch = getattr(self.projection, "apply_batch", None)
             if apply_batch is not None:
                 apply_batch(target, accepted)
@@ -454,7 +546,6 @@ class ProjectionBuilder:
                 for update in accepted:
                     self.projection.apply(target, update)
             table = _sql.run_revisions_shadow if shadow else _sql.run_revisions
-            name = self.name
             _sql.upsert_many(conn, self.target.backend, table, ("name", "run_id"), [
                 {"name": name, "run_id": run_id, "source": s, "revision": r} for run_id, (s, r) in newest.items()
             ])
@@ -476,27 +567,52 @@ class ProjectionBuilder:
             raise map_failure(exc, ProjectionError, "prepare", "projection target") from None
 
         def body(conn: Connection) -> None:
-            for table in [*self._live.values(), *self._shadow.values()]:
+            for table in self._tables.all():
                 table.create(conn, checkfirst=True)
-            cp = checkpoints.ensure(conn, self.target.backend, self.name, self._feed_kind, self._now())
-            if cp.feed != self._feed_kind:
-                raise ProjectionError(
-                    "invalid_projection", "prepare", "a projection of another feed kind holds this name on the target"
-                )
+            for share in self._shares:
+                self._claim_checkpoint(conn, share)
 
         self._write(body)
         self._prepared = True
+
+    def _claim_checkpoint(self, conn: Connection, share: Share) -> None:
+        """Create the share's checkpoint row, refusing a row or name that belongs to another builder.
+
+        A single-source projection and one fed by several sources never share a name on a target:
+        the rows of one would be read as the other's position.
+        """
+        if share.label is None:
+            if checkpoints.share_of(conn, share.checkpoint) is not None or checkpoints.has_shares(conn, self.name):
+                raise ProjectionError("invalid_projection", "prepare",
+                                      "a projection fed by several sources holds this name on the target")
+            cp = checkpoints.ensure(conn, self.target.backend, share.checkpoint, self._feed_kind, self._now(share))
+        else:
+            if checkpoints.load(conn, self.name) is not None:
+                raise ProjectionError("invalid_projection", "prepare",
+                                      "a single-source projection holds this name on the target")
+            wanted = (self.name, share.label)
+            if checkpoints.load(conn, share.checkpoint) is not None and \
+                    checkpoints.share_of(conn, share.checkpoint) != wanted:
+                raise ProjectionError("invalid_projection", "prepare",
+                                      "another projection's checkpoint holds a source share's name on the target")
+            cp = checkpoints.ensure(conn, self.target.backend, share.checkpoint, self._feed_kind, self._now(share),
+                                    share=wanted)
+        if cp.feed != self._feed_kind:
+            raise ProjectionError(
+                "invalid_projection", "prepare", "a projection of another feed kind holds this name on the target"
+            )
 
     def _target_ready(self) -> bool:
         if self._prepared:
             return True
         try:
-            return not pending(self.target, ("projections",))
+            # The checkpoint tables (3001) are what a read needs; later migrations add columns only.
+            return all(m.id != 3001 for m in pending(self.target, ("projections",)))
         except DbFailure as exc:
             raise map_failure(exc, ProjectionError, "status", "projection target") from None
 
-    def _load_in(self, conn: Connection) -> Checkpoint:
-        cp = checkpoints.load(conn, self.name)
+    def _load_in(self, conn: Connection, share: Share) -> Checkpoint:
+        cp = checkpoints.load(conn, share.checkpoint)
         if cp is None:
             raise ProjectionError("projection_failed", "load", "checkpoint row is missing on the target")
         return cp
@@ -513,8 +629,8 @@ class ProjectionBuilder:
         except DbFailure as exc:
             raise map_failure(exc, ProjectionError, "read", "projection target") from None
 
-    def _now(self) -> int:
-        return int(self.source.clock.now_ms())
+    def _now(self, share: Share) -> int:
+        return int(share.store.clock.now_ms())
 
     def _stopping(self, stop: threading.Event) -> bool:
         return stop.is_set() or self._closed.is_set()
@@ -526,9 +642,9 @@ class ProjectionBuilder:
             if remaining <= 0 or wake.wait(min(remaining, 0.05)):
                 return
 
-    def _watch(self, wake: threading.Event, quit_watch: threading.Event) -> None:
+    def _watch(self, share: Share, wake: threading.Event, quit_watch: threading.Event) -> None:
         """Turn the feed's live follow into wake-ups; the poll in ``run`` covers any gap."""
-        feed = self.source.feed
+        feed = share.store.feed
         pages = getattr(feed, "follow_batches", None) if self._feed_kind == "runs" else None
         follow = getattr(feed, "follow", None)
         if pages is None and follow is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -27,16 +28,32 @@ class RunsByStatus:
     ``created_at_ms``, ``started_at_ms``, ``finished_at_ms``, ``cancel_requested_at_ms``,
     ``cancel_acknowledged_at_ms``, and the ``source``/``revision`` of the snapshot the row shows.
     A deleted run has no row. Indexed on ``(status, created_at_ms, run_id)``.
+
+    ``by_source=True`` (what ``keyed_by_source()`` returns, and what a builder fed by several named
+    sources uses) adds ``source_name`` before ``run_id`` in the primary key: one row per run per source.
     """
 
     feed = "runs"
 
-    def __init__(self, name: str = "runs_by_status", *, table: str = "projection_runs_by_status") -> None:
+    def __init__(self, name: str = "runs_by_status", *, table: str = "projection_runs_by_status",
+                 by_source: bool = False) -> None:
         self.name = name
+        self._define(table, by_source)
+
+    def keyed_by_source(self) -> RunsByStatus:
+        """This projection keyed by ``(source_name, run_id)``, for a builder fed by several sources."""
+        keyed = copy.copy(self)
+        keyed._define(self.table.name, True)
+        return keyed
+
+    def _define(self, table: str, by_source: bool) -> None:
+        self.by_source = by_source
         md = MetaData()
+        key = [Column("source_name", Text, primary_key=True)] if by_source else []
         self.table = Table(
             table,
             md,
+            *key,
             Column("run_id", Text, primary_key=True),
             Column("status", Text, nullable=False),
             Column("flow_name", Text),
@@ -67,18 +84,25 @@ class RunsByStatus:
         table = target.table(self.table.name)
         rows: dict[str, dict[str, Any]] = {}
         gone: dict[str, None] = {}
+        label = target.source_name if self.by_source else None
         for item in updates:
             if isinstance(item, Observed):
                 gone.pop(item.run_id, None)
-                rows[item.run_id] = _row(item)
+                row = rows[item.run_id] = _row(item)
+                if label is not None:
+                    row["source_name"] = label
             else:
                 rows.pop(item.run_id, None)
                 gone[item.run_id] = None
         if gone:
             conn = target.conn
-            conn.execute(delete(table).where(in_json_ids(table.c.run_id, "ids")), {"ids": _json_list(gone)})
+            where = in_json_ids(table.c.run_id, "ids")
+            if label is not None:
+                where = (table.c.source_name == label) & where
+            conn.execute(delete(table).where(where), {"ids": _json_list(gone)})
         if rows:
-            _sql.upsert_many(target.conn, target.backend, table, ("run_id",), list(rows.values()))
+            key = ("source_name", "run_id") if label is not None else ("run_id",)
+            _sql.upsert_many(target.conn, target.backend, table, key, list(rows.values()))
 
 
 def _json_list(ids: Iterable[str]) -> str:
@@ -127,16 +151,33 @@ class OwnershipHistory:
     claim, so it changes no owner until the thief activates; a ``released`` ends only the
     releaser's claim or interval. Contradictions in the facts are recorded as they come
     (verifying them is replay's job); facts without a well-formed owner are skipped, as replay does.
+
+    ``by_source=True`` (what ``keyed_by_source()`` returns, and what a builder fed by several named
+    sources uses) adds ``source_name`` before ``run_id`` in the primary key: a run id names a run
+    within its own store only.
     """
 
     feed = "consensus"
 
-    def __init__(self, name: str = "ownership_history", *, table: str = "projection_ownership_history") -> None:
+    def __init__(self, name: str = "ownership_history", *, table: str = "projection_ownership_history",
+                 by_source: bool = False) -> None:
         self.name = name
+        self._define(table, by_source)
+
+    def keyed_by_source(self) -> OwnershipHistory:
+        """This projection keyed by ``(source_name, run_id, opened_position)``, for several sources."""
+        keyed = copy.copy(self)
+        keyed._define(self.table.name, True)
+        return keyed
+
+    def _define(self, table: str, by_source: bool) -> None:
+        self.by_source = by_source
         md = MetaData()
+        key = [Column("source_name", Text, primary_key=True)] if by_source else []
         self.table = Table(
             table,
             md,
+            *key,
             Column("run_id", Text, primary_key=True),
             Column("opened_position", Int, primary_key=True),
             Column("owner_host_id", Text),
@@ -167,10 +208,13 @@ class OwnershipHistory:
         owner = owner_of(fact.owner)
         if owner is None:
             return  # replay reports it as malformed and applies nothing
+        label = target.source_name if self.by_source else None
+        # The run's rows: within its source's share when several sources feed the projection.
+        run = [t.c.run_id == fact.run_id] if label is None else [t.c.source_name == label, t.c.run_id == fact.run_id]
         open_rows = conn.execute(
             select(t.c.opened_position, t.c.owner_host_id, t.c.owner_pid, t.c.owner_nonce, t.c.granted_at_ms,
                    t.c.opened_by, t.c.activated_position)
-            .where(t.c.run_id == fact.run_id, t.c.closed_position.is_(None))
+            .where(*run, t.c.closed_position.is_(None))
             .order_by(t.c.opened_position)
         ).all()
         interval = claim = None
@@ -191,7 +235,7 @@ class OwnershipHistory:
         def close(row: Any, closed_by: str) -> None:
             conn.execute(
                 sql_update(t)
-                .where(t.c.run_id == fact.run_id, t.c.opened_position == row.opened_position)
+                .where(*run, t.c.opened_position == row.opened_position)
                 .values(closed_position=fact.revision, closed_by=closed_by, closed_at_ms=fact.emitted_at_ms)
             )
 
@@ -202,13 +246,14 @@ class OwnershipHistory:
         if step.activated_claim and claim is not None:
             conn.execute(
                 sql_update(t)
-                .where(t.c.run_id == fact.run_id, t.c.opened_position == claim.opened_position)
+                .where(*run, t.c.opened_position == claim.opened_position)
                 .values(activated_position=fact.revision, activated_at_ms=fact.emitted_at_ms)
             )
         elif step.interval_opened or (step.claim is not None and fact.kind in ("claimed", "stolen")):
             activated = step.interval_opened
+            keyed = {} if label is None else {"source_name": label}
             conn.execute(t.insert().values(
-                run_id=fact.run_id, opened_position=fact.revision, owner_host_id=owner.host_id,
+                **keyed, run_id=fact.run_id, opened_position=fact.revision, owner_host_id=owner.host_id,
                 owner_pid=owner.pid, owner_nonce=owner.nonce, opened_by="activated" if activated else fact.kind,
                 granted_at_ms=fact.granted_at_ms, opened_at_ms=fact.emitted_at_ms,
                 activated_position=fact.revision if activated else None,

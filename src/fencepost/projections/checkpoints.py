@@ -71,16 +71,34 @@ def load(conn: Connection, name: str) -> Checkpoint | None:
     return None if row is None else _row_to_checkpoint(row)
 
 
-def ensure(conn: Connection, backend: Any, name: str, feed: str, now_ms: int) -> Checkpoint:
-    """Create the checkpoint row of ``name`` if absent and return it."""
-    stmt = backend.insert(cp_table).values(
-        name=name, feed=feed, source=None, revision=0, anchor=None, applied=0, rejected=0, rebuilds=0,
-        updated_at_ms=now_ms,
-    ).on_conflict_do_nothing(index_elements=["name"])
-    conn.execute(stmt)
+def ensure(conn: Connection, backend: Any, name: str, feed: str, now_ms: int, *,
+           share: tuple[str, str] | None = None) -> Checkpoint:
+    """Create the checkpoint row of ``name`` if absent and return it.
+
+    ``share`` is ``(projection, source name)`` for the checkpoint of one source's share of a
+    projection fed by several sources; it is recorded with the row (migration 3002).
+    """
+    values: dict[str, Any] = {
+        "name": name, "feed": feed, "source": None, "revision": 0, "anchor": None, "applied": 0,
+        "rejected": 0, "rebuilds": 0, "updated_at_ms": now_ms,
+    }
+    if share is not None:
+        values["projection"], values["source_name"] = share
+    conn.execute(backend.insert(cp_table).values(**values).on_conflict_do_nothing(index_elements=["name"]))
     found = load(conn, name)
     assert found is not None
     return found
+
+
+def share_of(conn: Connection, name: str) -> tuple[str, str] | None:
+    """``(projection, source name)`` when the row ``name`` is one source's share, else None."""
+    row = conn.execute(_sql.share_of, {"name": name}).first()
+    return None if row is None or row.projection is None else (row.projection, row.source_name)
+
+
+def has_shares(conn: Connection, projection: str) -> bool:
+    """True when some source's share of ``projection`` has a checkpoint row on this target."""
+    return conn.execute(_sql.any_share, {"projection": projection}).first() is not None
 
 
 def _where_shadow(cp: Checkpoint) -> Any:

@@ -40,15 +40,20 @@ class Target:
 
     ``tables`` maps each declared (live) table name to the table this transaction writes: the live
     table during catch-up, its shadow copy while a rebuild fills one. ``shadow`` says which.
+    ``source_name`` is the name of the source whose updates this transaction applies when the
+    builder is fed by several named sources (write it into every row's ``source_name`` key column);
+    None for a single unnamed source.
     """
 
-    __slots__ = ("backend", "conn", "shadow", "tables")
+    __slots__ = ("backend", "conn", "shadow", "source_name", "tables")
 
-    def __init__(self, conn: Connection, backend: Backend, tables: Mapping[str, Table], shadow: bool) -> None:
+    def __init__(self, conn: Connection, backend: Backend, tables: Mapping[str, Table], shadow: bool,
+                 source_name: str | None = None) -> None:
         self.conn = conn
         self.backend = backend
         self.tables = tables
         self.shadow = shadow
+        self.source_name = source_name
 
     def table(self, name: str) -> Table:
         """The table to write for the declared table ``name``."""
@@ -69,6 +74,11 @@ class Projection(Protocol):
     together with a shadow copy of each for rebuilds. ``reset`` empties them; ``apply`` applies one
     accepted update. An optional ``apply_batch(target, updates)`` may apply a whole page at once; it
     must give the same result as calling ``apply`` for each update in order.
+
+    Fed by several named sources, every table must have a ``source_name`` column in its primary key
+    and ``apply`` writes ``target.source_name`` there; the builder then empties one source's rows
+    itself (``reset`` is not called). A projection that can switch to that shape offers an optional
+    ``keyed_by_source()`` returning the keyed copy, which the builder calls when given several sources.
     """
 
     name: str

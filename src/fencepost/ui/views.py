@@ -339,9 +339,14 @@ def projections(store: Store) -> list[dict[str, Any]]:
     from fencepost.projections import ProjectionBuilder
     from fencepost.projections._sql import checkpoints as cp_table
 
-    if pending(store.db, ("projections",)):
+    waiting = {m.id for m in pending(store.db, ("projections",))}
+    if 3001 in waiting:
         return []
     stmt = select(cp_table.c.name, cp_table.c.feed).order_by(cp_table.c.name)
+    if 3002 not in waiting:
+        # A source's share of a projection fed by several stores is measured against that store,
+        # not this one: only this database's own projections are listed.
+        stmt = stmt.where(cp_table.c.projection.is_(None))
     found = store.db.read(lambda conn: [tuple(r) for r in conn.execute(stmt)])
     out = []
     for name, feed in found:

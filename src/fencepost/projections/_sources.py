@@ -1,0 +1,101 @@
+"""What a builder reads from: one unnamed store, or several named stores, each feeding its share.
+
+A projection fed by several stores keeps one checkpoint per source on the target. Each source's
+share is an ordinary checkpoint row named ``<projection>@<source name>`` (migration 3002 records
+whose share it is), so paging, held revisions, shadow progress, rebuild log and compare-and-swap
+work per source exactly as they work for a single source, and revisions of two sources never meet.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Table
+
+from fencepost.errors import ProjectionError
+from fencepost.projections._feeds import ConsensusFeed, RunsFeed
+
+if TYPE_CHECKING:
+    from fencepost._store import Store
+
+SOURCE_COLUMN = "source_name"  # every table of a projection fed by several sources keys on it
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_NAME_RULE = "must be 1..64 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit"
+
+
+class Share:
+    """One source of a builder: its store and feed, and the checkpoint row its pages advance.
+
+    ``label`` is the source's name, or None for the single unnamed source (whose checkpoint row is
+    the projection's own name, as it always was).
+    """
+
+    __slots__ = ("checkpoint", "feed", "label", "shadow_marker", "store")
+
+    def __init__(self, projection: str, label: str | None, store: Store, feed_kind: str) -> None:
+        self.label = label
+        self.store = store
+        self.feed: RunsFeed | ConsensusFeed = ConsensusFeed(store) if feed_kind == "consensus" else RunsFeed(store)
+        self.checkpoint = projection if label is None else checkpoint_name(projection, label)
+        # Marker of the transaction of the last shadow page this builder committed for this share.
+        self.shadow_marker: int | None = None
+
+
+def checkpoint_name(projection: str, label: str) -> str:
+    """The checkpoint row of source ``label``'s share of ``projection``."""
+    return f"{projection}@{label}"
+
+
+def _refuse(detail: str) -> ProjectionError:
+    return ProjectionError("invalid_sources", "ProjectionBuilder", f"sources: {detail}")
+
+
+def _database_key(store: Store) -> tuple[Any, ...]:
+    """Where a store's database lives: two stores with one key are the same source twice."""
+    db = store.db
+    if db.path is not None:
+        return ("sqlite", os.path.realpath(db.path))
+    url = db.engine.url
+    return ("postgresql", url.host, url.port, url.database, db.schema)
+
+
+def resolve(sources: object) -> dict[str, Store] | None:
+    """None for one unnamed ``Store``; else the checked ``{name: store}`` mapping, in its order.
+
+    Accepts a ``Mapping`` of names to stores or a ``ShardSet`` (its shards by name). Refuses, with
+    ``ProjectionError('invalid_sources')`` naming the rule and the position (never a name or URL):
+    anything else, an empty mapping, a name outside the shard-name rule, a value that is not a
+    ``Store``, and one database given twice (the same store, or two stores opened on it).
+    """
+    from fencepost._store import Store
+    from fencepost.shards import ShardSet
+
+    if isinstance(sources, Store):
+        return None
+    if isinstance(sources, ShardSet):
+        sources = dict(sources.items())
+    if not isinstance(sources, Mapping):
+        raise _refuse("must be a Store or a mapping of source names to Stores")
+    if not sources:
+        raise _refuse("the mapping must name at least one store")
+    named: dict[str, Store] = {}
+    seen: dict[tuple[Any, ...], int] = {}
+    for index, (name, store) in enumerate(sources.items()):
+        if type(name) is not str or not _NAME.match(name):
+            raise _refuse(f"source #{index} name {_NAME_RULE}")
+        if not isinstance(store, Store):
+            raise _refuse(f"source #{index} must be a fencepost Store")
+        key = _database_key(store)
+        if key in seen:
+            raise _refuse(f"source #{index} is the database of source #{seen[key]} again")
+        seen[key] = index
+        named[name] = store
+    return named
+
+
+def keyed_by_source(tables: list[Table]) -> bool:
+    """True when every table has the source-name column in its primary key."""
+    return all(SOURCE_COLUMN in t.primary_key.columns for t in tables)
