@@ -202,6 +202,10 @@ def runs_list(statuses: tuple[str, ...], flow: str | None, after: int | None, be
     With --format json, prints {"runs": [...], "next_cursor": ..., "total": M}; jsonl and csv print
     the runs alone. Each run has the RunRow fields and "state", its state_json decoded.
 
+    Across several stores (--db repeated) it is one listing merged by creation time, each run with
+    "store", its store's name (the first column of a table); --cursor resumes it with the same
+    stores, and the total counts every store.
+
     Example: fencepost runs list --status running --desc --limit 20
     """
     import shlex
@@ -367,7 +371,7 @@ def runs_cancel(run_id: str, out: Output) -> None:
     cancelled at once without calling the function.
 
     Exits 0 when the request is recorded or already was; 1 (the reason on stderr) when the run is
-    unknown or already settled.
+    unknown or already settled. Given the shards of a set (--db repeated), acts on the run's shard.
 
     Example: fencepost runs cancel demo-0007
     """
@@ -440,6 +444,8 @@ def runs_create(run_id: str, state_json: str, out: Output) -> None:
     RUN_ID "-" reads NDJSON from stdin instead, one run per line:
     {"run_id": "...", "state": {...}}. All of them are created in one transaction, or none (a
     bad line or an id that already exists changes nothing). The database must exist (fencepost init).
+    Given the shards of a set (--db repeated), the run is created on the shard its id places on
+    (RUN_ID "-" needs one store).
 
     Example: fencepost runs create order-17 --state '{"step": 0}'
     """
