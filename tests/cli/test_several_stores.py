@@ -40,6 +40,12 @@ def _fill(url: str, run_ids: list[str], times: list[int]) -> None:
 
 
 @pytest.fixture
+def shard_urls(make_db_url):
+    """``shard_urls(n)``: n fresh databases on the backend (stores of a set to be founded)."""
+    return lambda n: [make_db_url() for _ in range(n)]
+
+
+@pytest.fixture
 def two_stores(make_db_url):
     """Two independent stores (no shard set): ``edge`` with a1, a2, a3 and ``central`` with b1, b2."""
     edge, central = make_db_url(), make_db_url()
