@@ -14,7 +14,7 @@ import sys
 
 import click
 
-from fencepost.cli._common import CliContext, echo_error, error_text
+from fencepost.cli._common import CliContext, echo_error, error_text, parse_db, read_shard_file
 from fencepost.cli.demo import demo
 from fencepost.cli.feed import feed, source
 from fencepost.cli.journal import journal
@@ -28,17 +28,31 @@ __all__ = ["cli", "main"]
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.option("--db", "db", envvar="FENCEPOST_DB", metavar="URL",
+@click.option("--db", "dbs", multiple=True, metavar="[NAME=]URL",
               help="Database URL (sqlite:///path.db or postgresql+psycopg://...). "
-                   "Default: $FENCEPOST_DB, else sqlite:///.flows/flows.db.")
+                   "Default: $FENCEPOST_DB, else sqlite:///.flows/flows.db. Repeat it to work across "
+                   "several stores (runs list, feed tail; the other commands route by run id through "
+                   "a shard set, or refuse); NAME= labels a store (default: the shard name it recorded, "
+                   "else shard-<i>).")
+@click.option("--shards", "shard_file", metavar="FILE", default=None,
+              help="Read the stores from a file instead: one URL or NAME=URL a line (# comments).")
 @click.version_option(package_name="fencepost")
 @click.pass_context
-def cli(ctx: click.Context, db: str | None) -> None:
+def cli(ctx: click.Context, dbs: tuple[str, ...], shard_file: str | None) -> None:
     """Durable run state: runs, their journal, the change feed and projections.
 
     Example: fencepost demo && fencepost runs list --status completed
     """
-    ctx.obj = CliContext(db)
+    if shard_file is not None and dbs:
+        raise click.UsageError("--db and --shards are exclusive: give the stores one way")
+    if shard_file is not None:
+        ctx.obj = CliContext(None, read_shard_file(shard_file))
+    elif len(dbs) > 1:
+        ctx.obj = CliContext(None, [parse_db(value, f"--db #{i}") for i, value in enumerate(dbs, start=1)])
+    else:
+        # One --db (or $FENCEPOST_DB, or the default): exactly as before, unless given as NAME=URL.
+        spec = parse_db(dbs[0], "--db") if dbs else None
+        ctx.obj = CliContext(None, [spec]) if spec is not None and spec.name else CliContext(dbs[0] if dbs else None)
     ctx.call_on_close(ctx.obj.close)
 
 

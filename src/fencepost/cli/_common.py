@@ -5,12 +5,13 @@ Output formats (``--format``/``--json``) live in ``cli._output``.
 
 from __future__ import annotations
 
+import re
 import signal
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import click
 import msgspec
@@ -20,19 +21,99 @@ console = Console()
 err_console = Console(stderr=True)
 
 
-class CliContext:
-    """The group's state: the ``--db`` URL and the store, opened lazily on first use."""
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+NAME_RULE = "1..64 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit"
 
-    def __init__(self, url: str | None) -> None:
-        self.url = url
+
+class DbSpec(NamedTuple):
+    """One ``--db`` value: an optional store name and its URL (``None``: ``$FENCEPOST_DB`` or the default)."""
+
+    name: str | None
+    url: str | None
+
+
+def parse_db(value: str, where: str) -> DbSpec:
+    """``URL`` or ``NAME=URL``. A URL always has ``scheme:`` before any ``=``, so the two never clash.
+
+    ``where`` says which value is wrong (``--db #2``, ``--shards line 3``); the value is never echoed.
+    """
+    head, sep, tail = value.partition("=")
+    if not sep or ":" in head or "/" in head:
+        return DbSpec(None, value)
+    if not _NAME.match(head):
+        raise click.UsageError(f"{where}: a store name must be {NAME_RULE} (NAME=URL)")
+    if not tail:
+        raise click.UsageError(f"{where}: a URL must follow NAME=")
+    return DbSpec(head, tail)
+
+
+def read_shard_file(path: str) -> list[DbSpec]:
+    """A shard file: one ``URL`` or ``NAME=URL`` a line; blank lines and ``#`` comments are skipped."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not readable as UTF-8 text"
+        raise click.UsageError(f"--shards: cannot read the file ({why})") from None
+    specs = [parse_db(line.strip(), f"--shards line {n}") for n, line in enumerate(lines, start=1)
+             if line.strip() and not line.strip().startswith("#")]
+    if not specs:
+        raise click.UsageError("--shards: the file names no store (one URL or NAME=URL a line)")
+    return specs
+
+
+class CliContext:
+    """The group's state: the stores given with ``--db`` (or ``--shards``), opened lazily on first use.
+
+    One store (the usual case): ``store(readonly=...)``, exactly as before. Several stores:
+    ``stores(readonly=...)`` opens them all as ``{name: Store}`` for the commands that read across
+    stores (``runs list``, ``feed tail``; a multi-source ``projection`` can use the same call), and
+    ``shard_urls``/``shard_set`` check that they form one recorded shard set for the commands that
+    route by run id. A command that works on one store only refuses several with a usage error.
+    """
+
+    def __init__(self, url: str | None, specs: Sequence[DbSpec] | None = None) -> None:
+        self.specs: list[DbSpec] = list(specs) if specs else [DbSpec(None, url)]
         self._store: Any = None
+        self._stores: dict[str, Any] | None = None
+        self._shard_sets: list[Any] = []
+
+    # ------------------------------------------------------------------ one store
+    @property
+    def several(self) -> bool:
+        """More than one store was given."""
+        return len(self.specs) > 1
+
+    @property
+    def labelled(self) -> bool:
+        """Output names each record's store: several stores, or one given as ``NAME=URL``."""
+        return self.several or self.specs[0].name is not None
+
+    @property
+    def url(self) -> str | None:
+        """The one store's URL as given (``None``: ``$FENCEPOST_DB`` or the default); refused for several."""
+        self.one_store_only()
+        return self.specs[0].url
+
+    @url.setter
+    def url(self, value: str | None) -> None:
+        self.specs = [DbSpec(None, value)]
+
+    def one_store_only(self, why: str = "") -> None:
+        """Refuse (usage error, exit 2) when several stores were given to a command that works on one."""
+        if self.several:
+            ctx = click.get_current_context(silent=True)
+            command = ctx.command_path if ctx is not None else "this command"
+            raise click.UsageError(f"{command} works on one store and {len(self.specs)} were given"
+                                   f"{why or ': give one --db'}")
 
     def store(self, *, readonly: bool) -> Any:
         """Open the store once: read-only for read commands (never creates or migrates)."""
+        self.one_store_only()
         if self._store is None:
             import fencepost
 
-            self._store = fencepost.open(self.url, readonly=readonly)
+            self._store = fencepost.open(self.specs[0].url, readonly=readonly)
         return self._store
 
     @property
@@ -41,25 +122,162 @@ class CliContext:
 
         return resolve_url(self.url)
 
+    # ------------------------------------------------------------------ several stores
+    def stores(self, *, readonly: bool) -> dict[str, Any]:
+        """Every given store, opened once, as ``{name: Store}`` in the order given.
+
+        A store's name is the one given (``NAME=URL``), else the shard name its shard set recorded
+        in it, else ``shard-<i>`` by position (counted from 0, as ``open_shards`` names a list).
+        Refused (usage error): two names alike, the same database twice, or only some shards of a
+        recorded set. Read-only stores are never created or migrated.
+        """
+        if self._stores is None:
+            import fencepost
+
+            opened: list[Any] = []
+            try:
+                for spec in self.specs:
+                    opened.append(fencepost.open(spec.url, readonly=readonly))
+                names = self._names(opened)
+            except BaseException:
+                for store in opened:
+                    store.close()
+                raise
+            self._stores = dict(zip(names, opened, strict=True))
+        return self._stores
+
+    def _names(self, opened: Sequence[Any]) -> list[str]:
+        from fencepost.shards import membership
+
+        records = [membership.read(store) for store in opened]
+        _refuse_same_database([store.feed.position().source for store in opened])
+        names = _named(self.specs, records)
+        sets: dict[str, list[tuple[int, Any]]] = {}
+        for i, rec in enumerate(records):
+            if rec is not None:
+                sets.setdefault(rec.set_id, []).append((i, rec))
+        for members in sets.values():
+            i, newest = max(members, key=lambda m: m[1].generation)
+            given = {rec.shard_name for _, rec in members}
+            if given != set(newest.members):
+                raise click.UsageError(
+                    f"--db #{members[0][0] + 1} is a shard of a set of {len(newest.members)} and "
+                    f"{len(given)} of them were given: give every shard of the set")
+        return names
+
+    def shard_urls(self, *, create: bool, on_open: Callable[[int, Any], None] | None = None) -> dict[str, str]:
+        """The given stores as one shard set: ``{name: url}`` in member order, for ``open_shards``.
+
+        ``create=False``: every store must exist and record the same set (all of its shards given).
+        ``create=True`` (``init``, ``worker``): stores are created and migrated as needed, and empty
+        stores that record no set yet are named (``NAME=URL``, else ``shard-<i>``) to found one.
+        Anything else is a usage error (exit 2) that names the ``--db`` by position and changes nothing.
+        """
+        import fencepost
+        from fencepost.shards import membership
+
+        records, sources, empty = [], [], []
+        for i, spec in enumerate(self.specs):
+            with fencepost.open(spec.url, readonly=not create) as store:
+                if on_open is not None:
+                    on_open(i, store)
+                records.append(membership.read(store))
+                sources.append(store.feed.position().source)
+                empty.append(membership._empty(store))
+        _refuse_same_database(sources)
+        names = _named(self.specs, records)
+        urls = [spec.url or "" for spec in self.specs]
+        present = [(i, r) for i, r in enumerate(records) if r is not None]
+        if not present:
+            if not create:
+                raise click.UsageError("the given stores record no shard set: found one with fencepost init "
+                                       "(several --db), or give one --db")
+            for i, is_empty in enumerate(empty):
+                if not is_empty:
+                    raise click.UsageError(f"--db #{i + 1} holds runs and belongs to no shard set: "
+                                           "a shard set is founded on empty stores only")
+            return dict(zip(names, urls, strict=True))
+        first_i, first = present[0]
+        for i, rec in present:
+            if rec.set_id != first.set_id:
+                raise click.UsageError(f"--db #{i + 1} belongs to another shard set than --db #{first_i + 1}")
+        if len(present) < len(records) and not create:
+            i = next(i for i, r in enumerate(records) if r is None)
+            raise click.UsageError(f"--db #{i + 1} is not a shard of the set the others belong to")
+        newest = max((r for _, r in present), key=lambda r: r.generation)
+        if len(present) == len(records) and set(names) == set(newest.members):
+            by_name = dict(zip(names, urls, strict=True))
+            return {name: by_name[name] for name in newest.members}
+        if len(present) == len(records):
+            raise click.UsageError(f"the shard set has {len(newest.members)} shards and {len(records)} "
+                                   "were given: give every shard of the set, once")
+        return dict(zip(names, urls, strict=True))  # a founding left unfinished: open_shards finishes it
+
+    def shard_set(self, *, readonly: bool, create: bool = False,
+                  on_open: Callable[[int, Any], None] | None = None) -> Any:
+        """The given stores opened as one ``ShardSet`` (see ``shard_urls``); closed with the group."""
+        import fencepost
+        from fencepost.shards import ShardError
+
+        urls = self.shard_urls(create=create and not readonly, on_open=on_open)
+        try:
+            shards = fencepost.open_shards(urls, readonly=readonly)
+        except ShardError as exc:
+            if exc.code != "membership_mismatch":
+                raise
+            raise click.UsageError(f"the given stores do not form their recorded shard set: {exc.detail}") from None
+        self._shard_sets.append(shards)
+        return shards
+
     def close(self) -> None:
         if self._store is not None:
             self._store.close()
             self._store = None
+        for store in (self._stores or {}).values():
+            store.close()
+        self._stores = None
+        while self._shard_sets:
+            self._shard_sets.pop().close()
+
+
+def _refuse_same_database(sources: Sequence[str]) -> None:
+    seen: dict[str, int] = {}
+    for i, source in enumerate(sources):
+        if source in seen:
+            raise click.UsageError(f"--db #{i + 1} is the same database as --db #{seen[source] + 1} "
+                                   "(one source id): give each store once")
+        seen[source] = i
+
+
+def _named(specs: Sequence[DbSpec], records: Sequence[Any]) -> list[str]:
+    """Each store's name: given, else recorded as its shard name, else ``shard-<i>``; refuse clashes."""
+    names: list[str] = []
+    for i, (spec, rec) in enumerate(zip(specs, records, strict=True)):
+        if rec is not None and spec.name is not None and spec.name != rec.shard_name:
+            raise click.UsageError(f"--db #{i + 1} is recorded as a shard under another name: "
+                                   "give its recorded name, or none")
+        name = spec.name or (rec.shard_name if rec is not None else f"shard-{i}")
+        if name in names:
+            raise click.UsageError(f"--db #{i + 1} has the same name as --db #{names.index(name) + 1}: "
+                                   "name the stores with --db NAME=URL")
+        names.append(name)
+    return names
 
 
 def read_store() -> Any:
-    """The store of the current invocation, opened read-only."""
+    """The store of the current invocation, opened read-only (refused when several were given)."""
     return click.get_current_context().find_object(CliContext).store(readonly=True)
 
 
 def write_store(*, create: bool = True) -> Any:
-    """The store of the current invocation, opened for writing.
+    """The store of the current invocation, opened for writing (refused when several were given).
 
     ``create=True`` creates and migrates the database if needed (``init``, ``demo``, ``worker``);
     ``create=False`` first proves, read-only, that it already exists, so a mistyped URL given to
     ``runs cancel`` or ``source rotate`` is an error instead of a new empty database.
     """
     obj = click.get_current_context().find_object(CliContext)
+    obj.one_store_only()
     if not create and obj._store is None:
         import fencepost
 

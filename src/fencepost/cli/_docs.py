@@ -16,6 +16,20 @@ Every command takes the group option `--db URL` (or `$FENCEPOST_DB`; default
 `sqlite:///.flows/flows.db`). Read commands open the database read-only and never create or
 migrate it. A group given no command (`fencepost`, `fencepost runs`) prints its help.
 
+**Several stores.** Repeat `--db` (or name a file of stores with `--shards FILE`, one `URL` or
+`NAME=URL` a line) to work across stores. `runs list` and `feed tail` read any stores and label
+every record with its store (`store`, the first column): the name given as `NAME=URL`, else the
+shard name the store recorded as part of a shard set, else `shard-0`, `shard-1` ... by position.
+`runs show`, `runs cancel`, `runs delete` and `runs create ID` need the stores to be one shard set
+(every shard of it) and act on the run's shard; `init` founds a set on empty stores and `worker`
+sweeps every shard of it. Other commands work on one store and refuse several (exit 2).
+
+```sh
+fencepost --db sqlite:///a.db --db sqlite:///b.db init            # found a shard set of two
+fencepost --db edge=sqlite:///edge.db --db central=postgresql+psycopg://host/db runs list
+fencepost --shards stores.txt feed tail --follow --format jsonl
+```
+
 **Output formats.** Every read command takes `--format table|json|jsonl|csv` (`--json` is short
 for `--format json`). `table` is for people: on a terminal a drawn table, written to a pipe or a
 file plain aligned columns with one record per line, never folded, so `fencepost runs list | grep

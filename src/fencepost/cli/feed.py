@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from fencepost.cli._common import owner_text, read_store, stop_on_signals, when, write_store
+from fencepost.cli._common import CliContext, owner_text, read_store, stop_on_signals, when, write_store
 from fencepost.cli._output import Column, Output, output_options, to_data
 
 CHANGE_COLUMNS = [
@@ -22,26 +22,51 @@ def feed() -> None:
     """Tail run changes and read run snapshots."""
 
 
+class Revision(click.ParamType):
+    """``REVISION`` (0 or more), or ``NAME=REVISION`` for one of several stores."""
+
+    name = "[NAME=]REVISION"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> tuple[str | None, int]:
+        if isinstance(value, tuple):
+            return value
+        head, sep, tail = str(value).strip().rpartition("=")
+        if tail.isdigit() and (not sep or head):
+            return (head if sep else None, int(tail))
+        self.fail("must be a revision (0 or more), or NAME=REVISION for one store of several", param, ctx)
+
+
 @feed.command("tail")
-@click.option("--from", "from_revision", type=click.IntRange(0), default=0, show_default=True,
-              help="Start after this revision of the current source.")
+@click.option("--from", "starts", type=Revision(), multiple=True,
+              help="Start after this revision of the current source [default: 0]. With several stores "
+                   "it applies to each; NAME=REVISION (repeatable) sets one store's.")
 @click.option("--follow", "-f", is_flag=True,
               help="Keep following new changes until stopped (Ctrl-C exits 130, SIGTERM exits 0).")
 @click.option("--limit", default=500, show_default=True, type=click.IntRange(1, 1000),
               help="Changes per page.")
 @output_options
-def feed_tail(from_revision: int, follow: bool, limit: int, out: Output) -> None:
+def feed_tail(starts: tuple[tuple[str | None, int], ...], follow: bool, limit: int, out: Output) -> None:
     """Print the changes after a revision (one line each), then stop or --follow.
 
     Each change has run_id, source, revision and deleted. With --follow, json prints one object per
     line, like jsonl (the stream has no end).
 
+    Across several stores (--db repeated) each change also has "store", its store's name (the
+    first column of a table): store by store, or with --follow as they come. Revisions of two
+    stores are never compared; order holds within a store only.
+
     Example: fencepost feed tail --from 0 --follow --format jsonl
     """
     from fencepost.changefeed import Position
 
+    obj = click.get_current_context().find_object(CliContext)
+    if obj.labelled:
+        _tail_across(obj.stores(readonly=True), starts, follow, limit, out)
+        return
+    if any(name is not None for name, _ in starts):
+        raise click.UsageError("--from NAME=REVISION needs several stores (--db repeated)")
     store = read_store()
-    start = Position(store.feed.position().source, from_revision)
+    start = Position(store.feed.position().source, starts[-1][1] if starts else 0)
     if follow:
         emit = out.stream(CHANGE_COLUMNS)
         with stop_on_signals() as stop:
@@ -56,6 +81,41 @@ def feed_tail(from_revision: int, follow: bool, limit: int, out: Output) -> None
     emit = out.stream(CHANGE_COLUMNS)  # page by page, never the whole feed in memory
     for change in _pages(store, start, limit):
         emit(to_data(change))
+
+
+LABELLED_CHANGE_COLUMNS = [Column("store", "store", wrap=False), *CHANGE_COLUMNS]
+
+
+def _tail_across(stores: dict[str, Any], starts: tuple[tuple[str | None, int], ...], follow: bool, limit: int,
+                 out: Output) -> None:
+    """``feed tail`` over several stores: each change labelled with its store's name."""
+    from fencepost.changefeed import Position
+    from fencepost.shards.router import merged_changes, merged_follow
+
+    every = [rev for name, rev in starts if name is None]
+    default = every[-1] if every else 0
+    named = {name: rev for name, rev in starts if name is not None}
+    if not set(named) <= set(stores):
+        raise click.UsageError("--from NAME=REVISION names no given store")
+    positions = {name: Position(store.feed.position().source, named.get(name, default))
+                 for name, store in stores.items()}
+
+    def record(item: Any) -> dict[str, Any]:
+        return {"store": item.shard, **to_data(item.change)}
+
+    if follow:
+        emit = out.stream(LABELLED_CHANGE_COLUMNS)
+        with stop_on_signals() as stop:
+            for item in merged_follow(list(stores.items()), positions, stop=stop):
+                emit(record(item))
+        return
+    changes = merged_changes(list(stores.items()), positions, limit=limit)
+    if out.format == "json":
+        out.rows([record(c) for c in changes], LABELLED_CHANGE_COLUMNS)
+        return
+    emit = out.stream(LABELLED_CHANGE_COLUMNS)
+    for item in changes:
+        emit(record(item))
 
 
 def _pages(store: Any, position: Any, limit: int) -> Iterator[Any]:

@@ -39,21 +39,38 @@ def init(obj: CliContext) -> None:
     to an existing store) or "current" (nothing to do). A database newer than this version of
     fencepost is refused. To apply the SQL by hand instead, see fencepost migrations sql.
 
+    Given several --db (or --shards), does so for each and founds them as one shard set (empty
+    stores only; NAME=URL names a shard, else shard-0, shard-1 ... by position), or checks the set
+    they already record. Prints a line per store, then the set's shard names.
+
     Example: fencepost --db sqlite:///.flows/flows.db init
     """
     from fencepost._durable import redact_url
+
+    if obj.several:
+        lines: dict[int, str] = {}
+
+        def report(i: int, store: Any) -> None:
+            lines.setdefault(i, _init_line(store, redact_url(store.db.url)))
+
+        shards = obj.shard_set(readonly=False, create=True, on_open=report)
+        for i in sorted(lines):
+            click.echo(lines[i])
+        click.echo(f"shard set of {len(shards)} stores: {', '.join(shards.names)}")
+        return
+    click.echo(_init_line(write_store(), redact_url(obj.resolved_url)))
+
+
+def _init_line(store: Any, where: str) -> str:
     from fencepost._migrations import STORE_NAMESPACES, discover
 
-    store = write_store()
     done = store.migrations_applied
-    where = redact_url(obj.resolved_url)
     everything = [m.id for m in discover(store.db.backend.migration_suffix, STORE_NAMESPACES)]
     if not done:
-        click.echo(f"current: {where} (no migration to apply)")
-    elif list(done) == everything:
-        click.echo(f"created {where} ({len(done)} migrations applied)")
-    else:
-        click.echo(f"migrated {where}: applied {len(done)} migration(s): {', '.join(str(i) for i in done)}")
+        return f"current: {where} (no migration to apply)"
+    if list(done) == everything:
+        return f"created {where} ({len(done)} migrations applied)"
+    return f"migrated {where}: applied {len(done)} migration(s): {', '.join(str(i) for i in done)}"
 
 
 @click.group()
@@ -185,12 +202,20 @@ def runs_list(statuses: tuple[str, ...], flow: str | None, after: int | None, be
     With --format json, prints {"runs": [...], "next_cursor": ..., "total": M}; jsonl and csv print
     the runs alone. Each run has the RunRow fields and "state", its state_json decoded.
 
+    Across several stores (--db repeated) it is one listing merged by creation time, each run with
+    "store", its store's name (the first column of a table); --cursor resumes it with the same
+    stores, and the total counts every store.
+
     Example: fencepost runs list --status running --desc --limit 20
     """
     import shlex
 
-    store = read_store()
     filters = list_filters(statuses, flow, after, before)
+    obj = click.get_current_context().find_object(CliContext)
+    if obj.labelled:
+        _list_across(obj.stores(readonly=True), filters, cursor, limit, descending, out)
+        return
+    store = read_store()
     rows, next_cursor = list_page(store, filters, cursor, limit, descending)
     total = store.feed.count_runs(filters)
     records = [run_record(r) for r in rows]
@@ -199,6 +224,74 @@ def runs_list(statuses: tuple[str, ...], flow: str | None, after: int | None, be
         footer.append(f"next page: --cursor {shlex.quote(next_cursor)}")
     out.rows(records, RUN_COLUMNS, title=f"{len(records)} run(s)", footer=footer,
              document={"runs": records, "next_cursor": next_cursor, "total": total})
+
+
+STORE_COLUMN = Column("store", "store", wrap=False)
+
+
+def _list_across(stores: dict[str, Any], filters: dict[str, Any], cursor: str | None, limit: int,
+                 descending: bool, out: Output) -> None:
+    """One page of runs merged from several stores by (created, run id), each labelled with its store.
+
+    Each store is listed with its own keyset cursor; the page takes the first ``limit`` of the
+    merged candidates, and the next cursor records, per store, the key after its last run shown.
+    """
+    import shlex
+
+    from fencepost.changefeed.cursor import encode_cursor, parse_filters
+
+    after = _decode_across(cursor, list(stores))
+    parsed = parse_filters(filters)
+    fetched: dict[str, tuple[list[Any], str | None]] = {}
+    for name, store in stores.items():
+        if name in after and after[name] is None:
+            continue  # this store's listing is done
+        fetched[name] = list_page(store, filters, after.get(name), limit, descending)
+    candidates = [(row.created_at_ms, row.run_id, name, row) for name, (rows, _) in fetched.items() for row in rows]
+    candidates.sort(key=lambda c: (c[0], c[1], c[2]), reverse=descending)
+    shown = candidates[:limit]
+    resume = dict(after)
+    for name, (rows, page_cursor) in fetched.items():
+        taken = [c for c in shown if c[2] == name]
+        if len(taken) == len(rows):
+            resume[name] = page_cursor  # None: nothing after it
+        elif taken:
+            last = taken[-1][3]
+            resume[name] = encode_cursor(stores[name].feed.position().source, parsed, last.created_at_ms,
+                                         last.run_id, newest_first=descending)
+    more = any(resume.get(name, "") is not None for name in stores)
+    next_cursor = _encode_across(resume) if more else None
+    total = sum(store.feed.count_runs(filters) for store in stores.values())
+    records = [{"store": name, **run_record(row)} for _, _, name, row in shown]
+    footer = [f"showing {len(records)} of {total} in {len(stores)} stores"]
+    if next_cursor is not None:
+        footer.append(f"next page: --cursor {shlex.quote(next_cursor)}")
+    out.rows(records, [STORE_COLUMN, *RUN_COLUMNS], title=f"{len(records)} run(s)", footer=footer,
+             document={"runs": records, "next_cursor": next_cursor, "total": total})
+
+
+def _encode_across(resume: dict[str, str | None]) -> str:
+    """The cursor of a listing across stores: each store's own cursor (null: that store is done)."""
+    return msgspec.json.encode({"version": 1, "stores": resume}).decode()
+
+
+def _decode_across(cursor: str | None, names: list[str]) -> dict[str, str | None]:
+    from fencepost.errors import RunStoreError
+
+    if cursor is None:
+        return {}
+    bad = RunStoreError("invalid_cursor", "list_runs",
+                        "cursor is not a cursor of a listing across these stores (give the same --db)")
+    try:
+        body = msgspec.json.decode(cursor, type=dict[str, Any])
+        stores = body.get("stores")
+    except msgspec.DecodeError:
+        raise bad from None
+    if body.get("version") != 1 or not isinstance(stores, dict) or not set(stores) <= set(names):
+        raise bad
+    if not all(v is None or isinstance(v, str) for v in stores.values()):
+        raise bad
+    return stores
 
 
 def reconfirm_warnings(store: Any, run_id: str) -> list[RunWarning]:
@@ -230,7 +323,7 @@ def runs_show(run_id: str, out: Output) -> None:
 
     Example: fencepost runs show demo-0001 --format json
     """
-    store = read_store()
+    store = run_store(run_id, readonly=True)
     detail = RunDetail(store.runs.get(run_id), reconfirm_warnings(store, run_id))
     run = run_record(detail.run)
     warnings = to_data(detail.warnings)
@@ -278,13 +371,13 @@ def runs_cancel(run_id: str, out: Output) -> None:
     cancelled at once without calling the function.
 
     Exits 0 when the request is recorded or already was; 1 (the reason on stderr) when the run is
-    unknown or already settled.
+    unknown or already settled. Given the shards of a set (--db repeated), acts on the run's shard.
 
     Example: fencepost runs cancel demo-0007
     """
     from fencepost.runstore.outcomes import AlreadyRequested, CancelRequested, Terminal
 
-    store = write_store(create=False)
+    store = run_store(run_id, readonly=False)
     outcome = store.runs.request_cancel(run_id, store.clock.now_ms())
     if isinstance(outcome, Terminal):
         raise fail(f"run is already settled ({outcome.status}): nothing to cancel")
@@ -295,6 +388,29 @@ def runs_cancel(run_id: str, out: Output) -> None:
         out.message(f"{run_id}: {done}")
     else:
         out.record({"run_id": run_id, **to_data(outcome)})
+
+
+def run_store(run_id: str, *, readonly: bool) -> Any:
+    """The store holding ``run_id``: the one store, or, given several, its shard in their shard set.
+
+    Several ``--db`` must form one recorded shard set (all of its shards); the run is found as the
+    set finds it (its placed shard first, then the others). One store: read-only for reads; for
+    writes it must already exist.
+    """
+    obj = click.get_current_context().find_object(CliContext)
+    if not obj.several:
+        return read_store() if readonly else write_store(create=False)
+    return obj.shard_set(readonly=readonly).store_for(run_id)
+
+
+def _create_on_shard(obj: CliContext, run_id: str, state_json: str, out: Output) -> None:
+    shards = obj.shard_set(readonly=False)
+    shards.runs.create(run_id, state_json)
+    home = shards.locate(run_id)
+    if out.is_table:
+        click.echo(f"created {run_id} on {home}")
+    else:
+        out.record({"store": home, **run_record(shards.runs.get(run_id))})
 
 
 # --------------------------------------------------------------------------- operator commands
@@ -328,9 +444,18 @@ def runs_create(run_id: str, state_json: str, out: Output) -> None:
     RUN_ID "-" reads NDJSON from stdin instead, one run per line:
     {"run_id": "...", "state": {...}}. All of them are created in one transaction, or none (a
     bad line or an id that already exists changes nothing). The database must exist (fencepost init).
+    Given the shards of a set (--db repeated), the run is created on the shard its id places on
+    (RUN_ID "-" needs one store).
 
     Example: fencepost runs create order-17 --state '{"step": 0}'
     """
+    obj = click.get_current_context().find_object(CliContext)
+    if run_id == "-":
+        obj.one_store_only(": runs create - creates every run in one transaction, which never spans "
+                           "stores (give one --db)")
+    if obj.several:
+        _create_on_shard(obj, run_id, state_json, out)
+        return
     store = write_store(create=False)
     if run_id == "-":
         pairs = _parse_ndjson(click.get_text_stream("stdin"))
@@ -362,6 +487,8 @@ def runs_retry(run_id: str, new_run_id: str | None, out: Output) -> None:
 
     Example: fencepost runs retry order-17
     """
+    click.get_current_context().find_object(CliContext).one_store_only(
+        ": a shard set routes no retry (give the --db of the run's shard)")
     store = write_store(create=False)
     row = store.runs.retry(run_id, new_run_id=new_run_id)
     if not out.is_table:
@@ -385,7 +512,7 @@ def runs_delete(run_id: str, force: bool, out: Output) -> None:
 
     Example: fencepost runs delete order-17
     """
-    store = write_store(create=False)
+    store = run_store(run_id, readonly=False)
     store.runs.delete(run_id, force=force)
     if out.is_table:
         click.echo(f"deleted {run_id}")

@@ -47,9 +47,9 @@ def _first_line(exc: BaseException) -> str:
     return lines[0] if lines else "no message"
 
 
-def worker_process(url: str, task: str, concurrency: int, until_idle: bool, clock_spec: tuple[int, float] | None,
-                   prefix: str | None, results: Any, log_level: str = "WARNING", liveness: str = "lease",
-                   import_dir: str | None = None) -> None:
+def worker_process(url: str | dict[str, str], task: str, concurrency: int, until_idle: bool,
+                   clock_spec: tuple[int, float] | None, prefix: str | None, results: Any,
+                   log_level: str = "WARNING", liveness: str = "lease", import_dir: str | None = None) -> None:
     """Entry point of one worker process: open the store, work until SIGTERM/SIGINT (or idle)."""
     import logging
 
@@ -64,7 +64,9 @@ def worker_process(url: str, task: str, concurrency: int, until_idle: bool, cloc
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     clock = ScaledClock(*clock_spec) if clock_spec else None
-    with fencepost.open(url, clock=clock) as store:
+    # One URL: one store. A mapping of name to URL: a shard set, which the Worker sweeps shard by shard.
+    opened = fencepost.open_shards(url, clock=clock) if isinstance(url, dict) else fencepost.open(url, clock=clock)
+    with opened as store:
         check = same_host_pid_probe if liveness == "pid" else None
         worker = Worker(store, load_task(task, import_dir), concurrency=concurrency, run_prefix=prefix, liveness=check)
         stats = worker.run(stop, until_idle=until_idle)
@@ -72,7 +74,7 @@ def worker_process(url: str, task: str, concurrency: int, until_idle: bool, cloc
         results.put((os.getpid(), msgspec.json.encode(stats)))
 
 
-def spawn_workers(url: str, n: int, *, task: str, concurrency: int = 4, until_idle: bool = False,
+def spawn_workers(url: str | dict[str, str], n: int, *, task: str, concurrency: int = 4, until_idle: bool = False,
                   clock_spec: tuple[int, float] | None = None, prefix: str | None = None,
                   results: Any = None, log_level: str = "WARNING", liveness: str = "lease") -> list[Any]:
     """Start ``n`` worker processes (spawned, so each opens its own connections).
@@ -131,15 +133,25 @@ def worker(obj: CliContext, processes: int, concurrency: int, task: str, until_i
     their next check and resumed later from their last checkpoint; a second Ctrl-C kills the
     processes. With --until-idle it exits once nothing is left to do. Prints what each process did.
 
+    Given several --db (or --shards), they are one shard set: every process sweeps every shard and
+    settles each run on its own shard. Empty stores that record no set found one (as with init).
+
     Example: fencepost worker -n 4 --task mytasks:work --until-idle
     """
     import fencepost
 
     load_task(task)  # refuse a bad reference before starting anything
-    fencepost.open(obj.url).close()  # create and migrate once, before the processes race to
+    target: str | dict[str, str]
+    if obj.several:
+        # A shard set: found (or check) it once, then every process opens the set and sweeps every shard.
+        shards = obj.shard_set(readonly=False, create=True)
+        target = {name: store.db.url for name, store in shards.items()}
+    else:
+        fencepost.open(obj.url).close()  # create and migrate once, before the processes race to
+        target = obj.resolved_url
     ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
-    procs = spawn_workers(obj.resolved_url, processes, task=task, concurrency=concurrency,
+    procs = spawn_workers(target, processes, task=task, concurrency=concurrency,
                           until_idle=until_idle, results=results,
                           log_level=log_level.upper(), liveness=liveness)
     previous = signal.signal(signal.SIGTERM, lambda *_: [p.terminate() for p in procs])

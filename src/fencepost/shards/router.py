@@ -153,16 +153,7 @@ class ShardSet:
         Shard by shard, each in revision order up to its watermark at the time it is read. A
         position of another source raises ``SourceChanged`` as a single store would.
         """
-        positions = dict(positions or {})
-        for name, store in self.items():
-            pos = positions.get(name) or Position(store.feed.position().source, 0)
-            while True:
-                batch = store.feed.changes_since(pos, limit)
-                for change in batch.changes:
-                    yield ShardChange(name, change)
-                pos = Position(batch.source, batch.next_revision)
-                if not batch.has_more:
-                    break
+        return merged_changes(self.items(), positions, limit=limit)
 
     def follow(self, positions: Mapping[str, Position] | None = None, *, stop: threading.Event | None = None,
                poll_interval: float = 2.0) -> Iterator[ShardChange]:
@@ -171,49 +162,7 @@ class ShardSet:
         Each shard's changes keep their order; between shards there is none. Ends when ``stop`` is
         set; an error of any shard's follow (``SourceChanged`` ...) stops the others and is raised.
         """
-        stop = stop if stop is not None else threading.Event()
-        inner = threading.Event()
-        out: queue.Queue[Any] = queue.Queue(maxsize=1000)
-        positions = dict(positions or {})
-        done = object()
-
-        def pump(name: str, store: Store) -> None:
-            try:
-                for change in store.feed.follow(positions.get(name), stop=inner, poll_interval=poll_interval):
-                    while not inner.is_set():
-                        try:
-                            out.put(ShardChange(name, change), timeout=0.1)
-                            break
-                        except queue.Full:
-                            continue
-            except BaseException as exc:  # handed to the consumer, which raises it
-                out.put(exc)
-            finally:
-                out.put(done)
-
-        threads = [threading.Thread(target=pump, args=(n, s), daemon=True, name=f"fencepost-follow-{n}")
-                   for n, s in self.items()]
-        for th in threads:
-            th.start()
-        running = len(threads)
-        try:
-            while running:
-                if stop.is_set():
-                    return
-                try:
-                    item = out.get(timeout=0.1)
-                except queue.Empty:
-                    continue
-                if item is done:
-                    running -= 1
-                elif isinstance(item, BaseException):
-                    raise item
-                else:
-                    yield item
-        finally:
-            inner.set()
-            for th in threads:
-                th.join(timeout=5)
+        return merged_follow(self.items(), positions, stop=stop, poll_interval=poll_interval)
 
     # ------------------------------------------------------------------ lifecycle
     def close(self) -> None:
@@ -226,6 +175,77 @@ class ShardSet:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def merged_changes(stores: Iterable[tuple[str, Store]], positions: Mapping[str, Position] | None = None, *,
+                   limit: int = 500) -> Iterator[ShardChange]:
+    """The changes of several named stores after ``positions``, store by store, labelled with the name.
+
+    Any stores will do (a shard set's members, or independent stores): revisions of two stores are
+    never compared. A store missing from ``positions`` starts at revision 0 of its current source.
+    """
+    positions = dict(positions or {})
+    for name, store in stores:
+        pos = positions.get(name) or Position(store.feed.position().source, 0)
+        while True:
+            batch = store.feed.changes_since(pos, limit)
+            for change in batch.changes:
+                yield ShardChange(name, change)
+            pos = Position(batch.source, batch.next_revision)
+            if not batch.has_more:
+                break
+
+
+def merged_follow(stores: Iterable[tuple[str, Store]], positions: Mapping[str, Position] | None = None, *,
+                  stop: threading.Event | None = None, poll_interval: float = 2.0) -> Iterator[ShardChange]:
+    """Follow several named stores at once (a thread each), yielding their changes labelled as they come.
+
+    Each store's changes keep their order; between stores there is none. Ends when ``stop`` is set;
+    an error of any store's follow (``SourceChanged`` ...) stops the others and is raised.
+    """
+    stop = stop if stop is not None else threading.Event()
+    inner = threading.Event()
+    out: queue.Queue[Any] = queue.Queue(maxsize=1000)
+    positions = dict(positions or {})
+    done = object()
+
+    def pump(name: str, store: Store) -> None:
+        try:
+            for change in store.feed.follow(positions.get(name), stop=inner, poll_interval=poll_interval):
+                while not inner.is_set():
+                    try:
+                        out.put(ShardChange(name, change), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+        except BaseException as exc:  # handed to the consumer, which raises it
+            out.put(exc)
+        finally:
+            out.put(done)
+
+    threads = [threading.Thread(target=pump, args=(n, s), daemon=True, name=f"fencepost-follow-{n}")
+               for n, s in stores]
+    for th in threads:
+        th.start()
+    running = len(threads)
+    try:
+        while running:
+            if stop.is_set():
+                return
+            try:
+                item = out.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            if item is done:
+                running -= 1
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                yield item
+    finally:
+        inner.set()
+        for th in threads:
+            th.join(timeout=5)
 
 
 class _Routed:

@@ -1,0 +1,390 @@
+"""The CLI across several stores: ``--db`` repeated (``NAME=URL``) or ``--shards FILE``.
+
+Every test runs the real console script in a subprocess, on SQLite files, on PostgreSQL schemas and
+on a mix of both. Read commands (``runs list``, ``feed tail [--follow]``) work on any stores and
+label each record with its store; commands about one run route through a recorded shard set; the
+rest refuse several stores with a one-line usage error (exit 2) and change nothing.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import signal
+import subprocess
+import textwrap
+
+import pytest
+
+import fencepost
+from fencepost.clock import ManualClock
+from fencepost.shards import membership, place
+from tests.cli.conftest import assert_one_line_error, fencepost_exe
+
+
+def _db_args(named: dict[str, str] | list[str]) -> list[str]:
+    if isinstance(named, dict):
+        return [arg for name, url in named.items() for arg in ("--db", f"{name}={url}")]
+    return [arg for url in named for arg in ("--db", url)]
+
+
+def _fill(url: str, run_ids: list[str], times: list[int]) -> None:
+    """Create runs on one independent store, each at the given creation time (ms)."""
+    clock = ManualClock(0)
+    with fencepost.open(url, clock=clock) as store:
+        for run_id, at in zip(run_ids, times, strict=True):
+            clock.advance(at - clock.now_ms())
+            store.runs.create(run_id, json.dumps({"flowName": "f"}))
+
+
+@pytest.fixture
+def shard_urls(make_db_url):
+    """``shard_urls(n)``: n fresh databases on the backend (stores of a set to be founded)."""
+    return lambda n: [make_db_url() for _ in range(n)]
+
+
+@pytest.fixture
+def two_stores(make_db_url):
+    """Two independent stores (no shard set): ``edge`` with a1, a2, a3 and ``central`` with b1, b2."""
+    edge, central = make_db_url(), make_db_url()
+    _fill(edge, ["a1", "a2", "a3"], [1000, 3000, 5000])
+    _fill(central, ["b1", "b2"], [2000, 4000])
+    return {"edge": edge, "central": central}
+
+
+@pytest.fixture
+def mixed_stores(make_db_url):
+    """One SQLite file and one PostgreSQL schema, unnamed (they record no shard set)."""
+    lite, pg = make_db_url("sqlite"), make_db_url("postgresql")
+    _fill(lite, ["s1", "s2"], [1000, 3000])
+    _fill(pg, ["p1"], [2000])
+    return [lite, pg]
+
+
+# --------------------------------------------------------------------------- runs list
+def test_runs_list_across_stores_merges_by_creation_and_labels_every_run(run_cli, two_stores):
+    db = _db_args(two_stores)
+    table = run_cli(*db, "runs", "list")
+    assert table.code == 0, table
+    lines = table.out.splitlines()
+    assert lines[0].split()[:3] == ["store", "run_id", "status"]
+    assert [line.split()[:2] for line in lines[1:6]] == [
+        ["edge", "a1"], ["central", "b1"], ["edge", "a2"], ["central", "b2"], ["edge", "a3"]]
+    assert "showing 5 of 5 in 2 stores" in table.out
+
+    doc = json.loads(run_cli(*db, "runs", "list", "--json").out)
+    assert doc["total"] == 5 and doc["next_cursor"] is None
+    assert [(r["store"], r["run_id"]) for r in doc["runs"]] == [
+        ("edge", "a1"), ("central", "b1"), ("edge", "a2"), ("central", "b2"), ("edge", "a3")]
+    assert next(iter(doc["runs"][0])) == "store"
+
+    jsonl = [json.loads(line) for line in run_cli(*db, "runs", "list", "--format", "jsonl").out.splitlines()]
+    assert [r["store"] for r in jsonl] == ["edge", "central", "edge", "central", "edge"]
+    rows = list(csv.DictReader(io.StringIO(run_cli(*db, "runs", "list", "--format", "csv").out)))
+    assert [(r["store"], r["run_id"]) for r in rows][:2] == [("edge", "a1"), ("central", "b1")]
+
+    desc = json.loads(run_cli(*db, "runs", "list", "--desc", "--status", "pending", "--flow", "f", "--json").out)
+    assert [r["run_id"] for r in desc["runs"]] == ["a3", "b2", "a2", "b1", "a1"]
+
+
+@pytest.mark.parametrize("order", [[], ["--desc"]], ids=["oldest-first", "newest-first"])
+def test_runs_list_across_stores_pages_with_one_cursor_never_skipping_or_repeating(run_cli, two_stores, order):
+    db = _db_args(two_stores)
+    seen: list[str] = []
+    cursor: list[str] = []
+    for _ in range(10):
+        page = run_cli(*db, "runs", "list", "--limit", "2", *order, *cursor, "--json")
+        assert page.code == 0, page
+        doc = json.loads(page.out)
+        seen += [r["run_id"] for r in doc["runs"]]
+        if doc["next_cursor"] is None:
+            break
+        cursor = ["--cursor", doc["next_cursor"]]
+    expected = ["a1", "b1", "a2", "b2", "a3"]
+    assert seen == (expected[::-1] if order else expected)
+    # the table prints the next page's cursor, ready to paste
+    first = run_cli(*db, "runs", "list", "--limit", "2", *order)
+    assert "next page: --cursor '" in first.out
+
+
+def test_runs_list_across_a_cursor_of_other_stores_is_refused(run_cli, two_stores, make_db_url):
+    db = _db_args(two_stores)
+    doc = json.loads(run_cli(*db, "runs", "list", "--limit", "1", "--json").out)
+    other = run_cli("--db", f"x={two_stores['edge']}", "--db", f"y={two_stores['central']}",
+                    "runs", "list", "--cursor", doc["next_cursor"])
+    assert other.code == 1 and "invalid_cursor" in other.err
+    assert_one_line_error(other)
+    garbage = run_cli(*db, "runs", "list", "--cursor", "not a cursor")
+    assert garbage.code == 1 and "invalid_cursor" in garbage.err
+
+
+@pytest.mark.parametrize("backend", ["mixed"])
+def test_runs_list_and_feed_tail_across_a_sqlite_file_and_a_postgresql_schema(run_cli, mixed_stores):
+    db = _db_args(mixed_stores)  # unnamed: shard-0, shard-1 by position; the PG URL has "?schema=..."
+    doc = json.loads(run_cli(*db, "runs", "list", "--json").out)
+    assert [(r["store"], r["run_id"]) for r in doc["runs"]] == [
+        ("shard-0", "s1"), ("shard-1", "p1"), ("shard-0", "s2")]
+    changes = [json.loads(line) for line in run_cli(*db, "feed", "tail", "--format", "jsonl").out.splitlines()]
+    assert [(c["store"], c["run_id"], c["revision"]) for c in changes] == [
+        ("shard-0", "s1", 1), ("shard-0", "s2", 2), ("shard-1", "p1", 1)]
+
+
+def test_one_named_store_labels_its_records(run_cli, db_url):
+    _fill(db_url, ["r1"], [1000])
+    doc = json.loads(run_cli("--db", f"main={db_url}", "runs", "list", "--json").out)
+    assert [(r["store"], r["run_id"]) for r in doc["runs"]] == [("main", "r1")]
+    plain = json.loads(run_cli("--db", db_url, "runs", "list", "--json").out)
+    assert "store" not in plain["runs"][0]
+
+
+# --------------------------------------------------------------------------- feed tail
+def test_feed_tail_across_stores_prints_store_by_store_with_labels(run_cli, two_stores):
+    db = _db_args(two_stores)
+    table = run_cli(*db, "feed", "tail")
+    assert table.code == 0, table
+    assert [line.split() for line in table.out.splitlines()] == [
+        ["edge", "1", "changed", "a1"], ["edge", "2", "changed", "a2"], ["edge", "3", "changed", "a3"],
+        ["central", "1", "changed", "b1"], ["central", "2", "changed", "b2"]]
+    doc = json.loads(run_cli(*db, "feed", "tail", "--json").out)
+    assert [(c["store"], c["revision"]) for c in doc] == [
+        ("edge", 1), ("edge", 2), ("edge", 3), ("central", 1), ("central", 2)]
+    assert {"store", "run_id", "source", "revision", "deleted"} == set(doc[0])
+
+    later = json.loads(run_cli(*db, "feed", "tail", "--from", "1", "--from", "edge=2", "--json").out)
+    assert [(c["store"], c["run_id"]) for c in later] == [("edge", "a3"), ("central", "b2")]
+    rows = list(csv.DictReader(io.StringIO(run_cli(*db, "feed", "tail", "--format", "csv").out)))
+    assert rows[0]["store"] == "edge" and rows[-1]["store"] == "central"
+
+
+def test_feed_tail_from_a_name_is_checked(run_cli, two_stores):
+    db = _db_args(two_stores)
+    unknown = run_cli(*db, "feed", "tail", "--from", "nowhere=1")
+    assert unknown.code == 2 and "names no given store" in unknown.err
+    assert_one_line_error(unknown)
+    single = run_cli("--db", two_stores["edge"], "feed", "tail", "--from", "edge=1")
+    assert single.code == 2 and "several stores" in single.err
+    bad = run_cli(*db, "feed", "tail", "--from", "-1")
+    assert bad.code == 2
+    assert_one_line_error(bad)
+
+
+def _like_a_terminal() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["mixed"])
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 0)], ids=["ctrl-c", "sigterm"])
+def test_feed_tail_follow_across_stores_labels_changes_as_they_come_and_stops_on_a_signal(mixed_stores, sig, code):
+    env = {k: v for k, v in os.environ.items() if k != "FENCEPOST_DB"}
+    proc = subprocess.Popen([fencepost_exe(), *_db_args({"lite": mixed_stores[0], "pg": mixed_stores[1]}),
+                             "feed", "tail", "--follow", "--format", "jsonl"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=_like_a_terminal)
+    try:
+        first = [json.loads(proc.stdout.readline()) for _ in range(3)]
+        assert sorted((c["store"], c["run_id"]) for c in first) == [("lite", "s1"), ("lite", "s2"), ("pg", "p1")]
+        with fencepost.open(mixed_stores[1]) as store:
+            store.runs.create("p2", "{}")
+        assert (lambda c: (c["store"], c["run_id"], c["revision"]))(json.loads(proc.stdout.readline())) == (
+            "pg", "p2", 2)
+        with fencepost.open(mixed_stores[0]) as store:
+            store.runs.delete("s1")
+        change = json.loads(proc.stdout.readline())
+        assert (change["store"], change["run_id"], change["deleted"]) == ("lite", "s1", True)
+    finally:
+        proc.send_signal(sig)
+        try:
+            _out, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == code, err
+    assert "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_feed_tail_follow_across_stores_in_a_table_prints_the_store_first(two_stores):
+    env = {k: v for k, v in os.environ.items() if k != "FENCEPOST_DB"}
+    proc = subprocess.Popen([fencepost_exe(), *_db_args(two_stores), "feed", "tail", "--follow"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=_like_a_terminal)
+    try:
+        lines = sorted(tuple(proc.stdout.readline().split()) for _ in range(5))
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=30)
+    assert lines == sorted([("edge", "1", "changed", "a1"), ("edge", "2", "changed", "a2"),
+                            ("edge", "3", "changed", "a3"), ("central", "1", "changed", "b1"),
+                            ("central", "2", "changed", "b2")])
+    assert proc.returncode == 130, err
+
+
+# --------------------------------------------------------------------------- what is refused
+def test_stores_that_do_not_fit_together_are_refused_with_one_line_and_no_value(run_cli, two_stores, make_db_url):
+    edge, central = two_stores["edge"], two_stores["central"]
+    cases = [
+        (["--db", edge, "--db", edge], "same database as --db #1"),
+        (["--db", f"x={edge}", "--db", f"x={central}"], "same name as --db #1"),
+        (["--db", f"bad name={edge}", "--db", central], "--db #1: a store name must be"),
+        (["--db", edge, "--shards", "stores.txt"], "--db and --shards are exclusive"),
+        (["--shards", "missing.txt"], "--shards: cannot read the file"),
+    ]
+    for args, why in cases:
+        result = run_cli(*args, "runs", "list")
+        assert result.code == 2, (args, result)
+        assert why in result.err, (args, result)
+        assert_one_line_error(result)
+        assert edge not in result.err and central not in result.err
+
+
+def test_a_password_in_a_store_url_is_never_printed(run_cli, db_url):
+    secret = "postgresql+psycopg://user:s3cret-pw@127.0.0.1:1/nowhere"
+    result = run_cli("--db", db_url, "--db", f"far={secret}", "runs", "list", timeout=120)
+    assert result.code == 1, result
+    assert_one_line_error(result)
+    assert "s3cret-pw" not in result.err
+
+
+@pytest.mark.parametrize("command", [
+    ["journal", "show", "a1"], ["feed", "snapshot", "a1"], ["source", "show"], ["source", "rotate"],
+    ["projection", "status"], ["projection", "run"], ["projection", "rebuild"], ["migrations", "status"],
+    ["runs", "retry", "a1"],
+], ids=lambda c: " ".join(c[:2]))
+def test_commands_of_one_store_refuse_several_with_a_usage_error(run_cli, two_stores, command):
+    before = {name: _state(url) for name, url in two_stores.items()}
+    result = run_cli(*_db_args(two_stores), *command)
+    assert result.code == 2, result
+    assert "works on one store and 2 were given" in result.err
+    assert_one_line_error(result)
+    assert {name: _state(url) for name, url in two_stores.items()} == before
+
+
+def _state(url: str) -> tuple:
+    with fencepost.open(url, readonly=True) as store:
+        runs = store.feed.list_runs(None, None, 200).runs
+        return store.feed.position(), tuple((r.run_id, r.status) for r in runs)
+
+
+def test_commands_about_one_run_need_a_recorded_shard_set(run_cli, two_stores):
+    db = _db_args(two_stores)  # two independent stores with runs: no set, and never founded as one
+    for command in (["runs", "cancel", "a1"], ["runs", "show", "a1"], ["runs", "delete", "a1"],
+                    ["runs", "create", "n1"]):
+        result = run_cli(*db, *command)
+        assert result.code == 2 and "record no shard set" in result.err, (command, result)
+        assert_one_line_error(result)
+    founding = run_cli(*db, "init")
+    assert founding.code == 2 and "--db #1 holds runs and belongs to no shard set" in founding.err
+    stdin = subprocess.run([fencepost_exe(), *db, "runs", "create", "-"], input='{"run_id": "z"}\n',
+                           capture_output=True, text=True, timeout=60)
+    assert stdin.returncode == 2 and "one transaction" in stdin.stderr
+    for url in two_stores.values():
+        with fencepost.open(url, readonly=True) as store:
+            assert membership.read(store) is None
+            assert store.runs.get("a1" if url == two_stores["edge"] else "b1").cancel_requested_at_ms is None
+
+
+# --------------------------------------------------------------------------- a shard set from the CLI
+def test_init_founds_a_shard_set_and_run_commands_route_by_run_id(run_cli, shard_urls):
+    urls = shard_urls(3)
+    db = _db_args(urls)
+    init = run_cli(*db, "init")
+    assert init.code == 0, init
+    assert init.out.splitlines()[-1] == "shard set of 3 stores: shard-0, shard-1, shard-2"
+    assert sum(line.startswith("created ") for line in init.out.splitlines()) == 3
+    again = run_cli(*db, "init")
+    assert again.code == 0 and again.out.count("current: ") == 3
+
+    ids = [f"order-{i}" for i in range(12)]
+    for run_id in ids:
+        made = run_cli(*db, "runs", "create", run_id, "--state", '{"n": 1}', "--json")
+        assert made.code == 0, made
+    with fencepost.open_shards(urls, readonly=True) as shards:  # the library opens what the CLI founded
+        homes = {run_id: shards.locate(run_id) for run_id in ids}
+        assert homes == {run_id: shards.place(run_id) for run_id in ids}
+        assert len(set(homes.values())) > 1
+        for run_id, home in homes.items():
+            assert shards[home].runs.get(run_id).state_json == '{"n": 1}'
+    created = json.loads(run_cli(*db, "runs", "create", "extra", "--json").out)
+    assert created["run_id"] == "extra" and created["store"] in {"shard-0", "shard-1", "shard-2"}
+
+    shown = json.loads(run_cli(*db, "runs", "show", "order-3", "--json").out)
+    assert shown["run"]["run_id"] == "order-3"
+    assert run_cli(*db, "runs", "cancel", "order-3").out.strip() == "order-3: cancellation requested"
+    assert run_cli(*db, "runs", "delete", "order-4").out.strip() == "deleted order-4"
+    missing = run_cli(*db, "runs", "show", "nope")
+    assert missing.code == 1
+    assert_one_line_error(missing)
+
+    listed = json.loads(run_cli(*db, "runs", "list", "--limit", "100", "--json").out)
+    assert {(r["store"], r["run_id"]) for r in listed["runs"]} == {
+        (homes.get(r, created["store"]), r) for r in [*ids, "extra"] if r != "order-4"}
+    with fencepost.open_shards(urls, readonly=True) as shards:
+        assert shards.runs.get("order-3").cancel_requested_at_ms is not None
+
+    # the shards in another order are the same set (their recorded names identify them)
+    shuffled = _db_args([urls[2], urls[0], urls[1]])
+    assert json.loads(run_cli(*shuffled, "runs", "show", "order-5", "--json").out)["run"]["run_id"] == "order-5"
+    # only some shards of the set: refused, by reads too (a partial view would look complete)
+    for command in (["runs", "list"], ["feed", "tail"], ["runs", "show", "order-5"]):
+        part = run_cli(*_db_args(urls[:2]), *command)
+        assert part.code == 2 and "give every shard of the set" in part.err, (command, part)
+        assert_one_line_error(part)
+    renamed = run_cli("--db", f"other={urls[0]}", *_db_args(urls[1:]), "runs", "list")
+    assert renamed.code == 2 and "recorded as a shard under another name" in renamed.err
+
+
+def test_a_shard_file_names_the_stores(run_cli, shard_urls, tmp_path):
+    urls = shard_urls(2)
+    (tmp_path / "stores.txt").write_text(textwrap.dedent(f"""\
+        # the shards of the order service
+        east={urls[0]}
+
+        west={urls[1]}
+        """))
+    init = run_cli("--shards", "stores.txt", "init")
+    assert init.code == 0 and init.out.splitlines()[-1] == "shard set of 2 stores: east, west", init
+    assert run_cli("--shards", "stores.txt", "runs", "create", "r1").code == 0
+    doc = json.loads(run_cli("--shards", "stores.txt", "runs", "list", "--json").out)
+    assert [r["store"] for r in doc["runs"]] == [place("r1", ["east", "west"])]
+    # plain --db of the same stores take the names the set recorded
+    plain = json.loads(run_cli(*_db_args(urls), "feed", "tail", "--json").out)
+    assert [(c["store"], c["run_id"]) for c in plain] == [(place("r1", ["east", "west"]), "r1")]
+    (tmp_path / "bad.txt").write_text("# nothing but a comment\n")
+    empty = run_cli("--shards", "bad.txt", "runs", "list")
+    assert empty.code == 2 and "names no store" in empty.err
+    (tmp_path / "worse.txt").write_text(f"ok={urls[0]}\nno good={urls[1]}\n")
+    worse = run_cli("--shards", "worse.txt", "runs", "list")
+    assert worse.code == 2 and "--shards line 2" in worse.err and urls[1] not in worse.err
+
+
+TASK = """
+def work(ctx):
+    return {"done": True}
+"""
+
+
+@pytest.mark.slow
+def test_worker_sweeps_every_shard_of_the_set(run_cli, shard_urls, tmp_path):
+    urls = shard_urls(2)
+    (tmp_path / "shardtask.py").write_text(TASK)
+    db = _db_args(urls)
+    with fencepost.open_shards(urls) as shards:
+        for i in range(8):
+            shards.runs.create(f"job-{i}", "{}")
+        assert {shards.locate(f"job-{i}") for i in range(8)} == {"shard-0", "shard-1"}
+    result = run_cli(*db, "worker", "-n", "2", "--task", "shardtask:work", "--until-idle", timeout=180)
+    assert result.code == 0, result
+    doc = json.loads(run_cli(*db, "runs", "list", "--json").out)
+    assert len(doc["runs"]) == 8
+    assert {r["status"] for r in doc["runs"]} == {"completed"}
+    assert {r["store"] for r in doc["runs"]} == {"shard-0", "shard-1"}
+
+
+def test_worker_refuses_stores_that_hold_runs_but_no_shard_set(run_cli, two_stores, tmp_path):
+    (tmp_path / "shardtask.py").write_text(TASK)
+    result = run_cli(*_db_args(two_stores), "worker", "--task", "shardtask:work", "--until-idle")
+    assert result.code == 2 and "belongs to no shard set" in result.err, result
+    assert_one_line_error(result)
