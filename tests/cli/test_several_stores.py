@@ -250,8 +250,7 @@ def test_a_password_in_a_store_url_is_never_printed(run_cli, db_url):
 
 @pytest.mark.parametrize("command", [
     ["journal", "show", "a1"], ["feed", "snapshot", "a1"], ["source", "show"], ["source", "rotate"],
-    ["projection", "status"], ["projection", "run"], ["projection", "rebuild"], ["migrations", "status"],
-    ["runs", "retry", "a1"],
+    ["migrations", "status"], ["runs", "retry", "a1"],
 ], ids=lambda c: " ".join(c[:2]))
 def test_commands_of_one_store_refuse_several_with_a_usage_error(run_cli, two_stores, command):
     before = {name: _state(url) for name, url in two_stores.items()}
@@ -388,3 +387,82 @@ def test_worker_refuses_stores_that_hold_runs_but_no_shard_set(run_cli, two_stor
     result = run_cli(*_db_args(two_stores), "worker", "--task", "shardtask:work", "--until-idle")
     assert result.code == 2 and "belongs to no shard set" in result.err, result
     assert_one_line_error(result)
+
+
+# --------------------------------------------------------------------------- projections
+@pytest.mark.parametrize("command", [["projection", "status"], ["projection", "run"], ["projection", "rebuild"]],
+                         ids=lambda c: c[1])
+def test_projection_commands_across_stores_need_a_target(run_cli, two_stores, command):
+    """A read model of several stores lives in a database of its own: without --target, a usage error."""
+    before = {name: _state(url) for name, url in two_stores.items()}
+    result = run_cli(*_db_args(two_stores), *command)
+    assert result.code == 2, result
+    assert "--target" in result.err
+    assert_one_line_error(result)
+    assert {name: _state(url) for name, url in two_stores.items()} == before
+
+
+@pytest.mark.parametrize("backend", ["mixed"])
+def test_projection_run_status_rebuild_across_a_sqlite_file_and_a_postgresql_schema(run_cli, mixed_stores,
+                                                                                    tmp_path):
+    """One read model fed by both stores: a checkpoint and a status row per store, labelled; a rebuild
+    of one store's share leaves the other's alone; an unknown --source changes nothing."""
+    db = _db_args({"lite": mixed_stores[0], "pg": mixed_stores[1]})
+    model = tmp_path / "read-model.db"
+    target = f"sqlite:///{model}"
+
+    bad = run_cli(*db, "projection", "rebuild", "--target", target, "--source", "nope")
+    assert bad.code == 2 and "--source" in bad.err, bad
+    assert_one_line_error(bad)
+    assert not model.exists()
+
+    ran = run_cli(*db, "projection", "run", "--target", target, "--format", "jsonl")
+    assert ran.code == 0, ran
+    assert {json.loads(line)["store"]: json.loads(line)["applied"] for line in ran.out.splitlines()} == {
+        "lite": 2, "pg": 1}
+    table = run_cli(*db, "projection", "run", "--target", target)
+    assert sorted(table.out.splitlines()) == ["lite: applied 0, rejected 0, at revision 2",
+                                              "pg: applied 0, rejected 0, at revision 1"], table
+
+    status = json.loads(run_cli(*db, "projection", "status", "--target", target, "--json").out)
+    assert [(s["store"], s["applied_revision"], s["lag"], s["rebuilds"]) for s in status] == [
+        ("lite", 2, 0, 0), ("pg", 1, 0, 0)]
+    shown = run_cli(*db, "projection", "status", "--target", target)
+    assert [line.split()[0] for line in shown.out.splitlines()] == ["store", "lite", "pg"], shown
+
+    rebuilt = json.loads(run_cli(*db, "projection", "rebuild", "--target", target, "--source", "pg", "--json").out)
+    assert [(r["store"], r["applied"], r["rebuilt"]) for r in rebuilt] == [("pg", 1, True)]
+    status = json.loads(run_cli(*db, "projection", "status", "--target", target, "--json").out)
+    assert {s["store"]: s["rebuilds"] for s in status} == {"lite": 0, "pg": 1}
+    import sqlite3
+
+    with sqlite3.connect(model) as conn:
+        rows = sorted(conn.execute("SELECT source_name, run_id FROM projection_runs_by_status").fetchall())
+    assert rows == [("lite", "s1"), ("lite", "s2"), ("pg", "p1")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["mixed"])
+def test_projection_run_follow_across_stores_prints_a_status_line_per_store(mixed_stores, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "FENCEPOST_DB"}
+    proc = subprocess.Popen([fencepost_exe(), *_db_args({"lite": mixed_stores[0], "pg": mixed_stores[1]}),
+                             "projection", "run", "--target", f"sqlite:///{tmp_path / 'm.db'}", "--follow",
+                             "--interval", "0.2", "--format", "jsonl"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=_like_a_terminal)
+    try:
+        seen: dict[str, dict] = {}
+        while not (len(seen) == 2 and all(s["lag"] == 0 and s["applied_revision"] > 0 for s in seen.values())):
+            line = proc.stdout.readline()
+            assert line, proc.stderr.read()
+            record = json.loads(line)
+            seen[record["store"]] = record
+        assert {name: s["applied_revision"] for name, s in seen.items()} == {"lite": 2, "pg": 1}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            _out, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 0, err

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from fencepost.cli._common import CliContext, read_store, stop_on_signals
-from fencepost.cli._output import Output, output_options, to_data
+from fencepost.cli._output import Column, Output, output_options, to_data
 
 # The names ``projection status`` shows; the dashed spellings are accepted too.
 PROJECTIONS = ("runs_by_status", "ownership_history")
@@ -35,20 +35,41 @@ def make_projection(name: str) -> Any:
 
 def _options(fn):
     fn = click.option("--target", metavar="URL", default=None,
-                      help="Database holding the projection (default: the source database itself).")(fn)
+                      help="Database holding the projection (default: the source database itself; "
+                           "required with several --db).")(fn)
     fn = click.option("--name", "which", type=ProjectionName(), default="runs_by_status",
                       show_default=True, help="Which built-in projection (the name projection status shows).")(fn)
     return fn
 
 
 def _builder(obj: CliContext, which: str, target: str | None, *, readonly_target: bool = False) -> Any:
+    """One store: the builder of today. Several ``--db`` (or one named ``NAME=URL``): one read model
+    fed by every store, one checkpoint per store, rows keyed by the store's name."""
     from fencepost._durable import Database
     from fencepost.projections import ProjectionBuilder
 
-    source = read_store()
-    url = target or obj.resolved_url
+    if obj.labelled:
+        if target is None:
+            raise click.UsageError("with several stores, name the database that holds the read model: --target URL")
+        source: Any = obj.stores(readonly=True)
+        url = target
+    else:
+        source = read_store()
+        url = target or obj.resolved_url
     target_db: Any = Database(url, readonly=True) if readonly_target else url
     return ProjectionBuilder(source, target_db, make_projection(which), lock_timeout=5.0)
+
+
+def _per_store(result: Any) -> list[dict[str, Any]]:
+    """A result of one store as one record; a result of several as one record per store, labelled."""
+    if isinstance(result, dict):
+        return [{"store": name, **to_data(value)} for name, value in result.items()]
+    return [to_data(result)]
+
+
+_STORE = Column("store", "store", wrap=False)
+_STATUS_COLUMNS = [_STORE, *(Column(k, k) for k in ("source", "applied_revision", "source_revision", "lag",
+                                                     "applied", "rejected", "rebuilds", "pending_rebuild"))]
 
 
 @click.group()
@@ -79,7 +100,15 @@ def projection_run(obj: CliContext, which: str, target: str | None, follow: bool
             _follow(obj, builder, which, target, interval, out)
             return
         result = builder.catch_up()
-    if out.is_table:
+    if isinstance(result, dict):
+        records = _per_store(result)
+        if out.is_table:
+            for r in records:
+                out.message(f"{r['store']}: applied {r['applied']}, rejected {r['rejected']}, "
+                            f"{'rebuilt, ' if r['rebuilt'] else ''}at revision {r['revision']}")
+        else:
+            out.rows(records, [])
+    elif out.is_table:
         out.message(f"applied {result.applied}, rejected {result.rejected}, "
                     f"{'rebuilt, ' if result.rebuilt else ''}at revision {result.revision}")
     else:
@@ -99,20 +128,24 @@ def _follow(obj: CliContext, builder: Any, which: str, target: str | None, inter
             stop.set()
 
     emit = out.stream([])
+    builder._prepare()  # create the target first: the read-only watcher below must find it
     with stop_on_signals() as stop, _builder(obj, which, target, readonly_target=True) as watcher:
         thread = threading.Thread(target=work, args=(stop,), name=f"projection-{which}", daemon=True)
         thread.start()
         try:
-            last: tuple[float, int] | None = None
-            while not stop.wait(interval if last is not None else min(interval, 0.5)):
-                status = watcher.status()
+            last: dict[str, tuple[float, int]] = {}
+            while not stop.wait(interval if last else min(interval, 0.5)):
+                found = watcher.status()
                 now = time.monotonic()
-                rate = 0.0 if last is None else (status.applied - last[1]) / max(now - last[0], 1e-9)
-                last = (now, status.applied)
-                if out.is_table:
-                    emit_line(status, rate)
-                else:
-                    emit({**to_data(status), "applied_per_s": round(rate, 1)})
+                for name, status in (found.items() if isinstance(found, dict) else [(None, found)]):
+                    before = last.get(name or "")
+                    rate = 0.0 if before is None else (status.applied - before[1]) / max(now - before[0], 1e-9)
+                    last[name or ""] = (now, status.applied)
+                    if out.is_table:
+                        emit_line(status, rate, name)
+                    else:
+                        emit({**({"store": name} if name is not None else {}), **to_data(status),
+                              "applied_per_s": round(rate, 1)})
         finally:
             stop.set()
             thread.join()
@@ -121,10 +154,11 @@ def _follow(obj: CliContext, builder: Any, which: str, target: str | None, inter
         raise failure[0]
 
 
-def emit_line(status: Any, rate: float) -> None:
+def emit_line(status: Any, rate: float, store: str | None = None) -> None:
     """One status line: position (source:revision), lag and applied updates per second."""
     source = status.source[:8] if status.source else "-"
-    click.echo(f"{status.name}  position {source}:{status.applied_revision}  lag {status.lag}  "
+    label = f"{store}  " if store is not None else ""
+    click.echo(f"{label}{status.name}  position {source}:{status.applied_revision}  lag {status.lag}  "
                f"applied/s {rate:.1f}" + (f"  rebuilding ({status.pending_rebuild})" if status.pending_rebuild else ""))
 
 
@@ -143,21 +177,38 @@ def projection_status(obj: CliContext, which: str, target: str | None, out: Outp
             status = builder.status()
         finally:
             builder.target.dispose()
-    out.record(to_data(status), title=f"projection {status.name}")
+    if isinstance(status, dict):
+        out.rows(_per_store(status), _STATUS_COLUMNS, title=f"projection {which}")
+    else:
+        out.record(to_data(status), title=f"projection {status.name}")
 
 
 @projection.command("rebuild")
 @_options
+@click.option("--source", "source_name", metavar="NAME", default=None,
+              help="With several stores: rebuild only this store's rows (default: every store's).")
 @output_options
 @click.pass_obj
-def projection_rebuild(obj: CliContext, which: str, target: str | None, out: Output) -> None:
+def projection_rebuild(obj: CliContext, which: str, target: str | None, source_name: str | None,
+                       out: Output) -> None:
     """Rebuild the projection from revision 0 of the current source.
 
     Example: fencepost projection rebuild --name ownership_history
     """
+    if source_name is not None and not obj.labelled:
+        raise click.UsageError("--source names one of several stores (--db NAME=URL ...); one store was given")
+    if source_name is not None and source_name not in obj.stores(readonly=True):
+        raise click.UsageError("--source names none of the given stores")
     with _builder(obj, which, target) as builder:
-        result = builder.rebuild()
-    if out.is_table:
+        result = builder.rebuild(source_name) if source_name is not None else builder.rebuild()
+    if isinstance(result, dict):
+        records = _per_store(result)
+        if out.is_table:
+            for r in records:
+                out.message(f"{r['store']}: rebuilt: applied {r['applied']} at revision {r['revision']}")
+        else:
+            out.rows(records, [])
+    elif out.is_table:
         out.message(f"rebuilt: applied {result.applied} at revision {result.revision}")
     else:
         out.record(to_data(result))
