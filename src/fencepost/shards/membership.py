@@ -77,8 +77,11 @@ def read(store: Store) -> Membership | None:
 
 def read_in(conn: Connection) -> tuple[str, int] | None:
     """``(set_id, generation)`` read inside an open transaction (the check a run creation makes)."""
-    row = conn.execute(select(t.c.set_id, t.c.generation).where(t.c.singleton == 1)).first()
+    row = conn.execute(_GENERATION).first()
     return None if row is None else (row.set_id, int(row.generation))
+
+
+_GENERATION = select(t.c.set_id, t.c.generation).where(t.c.singleton == 1)
 
 
 def _record(store: Store, wanted: Membership) -> None:

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import msgspec
-from sqlalchemy import exists, or_, select
+from sqlalchemy import bindparam, exists, literal, or_, select
 from sqlalchemy.engine import Connection
 
 from fencepost._durable import DbFailure, map_failure
@@ -45,6 +45,13 @@ from fencepost.runstore.rows import Attempt
 from fencepost.shards import membership as ms
 from fencepost.shards.membership import Membership, ShardError
 from fencepost.shards.placement import place
+
+# Whether a store holds a run (its row or its journal stream): built once. ``SELECT 1`` rather than
+# ``exists()`` alone, which expands every column of the journal table on each call.
+_HOLDS = select(or_(
+    exists(select(literal(1)).where(runs_t.c.run_id == bindparam("run_id"))),
+    exists(select(literal(1)).where(events_t.c.run_id == bindparam("run_id"))),
+))
 
 __all__ = ["ShardChange", "ShardSet", "open_shards"]
 
@@ -124,9 +131,8 @@ class ShardSet:
 
     @staticmethod
     def _holds(store: Store, run_id: str) -> bool:
-        stmt = select(or_(exists().where(runs_t.c.run_id == run_id), exists().where(events_t.c.run_id == run_id)))
         try:
-            return bool(store.db.read(lambda conn: conn.execute(stmt).scalar()))
+            return bool(store.db.read(lambda conn: conn.execute(_HOLDS, {"run_id": run_id}).scalar()))
         except DbFailure as exc:
             raise map_failure(exc, ShardError, "locate", "shard lookup") from None
 
