@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import click
@@ -156,6 +157,13 @@ def list_filters(statuses: tuple[str, ...], flow: str | None, after: int | None,
 def list_page(store: Any, filters: dict[str, Any], cursor: str | None, limit: int,
               descending: bool) -> tuple[list[Any], str | None]:
     """Up to ``limit`` runs after ``cursor`` and the cursor that resumes right after the last one."""
+    listed, cursor = listing_page(store, filters, cursor, limit, descending)
+    return _rows(store, [r.run_id for r in listed]), cursor
+
+
+def listing_page(store: Any, filters: dict[str, Any] | None, cursor: str | None, limit: int,
+                 descending: bool) -> tuple[list[Any], str | None]:
+    """Up to ``limit`` listing entries (``list_runs``' own rows) after ``cursor``, and the next cursor."""
     listed: list[Any] = []
     while len(listed) < limit:
         page = store.feed.list_runs(filters, cursor, min(200, limit - len(listed)), newest_first=descending)
@@ -163,7 +171,7 @@ def list_page(store: Any, filters: dict[str, Any], cursor: str | None, limit: in
         cursor = page.cursor
         if cursor is None:
             break
-    return _rows(store, [r.run_id for r in listed]), cursor
+    return listed, cursor
 
 
 def _rows(store: Any, run_ids: list[str]) -> list[Any]:
@@ -231,22 +239,40 @@ STORE_COLUMN = Column("store", "store", wrap=False)
 
 def _list_across(stores: dict[str, Any], filters: dict[str, Any], cursor: str | None, limit: int,
                  descending: bool, out: Output) -> None:
-    """One page of runs merged from several stores by (created, run id), each labelled with its store.
-
-    Each store is listed with its own keyset cursor; the page takes the first ``limit`` of the
-    merged candidates, and the next cursor records, per store, the key after its last run shown.
-    """
+    """One page of runs merged from several stores by (created, run id), each labelled with its store."""
     import shlex
 
+    shown, next_cursor = merged_page(stores, filters, cursor, limit, descending)
+    total = sum(store.feed.count_runs(filters) for store in stores.values())
+    records = [{"store": name, **run_record(row)} for name, row in shown]
+    footer = [f"showing {len(records)} of {total} in {len(stores)} stores"]
+    if next_cursor is not None:
+        footer.append(f"next page: --cursor {shlex.quote(next_cursor)}")
+    out.rows(records, [STORE_COLUMN, *RUN_COLUMNS], title=f"{len(records)} run(s)", footer=footer,
+             document={"runs": records, "next_cursor": next_cursor, "total": total})
+
+
+def merged_page(stores: Mapping[str, Any], filters: dict[str, Any], cursor: str | None, limit: int,
+                descending: bool, page: Callable[..., tuple[list[Any], str | None]] = list_page,
+                ) -> tuple[list[tuple[str, Any]], str | None]:
+    """One page of a listing merged from several named stores: ``[(store name, row)]`` and the next cursor.
+
+    Each store is listed with its own keyset cursor (``page(store, filters, cursor, limit,
+    descending)``: ``list_page`` for full rows, ``listing_page`` for the listing's own entries);
+    the candidates are merged by (created, run id, store name) and the first ``limit`` taken. The
+    next cursor records, per store, the key after its last run shown (null once that store is
+    done), so paging neither skips nor repeats a run; ``None`` when every store is done. A cursor
+    that is not one of a listing across these stores raises ``RunStoreError('invalid_cursor')``.
+    """
     from fencepost.changefeed.cursor import encode_cursor, parse_filters
 
     after = _decode_across(cursor, list(stores))
-    parsed = parse_filters(filters)
+    parsed = parse_filters(filters or None)
     fetched: dict[str, tuple[list[Any], str | None]] = {}
     for name, store in stores.items():
         if name in after and after[name] is None:
             continue  # this store's listing is done
-        fetched[name] = list_page(store, filters, after.get(name), limit, descending)
+        fetched[name] = page(store, filters, after.get(name), limit, descending)
     candidates = [(row.created_at_ms, row.run_id, name, row) for name, (rows, _) in fetched.items() for row in rows]
     candidates.sort(key=lambda c: (c[0], c[1], c[2]), reverse=descending)
     shown = candidates[:limit]
@@ -260,14 +286,7 @@ def _list_across(stores: dict[str, Any], filters: dict[str, Any], cursor: str | 
             resume[name] = encode_cursor(stores[name].feed.position().source, parsed, last.created_at_ms,
                                          last.run_id, newest_first=descending)
     more = any(resume.get(name, "") is not None for name in stores)
-    next_cursor = _encode_across(resume) if more else None
-    total = sum(store.feed.count_runs(filters) for store in stores.values())
-    records = [{"store": name, **run_record(row)} for _, _, name, row in shown]
-    footer = [f"showing {len(records)} of {total} in {len(stores)} stores"]
-    if next_cursor is not None:
-        footer.append(f"next page: --cursor {shlex.quote(next_cursor)}")
-    out.rows(records, [STORE_COLUMN, *RUN_COLUMNS], title=f"{len(records)} run(s)", footer=footer,
-             document={"runs": records, "next_cursor": next_cursor, "total": total})
+    return [(name, row) for _, _, name, row in shown], _encode_across(resume) if more else None
 
 
 def _encode_across(resume: dict[str, str | None]) -> str:

@@ -10,7 +10,8 @@ from fencepost.cli._common import CliContext, err_console
 @click.command()
 @click.option("--db", "db", metavar="URL", default=None,
               help="Database URL to serve (the same as the global --db; default: $FENCEPOST_DB, "
-                   "else sqlite:///.flows/flows.db).")
+                   "else sqlite:///.flows/flows.db). For several stores give the global --db (repeated) "
+                   "or --shards before ui.")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on. Anything but loopback exposes every run to the network (with a warning).")
 @click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535),
@@ -22,6 +23,10 @@ def ui(obj: CliContext, db: str | None, host: str, port: int, open_browser: bool
 
     The database is opened read-only; no page writes. Pages update live from one change-feed
     follower shared by every open tab. Stop with Ctrl-C.
+
+    Across several stores (the global --db repeated, or --shards) it serves one console over all of
+    them: the runs listing merged and labelled with each run's store, a run's page at
+    /runs/STORE/RUN_ID, and a section per store on the journal, projections and health pages.
 
     Example: fencepost ui --db sqlite:///.flows/flows.db --open
     """
@@ -38,7 +43,8 @@ def ui(obj: CliContext, db: str | None, host: str, port: int, open_browser: bool
 
     if db is not None:
         obj.url = db
-    store = obj.store(readonly=True)
+    stores = obj.stores(readonly=True) if obj.several else None
+    store = obj.store(readonly=True) if stores is None else None
     try:
         sock = bind(host, port)
     except OSError as exc:
@@ -51,9 +57,15 @@ def ui(obj: CliContext, db: str | None, host: str, port: int, open_browser: bool
         err_console.print("[yellow]warning[/yellow]: listening on a non-loopback address: anyone who can reach "
                           "it can read every run (the console is read-only and redacts secrets, but has no login)")
     url = url_of(sock)
-    click.echo(f"fencepost console for {redact_url(obj.resolved_url)} at {url}  (read-only; Ctrl-C to stop)")
+    if stores is None:
+        served = redact_url(obj.resolved_url)
+    else:
+        served = f"{len(stores)} stores (" + ", ".join(f"{n}={redact_url(s.db.url)}" for n, s in stores.items()) + ")"
+    click.echo(f"fencepost console for {served} at {url}  (read-only; Ctrl-C to stop)")
     if open_browser:
         import webbrowser
 
         webbrowser.open(url)
-    serve(create_app(store=store, allowed_hosts=allowed), sock)
+    app = create_app(store=store, allowed_hosts=allowed) if stores is None else create_app(
+        stores=stores, allowed_hosts=allowed)
+    serve(app, sock)

@@ -1,4 +1,4 @@
-"""``fencepost ui``: a read-only live web console over one store (the ``fencepost[ui]`` extra).
+"""``fencepost ui``: a read-only live web console over one store or several (the ``fencepost[ui]`` extra).
 
 Pages: Runs (listing, filters, newest first, rows updated live), a run (state, history, attempts,
 lineage, the ownership timeline as SVG beside journal replay's verdict), Journal (hash-chain
@@ -6,7 +6,9 @@ verification, latest entries per stream), Projections (position, live lag, rebui
 (feed position, source, writes/s, the oldest running heartbeat). One change-feed follower per
 process feeds every open page through Server-Sent Events.
 
-``create_app(url)`` builds the ASGI app (Starlette); ``fencepost.ui.server`` serves it with uvicorn.
+``create_app(url)`` builds the ASGI app (Starlette); ``create_app({name: url, ...})`` or
+``create_app(stores=...)`` (a mapping of read-only stores, or a read-only ``ShardSet``) serves several
+stores in one console. ``fencepost.ui.server`` serves it with uvicorn.
 Importing this package needs none of the extra; ``create_app`` does.
 """
 
@@ -30,8 +32,8 @@ def missing_extra() -> list[str]:
     return missing
 
 
-def create_app(url: str | None = None, **kwargs: Any) -> Any:
-    """The console's Starlette app for the database at ``url``, opened read-only (see ``fencepost.ui.app``)."""
+def create_app(url: Any = None, **kwargs: Any) -> Any:
+    """The console's Starlette app for ``url`` (or a mapping of names to URLs), opened read-only (see ``.app``)."""
     from fencepost.ui.app import create_app as build
 
     return build(url, **kwargs)

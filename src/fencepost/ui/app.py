@@ -11,22 +11,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from importlib import resources
-from typing import Any
-from urllib.parse import unquote
+from typing import Any, NamedTuple
+from urllib.parse import quote, unquote
 
 import jinja2
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from fencepost.errors import FencepostError
 from fencepost.ui import views
-from fencepost.ui.hub import FeedHub, sse
+from fencepost.ui.hub import FeedHub, MultiFeedHub, sse
 
 #: Longest query string accepted (bytes); a listing cursor is far shorter.
 MAX_QUERY_BYTES = 4096
@@ -116,6 +116,46 @@ class Guard:
         await self.app(scope, receive, send_with_headers)
 
 
+class Refused(NamedTuple):
+    """An error page to render instead of a run's page."""
+
+    status: int
+    code: str
+    detail: str
+
+
+def _route_run(named: Mapping[str, Any], path: str) -> tuple[str, str] | Refused | RedirectResponse:
+    """Which store and run a run page path names in a console over several stores.
+
+    ``<store>/<run id>`` is the run's page. Anything else (``/runs/<run id>``, as a console over
+    one store links) is looked up in every store: held by one, it redirects to the run's page.
+    """
+    name, sep, rest = path.partition("/")
+    if name in named and rest:
+        return name, rest
+    holders = [n for n, s in named.items() if _holds(s, path)]
+    if len(holders) == 1:
+        return RedirectResponse(f"/runs/{quote(holders[0], safe='')}/{quote(path)}", status_code=307)
+    if len(holders) > 1:
+        return Refused(409, "ambiguous_run", f"{len(holders)} stores hold a run with this id: "
+                                              "open it as /runs/STORE/RUN_ID")
+    if sep and name not in named:
+        return Refused(404, "unknown_store", "no store of this console has this name")
+    return Refused(404, "not_found_row", "no run with this id in any store")
+
+
+def _holds(store: Any, run_id: str) -> bool:
+    from fencepost.errors import RunStoreError
+
+    try:
+        store.runs.get(run_id)
+    except RunStoreError as exc:
+        if exc.code in ("not_found_row", "invalid_run"):
+            return False
+        raise
+    return True
+
+
 def _templates() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("fencepost.ui", "templates"),
@@ -125,25 +165,81 @@ def _templates() -> jinja2.Environment:
     return env
 
 
-def create_app(url: str | None = None, *, store: Any = None, poll_interval: float = 2.0,
-               tick: float = 1.0, allowed_hosts: frozenset[str] | None = LOOPBACK_NAMES) -> Starlette:
+def _named_stores(url: str | Mapping[str, str] | None, store: Any, stores: Any) -> tuple[dict[str, Any], bool]:
+    """The console's stores as ``{name: Store}`` and whether the app opened (and so owns) them."""
+    import fencepost
+
+    given = sum(x is not None for x in (url, store, stores))
+    if given > 1:
+        raise ValueError("give the console a url (or a mapping of name to url), a store, or stores: one of them")
+    if isinstance(url, Mapping):
+        if not url:
+            raise ValueError("the console needs at least one store")
+        opened: dict[str, Any] = {}
+        try:
+            for name, each in url.items():
+                opened[name] = fencepost.open(each, readonly=True)
+            _check_stores(opened)
+        except BaseException:
+            for each_store in opened.values():
+                each_store.close()
+            raise
+        return opened, True
+    if stores is not None:
+        named = dict(stores.items())
+        if not named:
+            raise ValueError("the console needs at least one store")
+        _check_stores(named)
+        return named, False
+    if store is None:
+        return {"": fencepost.open(url, readonly=True)}, True
+    if not store.db.readonly:
+        raise ValueError("the console serves only a store opened with readonly=True")
+    return {"": store}, False
+
+
+def _check_stores(named: Mapping[str, Any]) -> None:
+    from fencepost.shards.membership import check_name
+
+    seen: dict[str, str] = {}
+    for i, (name, store) in enumerate(named.items()):
+        check_name(name, i)
+        if not store.db.readonly:
+            raise ValueError("the console serves only stores opened with readonly=True")
+        source = store.feed.position().source
+        if source in seen:
+            raise ValueError(f"store #{i} is the same database as store {seen[source]!r}: give each store once")
+        seen[source] = name
+
+
+def create_app(url: str | Mapping[str, str] | None = None, *, store: Any = None, stores: Any = None,
+               poll_interval: float = 2.0, tick: float = 1.0,
+               allowed_hosts: frozenset[str] | None = LOOPBACK_NAMES) -> Starlette:
     """The console for the database at ``url`` (opened read-only), or for a read-only ``store``.
 
-    The app owns the store it opened and the feed hub: both start with the app's lifespan and are
+    Several stores: ``url`` a mapping of store name to URL (each opened read-only), or ``stores`` a
+    mapping of name to read-only ``Store`` or a ``ShardSet`` opened with ``readonly=True``. The
+    runs listing is then merged across them, a run is addressed as ``/runs/<store>/<run id>``, and
+    the journal, projections and health pages show a section per store. One store serves exactly
+    the single-store console.
+
+    The app owns the stores it opened and the feed hub: both start with the app's lifespan and are
     closed with it. ``allowed_hosts`` are the ``Host`` names it answers to (default: loopback
     names only, which turns away DNS-rebinding pages); ``None`` answers to any name.
     """
-    import fencepost
-
-    owned = store is None
-    if store is None:
-        store = fencepost.open(url, readonly=True)
-    elif not store.db.readonly:
-        raise ValueError("the console serves only a store opened with readonly=True")
+    named, owned = _named_stores(url, store, stores)
+    several = len(named) > 1
+    store = next(iter(named.values()))
     templates = _templates()
-    hub = FeedHub(store, stats=lambda h: views.stats(store, h), poll_interval=poll_interval, tick=tick)
+    if several:
+        hub: FeedHub = MultiFeedHub(named, stats=lambda h: views.stats_across(named, h), poll_interval=poll_interval,
+                                    tick=tick)
+    else:
+        hub = FeedHub(store, stats=lambda h: views.stats(store, h), poll_interval=poll_interval, tick=tick)
+    names = list(named) if several else []
 
     def page(request: Request, name: str, http_status: int = 200, **context: Any) -> HTMLResponse:
+        context.setdefault("store_names", names)
         html = templates.get_template(name).render(request=request, **context)
         return HTMLResponse(html, status_code=http_status)
 
@@ -152,33 +248,62 @@ def create_app(url: str | None = None, *, store: Any = None, poll_interval: floa
 
     async def runs(request: Request) -> Response:
         try:
-            data = await run_in_threadpool(views.runs_page, store, request.query_params)
+            if several:
+                data = await run_in_threadpool(views.runs_page_across, named, request.query_params)
+            else:
+                data = await run_in_threadpool(views.runs_page, store, request.query_params)
         except views.BadInput as exc:
             return error(request, 400, exc.code, exc.detail)
-        counts = await run_in_threadpool(views.status_counts, store)
+        if several:
+            counts = await run_in_threadpool(views.status_counts_across, named)
+        else:
+            counts = await run_in_threadpool(views.status_counts, store)
         return page(request, "runs.html", page="runs", counts=counts, statuses=views.STATUSES, **data)
 
     async def run(request: Request) -> Response:
         run_id = request.path_params["run_id"]
-        data = await run_in_threadpool(views.run_detail, store, run_id)
+        name = ""
+        if several:
+            found = await run_in_threadpool(_route_run, named, run_id)
+            if isinstance(found, Refused):
+                return error(request, *found)
+            if isinstance(found, RedirectResponse):
+                return found
+            name, run_id = found
+        data = await run_in_threadpool(views.run_detail, named[name], run_id)
         if data is None:
-            return error(request, 404, "not_found_row", "no run with this id")
+            return error(request, 404, "not_found_row", "no run with this id" + (f" in store {name}" if name else ""))
         template = "run_body.html" if request.query_params.get("fragment") == "1" else "run.html"
-        return page(request, template, page="run", **data)
+        base = f"/runs/{quote(name, safe='')}/" if several else "/runs/"
+        return page(request, template, page="run", store_name=name, run_base=base, **data)
 
     async def journal(request: Request) -> Response:
+        if several:
+            sections = [{"name": n, **await run_in_threadpool(views.journal_overview, s)} for n, s in named.items()]
+            return page(request, "journal.html", page="journal", sections=sections)
         data = await run_in_threadpool(views.journal_overview, store)
-        return page(request, "journal.html", page="journal", **data)
+        return page(request, "journal.html", page="journal", sections=[{"name": "", **data}])
 
     async def projections(request: Request) -> Response:
-        data = await run_in_threadpool(views.projections, store)
-        return page(request, "projections.html", page="projections", projections=data)
+        if several:
+            sections = [{"name": n, "projections": await run_in_threadpool(views.projections, s)}
+                        for n, s in named.items()]
+        else:
+            sections = [{"name": "", "projections": await run_in_threadpool(views.projections, store)}]
+        return page(request, "projections.html", page="projections", sections=sections)
 
     async def health(request: Request) -> Response:
-        data = await run_in_threadpool(views.health, store, hub)
-        return page(request, "health.html", page="health", health=data)
+        if several:
+            sections = [{"name": n, "health": await run_in_threadpool(views.health, s, hub, n)}
+                        for n, s in named.items()]
+        else:
+            sections = [{"name": "", "health": await run_in_threadpool(views.health, store, hub)}]
+        return page(request, "health.html", page="health", sections=sections)
 
     async def health_json(request: Request) -> Response:
+        if several:
+            return JSONResponse({"stores": {n: await run_in_threadpool(views.health, s, hub, n)
+                                            for n, s in named.items()}})
         data = await run_in_threadpool(views.health, store, hub)
         return JSONResponse(data)
 
@@ -187,10 +312,14 @@ def create_app(url: str | None = None, *, store: Any = None, poll_interval: floa
 
         async def stream() -> AsyncIterator[bytes]:
             try:
-                position = hub.position
                 yield b"retry: 1000\n\n"
-                yield sse("hello", {"source": position.source if position else None,
-                                    "revision": position.revision if position else None})
+                if several:
+                    yield sse("hello", {"stores": {n: {"source": p.source, "revision": p.revision}
+                                                   for n, p in hub.positions.items()}})  # type: ignore[attr-defined]
+                else:
+                    position = hub.position
+                    yield sse("hello", {"source": position.source if position else None,
+                                        "revision": position.revision if position else None})
                 if hub.last_stats is not None:
                     yield sse("stats", hub.last_stats)
                 while True:
@@ -236,7 +365,8 @@ def create_app(url: str | None = None, *, store: Any = None, poll_interval: floa
         finally:
             await run_in_threadpool(hub.close)
             if owned:
-                store.close()
+                for each in named.values():
+                    each.close()
 
     get = ["GET", "HEAD"]
     app = Starlette(
@@ -255,5 +385,6 @@ def create_app(url: str | None = None, *, store: Any = None, poll_interval: floa
     )
     app.state.hub = hub
     app.state.store = store
+    app.state.stores = dict(named) if several else None
     app.add_middleware(Guard, templates=templates, allowed_hosts=allowed_hosts)
     return app

@@ -18,7 +18,7 @@ import collections
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -158,24 +158,12 @@ class FeedHub:
 
     # ------------------------------------------------------------------ follower
     def _follow(self) -> None:
-        from fencepost.changefeed import Missing
-
         feed = self.store.feed
         while not self._stop.is_set():
             try:
                 self.followers_started += 1
                 for change in feed.follow(self.position, stop=self._stop, poll_interval=self._poll_interval):
-                    snap = feed.read([change.run_id]).snapshots[0]
-                    if isinstance(snap, Missing):
-                        data: dict[str, Any] = {"run_id": change.run_id, "revision": change.revision,
-                                                "deleted": True}
-                    else:
-                        data = {
-                            "run_id": snap.run_id, "revision": change.revision, "deleted": False,
-                            "status": snap.status, "flow_name": snap.flow_name,
-                            "owner": _owner_text(snap.owner), "created_at_ms": snap.created_at_ms,
-                            "cancel_requested": snap.cancellation is not None,
-                        }
+                    data = run_event(feed, change)
                     self.position = change.position
                     self.error = None
                     self.publish("run", data, str(change.revision))
@@ -214,16 +202,7 @@ class FeedHub:
         """Run-row writes/s (change-feed revisions) and journal appends/s over the last minute."""
         with self._lock:
             samples = list(self._samples)
-        if len(samples) < 2:
-            return Rate(0.0, 0.0), Rate(0.0, 0.0)
-        first, last = samples[0], samples[-1]
-        if first[1] != last[1]:  # the source rotated inside the window
-            first = next(s for s in samples if s[1] == last[1])
-        span = last[0] - first[0]
-        if span <= 0:
-            return Rate(0.0, 0.0), Rate(0.0, 0.0)
-        return (Rate(round((last[2] - first[2]) / span, 2), round(span, 1)),
-                Rate(round((last[3] - first[3]) / span, 2), round(span, 1)))
+        return _rates(samples)
 
     def _ticker(self) -> None:
         last_stats = 0.0
@@ -246,3 +225,123 @@ def _owner_text(owner: Any) -> str | None:
     if owner is None:
         return None
     return f"{owner.host_id}/{owner.pid}/{owner.nonce[:8]}"
+
+
+def run_event(feed: Any, change: Any) -> dict[str, Any]:
+    """The ``run`` event of one change: the run's snapshot read once (no state: nothing to redact)."""
+    from fencepost.changefeed import Missing
+
+    snap = feed.read([change.run_id]).snapshots[0]
+    if isinstance(snap, Missing):
+        return {"run_id": change.run_id, "revision": change.revision, "deleted": True}
+    return {
+        "run_id": snap.run_id, "revision": change.revision, "deleted": False,
+        "status": snap.status, "flow_name": snap.flow_name,
+        "owner": _owner_text(snap.owner), "created_at_ms": snap.created_at_ms,
+        "cancel_requested": snap.cancellation is not None,
+    }
+
+
+def _rates(samples: list[tuple[float, str, int, int]]) -> tuple[Rate, Rate]:
+    if len(samples) < 2:
+        return Rate(0.0, 0.0), Rate(0.0, 0.0)
+    first, last = samples[0], samples[-1]
+    if first[1] != last[1]:  # the source rotated inside the window
+        first = next(s for s in samples if s[1] == last[1])
+    span = last[0] - first[0]
+    if span <= 0:
+        return Rate(0.0, 0.0), Rate(0.0, 0.0)
+    return (Rate(round((last[2] - first[2]) / span, 2), round(span, 1)),
+            Rate(round((last[3] - first[3]) / span, 2), round(span, 1)))
+
+
+class MultiFeedHub(FeedHub):
+    """The shared follower of a console over several named stores: one follower thread per store.
+
+    The stores' feeds are followed at once by ``merged_follow`` (a thread each, merged into one
+    consumer), so every open page still costs one follower per store, not one per tab. Each
+    ``run`` event carries ``store``, the name of the store it came from; revisions of two stores
+    are never compared. ``positions`` holds each store's last position; ``rates_of(name)`` is one
+    store's writes/s. A rotated source resets that store's position and sends ``reset``.
+    """
+
+    def __init__(self, stores: Mapping[str, Store], *, stats: Callable[[FeedHub], Any] | None = None,
+                 poll_interval: float = 2.0, tick: float = 1.0, stats_every: float = 5.0) -> None:
+        first = next(iter(stores.values()))
+        super().__init__(first, stats=stats, poll_interval=poll_interval, tick=tick, stats_every=stats_every)
+        self.stores = dict(stores)
+        self.positions: dict[str, Any] = {}
+        self._store_samples: dict[str, collections.deque[tuple[float, str, int, int]]] = {
+            name: collections.deque() for name in self.stores}
+
+    def start(self) -> None:
+        """Start the merged follower and the ticker (idempotent)."""
+        if self._threads:
+            return
+        self.positions = {name: store.feed.position() for name, store in self.stores.items()}
+        self._sample()
+        for target, name in ((self._follow, "fencepost-ui-follow"), (self._ticker, "fencepost-ui-tick")):
+            t = threading.Thread(target=target, name=name, daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def _follow(self) -> None:
+        from fencepost.shards.router import merged_follow
+
+        while not self._stop.is_set():
+            try:
+                self.followers_started += 1
+                for item in merged_follow(list(self.stores.items()), dict(self.positions), stop=self._stop,
+                                          poll_interval=self._poll_interval):
+                    name, change = item.shard, item.change
+                    data = {"store": name, **run_event(self.stores[name].feed, change)}
+                    self.positions[name] = change.position
+                    self.error = None
+                    self.publish("run", data, f"{name}:{change.revision}")
+                    self._dirty.set()
+            except SourceChanged:
+                # One store's source rotated (merged_follow does not say which): restart those.
+                for name, store in self.stores.items():
+                    now = store.feed.position()
+                    if self.positions.get(name) is None or now.source != self.positions[name].source:
+                        self.positions[name] = now
+                        with self._lock:
+                            self._store_samples[name].clear()
+                self.publish("reset", {"reason": "source_changed"})
+            except FencepostError as exc:
+                self.error = exc.code
+                log.warning("console feed follower: %s; retrying", exc.code)
+                self._stop.wait(1.0)
+            except Exception as exc:  # never let the follower die silently
+                self.error = type(exc).__name__
+                log.warning("console feed follower failed (%s); retrying", type(exc).__name__)
+                self._stop.wait(1.0)
+
+    def _sample(self) -> None:
+        from fencepost.journal import head
+
+        for name, store in self.stores.items():
+            try:
+                pos = store.feed.position()
+                h = head(store)
+            except FencepostError:
+                continue
+            now = time.monotonic()
+            with self._lock:
+                samples = self._store_samples[name]
+                samples.append((now, pos.source, pos.revision, h.position if h else 0))
+                while samples and samples[0][0] < now - WINDOW_S:
+                    samples.popleft()
+
+    def rates_of(self, name: str) -> tuple[Rate, Rate]:
+        """One store's run-row writes/s and journal appends/s over the last minute."""
+        with self._lock:
+            samples = list(self._store_samples[name])
+        return _rates(samples)
+
+    def rates(self) -> tuple[Rate, Rate]:
+        """Every store's writes/s and appends/s, summed (the window is the shortest of theirs)."""
+        per = [self.rates_of(name) for name in self.stores]
+        window = min((r.window_s for r, _ in per), default=0.0)
+        return (Rate(round(sum(r.per_s for r, _ in per), 2), window),
+                Rate(round(sum(j.per_s for _, j in per), 2), window))

@@ -114,35 +114,78 @@ def listing_filters(query: Mapping[str, str]) -> dict[str, Any]:
     return filters
 
 
-def runs_page(store: Store, query: Mapping[str, str]) -> dict[str, Any]:
-    """One newest-first page of the listing with the filters and cursor of ``query``."""
-    filters = listing_filters(query)
-    cursor = query.get("cursor") or None
-    limit = PAGE_SIZE
+def _limit(query: Mapping[str, str]) -> int:
     if query.get("limit"):
         text = query["limit"]
         if not (text.isdigit() and len(text) <= 4):
             raise BadInput("invalid_options", "limit must be an integer in 1..200")
-        limit = int(text)
-    try:
-        page = store.feed.list_runs(filters or None, cursor, limit, newest_first=True)
-    except RunStoreError as exc:
-        if exc.code in ("invalid_options", "invalid_cursor") or type(exc).__name__ == "SourceChanged":
-            raise BadInput(exc.code if exc.code != "invalid_run" else "source_changed", exc.detail) from None
-        raise
-    rows = [{
+        return int(text)
+    return PAGE_SIZE
+
+
+def _bad_listing(exc: RunStoreError) -> BadInput | None:
+    if exc.code in ("invalid_options", "invalid_cursor") or type(exc).__name__ == "SourceChanged":
+        return BadInput(exc.code if exc.code != "invalid_run" else "source_changed", exc.detail)
+    return None
+
+
+def _row(r: Any) -> dict[str, Any]:
+    return {
         "run_id": r.run_id, "status": r.status, "flow": r.flow_name or "-", "owner": owner_text(r.owner),
         "created": when(r.created_at_ms), "started": when(r.started_at_ms), "finished": when(r.finished_at_ms),
         "cancel": "requested" if r.cancellation is not None else "-",
         "lineage": r.lineage_id if r.lineage_id != r.run_id else "-", "round": r.round_ordinal,
         "revision": r.revision,
-    } for r in page.runs]
+    }
+
+
+def _queries(query: Mapping[str, str], cursor: str | None) -> dict[str, Any]:
     given = {k: query.get(k, "") for k in ("status", "flow", "created_after", "created_before", "limit")}
     kept = {k: v for k, v in given.items() if v}
+    return {"filters": given, "first_query": urlencode(kept),
+            "next_query": urlencode({**kept, "cursor": cursor}) if cursor else None}
+
+
+def runs_page(store: Store, query: Mapping[str, str]) -> dict[str, Any]:
+    """One newest-first page of the listing with the filters and cursor of ``query``."""
+    filters = listing_filters(query)
+    cursor = query.get("cursor") or None
+    limit = _limit(query)
+    try:
+        page = store.feed.list_runs(filters or None, cursor, limit, newest_first=True)
+    except RunStoreError as exc:
+        bad = _bad_listing(exc)
+        if bad is not None:
+            raise bad from None
+        raise
+    rows = [_row(r) for r in page.runs]
     return {"rows": rows, "cursor": page.cursor, "revision": page.revision, "source": page.source,
-            "filters": given, "first_page": cursor is None, "filtered": bool(filters),
-            "first_query": urlencode(kept),
-            "next_query": urlencode({**kept, "cursor": page.cursor}) if page.cursor else None}
+            "first_page": cursor is None, "filtered": bool(filters), **_queries(query, page.cursor)}
+
+
+def runs_page_across(stores: Mapping[str, Store], query: Mapping[str, str]) -> dict[str, Any]:
+    """One newest-first page of the listing merged across named stores, each row labelled ``store``.
+
+    The merge is the CLI's (``runs list`` across stores): each store listed with its own keyset
+    cursor, merged by (created, run id, store), the next cursor holding each store's position.
+    """
+    from fencepost.cli.runs import listing_page, merged_page
+
+    filters = listing_filters(query)
+    cursor = query.get("cursor") or None
+    limit = _limit(query)
+    if not 1 <= limit <= 200:  # one store's list_runs checks this; here every store is asked for limit
+        raise BadInput("invalid_options", "limit must be an integer in 1..200")
+    try:
+        shown, next_cursor = merged_page(stores, filters, cursor, limit, True, page=listing_page)
+    except RunStoreError as exc:
+        bad = _bad_listing(exc)
+        if bad is not None:
+            raise bad from None
+        raise
+    rows = [{"store": name, **_row(r)} for name, r in shown]
+    return {"rows": rows, "cursor": next_cursor, "first_page": cursor is None, "filtered": bool(filters),
+            **_queries(query, next_cursor)}
 
 
 def status_counts(store: Store) -> dict[str, int]:
@@ -150,6 +193,15 @@ def status_counts(store: Store) -> dict[str, int]:
     stmt = select(flows_runs.c.status, func.count()).group_by(flows_runs.c.status)
     found = dict(store.db.read(lambda conn: [tuple(r) for r in conn.execute(stmt)]))
     return {s: int(found.get(s, 0)) for s in STATUSES}
+
+
+def status_counts_across(stores: Mapping[str, Store]) -> dict[str, int]:
+    """Each status's count summed over every store."""
+    total = dict.fromkeys(STATUSES, 0)
+    for store in stores.values():
+        for status, n in status_counts(store).items():
+            total[status] += n
+    return total
 
 
 # ----------------------------------------------------------------------------- one run
@@ -265,7 +317,8 @@ def run_detail(store: Store, run_id: str) -> dict[str, Any] | None:
 
 
 # ----------------------------------------------------------------------------- journal
-_verify_cache: dict[tuple[int, str], Any] = {}
+#: The last verification of each store (by ``id``), with the head it was computed at.
+_verify_cache: dict[int, tuple[tuple[int, str], Any]] = {}
 
 
 def journal_overview(store: Store, per_stream: int = 5, streams: int = 20) -> dict[str, Any]:
@@ -274,12 +327,13 @@ def journal_overview(store: Store, per_stream: int = 5, streams: int = 20) -> di
 
     h = head(store)
     key = (h.position, h.entry_hash) if h else (0, "")
-    cache_key = (id(store), *key)
-    report = _verify_cache.get(cache_key)  # type: ignore[arg-type]
+    cached = _verify_cache.get(id(store))
+    report = cached[1] if cached is not None and cached[0] == key else None
     if report is None:
         report = verify(store)
-        _verify_cache.clear()
-        _verify_cache[cache_key] = report  # type: ignore[index]
+        if len(_verify_cache) > 64:
+            _verify_cache.clear()
+        _verify_cache[id(store)] = (key, report)
     recent: dict[str, list[Any]] = {}
     if h is not None:
         for e in store.journal.log(after=max(0, h.position - 500), page_size=500):
@@ -376,14 +430,22 @@ def oldest_heartbeat(store: Store) -> tuple[str, int] | None:
     return None if row is None else (row[0], int(row[1]))
 
 
-def health(store: Store, hub: FeedHub | None) -> dict[str, Any]:
-    """Feed position and source, writes/s over the last minute, the oldest running heartbeat."""
+def health(store: Store, hub: FeedHub | None, name: str | None = None) -> dict[str, Any]:
+    """Feed position and source, writes/s over the last minute, the oldest running heartbeat.
+
+    ``name``: the store's name in a console over several stores (its own rates and follower position).
+    """
     from fencepost._durable import redact_url
     from fencepost.journal import head
 
     position = store.feed.position()
     h = head(store)
-    runs_rate, journal_rate = hub.rates() if hub is not None else (None, None)
+    runs_rate, journal_rate, followed = None, None, None
+    if hub is not None and name is not None:
+        runs_rate, journal_rate = hub.rates_of(name)  # type: ignore[attr-defined]
+        followed = hub.positions.get(name)  # type: ignore[attr-defined]
+    elif hub is not None:
+        (runs_rate, journal_rate), followed = hub.rates(), hub.position
     oldest = oldest_heartbeat(store)
     now = store.clock.now_ms()
     return {
@@ -396,7 +458,7 @@ def health(store: Store, hub: FeedHub | None) -> dict[str, Any]:
         "oldest_heartbeat": None if oldest is None else {
             "run_id": oldest[0], "at": when(oldest[1]), "age_s": round((now - oldest[1]) / 1000, 1),
         },
-        "follower": {"subscribers": hub.subscribers, "position": hub.position.revision if hub.position else None,
+        "follower": {"subscribers": hub.subscribers, "position": followed.revision if followed else None,
                      "error": hub.error} if hub is not None else None,
     }
 
@@ -409,4 +471,18 @@ def stats(store: Store, hub: FeedHub) -> dict[str, Any]:
                                                  "rejected", "rebuilds")} for p in projections(store)]
     except FencepostError:
         out["projections"] = None
+    return out
+
+
+def stats_across(stores: Mapping[str, Store], hub: FeedHub) -> dict[str, Any]:
+    """The live ``stats`` event of a console over several stores: counts summed, health and lags per store."""
+    out: dict[str, Any] = {"counts": status_counts_across(stores), "stores": {}}
+    for name, store in stores.items():
+        part: dict[str, Any] = {"health": health(store, hub, name)}
+        try:
+            part["projections"] = [{k: p[k] for k in ("name", "applied_revision", "source_revision", "lag",
+                                                      "applied", "rejected", "rebuilds")} for p in projections(store)]
+        except FencepostError:
+            part["projections"] = None
+        out["stores"][name] = part
     return out

@@ -34,6 +34,11 @@
     return td;
   }
 
+  // A run's page: /runs/<id> over one store, /runs/<store>/<id> over several.
+  function runHref(store, id) {
+    return "/runs/" + (store ? encodeURIComponent(store) + "/" : "") + encodeURIComponent(id);
+  }
+
   function fmtTime(ms) {
     if (ms === null || ms === undefined) return "-";
     return new Date(ms).toISOString().replace("T", " ").replace(/Z$/, "Z");
@@ -44,8 +49,9 @@
     const tbody = document.querySelector("#runs tbody");
     if (!tbody) return;
     let row = null;
+    const store = ev.store || "";
     for (const tr of tbody.querySelectorAll("tr[data-run-id]")) {
-      if (tr.dataset.runId === ev.run_id) { row = tr; break; }
+      if (tr.dataset.runId === ev.run_id && (tr.dataset.store || "") === store) { row = tr; break; }
     }
     if (row && Number(row.dataset.revision) >= ev.revision) return; // an older event
     if (ev.deleted) {
@@ -56,8 +62,9 @@
       if (document.body.dataset.liveRows !== "prepend") return; // a filtered or older page
       row = document.createElement("tr");
       row.dataset.runId = ev.run_id;
+      if (store) { row.dataset.store = store; row.append(cell(store, "store mono")); }
       const link = document.createElement("a");
-      link.href = "/runs/" + encodeURIComponent(ev.run_id);
+      link.href = runHref(store, ev.run_id);
       link.textContent = ev.run_id;
       const first = document.createElement("td");
       first.appendChild(link);
@@ -89,7 +96,7 @@
     if (refreshing) { again = true; return; }
     refreshing = true;
     const id = document.body.dataset.runId;
-    fetch("/runs/" + encodeURIComponent(id) + "?fragment=1", { headers: { "accept": "text/html" } })
+    fetch(runHref(document.body.dataset.store, id) + "?fragment=1", { headers: { "accept": "text/html" } })
       .then((r) => (r.ok ? r.text() : null))
       .then((html) => {
         if (html === null) return;
@@ -103,43 +110,59 @@
   }
 
   // ---------------------------------------------------------------- projections and health
-  function onStatsProjections(stats) {
-    if (!stats.projections) return;
-    for (const p of stats.projections) {
-      const tr = document.querySelector('tr[data-projection="' + CSS.escape(p.name) + '"]');
-      if (!tr) continue;
-      for (const td of tr.querySelectorAll("[data-field]")) {
-        const v = String(p[td.dataset.field]);
-        if (td.textContent !== v) { td.textContent = v; flash(td); }
-        if (td.dataset.field === "lag") td.classList.toggle("lagging", p.lag > 0);
-      }
+  // Over several stores the stats carry each store's part and every page has a section per store.
+  function perStore(stats, each) {
+    if (!stats.stores) { each(document, stats); return; }
+    for (const section of document.querySelectorAll("section.store[data-store]")) {
+      const part = stats.stores[section.dataset.store];
+      if (part) each(section, part);
     }
   }
 
-  function onStatsHealth(stats) {
-    const h = stats.health;
-    if (!h) return;
-    for (const td of document.querySelectorAll("#health [data-field]")) {
-      const f = td.dataset.field;
-      let v;
-      if (f === "oldest_heartbeat") {
-        if (!h.oldest_heartbeat) { v = "no running run"; }
-        else {
-          const o = h.oldest_heartbeat;
-          const a = document.createElement("a");
-          a.href = "/runs/" + encodeURIComponent(o.run_id);
-          a.textContent = o.run_id;
-          const text = " at " + o.at + " (" + o.age_s + " s ago)";
-          if (td.textContent !== o.run_id + text) { td.replaceChildren(a, document.createTextNode(text)); flash(td); }
-          continue;
+  function onStatsProjections(stats) {
+    perStore(stats, (root, part) => {
+      if (!part.projections) return;
+      for (const p of part.projections) {
+        const tr = root.querySelector('tr[data-projection="' + CSS.escape(p.name) + '"]');
+        if (!tr) continue;
+        for (const td of tr.querySelectorAll("[data-field]")) {
+          const v = String(p[td.dataset.field]);
+          if (td.textContent !== v) { td.textContent = v; flash(td); }
+          if (td.dataset.field === "lag") td.classList.toggle("lagging", p.lag > 0);
         }
-      } else if (f === "subscribers") {
-        v = h.follower ? String(h.follower.subscribers) : "-";
-      } else {
-        v = String(h[f]);
       }
-      if (td.textContent !== v) { td.textContent = v; flash(td); }
-    }
+    });
+  }
+
+  function onStatsHealth(stats) {
+    perStore(stats, (root, part) => {
+      const h = part.health;
+      if (!h) return;
+      const fields = root === document ? document.querySelectorAll("#health [data-field]")
+        : root.querySelectorAll("[data-field]");
+      const store = root === document ? "" : root.dataset.store;
+      for (const td of fields) {
+        const f = td.dataset.field;
+        let v;
+        if (f === "oldest_heartbeat") {
+          if (!h.oldest_heartbeat) { v = "no running run"; }
+          else {
+            const o = h.oldest_heartbeat;
+            const a = document.createElement("a");
+            a.href = runHref(store, o.run_id);
+            a.textContent = o.run_id;
+            const text = " at " + o.at + " (" + o.age_s + " s ago)";
+            if (td.textContent !== o.run_id + text) { td.replaceChildren(a, document.createTextNode(text)); flash(td); }
+            continue;
+          }
+        } else if (f === "subscribers") {
+          v = h.follower ? String(h.follower.subscribers) : "-";
+        } else {
+          v = String(h[f]);
+        }
+        if (td.textContent !== v) { td.textContent = v; flash(td); }
+      }
+    });
   }
 
   // ---------------------------------------------------------------- the one stream
@@ -152,7 +175,8 @@
   source.addEventListener("run", (msg) => {
     const ev = JSON.parse(msg.data);
     if (page === "runs") onRunRuns(ev);
-    else if (page === "run" && ev.run_id === document.body.dataset.runId) refreshRun();
+    else if (page === "run" && ev.run_id === document.body.dataset.runId
+             && (ev.store || "") === (document.body.dataset.store || "")) refreshRun();
   });
   source.addEventListener("stats", (msg) => {
     const stats = JSON.parse(msg.data);
