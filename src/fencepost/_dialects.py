@@ -424,7 +424,8 @@ def _unnest_upsert(conn: Connection, table: Table, conflict: tuple[str, ...]) ->
         array = _ARRAY_TYPES.get(column.type.compile(dialect=conn.dialect).upper())
         if array is None:
             return None
-        arrays.append(f"%(p{i})s::{array}")
+        # Binary arrays: psycopg quotes every element of a text-format array through a regex.
+        arrays.append(f"%(p{i})b::{array}")
     columns = ", ".join(prep.quote(c.name) for c in table.columns)
     updates = ", ".join(
         f"{prep.quote(c.name)} = EXCLUDED.{prep.quote(c.name)}" for c in table.columns if c.name not in conflict

@@ -516,12 +516,11 @@ class ProjectionBuilder:
         """Apply the updates that are newer than what is held, in order; return (applied, rejected)."""
         if not updates:
             return 0, 0
-        held_stmt = _sql.held_shadow if shadow else _sql.held_live
         name = share.checkpoint
         ids = msgspec.json.encode(list(dict.fromkeys(u.run_id for u in updates))).decode()
         held: dict[str, tuple[str, int]] = {
             run_id: (held_source, int(revision))
-            for run_id, held_source, revision in conn.execute(held_stmt, {"name": name, "ids": ids}).all()
+            for run_id, held_source, revision in _sql.held_rows(conn, shadow, name, ids)
         }
         newest: dict[str, tuple[str, int]] = {}
         accepted: list[Any] = []
