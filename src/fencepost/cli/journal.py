@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from fencepost.cli._common import fail, owner_text, read_store, table, when
+from fencepost.cli._common import fail, owner_text, read_store, run_exists, table, when
 from fencepost.cli._output import Column, Output, output_options, to_data
 
 ENTRY_COLUMNS = [
@@ -82,7 +82,7 @@ def journal_replay(run_id: str | None, every: bool, out: Output) -> None:
 
     assert run_id is not None
     history = ownership_history(store, run_id)
-    if history.facts == 0 and not _run_exists(store, run_id):
+    if history.facts == 0 and not run_exists(store, run_id):
         raise fail("journal replay: no run and no ownership facts with this run id")
     if out.is_table:
         out.rows([to_data(i) | {"owner_text": owner_text(i.owner)} for i in history.intervals], INTERVAL_COLUMNS,
@@ -106,18 +106,6 @@ INTERVAL_COLUMNS = [
     Column("ended", "ended_at_ms", lambda r: when(r.get("ended_at_ms")), wrap=False),
     Column("ended by", "ended_by"),
 ]
-
-
-def _run_exists(store: Any, run_id: str) -> bool:
-    from fencepost.errors import RunStoreError
-
-    try:
-        store.runs.get(run_id)
-    except RunStoreError as exc:
-        if exc.code in ("not_found_row", "invalid_run"):
-            return False
-        raise
-    return True
 
 
 def _replay_all(store: Any, out: Output) -> None:

@@ -133,7 +133,9 @@ def _route_run(named: Mapping[str, Any], path: str) -> tuple[str, str] | Refused
     name, sep, rest = path.partition("/")
     if name in named and rest:
         return name, rest
-    holders = [n for n, s in named.items() if _holds(s, path)]
+    from fencepost.cli._common import run_exists
+
+    holders = [n for n, s in named.items() if run_exists(s, path)]
     if len(holders) == 1:
         return RedirectResponse(f"/runs/{quote(holders[0], safe='')}/{quote(path)}", status_code=307)
     if len(holders) > 1:
@@ -142,18 +144,6 @@ def _route_run(named: Mapping[str, Any], path: str) -> tuple[str, str] | Refused
     if sep and name not in named:
         return Refused(404, "unknown_store", "no store of this console has this name")
     return Refused(404, "not_found_row", "no run with this id in any store")
-
-
-def _holds(store: Any, run_id: str) -> bool:
-    from fencepost.errors import RunStoreError
-
-    try:
-        store.runs.get(run_id)
-    except RunStoreError as exc:
-        if exc.code in ("not_found_row", "invalid_run"):
-            return False
-        raise
-    return True
 
 
 def _templates() -> jinja2.Environment:
