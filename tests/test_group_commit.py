@@ -310,3 +310,223 @@ def test_a_deferred_constraint_broken_by_one_member_fails_that_member_alone(stor
     assert _run_ids(store) == {"leader"}
     children = store.db.read(lambda c: c.exec_driver_sql("SELECT pid FROM fault_child").scalars().all())
     assert children == [7]
+
+
+# --------------------------------------------------------------------------- bodies run by the leader
+def _call_all(store: fencepost.Store, leader_body, bodies: dict) -> dict[str, object]:
+    """Start a leader holding its group open until every body is queued, then the bodies' callers
+    (one thread each, started in order, each queued before the next starts); every outcome."""
+    outcomes: dict[str, object] = {}
+
+    def call(name: str, fn) -> None:
+        try:
+            outcomes[name] = store.db.write(fn)
+        except BaseException as exc:  # the caller's own outcome
+            outcomes[name] = exc
+
+    leader = threading.Thread(target=call, args=("leader", leader_body))
+    leader.start()
+    deadline = time.monotonic() + 30
+    while store.db._group._group is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    threads = []
+    for i, (name, fn) in enumerate(bodies.items()):
+        t = threading.Thread(target=call, args=(name, fn))
+        t.start()
+        threads.append(t)
+        # Queued in this order (once the last one queues, the leader drains the queue at once).
+        while i + 1 < len(bodies) and store.db._group._waiting < i + 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+    for t in [leader, *threads]:
+        t.join(60)
+    assert not any(t.is_alive() for t in [leader, *threads])
+    return outcomes
+
+
+def test_failures_between_successes_undo_only_their_own_rows(store):
+    """Members alternate success and failure in one group: each failure's savepoint undoes exactly
+    its own rows, never an earlier member's, and the successes after it still commit."""
+    commits = _commits(store)
+
+    def fails(run_id: str):
+        def body(conn):
+            _insert(run_id)(conn)
+            _insert(run_id + "-second")(conn)
+            raise fencepost.RunStoreError("invalid_run", "create", "refused")
+        return body
+
+    bodies = {"a": _insert("a"), "b": fails("b"), "c": _insert("c"), "d": fails("d"), "e": _insert("e")}
+    outcomes = _call_all(store, _hold_until_queued(store, len(bodies)), bodies)
+    assert len(commits) == 1
+    assert all(isinstance(outcomes[n], fencepost.RunStoreError) for n in ("b", "d"))
+    assert not any(isinstance(outcomes[n], BaseException) for n in ("leader", "a", "c", "e"))
+    assert _run_ids(store) == {"leader", "a", "c", "e"}
+
+
+def test_each_body_sees_its_own_callers_context_variables(store):
+    """The leader runs queued bodies in its own thread, but inside each caller's context."""
+    import contextvars
+
+    who: contextvars.ContextVar[str] = contextvars.ContextVar("who", default="nobody")
+    seen: dict[str, str] = {}
+
+    def caller(name: str):
+        def body(conn):
+            seen[name] = who.get()
+            _insert(name)(conn)
+            who.set("changed-by-" + name)  # stays inside this call's context copy
+        return body
+
+    def as_caller(name: str):
+        # Runs in the calling thread before it queues: set the variable there.
+        def run(conn):
+            return caller(name)(conn)
+        return run
+
+    outcomes: dict[str, object] = {}
+    leader = threading.Thread(target=lambda: outcomes.setdefault(
+        "leader", store.db.write(_hold_until_queued(store, 2))))
+    leader.start()
+    while store.db._group._group is None:
+        time.sleep(0.001)
+
+    def call(name: str) -> None:
+        who.set(name)
+        store.db.write(as_caller(name))
+        outcomes[name] = who.get()  # the body's own set() did not leak back
+
+    threads = [threading.Thread(target=call, args=(n,)) for n in ("x", "y")]
+    for t in threads:
+        t.start()
+    for t in [leader, *threads]:
+        t.join(60)
+    assert seen == {"x": "x", "y": "y"}
+    assert outcomes["x"] == "x" and outcomes["y"] == "y"
+    assert _run_ids(store) == {"leader", "x", "y"}
+
+
+def test_a_write_inside_another_stores_transaction_commits_on_its_own(store, make_db_url):
+    """A write to store B from inside a write to store A runs alone on B (the body may use A's
+    connection, which belongs to the calling thread), so A rolling back leaves B's row."""
+    with fencepost.open(make_db_url(), clock=ManualClock(0)) as other:
+        def body(conn):
+            other.runs.create("in-b", "{}")
+            _insert("in-a")(conn)
+            raise fencepost.RunStoreError("invalid_run", "create", "refused")
+
+        with pytest.raises(fencepost.RunStoreError):
+            store.db.write(body)
+        assert other.runs.get("in-b").run_id == "in-b"
+        assert _run_ids(store) == set()
+
+
+def test_a_queued_caller_interrupted_by_ctrl_c_leaves_the_group_untouched(store):
+    """SIGINT reaches the main thread while its call waits in the queue: the call raises
+    KeyboardInterrupt, its body never runs, the group commits without it, and the store works."""
+    import os
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    commits = _commits(store)
+    ran: list[str] = []
+    outcomes: dict[str, object] = {}
+    release = threading.Event()
+
+    def leader_body(conn):
+        _insert("leader")(conn)
+        assert release.wait(30)
+        return "leader"
+
+    leader = threading.Thread(target=lambda: outcomes.setdefault("leader", store.db.write(leader_body)))
+    leader.start()
+    while store.db._group._group is None:
+        time.sleep(0.001)
+
+    def interrupt() -> None:
+        deadline = time.monotonic() + 30
+        while store.db._group._waiting < 1:  # the main thread's call is queued
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    killer = threading.Thread(target=interrupt)
+    killer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            store.db.write(lambda conn: (ran.append("main"), _insert("main")(conn)))
+            time.sleep(30)  # reached only if the signal came after the call returned
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    killer.join(30)
+    assert store.db._group._waiting == 0  # the interrupted call left the queue
+    other = threading.Thread(target=lambda: outcomes.setdefault("other", store.db.write(_insert("other"))))
+    other.start()
+    while store.db._group._waiting < 1:
+        time.sleep(0.001)
+    release.set()
+    for t in (leader, other):
+        t.join(60)
+    assert ran == [] and outcomes["leader"] == "leader" and "other" in outcomes
+    assert len(commits) == 1  # the leader and the other call, one COMMIT
+    assert _run_ids(store) == {"leader", "other"}
+    store.runs.create("after", "{}")
+    assert "after" in _run_ids(store)
+
+
+def test_a_caller_interrupted_just_as_it_is_handed_the_lead_passes_it_on(store, monkeypatch):
+    """The lead passes to the first queued call after each COMMIT; a caller interrupted at that
+    moment hands it to the next one, so nobody waits forever behind an abandoned lead."""
+    from fencepost import _group
+
+    interrupted: list[str] = []
+
+    class _InterruptOnLead(threading.Event):
+        def wait(self, timeout=None):
+            got = super().wait(timeout)
+            if threading.current_thread().name == "victim":
+                interrupted.append("victim")
+                raise KeyboardInterrupt
+            return got
+
+    monkeypatch.setattr(_group, "_new_event", _InterruptOnLead)
+    outcomes: dict[str, object] = {}
+
+    def call(name: str, fn) -> None:
+        try:
+            outcomes[name] = store.db.write(fn)
+        except BaseException as exc:
+            outcomes[name] = exc
+
+    # The leader commits alone (its body returns before anyone queues); "victim" and "next" queue
+    # behind it while it holds the lead, the victim first.
+    release = threading.Event()
+
+    def leader_body(conn):
+        _insert("leader")(conn)
+        assert release.wait(30)
+        return "leader"
+
+    leader = threading.Thread(target=call, args=("leader", leader_body))
+    leader.start()
+    while store.db._group._group is None:
+        time.sleep(0.001)
+    victim = threading.Thread(target=call, args=("victim", _insert("victim")), name="victim")
+    victim.start()
+    while store.db._group._waiting < 1:
+        time.sleep(0.001)
+    nxt = threading.Thread(target=call, args=("next", _insert("next")))
+    nxt.start()
+    while store.db._group._waiting < 2:
+        time.sleep(0.001)
+    # A group of one: the leader commits alone and hands the lead to the first queued call.
+    monkeypatch.setattr(_group, "MAX_MEMBERS", 1)
+    release.set()
+    for t in (leader, victim, nxt):
+        t.join(60)
+    assert not any(t.is_alive() for t in (leader, victim, nxt))
+    assert interrupted == ["victim"]
+    assert isinstance(outcomes["victim"], KeyboardInterrupt)
+    assert outcomes["leader"] == "leader" and not isinstance(outcomes["next"], BaseException)
+    assert _run_ids(store) == {"leader", "next"}

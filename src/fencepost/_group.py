@@ -1,16 +1,21 @@
 """Group commit: concurrent top-level writes of one process share one durable COMMIT.
 
-A write call that finds no group open becomes the *leader*: it begins a write transaction on its
-own connection (``BEGIN IMMEDIATE`` / the advisory lock, as a single write would), runs its own
-body with no savepoint, then lets every call that is already waiting run its body on the same
-connection, each in its own ``SAVEPOINT``, one at a time, and finally COMMITs once for all of them.
-Every call is answered only after that COMMIT returned; a call whose body raised has had its
-savepoint rolled back, so its refusal or failure is its own and the others still commit.
+A write call that finds nobody leading becomes the *leader*. It begins a write transaction on its
+own connection (``BEGIN IMMEDIATE`` / the advisory lock, as a single write would) and runs its own
+body. Calls arriving meanwhile do not touch the database: they queue their body and wait. The
+leader then runs every queued body itself, one after the other on the same connection, each
+behind its own savepoint and inside a copy of its caller's context (so context variables, the
+transaction the body sees, and spans are the caller's), and finally COMMITs once for all of them.
+After that COMMIT it answers each caller and hands the lead to the first call still queued.
+
+Running the bodies in the leader's thread is what makes the sharing cheap: a queued call costs a
+wake-up when it is answered, never a thread switch per statement.
 
 Each call keeps its single-call semantics:
 
-* a body that raises gets its exception after the COMMIT (a driver error mapped to ``DbFailure``
-  exactly as a single write maps it);
+* a body that raises gets its exception after the COMMIT, in the calling thread (a driver error
+  mapped to ``DbFailure`` exactly as a single write maps it); its savepoint was rolled back, so
+  its refusal or failure is its own and the others still commit;
 * a transient failure (busy, serialization, lost connection) in a body or at BEGIN re-runs that
   call as a single write, with its retries; a COMMIT the database definitely refused (busy, or a
   deferred constraint that some body broke) re-runs every call of the group alone, so the culprit
@@ -20,14 +25,21 @@ Each call keeps its single-call semantics:
   re-run alone, since what it saw may not have committed;
 * ``after_commit`` callbacks run in the calling thread, after the COMMIT, for calls that succeeded.
 
-Bodies run in their own threads (so thread-locals, context variables and exceptions stay theirs);
-the group lock makes sure only one of them uses the shared connection at a time.
+A call made while its thread or task already has a transaction open (on any store) writes alone:
+its body may use that other transaction's connection, which belongs to the caller's thread.
+
+A queued caller interrupted while it waits (Ctrl-C) leaves the queue if its body has not started;
+a started body is answered to nobody but still counts as written (as an interrupted single write
+whose COMMIT was already sent). The lead is never stranded: an interrupted caller that was just
+handed the lead passes it on.
 """
 
 from __future__ import annotations
 
+import contextvars
 import os
 import threading
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -39,23 +51,36 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-MAX_MEMBERS = 64  # calls per shared transaction
-_GATHER_WAIT = 0.002  # seconds the leader waits at a time for a waiting call to take its turn
+# Calls per shared transaction. Each member is a savepoint; PostgreSQL keeps up to 64
+# subtransactions of a session in shared memory before it overflows to disk, so stay well below.
+MAX_MEMBERS = 32
 
 _OK, _RAISED, _ALONE = "ok", "raised", "alone"
+_SAVEPOINT = "SAVEPOINT fencepost_member"
+_ROLLBACK_TO = "ROLLBACK TO SAVEPOINT fencepost_member"
+
+# States of a queued call.
+_QUEUED, _TAKEN, _LEAD, _ANSWERED = 0, 1, 2, 3
+
+Outcome = tuple[str, Any, list[Callable[[], None]]]
+_new_event = threading.Event  # how a queued call waits (a test interrupts the wait through it)
 
 
-class _Group:
-    __slots__ = ("conn", "done", "failure", "members", "trans")
+class _Call:
+    """One queued write call: its body, its caller's context, and (once answered) its outcome."""
 
-    def __init__(self, conn: Connection, trans: Any) -> None:
-        self.conn = conn
-        self.trans = trans
-        self.members = 1
-        self.done = False
-        # Set when the group ends without a definite commit: ``"alone"`` re-runs the members alone;
-        # a DbFailure is the commit-unknown answer of the members whose body succeeded.
-        self.failure: Any = None
+    __slots__ = ("context", "event", "fn", "outcome", "state")
+
+    def __init__(self, fn: Callable[[Connection], Any]) -> None:
+        self.fn = fn
+        self.context = contextvars.copy_context()
+        self.state = _QUEUED
+        self.outcome: Outcome = (_ALONE, None, [])
+        self.event = _new_event()
+
+
+class _Broken(Exception):
+    """The shared transaction cannot go on (a savepoint could not be rolled back)."""
 
 
 class GroupCommit:
@@ -67,41 +92,83 @@ class GroupCommit:
 
     def _reset(self) -> None:
         self._pid = os.getpid()
-        self._cond = threading.Condition(threading.Lock())
-        self._waiting_lock = threading.Lock()
-        self._waiting = 0  # calls blocked on the group lock, about to join or lead
-        self._group: _Group | None = None
+        self._lock = threading.Lock()
+        self._queue: deque[_Call] = deque()
+        self._leading = False
+        # The connection of the group transaction while one is open (tests watch it).
+        self._group: Connection | None = None
+
+    @property
+    def _waiting(self) -> int:
+        """Calls queued for a group, their bodies not yet started."""
+        return len(self._queue)
 
     def write(self, fn: Callable[[Connection], T]) -> T:
         """Run ``fn`` as a top-level write, sharing the COMMIT with concurrent calls."""
+        from fencepost._durable import _current
+
         if self._pid != os.getpid():
-            self._reset()  # a forked child: the parent's locks and group are not ours
-        with self._waiting_lock:
-            self._waiting += 1
-        entered = False
+            self._reset()  # a forked child: the parent's locks and queue are not ours
+        if _current.get():
+            return self._db._run(fn, write=True)
+        call: _Call | None = None
+        with self._lock:
+            if self._leading:
+                call = _Call(fn)
+                self._queue.append(call)
+            else:
+                self._leading = True
+        if call is not None and not self._wait(call):
+            return self._answer(fn, call.outcome)
+        return self._answer(fn, self._lead(fn))
+
+    # ------------------------------------------------------------------ waiting
+    def _wait(self, call: _Call) -> bool:
+        """Wait for ``call`` to be answered (False) or handed the lead (True)."""
         try:
-            with self._cond:
-                with self._waiting_lock:
-                    self._waiting -= 1
-                entered = True
-                group = self._group
-                if group is None or group.members >= MAX_MEMBERS:
-                    outcome = self._lead(fn)
-                else:
-                    outcome = self._follow(group, fn)
-        finally:
-            if not entered:
-                with self._waiting_lock:
-                    self._waiting -= 1
-        return self._answer(fn, outcome)
+            call.event.wait()
+        except BaseException:
+            with self._lock:
+                if call.state == _QUEUED:
+                    self._queue.remove(call)
+                elif call.state == _LEAD:
+                    self._pass_lead()
+                call.state = _ANSWERED
+            raise
+        return call.state == _LEAD
+
+    def _pass_lead(self) -> None:
+        """Holding ``_lock``: hand the lead to the first queued call, or drop it."""
+        if self._queue:
+            nxt = self._queue.popleft()
+            nxt.state = _LEAD
+            nxt.event.set()
+        else:
+            self._leading = False
 
     # ------------------------------------------------------------------ leader
-    def _lead(self, fn: Callable[[Connection], Any]) -> tuple[str, Any, list[Callable[[], None]]]:
-        """Holding the group lock: open a group, run ``fn``, let waiting calls join, COMMIT."""
-        while self._group is not None:  # a full group still committing: wait for it to end
-            self._cond.wait(_GATHER_WAIT)
+    def _lead(self, fn: Callable[[Connection], Any]) -> Outcome:
+        """Lead one group: run ``fn``, then the queued bodies, COMMIT, answer, pass the lead on."""
+        taken: list[_Call] = []
+        try:
+            return self._run_group(fn, taken)
+        finally:
+            with self._lock:
+                for call in taken:  # whatever ended the group early: nothing of it committed
+                    if call.state == _TAKEN:
+                        call.outcome = (_ALONE, None, [])
+                        call.state = _ANSWERED
+                        call.event.set()
+                self._pass_lead()
+
+    def _run_group(self, fn: Callable[[Connection], Any], taken: list[_Call]) -> Outcome:
+        from fencepost._durable import _current, _Txn
+
         db = self._db
-        slot = db._slot(True)
+        try:
+            slot = db._slot(True)
+        except SQLAlchemyError:
+            return (_ALONE, None, [])  # cannot connect: a single write retries and maps it
         with slot.lock:
             if slot.conn.closed:
                 return (_ALONE, None, [])
@@ -113,24 +180,33 @@ class GroupCommit:
             except BaseException as exc:
                 db._settle(conn, trans, True, exc)
                 return self._raised(exc)  # as a single write: busy retries, anything else is this call's
-            group = _Group(conn, trans)
-            self._group = group
+            self._group = conn
+            committing = False
             try:
-                outcome = self._run_body(conn, fn, savepoint=False)
-                if outcome[0] != _OK:
+                txn = _Txn(conn, True)
+                token = _current.set({id(db): txn})
+                try:
+                    own = self._body(conn, fn, txn)
+                finally:
+                    _current.reset(token)
+                if own[0] != _OK:
                     # Nobody joined yet: the transaction holds only this body. Roll it back.
-                    db._settle(conn, trans, True, getattr(outcome[1], "raw", None))
-                    return outcome
-                while not group.failure:
-                    with self._waiting_lock:
-                        waiting = self._waiting
-                    if waiting == 0 or group.members >= MAX_MEMBERS:
-                        break
-                    self._cond.wait(_GATHER_WAIT)  # a waiting call takes the lock and runs its body
-                self._group = None
-                if group.failure:  # a member broke the shared transaction: nothing of it commits
+                    db._settle(conn, trans, True, getattr(own[1], "raw", None))
+                    return own
+                raw = conn.connection.dbapi_connection
+                try:
+                    while len(taken) + 1 < MAX_MEMBERS:
+                        with self._lock:
+                            if not self._queue:
+                                break
+                            call = self._queue.popleft()
+                            call.state = _TAKEN
+                            taken.append(call)
+                        call.outcome = call.context.run(self._member, conn, raw, call.fn)
+                except _Broken:
                     db._settle(conn, trans, True, None)
-                    return (_ALONE, None, [])
+                    return (_ALONE, None, [])  # the finally answers every taken call: run alone
+                committing = True
                 try:
                     trans.commit()
                 except BaseException as exc:
@@ -138,76 +214,63 @@ class GroupCommit:
                     if _refused(db, exc):
                         # Definitely not committed (busy, or a deferred constraint some body broke):
                         # every call runs again alone, so the culprit fails alone.
-                        group.failure = _ALONE
                         return (_ALONE, None, [])
                     # The outcome is unknown: no member whose body succeeded may run again.
-                    group.failure = db._failure(exc) if isinstance(exc, SQLAlchemyError) else _unknown()
-                    return (_RAISED, group.failure if isinstance(exc, SQLAlchemyError) else exc, [])
-                return outcome
+                    unknown = db._failure(exc) if isinstance(exc, SQLAlchemyError) else _unknown()
+                    for call in taken:
+                        call.outcome = (_RAISED, unknown, []) if call.outcome[0] == _OK else (_ALONE, None, [])
+                    self._answer_all(taken)
+                    if isinstance(exc, SQLAlchemyError):
+                        return (_RAISED, unknown, [])
+                    raise
+                self._answer_all(taken)
+                return own
+            except BaseException:
+                if not committing:
+                    db._settle(conn, trans, True, None)
+                raise
             finally:
-                self._group = None if self._group is group else self._group
-                group.done = True
-                self._cond.notify_all()
+                self._group = None
 
-    # ------------------------------------------------------------------ follower
-    def _follow(self, group: _Group, fn: Callable[[Connection], Any]) -> tuple[str, Any, list[Callable[[], None]]]:
-        """Holding the group lock: run ``fn`` in a savepoint of ``group``, wait for its COMMIT."""
-        group.members += 1
-        outcome = self._run_body(group.conn, fn, savepoint=True)
-        if outcome[0] == _ALONE and outcome[1] == "broken":
-            group.failure = _ALONE
-        self._cond.notify_all()
-        while not group.done:
-            self._cond.wait()
-        if group.failure is None:
-            return outcome
-        if group.failure == _ALONE:
-            return (_ALONE, None, [])
-        if outcome[0] == _OK:
-            return (_RAISED, group.failure, [])  # the commit outcome is unknown: never re-run
-        return (_ALONE, None, [])  # what this body saw may not have committed: decide again alone
+    def _answer_all(self, taken: list[_Call]) -> None:
+        with self._lock:
+            for call in taken:
+                if call.state == _TAKEN:
+                    call.state = _ANSWERED
+                    call.event.set()
 
     # ------------------------------------------------------------------ one body
-    def _run_body(self, conn: Connection, fn: Callable[[Connection], Any], *, savepoint: bool
-                  ) -> tuple[str, Any, list[Callable[[], None]]]:
-        """Run ``fn`` with this thread's transaction context; ``(kind, value, after_commit)``."""
+    def _member(self, conn: Connection, raw: Any, fn: Callable[[Connection], Any]) -> Outcome:
+        """Run a queued body behind its savepoint, in its caller's context (``Context.run``)."""
         from fencepost._durable import _current, _Txn
 
-        db = self._db
-        txn = _Txn(conn, True)
-        active = dict(_current.get() or {})
-        active[id(db)] = txn
-        token = _current.set(active)
         try:
-            if savepoint:
-                nested = conn.begin_nested()
-                try:
-                    result = fn(conn)
-                except BaseException as exc:
-                    try:
-                        if nested.is_active:
-                            nested.rollback()
-                    except BaseException:
-                        return (_ALONE, "broken", [])  # the shared transaction is unusable now
-                    return self._raised(exc)
-                try:
-                    nested.commit()  # RELEASE SAVEPOINT
-                except BaseException:
-                    return (_ALONE, "broken", [])
-            else:
-                result = fn(conn)
-        except BaseException as exc:
+            raw.execute(_SAVEPOINT)
+        except Exception as exc:
+            raise _Broken from exc
+        txn = _Txn(conn, True)
+        _current.set({id(self._db): txn})
+        outcome = self._body(conn, fn, txn)
+        if outcome[0] != _OK:
+            try:
+                raw.execute(_ROLLBACK_TO)
+            except Exception as exc:
+                raise _Broken from exc
+        return outcome
+
+    def _body(self, conn: Connection, fn: Callable[[Connection], Any], txn: Any) -> Outcome:
+        try:
+            result = fn(conn)
+        except Exception as exc:
             return self._raised(exc)
-        finally:
-            _current.reset(token)
         return (_OK, result, txn.after_commit)
 
-    def _raised(self, exc: BaseException) -> tuple[str, Any, list[Callable[[], None]]]:
+    def _raised(self, exc: BaseException) -> Outcome:
         """How a raising body is answered: as a single write would answer it."""
         db = self._db
         if isinstance(exc, DBAPIError):
             if exc.connection_invalidated or db.backend.is_transient(exc):
-                return (_ALONE, "broken", [])  # the single write would retry: so do we, alone
+                return (_ALONE, None, [])  # the single write would retry: so do we, alone
             failure = db._failure(exc)
             failure.raw = exc  # type: ignore[attr-defined]  # settle needs it to replace a stale connection
             return (_RAISED, failure, [])
@@ -216,7 +279,7 @@ class GroupCommit:
         return (_RAISED, exc, [])
 
     # ------------------------------------------------------------------ the answer
-    def _answer(self, fn: Callable[[Connection], T], outcome: tuple[str, Any, list[Callable[[], None]]]) -> T:
+    def _answer(self, fn: Callable[[Connection], T], outcome: Outcome) -> T:
         kind, value, callbacks = outcome
         if kind == _ALONE:
             return self._db._run(fn, write=True)
