@@ -10,8 +10,10 @@ module-level statements, compiled once per dialect, render differently: ``greate
 
 from __future__ import annotations
 
+import random
 import re
 import sqlite3
+import time
 from typing import Any
 
 from sqlalchemy import Table, Text, bindparam, case, event, func, literal, text
@@ -150,6 +152,27 @@ class Backend:
         return True
 
 
+def _ensure_wal(cur: sqlite3.Cursor, busy_ms: int) -> None:
+    """Switch a fresh file to WAL. The switch needs the file to itself and SQLite does not wait
+    for it (no busy handler): when several processes open one new file at once, a switch that
+    meets another connection's lock answers SQLITE_BUSY at once. Retry until the busy timeout."""
+    deadline = time.monotonic() + busy_ms / 1000
+    delay = 0.002
+    while True:
+        try:
+            # Read first: once the file is WAL, nothing needs the file to itself. A file system
+            # that cannot hold WAL keeps the old mode without an error: it is kept.
+            if str(cur.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
+                cur.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if getattr(exc, "sqlite_errorname", "") not in ("SQLITE_BUSY", "SQLITE_LOCKED") \
+                    or time.monotonic() >= deadline:
+                raise
+        time.sleep(delay * (0.5 + random.random()))
+        delay = min(delay * 2, 0.1)
+
+
 class SqliteBackend(Backend):
     """Embedded default: one file, WAL, one writer at a time under ``BEGIN IMMEDIATE``."""
 
@@ -173,9 +196,7 @@ class SqliteBackend(Backend):
             cur.execute(f"PRAGMA busy_timeout = {busy_ms}")
             cur.execute("PRAGMA foreign_keys = ON")
             if not readonly:
-                mode = cur.execute("PRAGMA journal_mode").fetchone()[0]
-                if str(mode).lower() != "wal":
-                    cur.execute("PRAGMA journal_mode = WAL")
+                _ensure_wal(cur, busy_ms)
             cur.execute(f"PRAGMA synchronous = {synchronous}")
             cur.close()
 

@@ -88,6 +88,31 @@ def test_four_processes_opening_one_fresh_database_migrate_it_once(db_url: str) 
     assert {r[2] for r in results} == {1}
 
 
+def test_opening_a_fresh_sqlite_file_another_connection_is_writing_waits_for_the_wal_switch(tmp_path) -> None:
+    """Switching a file to WAL needs it to itself, and SQLite answers SQLITE_BUSY at once (no busy
+    wait) while another connection holds its write lock: the open waits and retries instead of
+    failing, as it does when several processes open one new file together (SQLite only: PostgreSQL
+    has no journal mode)."""
+    import sqlite3
+    import threading
+    import time
+
+    path = tmp_path / "fresh.db"
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("CREATE TABLE other_tool (x INTEGER)")
+    holder.execute("BEGIN IMMEDIATE")
+    holder.execute("INSERT INTO other_tool VALUES (1)")
+    threading.Timer(0.5, lambda: holder.execute("COMMIT")).start()
+    started = time.monotonic()
+    with fencepost.open(f"sqlite:///{path}") as store:
+        waited = time.monotonic() - started
+        store.runs.create("r", "{}")
+        mode = store.db.read(lambda conn: conn.exec_driver_sql("PRAGMA journal_mode").scalar())
+    holder.close()
+    assert waited >= 0.4  # it did meet the lock (and waited it out)
+    assert mode == "wal"
+
+
 def test_readonly_open_of_missing_sqlite_file_is_an_error(tmp_path) -> None:
     with pytest.raises(fencepost.FencepostError):
         fencepost.open(f"sqlite:///{tmp_path / 'absent.db'}", readonly=True)
