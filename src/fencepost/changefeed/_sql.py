@@ -1,4 +1,8 @@
-"""The change feed's statements, built once as Core objects (SQLAlchemy caches their compilation)."""
+"""The change feed's statements, built once as Core objects.
+
+The per-page ones (position, a page of changes, a page with its snapshots) are compiled once per
+dialect and run on the driver cursor, like the run store's hot path; the rest go through SQLAlchemy.
+"""
 
 from __future__ import annotations
 
@@ -8,17 +12,20 @@ from sqlalchemy import and_, bindparam, or_, select, update
 
 from fencepost._schema import flows_run_changes, flows_run_source, flows_runs
 from fencepost.runstore._sql import RUN_COLUMNS as STORED_RUN_COLUMNS
+from fencepost.runstore._sql import Sql, run
+
+__all__ = ["run"]  # the executor of the statements below, for the feed's modules
 
 runs = flows_runs.c
 changes = flows_run_changes.c
 
-POSITION = select(flows_run_source.c.source, flows_run_source.c.revision).where(
+POSITION = Sql(select(flows_run_source.c.source, flows_run_source.c.revision).where(
     flows_run_source.c.singleton == 1
-)
+))
 
 # Bounded by the watermark read in the same snapshot: nothing committed later can show up
 # inside a range already handed out (REFERENCE 4, "why no change is missed").
-CHANGES_SINCE = (
+CHANGES_SINCE = Sql(
     select(changes.run_id, changes.revision, changes.deleted)
     .where(changes.revision > bindparam("after"), changes.revision <= bindparam("watermark"))
     .order_by(changes.revision)
@@ -66,7 +73,7 @@ def read_statements(backend: Any) -> tuple[Any, Any]:
 # One page of changes with the run row of each (NULL for a tombstone), in revision order: the
 # snapshots of a page in the same statement as the page (columns as ``decode_run`` reads them,
 # then the change's own run id).
-CHANGES_WITH_RUNS = (
+CHANGES_WITH_RUNS = Sql(
     select(*RUN_COLUMNS, changes.revision, changes.deleted, changes.run_id.label("change_run_id"))
     .select_from(flows_run_changes.outerjoin(flows_runs, runs.run_id == changes.run_id))
     .where(changes.revision > bindparam("after"), changes.revision <= bindparam("watermark"))

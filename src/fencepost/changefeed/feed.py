@@ -46,11 +46,11 @@ def _check_requested_position(position: object, method: str) -> Position:
 
 
 def _read_position(conn: Connection) -> Position:
-    row = conn.execute(_sql.POSITION).first()
+    row = _sql.run(conn, _sql.POSITION, {}).fetchone()
     if row is None:
         raise Corrupt("execution source identity is missing")
-    check_position(row.source, row.revision)
-    return Position(row.source, row.revision)
+    check_position(row[0], row[1])
+    return Position(row[0], row[1])
 
 
 class ChangeFeed:
@@ -98,9 +98,9 @@ class ChangeFeed:
 
         def body(conn: Connection) -> ChangeBatch:
             current = _current_for(conn, wanted, method)
-            rows = conn.execute(
-                _sql.CHANGES_SINCE, {"after": wanted.revision, "watermark": current.revision, "n": limit + 1}
-            ).all()
+            rows = _sql.run(
+                conn, _sql.CHANGES_SINCE, {"after": wanted.revision, "watermark": current.revision, "n": limit + 1}
+            ).fetchall()
             has_more = len(rows) > limit
             if has_more:
                 rows = rows[:limit]
@@ -128,9 +128,9 @@ class ChangeFeed:
         def body(conn: Connection) -> ChangePage:
             current = _current_for(conn, wanted, method)
             source, watermark = current.source, current.revision
-            rows = conn.execute(
-                _sql.CHANGES_WITH_RUNS, {"after": wanted.revision, "watermark": watermark, "n": limit + 1}
-            ).all()
+            rows = _sql.run(
+                conn, _sql.CHANGES_WITH_RUNS, {"after": wanted.revision, "watermark": watermark, "n": limit + 1}
+            ).fetchall()
             has_more = len(rows) > limit
             if has_more:
                 rows = rows[:limit]

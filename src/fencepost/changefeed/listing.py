@@ -112,11 +112,11 @@ def list_runs(store: Store, filters: Mapping[str, Any] | None, cursor: str | Non
     stmt = _statement(store, parsed, cursor is not None, newest_first)
 
     def body(conn: Connection) -> RunPage:
-        row = conn.execute(_sql.POSITION).first()
+        row = _sql.run(conn, _sql.POSITION, {}).fetchone()
         if row is None:
             raise Corrupt("execution source identity is missing")
-        check_position(row.source, row.revision)
-        source, watermark = row.source, row.revision
+        source, watermark = row
+        check_position(source, watermark)
         if cursor is not None:
             params["after_created"], params["after_run"] = decode_cursor(
                 cursor, source, parsed, newest_first=newest_first

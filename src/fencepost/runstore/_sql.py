@@ -54,12 +54,26 @@ def run(conn: Connection, q: Sql, params: dict[str, Any]) -> Any:
     if defaults:
         params = {**defaults, **params}
     raw = conn.connection.driver_connection
+    dispatch = conn.dispatch
     try:
+        if dispatch.before_cursor_execute or dispatch.after_cursor_execute:
+            return _run_observed(conn, raw, text_, params)
         return raw.execute(text_, params)  # type: ignore[union-attr]
     except dialect.loaded_dbapi.Error as exc:
         # Re-wrap so Database.write classifies (and retries) by driver code, as for Core calls.
         raise DBAPIError.instance(None, None, exc, dialect.loaded_dbapi.Error, hide_parameters=True,
                                   dialect=dialect) from None
+
+
+def _run_observed(conn: Connection, raw: Any, text_: str, params: dict[str, Any]) -> Any:
+    """``run`` when statement listeners are registered (tracing, tests counting statements): they
+    see these statements as they see SQLAlchemy's own (there is no execution context to give)."""
+    cursor = raw.cursor()
+    for fn in conn.dispatch.before_cursor_execute:
+        text_, params = fn(conn, cursor, text_, params, None, False)
+    cursor.execute(text_, params)
+    conn.dispatch.after_cursor_execute(conn, cursor, text_, params, None, False)
+    return cursor
 
 
 def _int(name: str) -> Any:
