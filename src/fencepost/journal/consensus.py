@@ -21,8 +21,8 @@ from sqlalchemy.engine import Connection
 
 from fencepost._dialects import greatest, in_json_ids
 from fencepost._schema import flows_consensus_leases as leases
+from fencepost._statements import PerDialect, Sql, run
 from fencepost.journal.owner import OwnerId
-from fencepost.runstore._sql import PerDialect, Sql, run
 
 STALE_AFTER_MS = 30_000  # mirrors fencepost.runstore.heartbeat.STALE_AFTER (asserted equal in tests)
 

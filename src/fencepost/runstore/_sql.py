@@ -2,10 +2,7 @@
 
 The hot path (claim, heartbeat, settle) runs a handful of tiny statements per transaction, where
 SQLAlchemy's per-call execution machinery would cost more than SQLite itself. So each statement is
-declared once in Core (one definition for both backends), compiled once per dialect to its SQL
-text, and executed on the pooled DBAPI connection that the open ``Database.write``/``read``
-transaction already holds. Driver errors are re-wrapped as SQLAlchemy ``DBAPIError`` so the
-durable writer still classifies and retries them by code.
+declared once in Core (one definition for both backends) and run by ``fencepost._statements``.
 
 The two constructs that render differently per dialect, ``greatest`` and ``in_json_ids`` (a set of ids
 passed as one JSON array parameter, which keeps ``heartbeat_many`` one statement whatever the number
@@ -17,64 +14,13 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import BigInteger, Text, and_, bindparam, exists, func, literal_column, null, or_, select
-from sqlalchemy.engine import Connection
-from sqlalchemy.exc import DBAPIError
 
-from fencepost._dialects import backend_class, greatest, in_json_ids
+from fencepost._dialects import greatest, in_json_ids
 from fencepost._schema import flows_attempts as at
 from fencepost._schema import flows_runs as runs
+from fencepost._statements import PerDialect, Sql, run
 
-# --------------------------------------------------------------------------- executor
-
-
-class Sql:
-    """A Core statement compiled lazily, once per dialect, to ``(text, default params)``."""
-
-    __slots__ = ("_compiled", "stmt")
-
-    def __init__(self, stmt: Any) -> None:
-        self.stmt = stmt
-        self._compiled: dict[str, tuple[str, dict[str, Any]]] = {}
-
-    def compiled(self, dialect_name: str) -> tuple[str, dict[str, Any]]:
-        hit = self._compiled.get(dialect_name)
-        if hit is None:
-            c = self.stmt.compile(dialect=backend_class(dialect_name).driver_dialect)
-            required = {bp.key for bp in c.binds.values() if bp.required}
-            defaults = {k: v for k, v in c.params.items() if k not in required}
-            hit = (str(c), defaults)
-            self._compiled[dialect_name] = hit
-        return hit
-
-
-def run(conn: Connection, q: Sql, params: dict[str, Any]) -> Any:
-    """Execute ``q`` with ``params`` on ``conn``'s open transaction; return the DBAPI cursor."""
-    dialect = conn.dialect
-    text_, defaults = q.compiled(dialect.name)
-    if defaults:
-        params = {**defaults, **params}
-    raw = conn.connection.driver_connection
-    dispatch = conn.dispatch
-    try:
-        if dispatch.before_cursor_execute or dispatch.after_cursor_execute:
-            return _run_observed(conn, raw, text_, params)
-        return raw.execute(text_, params)  # type: ignore[union-attr]
-    except dialect.loaded_dbapi.Error as exc:
-        # Re-wrap so Database.write classifies (and retries) by driver code, as for Core calls.
-        raise DBAPIError.instance(None, None, exc, dialect.loaded_dbapi.Error, hide_parameters=True,
-                                  dialect=dialect) from None
-
-
-def _run_observed(conn: Connection, raw: Any, text_: str, params: dict[str, Any]) -> Any:
-    """``run`` when statement listeners are registered (tracing, tests counting statements): they
-    see these statements as they see SQLAlchemy's own (there is no execution context to give)."""
-    cursor = raw.cursor()
-    for fn in conn.dispatch.before_cursor_execute:
-        text_, params = fn(conn, cursor, text_, params, None, False)
-    cursor.execute(text_, params)
-    conn.dispatch.after_cursor_execute(conn, cursor, text_, params, None, False)
-    return cursor
-
+__all__ = ["PerDialect", "Sql", "run"]  # the executor, used through this module by the run store
 
 def _int(name: str) -> Any:
     return bindparam(name, type_=BigInteger)
@@ -291,26 +237,6 @@ def _insert_attempt(dialect_insert: Any) -> Any:
             "heartbeat_at_ms", "checkpoint_json", "error_json", "outcome_json", "meta_json"]
     src = select(_txt("run_id"), _txt("digest"), _int("attempt"), *_attempt_values).where(_run_fence)
     return dialect_insert(at).from_select(cols, src).on_conflict_do_nothing().returning(at.c.run_id)
-
-
-class PerDialect(Sql):
-    """A statement whose Core object differs per dialect (the ON CONFLICT insert)."""
-
-    __slots__ = ("_build",)
-
-    def __init__(self, build: Any) -> None:
-        super().__init__(None)
-        self._build = build
-
-    def compiled(self, dialect_name: str) -> tuple[str, dict[str, Any]]:
-        hit = self._compiled.get(dialect_name)
-        if hit is None:
-            backend = backend_class(dialect_name)
-            c = self._build(backend.insert).compile(dialect=backend.driver_dialect)
-            required = {bp.key for bp in c.binds.values() if bp.required}
-            hit = (str(c), {k: v for k, v in c.params.items() if k not in required})
-            self._compiled[dialect_name] = hit
-        return hit
 
 
 INSERT_ATTEMPT_FENCED = PerDialect(_insert_attempt)
