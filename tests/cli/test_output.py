@@ -118,7 +118,8 @@ def test_every_read_command_prints_every_format_with_snake_case_keys(run_cli, op
     assert as_json.code == 0, as_json
     document = json.loads(as_json.out)
     _keys_are_snake(document)
-    assert json.loads(run_cli("--db", operated, *args, "--format", "json").out) == document
+    if args == READS[0]:  # --json is one shared option (cli._output): its long form checked once
+        assert json.loads(run_cli("--db", operated, *args, "--format", "json").out) == document
 
     jsonl = run_cli("--db", operated, *args, "--format", "jsonl")
     assert jsonl.code == 0, jsonl
