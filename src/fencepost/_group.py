@@ -111,31 +111,35 @@ class GroupCommit:
             self._reset()  # a forked child: the parent's locks and queue are not ours
         if _current.get():
             return self._db._run(fn, write=True)
-        call: _Call | None = None
-        with self._lock:
-            if self._leading:
-                call = _Call(fn)
-                self._queue.append(call)
-            else:
-                self._leading = True
-        if call is not None and not self._wait(call):
-            return self._answer(fn, call.outcome)
-        return self._answer(fn, self._lead(fn))
-
-    # ------------------------------------------------------------------ waiting
-    def _wait(self, call: _Call) -> bool:
-        """Wait for ``call`` to be answered (False) or handed the lead (True)."""
+        call = _Call(fn)
+        taken: list[_Call] = []
+        leading = False
+        # One try from the first step on: an interrupt (Ctrl-C) wherever it lands leaves neither a
+        # queued body behind nor the lead stranded (every later write would wait for it forever).
         try:
-            call.event.wait()
-        except BaseException:
-            with self._lock:
-                if call.state == _QUEUED:
-                    self._queue.remove(call)
-                elif call.state == _LEAD:
-                    self._pass_lead()
-                call.state = _ANSWERED
-            raise
-        return call.state == _LEAD
+            try:
+                with self._lock:
+                    if self._leading:
+                        self._queue.append(call)
+                    else:
+                        self._leading = leading = True
+                if not leading:
+                    call.event.wait()
+                    leading = call.state == _LEAD  # handed the lead: lead the next group
+                if leading:
+                    call.outcome = self._run_group(fn, taken)
+            except BaseException:
+                with self._lock:
+                    if call.state == _LEAD:
+                        leading = True  # handed the lead as the interrupt came: pass it on below
+                    elif call.state == _QUEUED and not leading and call in self._queue:
+                        self._queue.remove(call)  # its body never runs
+                    call.state = _ANSWERED
+                raise
+        finally:
+            if leading:
+                self._end_group(taken)
+        return self._answer(fn, call.outcome)
 
     def _pass_lead(self) -> None:
         """Holding ``_lock``: hand the lead to the first queued call, or drop it."""
@@ -147,21 +151,18 @@ class GroupCommit:
             self._leading = False
 
     # ------------------------------------------------------------------ leader
-    def _lead(self, fn: Callable[[Connection], Any]) -> Outcome:
-        """Lead one group: run ``fn``, then the queued bodies, COMMIT, answer, pass the lead on."""
-        taken: list[_Call] = []
-        try:
-            return self._run_group(fn, taken)
-        finally:
-            with self._lock:
-                for call in taken:  # whatever ended the group early: nothing of it committed
-                    if call.state == _TAKEN:
-                        call.outcome = (_ALONE, None, [])
-                        call.state = _ANSWERED
-                        call.event.set()
-                self._pass_lead()
+    def _end_group(self, taken: list[_Call]) -> None:
+        """After leading: answer any call the group took but did not answer, pass the lead on."""
+        with self._lock:
+            for call in taken:  # whatever ended the group early: nothing of it committed
+                if call.state == _TAKEN:
+                    call.outcome = (_ALONE, None, [])
+                    call.state = _ANSWERED
+                    call.event.set()
+            self._pass_lead()
 
     def _run_group(self, fn: Callable[[Connection], Any], taken: list[_Call]) -> Outcome:
+        """Lead one group: run ``fn``, then the queued bodies (into ``taken``), COMMIT, answer."""
         from fencepost._durable import _current, _Txn
 
         db = self._db
