@@ -126,6 +126,19 @@ def test_threaded_fenced_appends_and_heartbeats_stay_gapless_and_chained(store):
 
 
 # --------------------------------------------------------------------------- one shared transaction
+def _recorder(store: fencepost.Store, outcomes: dict[str, object]):
+    """``call(name, fn)``: write ``fn`` and record its result, or the exception it raised, as the
+    outcome of ``name`` (run in a thread per caller)."""
+
+    def call(name: str, fn) -> None:
+        try:
+            outcomes[name] = store.db.write(fn)
+        except BaseException as exc:  # the caller's own outcome
+            outcomes[name] = exc
+
+    return call
+
+
 def _hold_until_queued(store: fencepost.Store, queued: int):
     """A leader body that returns only once ``queued`` other calls wait to join its group (the
     first time it runs; run again alone, it just writes)."""
@@ -181,11 +194,7 @@ def test_one_callers_failure_leaves_the_others_committed(store):
     bodies = {"refuses": refuses, "violates": violates, "ok": ok}
     leader_started = threading.Event()
 
-    def call(name: str, fn) -> None:
-        try:
-            outcomes[name] = store.db.write(fn)
-        except BaseException as exc:  # the caller's own outcome
-            outcomes[name] = exc
+    call = _recorder(store, outcomes)
 
     leader = threading.Thread(target=lambda: (leader_started.set(),
                                               call("leader", _hold_until_queued(store, len(bodies)))))
@@ -242,11 +251,7 @@ def test_a_failed_shared_commit_fails_the_successes_once_and_reruns_the_refusals
         runs["refuses"] += 1
         raise fencepost.JournalError("fence_lost", "append", "owner does not hold the run")
 
-    def call(name: str, fn) -> None:
-        try:
-            outcomes[name] = store.db.write(fn)
-        except BaseException as exc:
-            outcomes[name] = exc
+    call = _recorder(store, outcomes)
 
     event.listen(store.db.engine, "commit", broken_commit)
     leader = threading.Thread(target=call, args=("leader", _hold_until_queued(store, 2)))
@@ -285,11 +290,7 @@ def test_a_deferred_constraint_broken_by_one_member_fails_that_member_alone(stor
     store.db.write(lambda c: c.exec_driver_sql("INSERT INTO fault_parent (id) VALUES (7)"))
     outcomes: dict[str, object] = {}
 
-    def call(name: str, fn) -> None:
-        try:
-            outcomes[name] = store.db.write(fn)
-        except BaseException as exc:
-            outcomes[name] = exc
+    call = _recorder(store, outcomes)
 
     leader = threading.Thread(target=call, args=("leader", _hold_until_queued(store, 2)))
     leader.start()
@@ -318,11 +319,7 @@ def _call_all(store: fencepost.Store, leader_body, bodies: dict) -> dict[str, ob
     (one thread each, started in order, each queued before the next starts); every outcome."""
     outcomes: dict[str, object] = {}
 
-    def call(name: str, fn) -> None:
-        try:
-            outcomes[name] = store.db.write(fn)
-        except BaseException as exc:  # the caller's own outcome
-            outcomes[name] = exc
+    call = _recorder(store, outcomes)
 
     leader = threading.Thread(target=call, args=("leader", leader_body))
     leader.start()
@@ -493,11 +490,7 @@ def test_a_caller_interrupted_just_as_it_is_handed_the_lead_passes_it_on(store, 
     monkeypatch.setattr(_group, "_new_event", _InterruptOnLead)
     outcomes: dict[str, object] = {}
 
-    def call(name: str, fn) -> None:
-        try:
-            outcomes[name] = store.db.write(fn)
-        except BaseException as exc:
-            outcomes[name] = exc
+    call = _recorder(store, outcomes)
 
     # The leader commits alone (its body returns before anyone queues); "victim" and "next" queue
     # behind it while it holds the lead, the victim first.

@@ -153,12 +153,8 @@ class GroupCommit:
     # ------------------------------------------------------------------ leader
     def _end_group(self, taken: list[_Call]) -> None:
         """After leading: answer any call the group took but did not answer, pass the lead on."""
+        self._answer_all(taken, alone=True)  # whatever ended the group early: nothing of it committed
         with self._lock:
-            for call in taken:  # whatever ended the group early: nothing of it committed
-                if call.state == _TAKEN:
-                    call.outcome = (_ALONE, None, [])
-                    call.state = _ANSWERED
-                    call.event.set()
             self._pass_lead()
 
     def _run_group(self, fn: Callable[[Connection], Any], taken: list[_Call]) -> Outcome:
@@ -233,10 +229,13 @@ class GroupCommit:
             finally:
                 self._group = None
 
-    def _answer_all(self, taken: list[_Call]) -> None:
+    def _answer_all(self, taken: list[_Call], *, alone: bool = False) -> None:
+        """Wake every taken call not yet answered (with "run alone" as its outcome when ``alone``)."""
         with self._lock:
             for call in taken:
                 if call.state == _TAKEN:
+                    if alone:
+                        call.outcome = (_ALONE, None, [])
                     call.state = _ANSWERED
                     call.event.set()
 

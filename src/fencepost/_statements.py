@@ -30,12 +30,11 @@ class Sql:
     def compiled(self, dialect_name: str) -> tuple[str, dict[str, Any]]:
         hit = self._compiled.get(dialect_name)
         if hit is None:
-            c = self.stmt.compile(dialect=backend_class(dialect_name).driver_dialect)
-            required = {bp.key for bp in c.binds.values() if bp.required}
-            defaults = {k: v for k, v in c.params.items() if k not in required}
-            hit = (str(c), defaults)
-            self._compiled[dialect_name] = hit
+            hit = self._compiled[dialect_name] = _compile(self._statement(dialect_name), dialect_name)
         return hit
+
+    def _statement(self, dialect_name: str) -> Any:
+        return self.stmt
 
 
 def run(conn: Connection, q: Sql, params: dict[str, Any]) -> Any:
@@ -76,12 +75,12 @@ class PerDialect(Sql):
         super().__init__(None)
         self._build = build
 
-    def compiled(self, dialect_name: str) -> tuple[str, dict[str, Any]]:
-        hit = self._compiled.get(dialect_name)
-        if hit is None:
-            backend = backend_class(dialect_name)
-            c = self._build(backend.insert).compile(dialect=backend.driver_dialect)
-            required = {bp.key for bp in c.binds.values() if bp.required}
-            hit = (str(c), {k: v for k, v in c.params.items() if k not in required})
-            self._compiled[dialect_name] = hit
-        return hit
+    def _statement(self, dialect_name: str) -> Any:
+        return self._build(backend_class(dialect_name).insert)
+
+
+def _compile(stmt: Any, dialect_name: str) -> tuple[str, dict[str, Any]]:
+    """``(SQL text, default parameters)`` of ``stmt`` for the dialect's driver."""
+    c = stmt.compile(dialect=backend_class(dialect_name).driver_dialect)
+    required = {bp.key for bp in c.binds.values() if bp.required}
+    return str(c), {k: v for k, v in c.params.items() if k not in required}

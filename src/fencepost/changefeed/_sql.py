@@ -11,10 +11,8 @@ from typing import Any
 from sqlalchemy import and_, bindparam, or_, select, update
 
 from fencepost._schema import flows_run_changes, flows_run_source, flows_runs
-from fencepost._statements import Sql, run
+from fencepost._statements import Sql
 from fencepost.runstore._sql import RUN_COLUMNS as STORED_RUN_COLUMNS
-
-__all__ = ["run"]  # the executor of the statements below, for the feed's modules
 
 runs = flows_runs.c
 changes = flows_run_changes.c

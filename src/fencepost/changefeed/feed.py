@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.engine import Connection
 
 from fencepost._durable import DbFailure, map_failure
+from fencepost._statements import run
 from fencepost._values import identifier_problem, is_safe_int
 from fencepost.changefeed import _sql
 from fencepost.changefeed.snapshot import SOURCE_SHAPE, Corrupt, check_batch, check_position, decode_run
@@ -45,8 +46,9 @@ def _check_requested_position(position: object, method: str) -> Position:
     return position
 
 
-def _read_position(conn: Connection) -> Position:
-    row = _sql.run(conn, _sql.POSITION, {}).fetchone()
+def read_position(conn: Connection) -> Position:
+    """The stored position, checked; the watermark every read of one snapshot is bounded by."""
+    row = run(conn, _sql.POSITION, {}).fetchone()
     if row is None:
         raise Corrupt("execution source identity is missing")
     check_position(row[0], row[1])
@@ -78,7 +80,7 @@ class ChangeFeed:
     # ------------------------------------------------------------------ position
     def position(self) -> Position:
         """Return the current ``Position(source, revision)`` (the watermark of a fresh snapshot)."""
-        return self._read("position", _read_position)
+        return self._read("position", read_position)
 
     # ------------------------------------------------------------------ changes
     def changes_since(self, position: Position, limit: int = 500) -> ChangeBatch:
@@ -98,7 +100,7 @@ class ChangeFeed:
 
         def body(conn: Connection) -> ChangeBatch:
             current = _current_for(conn, wanted, method)
-            rows = _sql.run(
+            rows = run(
                 conn, _sql.CHANGES_SINCE, {"after": wanted.revision, "watermark": current.revision, "n": limit + 1}
             ).fetchall()
             has_more = len(rows) > limit
@@ -128,7 +130,7 @@ class ChangeFeed:
         def body(conn: Connection) -> ChangePage:
             current = _current_for(conn, wanted, method)
             source, watermark = current.source, current.revision
-            rows = _sql.run(
+            rows = run(
                 conn, _sql.CHANGES_WITH_RUNS, {"after": wanted.revision, "watermark": watermark, "n": limit + 1}
             ).fetchall()
             has_more = len(rows) > limit
@@ -176,7 +178,7 @@ class ChangeFeed:
         ids = list(dict.fromkeys(run_ids))
 
         def body(conn: Connection) -> Batch:
-            current = _read_position(conn)
+            current = read_position(conn)
             source, watermark = current.source, current.revision
             if not ids:
                 return Batch(source, watermark, [])
@@ -322,7 +324,7 @@ class ChangeFeed:
 
 def _current_for(conn: Connection, wanted: Position, method: str) -> Position:
     """The source's current position, refusing a ``wanted`` position of another source or ahead of it."""
-    current = _read_position(conn)
+    current = read_position(conn)
     if wanted.source != current.source:
         raise SourceChanged("invalid_run", method, "change position belongs to another source: rebuild")
     if wanted.revision > current.revision:

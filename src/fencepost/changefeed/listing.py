@@ -25,7 +25,8 @@ from fencepost.changefeed.cursor import (
     invalid_options,
     parse_filters,
 )
-from fencepost.changefeed.snapshot import Corrupt, check_position, decode_run
+from fencepost.changefeed.feed import read_position
+from fencepost.changefeed.snapshot import Corrupt, decode_run
 from fencepost.changefeed.types import Observed, RunPage
 from fencepost.errors import FencepostError, RunStoreError
 
@@ -112,11 +113,8 @@ def list_runs(store: Store, filters: Mapping[str, Any] | None, cursor: str | Non
     stmt = _statement(store, parsed, cursor is not None, newest_first)
 
     def body(conn: Connection) -> RunPage:
-        row = _sql.run(conn, _sql.POSITION, {}).fetchone()
-        if row is None:
-            raise Corrupt("execution source identity is missing")
-        source, watermark = row
-        check_position(source, watermark)
+        position = read_position(conn)
+        source, watermark = position.source, position.revision
         if cursor is not None:
             params["after_created"], params["after_run"] = decode_cursor(
                 cursor, source, parsed, newest_first=newest_first
