@@ -111,7 +111,8 @@ class GroupCommit:
             self._reset()  # a forked child: the parent's locks and queue are not ours
         if _current.get():
             return self._db._run(fn, write=True)
-        call = _Call(fn)
+        call: _Call | None = None  # only a call that queues needs one (a leader answers itself)
+        outcome: Outcome = (_ALONE, None, [])
         taken: list[_Call] = []
         leading = False
         # One try from the first step on: an interrupt (Ctrl-C) wherever it lands leaves neither a
@@ -120,26 +121,29 @@ class GroupCommit:
             try:
                 with self._lock:
                     if self._leading:
+                        call = _Call(fn)
                         self._queue.append(call)
                     else:
                         self._leading = leading = True
-                if not leading:
+                if call is not None:
                     call.event.wait()
                     leading = call.state == _LEAD  # handed the lead: lead the next group
+                    outcome = call.outcome
                 if leading:
-                    call.outcome = self._run_group(fn, taken)
+                    outcome = self._run_group(fn, taken)
             except BaseException:
-                with self._lock:
-                    if call.state == _LEAD:
-                        leading = True  # handed the lead as the interrupt came: pass it on below
-                    elif call.state == _QUEUED and not leading and call in self._queue:
-                        self._queue.remove(call)  # its body never runs
-                    call.state = _ANSWERED
+                if call is not None:
+                    with self._lock:
+                        if call.state == _LEAD:
+                            leading = True  # handed the lead as the interrupt came: pass it on below
+                        elif call.state == _QUEUED and not leading and call in self._queue:
+                            self._queue.remove(call)  # its body never runs
+                        call.state = _ANSWERED
                 raise
         finally:
             if leading:
                 self._end_group(taken)
-        return self._answer(fn, call.outcome)
+        return self._answer(fn, outcome)
 
     def _pass_lead(self) -> None:
         """Holding ``_lock``: hand the lead to the first queued call, or drop it."""
