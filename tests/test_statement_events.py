@@ -1,4 +1,4 @@
-"""Statements the run store and the change feed send on the driver cursor (compiled once, past
+"""Statements the run store, the journal and the change feed send on the driver cursor (compiled once, past
 SQLAlchemy's execution machinery) are still reported to ``before_cursor_execute`` and
 ``after_cursor_execute`` listeners, as SQLAlchemy's own statements are: tracing and statement
 counting see every statement of a write."""
@@ -6,6 +6,8 @@ counting see every statement of a write."""
 from __future__ import annotations
 
 from sqlalchemy import event
+
+from fencepost.journal import NewEntry
 
 
 def test_listeners_see_run_store_and_feed_statements_and_stop_seeing_them_once_removed(store):
@@ -35,3 +37,24 @@ def test_listeners_see_run_store_and_feed_statements_and_stop_seeing_them_once_r
     seen = len(before)
     store.runs.create("r2", "{}")
     assert len(before) == seen  # removed listeners see nothing more
+
+
+def test_listeners_see_journal_appends_single_and_batched(store):
+    """The journal's head lookup and inserts (one row, and several rows in one driver call)."""
+    seen: list[tuple[str, bool]] = []
+
+    def on_before(_conn, _cursor, statement, parameters, _context, many):
+        seen.append((statement, many))
+        return statement, parameters
+
+    event.listen(store.db.engine, "before_cursor_execute", on_before, retval=True)
+    try:
+        store.journal.append_unfenced("r1", "step.finished", {"n": 1}, source_id="w")
+        store.journal.append_many_unfenced(
+            "r1", [NewEntry("step.finished", {"n": 2}), NewEntry("step.finished", {"n": 3})], source_id="w")
+    finally:
+        event.remove(store.db.engine, "before_cursor_execute", on_before)
+    inserts = [many for statement, many in seen if statement.lstrip().upper().startswith("INSERT INTO FLOWS_JOURNAL")]
+    assert inserts == [False, True]
+    assert sum("FROM flows_journal_events" in statement for statement, _ in seen) >= 2
+    assert [e.payload for e in store.journal.entries("r1").entries] == [{"n": 1}, {"n": 2}, {"n": 3}]

@@ -5,7 +5,7 @@ machinery costs more than SQLite itself. A statement is declared once in Core (o
 both backends), compiled once per dialect to its SQL text, and executed on the pooled DBAPI
 connection that the open ``Database.write``/``read`` transaction already holds. Driver errors are
 re-wrapped as SQLAlchemy ``DBAPIError`` so the durable writer still classifies and retries them by
-code. The run store, the change feed and the journal's consensus share this executor.
+code. The run store, the change feed and the journal share this executor.
 """
 
 from __future__ import annotations
@@ -55,14 +55,39 @@ def run(conn: Connection, q: Sql, params: dict[str, Any]) -> Any:
                                   dialect=dialect) from None
 
 
-def _run_observed(conn: Connection, raw: Any, text_: str, params: dict[str, Any]) -> Any:
+def run_many(conn: Connection, q: Sql, rows: list[dict[str, Any]]) -> None:
+    """Execute the DML statement ``q`` once per parameter set in ``rows`` (one driver call)."""
+    dialect = conn.dialect
+    text_, defaults = q.compiled(dialect.name)
+    if defaults:
+        rows = [{**defaults, **r} for r in rows]
+    raw = conn.connection.driver_connection
+    dispatch = conn.dispatch
+    try:
+        if dispatch.before_cursor_execute or dispatch.after_cursor_execute:
+            _run_observed(conn, raw, text_, rows, many=True)
+            return
+        cursor = raw.cursor()  # type: ignore[union-attr]
+        try:
+            cursor.executemany(text_, rows)
+        finally:
+            cursor.close()
+    except dialect.loaded_dbapi.Error as exc:
+        raise DBAPIError.instance(None, None, exc, dialect.loaded_dbapi.Error, hide_parameters=True,
+                                  dialect=dialect) from None
+
+
+def _run_observed(conn: Connection, raw: Any, text_: str, params: Any, *, many: bool = False) -> Any:
     """``run`` when statement listeners are registered (tracing, tests counting statements): they
     see these statements as they see SQLAlchemy's own (there is no execution context to give)."""
     cursor = raw.cursor()
     for fn in conn.dispatch.before_cursor_execute:
-        text_, params = fn(conn, cursor, text_, params, None, False)
-    cursor.execute(text_, params)
-    conn.dispatch.after_cursor_execute(conn, cursor, text_, params, None, False)
+        text_, params = fn(conn, cursor, text_, params, None, many)
+    if many:
+        cursor.executemany(text_, params)
+    else:
+        cursor.execute(text_, params)
+    conn.dispatch.after_cursor_execute(conn, cursor, text_, params, None, many)
     return cursor
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
+from fencepost._statements import run, run_many
 from fencepost._values import SAFE_MAX, canonical_json, json_equal, parse_json_text, value_problem
 from fencepost.errors import JournalError
 from fencepost.journal._sql import EXISTING, HEADS, INSERT
@@ -114,7 +115,7 @@ def append_prepared(
     ``items``) is a ``Duplicate`` (same content, or any content with ``dedupe="identity"``) or
     ``idempotency_conflict``; a conflict raises before anything is inserted.
     """
-    heads = HEADS.execute(conn, {"run_id": run_id, "source_id": source_id})[0]
+    heads = run(conn, HEADS, {"run_id": run_id, "source_id": source_id}).fetchone()
     last_seq, stream_prev, last_pos, log_prev, source_max = heads
     seq = 0 if last_seq is None else int(last_seq) + 1
     position = 1 if last_pos is None else int(last_pos) + 1
@@ -135,10 +136,9 @@ def append_prepared(
         else:
             found = in_batch.get(source_seq)
             if found is None:
-                existing = EXISTING.execute(
-                    conn, {"run_id": run_id, "source_id": source_id, "source_seq": source_seq}
-                )
-                found = existing[0] if existing else None
+                found = run(
+                    conn, EXISTING, {"run_id": run_id, "source_id": source_id, "source_seq": source_seq}
+                ).fetchone()
             if found is not None:
                 if dedupe == "content" and not _same_content(found, event_type, payload_json, meta_json):
                     raise JournalError(
@@ -176,9 +176,9 @@ def append_prepared(
         position += 1
         next_source = max(next_source, source_seq + 1)
     if len(rows) == 1:
-        INSERT.execute(conn, rows[0])
+        run(conn, INSERT, rows[0])
     elif rows:
-        INSERT.execute_many(conn, rows)
+        run_many(conn, INSERT, rows)
     return receipts
 
 
