@@ -58,6 +58,7 @@ MAX_MEMBERS = 32
 _OK, _RAISED, _ALONE = "ok", "raised", "alone"
 _SAVEPOINT = "SAVEPOINT fencepost_member"
 _ROLLBACK_TO = "ROLLBACK TO SAVEPOINT fencepost_member"
+_RELEASE = "RELEASE SAVEPOINT fencepost_member"
 
 # States of a queued call.
 _QUEUED, _TAKEN, _LEAD, _ANSWERED = 0, 1, 2, 3
@@ -255,11 +256,12 @@ class GroupCommit:
         txn = _Txn(conn, True)
         _current.set({id(self._db): txn})
         outcome = self._body(conn, fn, txn)
-        if outcome[0] != _OK:
-            try:
-                raw.execute(_ROLLBACK_TO)
-            except Exception as exc:
-                raise _Broken from exc
+        try:
+            if outcome[0] != _OK:
+                raw.execute(_ROLLBACK_TO)  # undoes this body only; the savepoint stays until released
+            raw.execute(_RELEASE)
+        except Exception as exc:
+            raise _Broken from exc
         return outcome
 
     def _body(self, conn: Connection, fn: Callable[[Connection], Any], txn: Any) -> Outcome:
