@@ -479,13 +479,12 @@ def test_a_caller_interrupted_just_as_it_is_handed_the_lead_passes_it_on(store, 
 
     interrupted: list[str] = []
 
-    class _InterruptOnLead(threading.Event):
-        def wait(self, timeout=None):
-            got = super().wait(timeout)
+    class _InterruptOnLead(_group._Wake):
+        def wait(self):
+            super().wait()
             if threading.current_thread().name == "victim":
                 interrupted.append("victim")
                 raise KeyboardInterrupt
-            return got
 
     monkeypatch.setattr(_group, "_new_event", _InterruptOnLead)
     outcomes: dict[str, object] = {}
