@@ -87,6 +87,36 @@ def test_a_blank_store_standing_in_for_a_member_with_runs_is_refused(shard_urls)
     _refused([a, c], "shard #1 is not a member")
 
 
+def test_a_concurrent_founder_that_already_wrote_runs_is_joined_not_refused(shard_urls, monkeypatch) -> None:
+    """Two openers found one fresh set at once; the other one finishes founding and creates runs
+    on every shard between this opener's first look (no record anywhere) and its adoption step.
+    The stale "no record" must not count as a blank store with data: this opener joins the set.
+    (Seen in the four-process shard race as ``shard #2 is not a member of this set``.)"""
+    urls = shard_urls(3)
+    real_read = ms.read
+    seen: list[object] = []
+
+    def read_then_let_the_other_opener_run(store):
+        rec = real_read(store)
+        seen.append(rec)
+        if len(seen) == len(urls):  # this opener has just read the last store: all blank
+            assert seen == [None, None, None]
+            monkeypatch.setattr(ms, "read", real_read)
+            with fencepost.open_shards(urls, clock=ManualClock(0)) as other:
+                for i in range(12):
+                    other.runs.create(f"r-{i}", "{}")
+                seen.append(other.membership.set_id)
+        return rec
+
+    monkeypatch.setattr(ms, "read", read_then_let_the_other_opener_run)
+    with fencepost.open_shards(urls, clock=ManualClock(0)) as shards:
+        assert shards.membership.set_id == seen[-1]
+        assert shards.runs.get("r-0") is not None
+    recs = _records(urls)
+    assert {r.set_id for r in recs} == {seen[-1]}
+    assert [r.shard_name for r in recs] == ["shard-0", "shard-1", "shard-2"]
+
+
 def test_growing_a_set_appends_and_old_lists_are_then_refused(shard_urls) -> None:
     urls = shard_urls(3)
     fencepost.open_shards(urls[:2]).close()

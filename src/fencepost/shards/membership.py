@@ -84,14 +84,22 @@ def read_in(conn: Connection) -> tuple[str, int] | None:
 _GENERATION = select(t.c.set_id, t.c.generation).where(t.c.singleton == 1)
 
 
-def _record(store: Store, wanted: Membership) -> None:
-    """Write ``wanted`` where the store has no record or an older generation of the same set."""
+def _record(store: Store, wanted: Membership, *, adopt_only_if_empty: bool = False) -> None:
+    """Write ``wanted`` where the store has no record or an older generation of the same set.
+
+    ``adopt_only_if_empty``: a store without a record is written only while it holds no run and no
+    journal entry. The look and the write share one write transaction, so a concurrent opener that
+    has meanwhile recorded the store (and perhaps created runs in it) is seen as such, never as a
+    blank store with data. A store found non-empty and unrecorded is left as it is.
+    """
     def body(conn: Connection) -> None:
         row = conn.execute(select(t).where(t.c.singleton == 1)).first()
         values = {"set_id": wanted.set_id, "shard_name": wanted.shard_name,
                   "members_json": msgspec.json.encode(list(wanted.members)).decode(),
                   "generation": wanted.generation}
         if row is None:
+            if adopt_only_if_empty and not _empty_in(conn):
+                return
             conn.execute(t.insert().values(singleton=1, joined_at_ms=store.clock.now_ms(), **values))
         elif row.set_id == wanted.set_id and int(row.generation) < wanted.generation:
             conn.execute(update(t).where(t.c.singleton == 1).values(**values))
@@ -102,14 +110,16 @@ def _record(store: Store, wanted: Membership) -> None:
         raise map_failure(exc, ShardError, "open_shards", "shard membership") from None
 
 
-def _empty(store: Store) -> bool:
+def _empty_in(conn: Connection) -> bool:
     """True when the store holds no run and no journal entry (safe to adopt into a founding set)."""
-    def body(conn: Connection) -> bool:
-        runs = conn.execute(select(flows_runs.c.run_id).limit(1)).first()
-        events = conn.execute(select(flows_journal_events.c.position).limit(1)).first()
-        return runs is None and events is None
+    runs = conn.execute(select(flows_runs.c.run_id).limit(1)).first()
+    events = conn.execute(select(flows_journal_events.c.position).limit(1)).first()
+    return runs is None and events is None
 
-    return store.db.read(body)
+
+def _empty(store: Store) -> bool:
+    """``_empty_in`` in a read transaction of its own."""
+    return store.db.read(_empty_in)
 
 
 def _refuse(detail: str) -> ShardError:
@@ -177,13 +187,16 @@ def reconcile(names: Sequence[str], stores: Sequence[Store], *, grow: bool = Fal
         if target != tuple(names) or any(r.generation != generation for r in present):
             return _verify(names, records)  # refuses, naming the first broken rule
     for i, (store, rec) in enumerate(zip(stores, records, strict=True)):
-        if rec is None and not grow and not (generation == 1 and _empty(store)):
-            # A blank store with runs in it, or one standing in for a member of a grown set, is no
-            # unfinished founding: refuse rather than adopt it.
+        if rec is None and not grow and generation != 1:
+            # A blank store standing in for a member of a grown set is no unfinished founding.
             return _verify(names, records)
         if rec is None or (grow and rec.generation < generation):
             if rec is not None and rec.shard_name != names[i]:
                 raise _refuse(f"shard #{i} is recorded under another name or position (stores in another order?)")
-            _record(store, Membership(newest.set_id, names[i], target, generation))
+            # Finishing a founding adopts an empty store only (one with runs and no record stays
+            # unrecorded and is refused below); the look is repeated inside the write, because
+            # another opener may have recorded the store, and created runs in it, since our first read.
+            _record(store, Membership(newest.set_id, names[i], target, generation),
+                    adopt_only_if_empty=rec is None and not grow)
             records[i] = read(store)
     return _verify(names, records)
