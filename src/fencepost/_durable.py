@@ -10,14 +10,12 @@ message text, and surface without SQL text or bound values.
 
 from __future__ import annotations
 
-import contextvars
 import os
 import random
 import threading
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -27,6 +25,9 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from fencepost._dialects import Backend, PostgresBackend, SqliteBackend
 from fencepost._group import GroupCommit
+from fencepost._txn import PROCESS
+from fencepost._txn import Txn as _Txn
+from fencepost._txn import current as _current
 from fencepost.errors import DatabaseMissing, FencepostError, OpenError, PersistenceError
 
 T = TypeVar("T")
@@ -111,20 +112,6 @@ def _close_quietly(conn: Connection, pid: int) -> None:
         conn.close()
     except Exception:  # a connection already broken has nothing left to release
         pass
-
-
-@dataclass
-class _Txn:
-    conn: Connection
-    write: bool
-    after_commit: list[Callable[[], None]] = field(default_factory=list)
-    # The process that opened it: a child forked inside a transaction must not join it.
-    pid: int = field(default_factory=os.getpid)
-
-
-_current: contextvars.ContextVar[dict[int, _Txn] | None] = contextvars.ContextVar(
-    "fencepost_txn", default=None
-)
 
 
 def resolve_url(url: str | None) -> str:
@@ -303,7 +290,7 @@ class Database:
         """The transaction this thread or task has open on this database, if any (in this process)."""
         active = _current.get()
         txn = active.get(id(self)) if active else None
-        if txn is not None and txn.pid != os.getpid():
+        if txn is not None and txn.pid != PROCESS.pid:
             return None  # inherited across fork(): the parent's transaction, on the parent's connection
         return txn
 
@@ -338,7 +325,7 @@ class Database:
         child never reuses its parent's connections; a thread's connections return to the pool
         when the thread ends, and ``dispose`` closes them all.
         """
-        if self._pid != os.getpid():
+        if self._pid != PROCESS.pid:
             self._local = threading.local()
             self._slots = weakref.WeakSet()
             self.engine.dispose(close=False)

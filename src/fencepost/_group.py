@@ -46,6 +46,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
+from fencepost._txn import PROCESS, Txn, current
+
 if TYPE_CHECKING:
     from fencepost._durable import Database
 
@@ -129,11 +131,9 @@ class GroupCommit:
 
     def write(self, fn: Callable[[Connection], T]) -> T:
         """Run ``fn`` as a top-level write, sharing the COMMIT with concurrent calls."""
-        from fencepost._durable import _current
-
-        if self._pid != os.getpid():
+        if self._pid != PROCESS.pid:
             self._reset()  # a forked child: the parent's locks and queue are not ours
-        if _current.get():
+        if current.get():
             return self._db._run(fn, write=True)
         call: _Call | None = None  # only a call that queues needs one (a leader answers itself)
         outcome: Outcome = (_ALONE, None, [])
@@ -187,8 +187,6 @@ class GroupCommit:
 
     def _run_group(self, fn: Callable[[Connection], Any], taken: list[_Call]) -> Outcome:
         """Lead one group: run ``fn``, then the queued bodies (into ``taken``), COMMIT, answer."""
-        from fencepost._durable import _current, _Txn
-
         db = self._db
         try:
             slot = db._slot(True)
@@ -208,12 +206,12 @@ class GroupCommit:
             self._group = conn
             committing = False
             try:
-                txn = _Txn(conn, True)
-                token = _current.set({id(db): txn})
+                txn = Txn(conn, True)
+                token = current.set({id(db): txn})
                 try:
                     own = self._body(conn, fn, txn)
                 finally:
-                    _current.reset(token)
+                    current.reset(token)
                 if own[0] != _OK:
                     # Nobody joined yet: the transaction holds only this body. Roll it back.
                     db._settle(conn, trans, True, getattr(own[1], "raw", None))
@@ -270,14 +268,12 @@ class GroupCommit:
     # ------------------------------------------------------------------ one body
     def _member(self, conn: Connection, raw: Any, fn: Callable[[Connection], Any]) -> Outcome:
         """Run a queued body behind its savepoint, in its caller's context (``Context.run``)."""
-        from fencepost._durable import _current, _Txn
-
         try:
             raw.execute(_SAVEPOINT)
         except Exception as exc:
             raise _Broken from exc
-        txn = _Txn(conn, True)
-        _current.set({id(self._db): txn})
+        txn = Txn(conn, True)
+        current.set({id(self._db): txn})
         outcome = self._body(conn, fn, txn)
         try:
             if outcome[0] != _OK:

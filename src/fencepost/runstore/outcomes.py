@@ -163,10 +163,16 @@ PatchOutcome: TypeAlias = Patched | NotFound | FenceLost
 _CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
 
 
+_TAGS: dict[type, str] = {}
+
+
 def snake_tag(outcome: Outcome | type[Outcome]) -> str:
     """The outcome's tag in snake case (``HeartbeatFresh`` -> ``heartbeat_fresh``), as metrics use it."""
     cls = outcome if isinstance(outcome, type) else type(outcome)
-    return _CAMEL.sub("_", cls.__name__).lower()
+    tag = _TAGS.get(cls)
+    if tag is None:
+        tag = _TAGS[cls] = _CAMEL.sub("_", cls.__name__).lower()
+    return tag
 
 
 RUN_OUTCOMES = (
