@@ -362,6 +362,46 @@ def test_failures_between_successes_undo_only_their_own_rows(store):
     assert _run_ids(store) == {"leader", "a", "c", "e"}
 
 
+def test_member_savepoints_are_released_as_the_next_member_opens_and_never_nest(store, monkeypatch):
+    """The group's own statements, in order: a member that succeeded keeps its savepoint only until
+    the next member opens (on PostgreSQL the release and the next savepoint are one round trip);
+    a failed member is rolled back to its savepoint and released at once; COMMIT releases the last.
+    So savepoints never nest, whatever the group's size."""
+    from fencepost import _group
+
+    sent: list[str] = []
+
+    class Recording:
+        def __init__(self, raw) -> None:
+            self._raw = raw
+
+        def execute(self, sql, *args):
+            sent.append(sql)
+            return self._raw.execute(sql, *args)
+
+    real_member = _group.GroupCommit._member
+
+    def member(self, conn, raw, fn, opening):
+        return real_member(self, conn, Recording(raw), fn, opening)
+
+    monkeypatch.setattr(_group.GroupCommit, "_member", member)
+
+    def fails(conn):
+        _insert("b")(conn)
+        raise fencepost.RunStoreError("invalid_run", "create", "refused")
+
+    bodies = {"a": _insert("a"), "b": fails, "c": _insert("c"), "d": _insert("d")}
+    outcomes = _call_all(store, _hold_until_queued(store, len(bodies)), bodies)
+    assert isinstance(outcomes["b"], fencepost.RunStoreError)
+    assert _run_ids(store) == {"leader", "a", "c", "d"}
+    sp, rollback, release = _group._SAVEPOINT, _group._ROLLBACK_TO, _group._RELEASE
+    if store.db.backend.joins_statements:
+        release_then_open = [f"{release}; {sp}"]
+    else:
+        release_then_open = [release, sp]
+    assert sent == [sp, *release_then_open, rollback, release, sp, *release_then_open]
+
+
 def test_each_body_sees_its_own_callers_context_variables(store):
     """The leader runs queued bodies in its own thread, but inside each caller's context."""
     import contextvars

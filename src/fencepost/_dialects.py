@@ -71,6 +71,8 @@ class Backend:
     migration_suffix: str
     # Compiles statements for direct execution on the DB-API connection (the hot-path executors).
     driver_dialect: Dialect
+    # The driver runs several parameterless statements sent as one string, in one round trip.
+    joins_statements = False
 
     def configure(self, engine: Engine, *, readonly: bool, options: dict[str, str]) -> None:
         raise NotImplementedError
@@ -282,6 +284,7 @@ class PostgresBackend(Backend):
     name = "postgresql"
     migration_suffix = "postgresql"
     driver_dialect = _pg_psycopg.dialect()
+    joins_statements = True
 
     def __init__(self, schema: str) -> None:
         if not SCHEMA_NAME.match(schema):

@@ -61,6 +61,7 @@ _OK, _RAISED, _ALONE = "ok", "raised", "alone"
 _SAVEPOINT = "SAVEPOINT fencepost_member"
 _ROLLBACK_TO = "ROLLBACK TO SAVEPOINT fencepost_member"
 _RELEASE = "RELEASE SAVEPOINT fencepost_member"
+_RELEASE_THEN_SAVEPOINT = (_RELEASE, _SAVEPOINT)
 
 # States of a queued call.
 _QUEUED, _TAKEN, _LEAD, _ANSWERED = 0, 1, 2, 3
@@ -217,6 +218,12 @@ class GroupCommit:
                     db._settle(conn, trans, True, getattr(own[1], "raw", None))
                     return own
                 raw = conn.connection.dbapi_connection
+                # A member's savepoint is released just before the next member's is set (one round
+                # trip where the driver joins statements); COMMIT releases the last one.
+                opening: Any = _SAVEPOINT
+                release_then_open: Any = (
+                    "; ".join(_RELEASE_THEN_SAVEPOINT) if db.backend.joins_statements else _RELEASE_THEN_SAVEPOINT
+                )
                 try:
                     while len(taken) + 1 < MAX_MEMBERS:
                         with self._lock:
@@ -225,7 +232,9 @@ class GroupCommit:
                             call = self._queue.popleft()
                             call.state = _TAKEN
                             taken.append(call)
-                        call.outcome = call.context.run(self._member, conn, raw, call.fn)
+                        call.outcome = call.context.run(self._member, conn, raw, call.fn, opening)
+                        held = call.outcome[0] == _OK  # a failed member's savepoint is already gone
+                        opening = release_then_open if held else _SAVEPOINT
                 except _Broken:
                     db._settle(conn, trans, True, None)
                     return (_ALONE, None, [])  # the finally answers every taken call: run alone
@@ -266,21 +275,30 @@ class GroupCommit:
                     call.event.set()
 
     # ------------------------------------------------------------------ one body
-    def _member(self, conn: Connection, raw: Any, fn: Callable[[Connection], Any]) -> Outcome:
-        """Run a queued body behind its savepoint, in its caller's context (``Context.run``)."""
+    def _member(self, conn: Connection, raw: Any, fn: Callable[[Connection], Any], opening: Any) -> Outcome:
+        """Run a queued body behind its savepoint, in its caller's context (``Context.run``).
+
+        ``opening`` sets the savepoint: one statement, or a tuple run in turn (the previous
+        member's release first). A body that succeeded leaves its savepoint for the next opening
+        or the COMMIT to release; a failed one is rolled back to it and released here.
+        """
         try:
-            raw.execute(_SAVEPOINT)
+            if type(opening) is tuple:
+                for statement in opening:
+                    raw.execute(statement)
+            else:
+                raw.execute(opening)
         except Exception as exc:
             raise _Broken from exc
         txn = Txn(conn, True)
         current.set({id(self._db): txn})
         outcome = self._body(conn, fn, txn)
-        try:
-            if outcome[0] != _OK:
-                raw.execute(_ROLLBACK_TO)  # undoes this body only; the savepoint stays until released
-            raw.execute(_RELEASE)
-        except Exception as exc:
-            raise _Broken from exc
+        if outcome[0] != _OK:
+            try:
+                raw.execute(_ROLLBACK_TO)  # undoes this body only
+                raw.execute(_RELEASE)
+            except Exception as exc:
+                raise _Broken from exc
         return outcome
 
     def _body(self, conn: Connection, fn: Callable[[Connection], Any], txn: Any) -> Outcome:
