@@ -5,10 +5,11 @@ from __future__ import annotations
 import threading
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 import fencepost
 from fencepost.journal import Accepted, Duplicate, NewEntry, OwnerId
+from fencepost.journal.consensus import SqlConsensus
 from tests.journal.conftest import A, B, hold, release, rows
 
 
@@ -217,3 +218,54 @@ def test_fenced_batch_after_loss_writes_nothing(store: fencepost.Store) -> None:
         store.journal.append_many("run-1", [NewEntry("step", {"i": i}) for i in range(3)], owner=A, source_id="w")
     assert err.value.code == "fence_lost"
     assert rows(store) == []
+
+
+class _DeniesHostB(SqlConsensus):
+    """An injected strategy refining the built-in guard: host-b is never admitted."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def guard(self, conn, run_id: str, owner: OwnerId) -> bool:
+        self.asked.append(run_id)
+        return owner.host_id != "host-b" and super().guard(conn, run_id, owner)
+
+
+def test_an_injected_strategy_that_refines_the_guard_is_still_asked(db_url: str) -> None:
+    """The built-in strategy's fence check rides the head lookup; a strategy that overrides
+    ``guard`` (even a subclass of the built-in one) is asked itself, and its refusal holds."""
+    strategy = _DeniesHostB()
+    with fencepost.open(db_url, consensus=strategy) as store:
+        hold(store, "run-1", B)
+        with pytest.raises(fencepost.JournalError) as err:
+            store.journal.append("run-1", "step", {"n": 1}, owner=B, source_id="w")
+        assert err.value.code == "fence_lost"
+        assert rows(store) == []
+        hold(store, "run-2", A)
+        assert store.journal.append("run-2", "step", {"n": 1}, owner=A, source_id="w") == Accepted(0, 0, 1)
+        assert strategy.asked == ["run-1", "run-2"]
+
+
+def test_the_built_in_fence_check_and_the_head_lookup_are_one_statement(store: fencepost.Store) -> None:
+    """A fenced append by the holder sends two statements (fence check with heads, then the insert),
+    one more than nothing; a refused one sends only the first, and writes nothing."""
+    seen: list[str] = []
+
+    def on_before(_conn, _cursor, statement, parameters, _context, _many):
+        seen.append(statement)
+        return statement, parameters
+
+    hold(store, "run-1", A)
+    event.listen(store.db.engine, "before_cursor_execute", on_before, retval=True)
+    try:
+        store.journal.append("run-1", "step", {"n": 1}, owner=A, source_id="w")
+        with pytest.raises(fencepost.JournalError):
+            store.journal.append("run-1", "step", {"n": 2}, owner=B, source_id="w")
+    finally:
+        event.remove(store.db.engine, "before_cursor_execute", on_before)
+    journal_statements = [s for s in seen if "flows_journal_events" in s or "flows_consensus_leases" in s]
+    assert len(journal_statements) == 3, journal_statements
+    assert "flows_consensus_leases" in journal_statements[0] and "flows_journal_events" in journal_statements[0]
+    assert journal_statements[1].lstrip().upper().startswith("INSERT INTO FLOWS_JOURNAL_EVENTS")
+    assert "flows_consensus_leases" in journal_statements[2]
+    assert [r[4] for r in rows(store)] == ['{"n":1}']

@@ -107,15 +107,19 @@ def append_prepared(
     items: Sequence[tuple[str, str, str, int | None]],
     dedupe: str = "content",
     method: str = "append",
+    heads: Sequence[Any] | None = None,
 ) -> list[Accepted | Duplicate]:
     """Append already prepared ``(event_type, payload_json, meta_json, source_seq)`` items to one stream.
+
+    ``heads``: the head lookup's row when the caller already read it in this transaction.
 
     One lookup for the heads, one per explicit ``source_seq`` for its identity, one multi-row
     insert; receipts in input order. An item whose identity exists (in the table or earlier in
     ``items``) is a ``Duplicate`` (same content, or any content with ``dedupe="identity"``) or
     ``idempotency_conflict``; a conflict raises before anything is inserted.
     """
-    heads = run(conn, HEADS, {"run_id": run_id, "source_id": source_id}).fetchone()
+    if heads is None:
+        heads = run(conn, HEADS, {"run_id": run_id, "source_id": source_id}).fetchone()
     last_seq, stream_prev, last_pos, log_prev, source_max = heads
     seq = 0 if last_seq is None else int(last_seq) + 1
     position = 1 if last_pos is None else int(last_pos) + 1

@@ -9,7 +9,9 @@ underneath the SQLAlchemy ``Connection``, inside the same transaction, like the 
 
 from __future__ import annotations
 
-from sqlalchemy import bindparam, func, insert, select
+from typing import Any
+
+from sqlalchemy import Select, bindparam, func, insert, select
 
 from fencepost._schema import flows_journal_events as ev
 from fencepost._statements import Sql
@@ -19,15 +21,19 @@ _source = bindparam("source_id")
 
 # Every head the allocator needs, in one round trip: the stream's last (seq, hash), the log's last
 # (position, hash) and the producer's highest source_seq. All are index lookups.
-HEADS = Sql(
-    select(
+def heads_select(*extra: Any) -> Select[Any]:
+    """The head lookup as a Core select, with ``extra`` columns after the five heads."""
+    return select(
         select(ev.c.seq).where(ev.c.run_id == _run).order_by(ev.c.seq.desc()).limit(1).scalar_subquery(),
         select(ev.c.entry_hash).where(ev.c.run_id == _run).order_by(ev.c.seq.desc()).limit(1).scalar_subquery(),
         select(ev.c.position).order_by(ev.c.position.desc()).limit(1).scalar_subquery(),
         select(ev.c.entry_hash).order_by(ev.c.position.desc()).limit(1).scalar_subquery(),
         select(func.max(ev.c.source_seq)).where(ev.c.run_id == _run, ev.c.source_id == _source).scalar_subquery(),
+        *extra,
     )
-)
+
+
+HEADS = Sql(heads_select())
 
 EXISTING = Sql(
     select(ev.c.seq, ev.c.position, ev.c.content_hash, ev.c.event_type, ev.c.payload_json, ev.c.meta_json).where(

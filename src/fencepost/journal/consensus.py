@@ -16,12 +16,13 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 import msgspec
-from sqlalchemy import BigInteger, Text, and_, bindparam, func, literal_column, null, select
+from sqlalchemy import BigInteger, Text, and_, bindparam, exists, func, literal_column, null, select
 from sqlalchemy.engine import Connection
 
 from fencepost._dialects import greatest, in_json_ids
 from fencepost._schema import flows_consensus_leases as leases
 from fencepost._statements import PerDialect, Sql, run
+from fencepost.journal._sql import heads_select
 from fencepost.journal.owner import OwnerId
 
 STALE_AFTER_MS = 30_000  # mirrors fencepost.runstore.heartbeat.STALE_AFTER (asserted equal in tests)
@@ -125,6 +126,9 @@ _no_claim = leases.c.claim_host_id.is_(None)
 _cutoff = _i("now") - literal_column(str(STALE_AFTER_MS))
 
 GUARD = Sql(select(literal_column("1")).select_from(leases).where(_rid, _owner_is))
+# The guard fused into the journal's head lookup: a fenced append's fence check and heads in one
+# statement (one round trip on PostgreSQL, one statement fewer on SQLite).
+GUARDED_HEADS = Sql(heads_select(exists().where(_rid, _owner_is)))
 
 READ = Sql(
     select(leases.c.owner_host_id, leases.c.owner_pid, leases.c.owner_nonce, leases.c.heartbeat_at_ms,
@@ -223,6 +227,14 @@ class SqlConsensus:
         p = _o(owner)
         p["run_id"] = run_id
         return run(conn, GUARD, p).fetchone() is not None
+
+    def guard_and_heads(self, conn: Connection, run_id: str, owner: OwnerId, source_id: str) -> tuple[bool, Any]:
+        """``guard``, and the journal's heads of ``run_id`` for ``source_id``, in one statement."""
+        p = _o(owner)
+        p["run_id"] = run_id
+        p["source_id"] = source_id
+        row = run(conn, GUARDED_HEADS, p).fetchone()
+        return bool(row[5]), row[:5]
 
     def claim(self, conn: Connection, run_id: str, claimant: OwnerId, now_ms: int) -> Claimed | Rejected:
         """Reserve ``run_id`` for ``claimant`` at ``now_ms`` where the lease has neither claim nor owner.

@@ -21,6 +21,7 @@ from fencepost._values import SAFE_MAX, identifier_problem, is_safe_int, text_pr
 from fencepost.errors import FencepostError, JournalError
 from fencepost.journal import _append
 from fencepost.journal._sql import ENTRY_COLUMNS
+from fencepost.journal.consensus import SqlConsensus
 from fencepost.journal.entries import Accepted, Duplicate, EntriesPage, Entry, NewEntry
 from fencepost.journal.owner import OwnerId
 from fencepost.journal.redaction import DEFAULT, Redaction
@@ -281,19 +282,26 @@ class Journal:
     def _append_body(self, conn: Connection, run_id: str, items: list[tuple[str, str, str, int | None]],
                      owner: OwnerId | None, source_id: str, dedupe: str, now: int,
                      method: str) -> list[Accepted | Duplicate]:
+        heads = None
         if owner is not None:
-            try:
-                held = self._store.consensus.guard(conn, run_id, owner)
-            except JournalError:
-                raise
-            except FencepostError as err:
-                if err.code != "fence_lost":
+            consensus = self._store.consensus
+            if type(consensus) is SqlConsensus:
+                # The built-in strategy answers the fence check and the heads in one statement.
+                held, heads = consensus.guard_and_heads(conn, run_id, owner, source_id)
+            else:
+                try:
+                    held = consensus.guard(conn, run_id, owner)
+                except JournalError:
                     raise
-                held = False  # a strategy that raises fence_lost instead of answering False
+                except FencepostError as err:
+                    if err.code != "fence_lost":
+                        raise
+                    held = False  # a strategy that raises fence_lost instead of answering False
             if not held:
                 raise JournalError("fence_lost", method, "owner does not hold the run")
         return _append.append_prepared(
-            conn, run_id=run_id, source_id=source_id, emitted_at_ms=now, items=items, dedupe=dedupe, method=method
+            conn, run_id=run_id, source_id=source_id, emitted_at_ms=now, items=items, dedupe=dedupe, method=method,
+            heads=heads,
         )
 
     def _write(self, body: Callable[[Connection], T], method: str) -> T:
