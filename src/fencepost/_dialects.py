@@ -27,6 +27,8 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import ColumnElement, FunctionElement
 from sqlalchemy.types import NullType
 
+from fencepost._statements import Sql, run
+
 SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 # Transient on SQLite: the writer lock was busy (a peer holds it) or the snapshot went stale.
@@ -305,7 +307,7 @@ class PostgresBackend(Backend):
     def begin_write(self, conn: Connection) -> None:
         # One writer per schema, as upstream: revisions and journal positions are allocated
         # in commit order only because every write transaction takes this lock first.
-        conn.execute(_PG_WRITE_LOCK, {"schema": self.schema})
+        run(conn, _PG_WRITE_LOCK, {"schema": self.schema})
 
     def read_options(self) -> dict[str, Any]:
         return {"isolation_level": "REPEATABLE READ", "postgresql_readonly": True}
@@ -434,7 +436,7 @@ class PostgresBackend(Backend):
         return old == 0
 
 
-_PG_WRITE_LOCK = text("SELECT pg_advisory_xact_lock(hashtextextended(:schema, 2099))")
+_PG_WRITE_LOCK = Sql(text("SELECT pg_advisory_xact_lock(hashtextextended(:schema, 2099))"))
 
 _ARRAY_TYPES = {"TEXT": "text[]", "BIGINT": "bigint[]", "INTEGER": "bigint[]"}
 _unnest_sql: dict[tuple[str, tuple[str, ...]], str | None] = {}

@@ -15,8 +15,6 @@ from typing import Any
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
-from fencepost._dialects import backend_class
-
 
 class Sql:
     """A Core statement compiled lazily, once per dialect, to ``(text, default params)``."""
@@ -101,11 +99,15 @@ class PerDialect(Sql):
         self._build = build
 
     def _statement(self, dialect_name: str) -> Any:
+        from fencepost._dialects import backend_class  # compile time only; _dialects imports this module
+
         return self._build(backend_class(dialect_name).insert)
 
 
 def _compile(stmt: Any, dialect_name: str) -> tuple[str, dict[str, Any]]:
     """``(SQL text, default parameters)`` of ``stmt`` for the dialect's driver."""
+    from fencepost._dialects import backend_class  # compile time only; _dialects imports this module
+
     c = stmt.compile(dialect=backend_class(dialect_name).driver_dialect)
     required = {bp.key for bp in c.binds.values() if bp.required}
     return str(c), {k: v for k, v in c.params.items() if k not in required}
