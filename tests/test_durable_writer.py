@@ -176,6 +176,46 @@ def _lock_is_free(store: fencepost.Store) -> bool:
         conn.close()
 
 
+def test_a_write_is_one_transaction_under_the_lock_from_its_first_statement(store: fencepost.Store) -> None:
+    """Inside a write body the writer lock is held and nothing written is visible to another
+    connection until COMMIT; a body that raises leaves nothing. (PostgreSQL write connections
+    run with the driver's autocommit off-switch and send BEGIN themselves, with the lock.)"""
+    store.db.write(lambda c: c.exec_driver_sql("CREATE TABLE seen (n INTEGER NOT NULL)"))
+    looked: dict[str, object] = {}
+
+    def visible_elsewhere() -> int:
+        if store.db.backend.name == "sqlite":
+            other = sqlite3.connect(store.db.path, isolation_level=None)
+            try:
+                return other.execute("SELECT count(*) FROM seen").fetchone()[0]
+            finally:
+                other.close()
+        with store.db.connect() as other:
+            return other.exec_driver_sql("SELECT count(*) FROM seen").scalar()
+
+    def body(conn) -> None:
+        conn.exec_driver_sql("INSERT INTO seen (n) VALUES (1)")
+        looked["lock_free"] = _lock_is_free(store)
+        looked["visible"] = visible_elsewhere()
+        if store.db.backend.name == "postgresql":
+            looked["status"] = conn.connection.driver_connection.info.transaction_status.name
+
+    store.db.write(body)
+    assert looked["lock_free"] is False
+    assert looked["visible"] == 0
+    assert looked.get("status", "INTRANS") == "INTRANS"
+    assert visible_elsewhere() == 1
+
+    def fails(conn) -> None:
+        conn.exec_driver_sql("INSERT INTO seen (n) VALUES (2)")
+        raise RuntimeError("refused")
+
+    with pytest.raises(RuntimeError):
+        store.db.write(fails)
+    assert visible_elsewhere() == 1
+    assert _lock_is_free(store)
+
+
 def _hard_error(backend: str) -> OperationalError:
     """A non-transient driver error (an I/O error; PostgreSQL: an internal error)."""
     if backend == "sqlite":

@@ -85,6 +85,10 @@ class Backend:
     def read_options(self) -> dict[str, Any]:
         return {}
 
+    def write_options(self) -> dict[str, Any]:
+        """Execution options of the connections that run write transactions."""
+        return {}
+
     def transaction_open(self, dbapi_connection: Any) -> bool:
         """Whether the driver connection has a transaction open (True when it cannot tell)."""
         raise NotImplementedError
@@ -292,6 +296,10 @@ class PostgresBackend(Backend):
         if not SCHEMA_NAME.match(schema):
             raise ValueError("schema must match [a-z_][a-z0-9_]{0,62}")
         self.schema = schema
+        # BEGIN and the write lock as one string: one round trip where psycopg would send its own
+        # BEGIN first. The schema name is inlined (validated above: no quote can appear in it).
+        self._begin_locked = Sql(text(
+            f"BEGIN; SELECT pg_advisory_xact_lock(hashtextextended('{schema}', {_PG_WRITE_LOCK_CLASS}))"))
 
     def configure(self, engine: Engine, *, readonly: bool, options: dict[str, str]) -> None:
         schema = self.schema
@@ -307,10 +315,19 @@ class PostgresBackend(Backend):
     def begin_write(self, conn: Connection) -> None:
         # One writer per schema, as upstream: revisions and journal positions are allocated
         # in commit order only because every write transaction takes this lock first.
-        run(conn, _PG_WRITE_LOCK, {"schema": self.schema})
+        if conn.connection.driver_connection.autocommit:  # type: ignore[union-attr]
+            # A write connection (see write_options): psycopg sent no BEGIN; ours goes with the lock.
+            run(conn, self._begin_locked, None)
+        else:
+            run(conn, _PG_WRITE_LOCK, {"schema": self.schema})
 
     def read_options(self) -> dict[str, Any]:
         return {"isolation_level": "REPEATABLE READ", "postgresql_readonly": True}
+
+    def write_options(self) -> dict[str, Any]:
+        # psycopg leaves transaction control to us on these connections, so begin_write can send
+        # BEGIN together with the lock; COMMIT and ROLLBACK still end the transaction as usual.
+        return {"isolation_level": "AUTOCOMMIT"}
 
     def transaction_open(self, dbapi_connection: Any) -> bool:
         from psycopg.pq import TransactionStatus
@@ -436,7 +453,8 @@ class PostgresBackend(Backend):
         return old == 0
 
 
-_PG_WRITE_LOCK = Sql(text("SELECT pg_advisory_xact_lock(hashtextextended(:schema, 2099))"))
+_PG_WRITE_LOCK_CLASS = 2099
+_PG_WRITE_LOCK = Sql(text(f"SELECT pg_advisory_xact_lock(hashtextextended(:schema, {_PG_WRITE_LOCK_CLASS}))"))
 
 _ARRAY_TYPES = {"TEXT": "text[]", "BIGINT": "bigint[]", "INTEGER": "bigint[]"}
 _unnest_sql: dict[tuple[str, tuple[str, ...]], str | None] = {}

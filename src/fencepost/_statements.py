@@ -35,12 +35,16 @@ class Sql:
         return self.stmt
 
 
-def run(conn: Connection, q: Sql, params: dict[str, Any]) -> Any:
-    """Execute ``q`` with ``params`` on ``conn``'s open transaction; return the DBAPI cursor."""
+def run(conn: Connection, q: Sql, params: dict[str, Any] | None) -> Any:
+    """Execute ``q`` with ``params`` on ``conn``'s open transaction; return the DBAPI cursor.
+
+    ``params=None``: a statement without parameters, sent as it is (psycopg then runs several
+    statements in one string).
+    """
     dialect = conn.dialect
     text_, defaults = q.compiled(dialect.name)
     if defaults:
-        params = {**defaults, **params}
+        params = {**defaults, **(params or {})}
     raw = conn.connection.driver_connection
     dispatch = conn.dispatch
     try:
