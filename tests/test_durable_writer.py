@@ -256,6 +256,8 @@ def test_failure_after_begin_leaves_no_transaction_open(witness, backend) -> Non
             fail[0] = False
             if backend == "postgresql":
                 witness.db.backend.begin_write(conn)  # the lock is held when the failure comes
+            else:
+                conn.connection.driver_connection.execute("BEGIN IMMEDIATE")  # likewise
             raise _hard_error(backend)
 
     event.listen(witness.db.engine, "begin", after_begin)

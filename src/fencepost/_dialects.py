@@ -14,6 +14,7 @@ import random
 import re
 import sqlite3
 import time
+import weakref
 from typing import Any
 
 from sqlalchemy import Table, Text, bindparam, case, event, func, literal, text
@@ -85,9 +86,8 @@ class Backend:
     def read_options(self) -> dict[str, Any]:
         return {}
 
-    def write_options(self) -> dict[str, Any]:
-        """Execution options of the connections that run write transactions."""
-        return {}
+    def write_connection(self, conn: Connection) -> None:
+        """Set up a connection that will run write transactions (once, when it is checked out)."""
 
     def transaction_open(self, dbapi_connection: Any) -> bool:
         """Whether the driver connection has a transaction open (True when it cannot tell)."""
@@ -189,6 +189,9 @@ class SqliteBackend(Backend):
     # Named paramstyle: the executors pass dicts straight to sqlite3.
     driver_dialect = _sqlite_pysqlite.dialect(paramstyle="named")
 
+    def __init__(self) -> None:
+        self._writers: weakref.WeakSet[Any] = weakref.WeakSet()
+
     def configure(self, engine: Engine, *, readonly: bool, options: dict[str, str]) -> None:
         synchronous = options.get("synchronous", "FULL").upper()
         if synchronous not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
@@ -208,15 +211,20 @@ class SqliteBackend(Backend):
             cur.execute(f"PRAGMA synchronous = {synchronous}")
             cur.close()
 
-        @event.listens_for(engine, "begin")
-        def _begin(conn: Connection) -> None:
-            # Straight to the driver (SQLAlchemy's per-statement machinery costs more than the BEGIN
-            # itself on short transactions); errors are re-wrapped so busy still classifies as transient.
-            sql = "BEGIN IMMEDIATE" if conn.get_execution_options().get("fencepost_write") else "BEGIN"
-            try:
-                conn.connection.driver_connection.execute(sql)  # type: ignore[union-attr]
-            except sqlite3.Error as exc:
-                raise DBAPIError.instance(sql, None, exc, sqlite3.Error, dialect=conn.dialect) from None
+        # BEGIN (IMMEDIATE on a write connection) from the dialect's own begin step, straight to
+        # the driver: no "begin" event listener, so SQLAlchemy (and the statement executor) skip
+        # event dispatch entirely while nobody listens. Driver errors are wrapped by SQLAlchemy
+        # as for any statement, so busy still classifies as transient.
+        writers = self._writers
+
+        def do_begin(dbapi_connection: Any) -> None:
+            dbapi_connection.driver_connection.execute("BEGIN IMMEDIATE" if dbapi_connection in writers else "BEGIN")
+
+        engine.dialect.do_begin = do_begin  # type: ignore[method-assign]
+
+    def write_connection(self, conn: Connection) -> None:
+        # The checkout (pool proxy) of a write connection: its transactions take the write lock.
+        self._writers.add(conn.connection)
 
     def transaction_open(self, dbapi_connection: Any) -> bool:
         return bool(dbapi_connection.in_transaction)
@@ -324,10 +332,10 @@ class PostgresBackend(Backend):
     def read_options(self) -> dict[str, Any]:
         return {"isolation_level": "REPEATABLE READ", "postgresql_readonly": True}
 
-    def write_options(self) -> dict[str, Any]:
+    def write_connection(self, conn: Connection) -> None:
         # psycopg leaves transaction control to us on these connections, so begin_write can send
         # BEGIN together with the lock; COMMIT and ROLLBACK still end the transaction as usual.
-        return {"isolation_level": "AUTOCOMMIT"}
+        conn.execution_options(isolation_level="AUTOCOMMIT")
 
     def transaction_open(self, dbapi_connection: Any) -> bool:
         from psycopg.pq import TransactionStatus

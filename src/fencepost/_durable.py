@@ -199,7 +199,6 @@ class Database:
             raise ValueError("unsupported database URL scheme (use sqlite:/// or postgresql://)")
         self.backend.configure(self.engine, readonly=readonly, options=options)
         self._read_options = self.backend.read_options()
-        self._write_options = self.backend.write_options()
         self._local = threading.local()
         self._slots: weakref.WeakSet[_Slot] = weakref.WeakSet()
         self._slots_lock = threading.Lock()
@@ -338,7 +337,8 @@ class Database:
             slot.release()
         conn = self.engine.connect()
         if write:
-            conn.execution_options(fencepost_write=True, **self._write_options)
+            conn.execution_options(fencepost_write=True)
+            self.backend.write_connection(conn)
         elif self._read_options:
             conn.execution_options(**self._read_options)
         slot = _Slot(conn)

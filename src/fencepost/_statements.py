@@ -46,9 +46,8 @@ def run(conn: Connection, q: Sql, params: dict[str, Any] | None) -> Any:
     if defaults:
         params = {**defaults, **(params or {})}
     raw = conn.connection.driver_connection
-    dispatch = conn.dispatch
     try:
-        if dispatch.before_cursor_execute or dispatch.after_cursor_execute:
+        if _observed(conn):
             return _run_observed(conn, raw, text_, params)
         return raw.execute(text_, params)  # type: ignore[union-attr]
     except dialect.loaded_dbapi.Error as exc:
@@ -64,9 +63,8 @@ def run_many(conn: Connection, q: Sql, rows: list[dict[str, Any]]) -> None:
     if defaults:
         rows = [{**defaults, **r} for r in rows]
     raw = conn.connection.driver_connection
-    dispatch = conn.dispatch
     try:
-        if dispatch.before_cursor_execute or dispatch.after_cursor_execute:
+        if _observed(conn):
             _run_observed(conn, raw, text_, rows, many=True)
             return
         cursor = raw.cursor()  # type: ignore[union-attr]
@@ -77,6 +75,19 @@ def run_many(conn: Connection, q: Sql, rows: list[dict[str, Any]]) -> None:
     except dialect.loaded_dbapi.Error as exc:
         raise DBAPIError.instance(None, None, exc, dialect.loaded_dbapi.Error, hide_parameters=True,
                                   dialect=dialect) from None
+
+
+def _observed(conn: Connection) -> bool:
+    """Whether statement listeners are registered on ``conn`` or its engine.
+
+    SQLAlchemy raises the connection's and the engine's ``_has_events`` flags when any connection
+    event listener is added and checks them before every dispatch of its own; the same check
+    first spares the listener lookups while nobody listens.
+    """
+    if not (conn._has_events or conn.engine._has_events):
+        return False
+    dispatch = conn.dispatch
+    return bool(dispatch.before_cursor_execute or dispatch.after_cursor_execute)
 
 
 def _run_observed(conn: Connection, raw: Any, text_: str, params: Any, *, many: bool = False) -> Any:
