@@ -323,11 +323,9 @@ class PostgresBackend(Backend):
     def begin_write(self, conn: Connection) -> None:
         # One writer per schema, as upstream: revisions and journal positions are allocated
         # in commit order only because every write transaction takes this lock first.
-        if conn.connection.driver_connection.autocommit:  # type: ignore[union-attr]
-            # A write connection (see write_options): psycopg sent no BEGIN; ours goes with the lock.
-            run(conn, self._begin_locked, None)
-        else:
-            run(conn, _PG_WRITE_LOCK, {"schema": self.schema})
+        # Write connections run in the driver's autocommit mode (see write_connection): psycopg
+        # sent no BEGIN, so ours goes with the lock.
+        run(conn, self._begin_locked, None)
 
     def read_options(self) -> dict[str, Any]:
         return {"isolation_level": "REPEATABLE READ", "postgresql_readonly": True}
@@ -461,8 +459,7 @@ class PostgresBackend(Backend):
         return old == 0
 
 
-_PG_WRITE_LOCK_CLASS = 2099
-_PG_WRITE_LOCK = Sql(text(f"SELECT pg_advisory_xact_lock(hashtextextended(:schema, {_PG_WRITE_LOCK_CLASS}))"))
+_PG_WRITE_LOCK_CLASS = 2099  # the advisory lock class of the per-schema write lock
 
 _ARRAY_TYPES = {"TEXT": "text[]", "BIGINT": "bigint[]", "INTEGER": "bigint[]"}
 _unnest_sql: dict[tuple[str, tuple[str, ...]], str | None] = {}

@@ -61,7 +61,6 @@ _OK, _RAISED, _ALONE = "ok", "raised", "alone"
 _SAVEPOINT = "SAVEPOINT fencepost_member"
 _ROLLBACK_TO = "ROLLBACK TO SAVEPOINT fencepost_member"
 _RELEASE = "RELEASE SAVEPOINT fencepost_member"
-_RELEASE_THEN_SAVEPOINT = (_RELEASE, _SAVEPOINT)
 
 # States of a queued call.
 _QUEUED, _TAKEN, _LEAD, _ANSWERED = 0, 1, 2, 3
@@ -220,10 +219,10 @@ class GroupCommit:
                 raw = conn.connection.dbapi_connection
                 # A member's savepoint is released just before the next member's is set (one round
                 # trip where the driver joins statements); COMMIT releases the last one.
-                opening: Any = _SAVEPOINT
-                release_then_open: Any = (
-                    "; ".join(_RELEASE_THEN_SAVEPOINT) if db.backend.joins_statements else _RELEASE_THEN_SAVEPOINT
-                )
+                open_only = (_SAVEPOINT,)
+                release_then_open = ((f"{_RELEASE}; {_SAVEPOINT}",) if db.backend.joins_statements
+                                     else (_RELEASE, _SAVEPOINT))
+                opening = open_only
                 try:
                     while len(taken) + 1 < MAX_MEMBERS:
                         with self._lock:
@@ -234,7 +233,7 @@ class GroupCommit:
                             taken.append(call)
                         call.outcome = call.context.run(self._member, conn, raw, call.fn, opening)
                         held = call.outcome[0] == _OK  # a failed member's savepoint is already gone
-                        opening = release_then_open if held else _SAVEPOINT
+                        opening = release_then_open if held else open_only
                 except _Broken:
                     db._settle(conn, trans, True, None)
                     return (_ALONE, None, [])  # the finally answers every taken call: run alone
@@ -275,19 +274,17 @@ class GroupCommit:
                     call.event.set()
 
     # ------------------------------------------------------------------ one body
-    def _member(self, conn: Connection, raw: Any, fn: Callable[[Connection], Any], opening: Any) -> Outcome:
+    def _member(self, conn: Connection, raw: Any, fn: Callable[[Connection], Any],
+                opening: tuple[str, ...]) -> Outcome:
         """Run a queued body behind its savepoint, in its caller's context (``Context.run``).
 
-        ``opening`` sets the savepoint: one statement, or a tuple run in turn (the previous
-        member's release first). A body that succeeded leaves its savepoint for the next opening
+        ``opening`` are the statements that set the savepoint (the previous member's release
+        first, when it left one). A body that succeeded leaves its savepoint for the next opening
         or the COMMIT to release; a failed one is rolled back to it and released here.
         """
         try:
-            if type(opening) is tuple:
-                for statement in opening:
-                    raw.execute(statement)
-            else:
-                raw.execute(opening)
+            for statement in opening:
+                raw.execute(statement)
         except Exception as exc:
             raise _Broken from exc
         txn = Txn(conn, True)

@@ -247,8 +247,8 @@ def test_an_injected_strategy_that_refines_the_guard_is_still_asked(db_url: str)
 
 
 def test_the_built_in_fence_check_and_the_head_lookup_are_one_statement(store: fencepost.Store) -> None:
-    """A fenced append by the holder sends two statements (fence check with heads, then the insert),
-    one more than nothing; a refused one sends only the first, and writes nothing."""
+    """A fenced append by the holder sends two journal statements (the fence check with the heads,
+    then the insert); a refused one sends only the first, and writes nothing."""
     seen: list[str] = []
 
     def on_before(_conn, _cursor, statement, parameters, _context, _many):
