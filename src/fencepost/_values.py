@@ -52,6 +52,9 @@ def text_problem(text: str) -> str | None:
 
 def identifier_problem(value: object) -> str | None:
     """Why ``value`` is not a durable identifier (1..1024 UTF-16 units, no NUL, no lone surrogate)."""
+    # Nearly every identifier is short ASCII: one UTF-16 unit per character, no surrogate possible.
+    if type(value) is str and value.isascii() and 0 < len(value) <= MAXIMUM_IDENTIFIER_UNITS and "\x00" not in value:
+        return None
     if type(value) is not str:
         return "must be a string"
     if not value:

@@ -78,6 +78,26 @@ def test_fact_redaction_keeps_structure_and_still_redacts_free_text() -> None:
     assert DEFAULT(payload)["runId"] == REDACTED_API_KEY
 
 
+def test_a_fact_that_is_not_durable_is_refused_without_a_second_walk() -> None:
+    """The fact redactor checks durability itself (the append path does not walk its output again):
+    a NUL in a structural member, a non-finite number or a non-JSON value elsewhere is refused."""
+    import math
+
+    import pytest
+
+    from fencepost.errors import JournalError
+    from fencepost.journal._append import prepare
+
+    ok = {"runId": "r", "owner": A.to_json(), "grantedAtMs": 1}
+    assert prepare(ok, "payload", DEFAULT.fact) == '{"grantedAtMs":1,"owner":{"hostId":"host-a","nonce":"owner-a",' \
+        '"pid":101},"runId":"r"}'
+    for bad in ({**ok, "runId": "r\x00"}, {**ok, "owner": {"hostId": "h\x00", "pid": 1, "nonce": "n"}},
+                {**ok, "cutoffMs": math.inf}, {**ok, "cause": {"x": {1, 2}}}, [math.nan]):
+        with pytest.raises(JournalError) as caught:
+            prepare(bad, "payload", DEFAULT.fact)
+        assert caught.value.code == "invalid_event" and "payload" in str(caught.value)
+
+
 def test_a_public_append_that_imitates_a_fact_is_redacted_as_usual(store: fencepost.Store) -> None:
     """The structural exception is the run store's own facts only, never a caller's entry."""
     store.journal.append_unfenced("elsewhere", "flows.consensus.claimed",
