@@ -2,7 +2,7 @@
 
 Per run: ``claim_and_own``, 3 x ``heartbeat``, ``transition_owned(..., "completed")``, each its own
 write transaction (5 transactions, 3 journal facts). The baseline runs the *same statement texts*
-(our compiled statements, the journal's four statements per fact, the same entry hashing) through
+(our compiled statements, the journal's head lookup and insert per fact, the same entry hashing) through
 the raw driver (``sqlite3`` / ``psycopg``) on an identically migrated database, with the same
 transaction boundaries (SQLite ``BEGIN IMMEDIATE``; PostgreSQL the per-schema advisory lock).
 Reps are interleaved (ours, raw, ours, raw, ...) and the median of the per-rep ratios is printed.
@@ -32,23 +32,15 @@ from fencepost import OwnerId, RunSnapshot
 from fencepost._values import encode_json
 from fencepost.clock import ManualClock
 from fencepost.journal import _append, companion_stream
+from fencepost.journal import _sql as jsql
 from fencepost.journal import consensus as cs
 from fencepost.runstore import _sql as q
 
 OWNER = OwnerId("bench-host", 4242, "bench-nonce")
 PENDING = RunSnapshot("pending", None, None)
 
-# The journal's statements for one fact (what Journal.append_in executes), as plain SQL.
-J_MAX_SOURCE = ("SELECT max(source_seq) FROM flows_journal_events WHERE run_id = {p}run_id{s} "
-                "AND source_id = {p}source_id{s}")
-J_LAST_STREAM = ("SELECT seq, entry_hash FROM flows_journal_events WHERE run_id = {p}run_id{s} "
-                 "ORDER BY seq DESC LIMIT 1")
-J_LAST_LOG = "SELECT position, entry_hash FROM flows_journal_events ORDER BY position DESC LIMIT 1"
-J_INSERT = ("INSERT INTO flows_journal_events (run_id, seq, event_id, source_id, source_seq, emitted_at_ms, "
-            "event_type, payload_json, meta_json, content_hash, position, stream_prev_hash, log_prev_hash, "
-            "entry_hash) VALUES ({p}run_id{s}, {p}seq{s}, {p}event_id{s}, {p}source_id{s}, {p}source_seq{s}, "
-            "{p}emitted_at_ms{s}, {p}event_type{s}, {p}payload_json{s}, {p}meta_json{s}, {p}content_hash{s}, "
-            "{p}position{s}, {p}stream_prev_hash{s}, {p}log_prev_hash{s}, {p}entry_hash{s})")
+# The journal's statements for one fact (what Journal.append_in executes): the head lookup and the insert.
+J_HEADS, J_INSERT = jsql.HEADS, jsql.INSERT
 
 
 class Raw:
@@ -58,8 +50,8 @@ class Raw:
         self.kind = kind
         self.conn = conn
         self.schema = schema
-        p, s = (":", "") if kind == "sqlite" else ("%(", ")s")
-        self.j = [t.format(p=p, s=s) for t in (J_MAX_SOURCE, J_LAST_STREAM, J_LAST_LOG, J_INSERT)]
+        self.heads, self.head_defaults = J_HEADS.compiled(kind)  # (its LIMIT 1s are bound parameters)
+        self.insert = self.sql(J_INSERT)
 
     def sql(self, stmt: Any) -> str:
         return stmt.compiled(self.kind)[0]
@@ -79,21 +71,20 @@ class Raw:
         payload = encode_json({"runId": run_id, "owner": OWNER.to_json(), "grantedAtMs": granted})
         meta = encode_json({"runId": run_id})
         etype = f"flows.consensus.{kind}"
-        last_source = c.execute(self.j[0], {"run_id": stream, "source_id": "flows.run-store"}).fetchone()[0]
+        last_seq, stream_prev, last_pos, log_prev, last_source = c.execute(
+            self.heads, {**self.head_defaults, "run_id": stream, "source_id": "flows.run-store"}).fetchone()
         source_seq = 0 if last_source is None else last_source + 1
-        last = c.execute(self.j[1], {"run_id": stream}).fetchone()
-        head = c.execute(self.j[2]).fetchone()
         row = {
-            "run_id": stream, "seq": 0 if last is None else last[0] + 1,
+            "run_id": stream, "seq": 0 if last_seq is None else last_seq + 1,
             "event_id": _append.event_id_for(stream, "flows.run-store", source_seq), "source_id": "flows.run-store",
             "source_seq": source_seq, "emitted_at_ms": now, "event_type": etype, "payload_json": payload,
             "meta_json": meta, "content_hash": _append.content_hash(etype, payload, meta),
-            "position": 1 if head is None else head[0] + 1,
-            "stream_prev_hash": _append.ZERO_HASH if last is None else last[1],
-            "log_prev_hash": _append.ZERO_HASH if head is None else head[1],
+            "position": 1 if last_pos is None else last_pos + 1,
+            "stream_prev_hash": stream_prev or _append.ZERO_HASH,
+            "log_prev_hash": log_prev or _append.ZERO_HASH,
         }
         row["entry_hash"] = _append.entry_hash(row)
-        c.execute(self.j[3], row)
+        c.execute(self.insert, row)
 
     def one_run(self, run_id: str, now: int) -> None:
         c, o = self.conn, {"o_host": OWNER.host_id, "o_pid": OWNER.pid, "o_nonce": OWNER.nonce}
@@ -116,6 +107,7 @@ class Raw:
         # transition_owned -> completed
         self.begin()
         c.execute(self.sql(cs.GUARD), {"run_id": run_id, **o}).fetchone()
+        c.execute(self.sql(q.SELECT_GUARDED), {"run_id": run_id}).fetchone()  # the claim a settle drops
         c.execute(self.sql(q.TRANSITION_SETTLE), {"run_id": run_id, "state_json": '{"done":true}', "guard": 0,
                                                   "failure_json": None,
                                                   "to": "completed", "finished": now, **o}).fetchone()
