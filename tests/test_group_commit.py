@@ -562,3 +562,48 @@ def test_a_caller_interrupted_just_as_it_is_handed_the_lead_passes_it_on(store, 
     assert isinstance(outcomes["victim"], KeyboardInterrupt)
     assert outcomes["leader"] == "leader" and not isinstance(outcomes["next"], BaseException)
     assert _run_ids(store) == {"leader", "next"}
+
+
+def test_a_new_leader_yields_until_the_last_groups_callers_are_back_and_a_lone_writer_never_yields(
+        store, monkeypatch):
+    """Before a group begins, its leader yields the interpreter (``time.sleep(0)``) at most once per
+    caller the last group took, and stops as soon as that many are queued; a process whose writes
+    never overlap never yields. The calls of such a gathered group still share one COMMIT."""
+    from fencepost import _group
+
+    group = store.db._group
+    sleeps: list[float] = []
+    real_sleep = time.sleep
+    # (``time`` is the shared module: record the zero-second yields only, not the test's own waits)
+    monkeypatch.setattr(_group.time, "sleep", lambda s: (s == 0 and sleeps.append(s), real_sleep(s)))
+    for i in range(5):  # one thread: every group is its leader alone
+        store.db.write(_insert(f"alone-{i}"))
+    assert sleeps == [] and group._last_members == 0
+
+    group._last_members = 3  # as after a group of four: nobody comes back here, so it yields three times
+    store.db.write(_insert("after-a-group"))
+    assert sleeps == [0, 0, 0]
+    assert group._last_members == 0
+
+    # Callers already queued when the lead passes: no yield at all.
+    sleeps.clear()
+    commits = _commits(store)
+    outcomes: dict[str, object] = {}
+    call = _recorder(store, outcomes)
+    leader = threading.Thread(target=call, args=("leader", _hold_until_queued(store, 3)))
+    leader.start()
+    while group._group is None:
+        real_sleep(0.001)
+    followers = [threading.Thread(target=call, args=(f"f-{i}", _insert(f"f-{i}"))) for i in range(3)]
+    for t in followers:
+        t.start()
+    for t in [leader, *followers]:
+        t.join(60)
+    assert len(commits) == 1 and group._last_members == 3
+    group._queue.extend([object()] * 3)  # three callers back in the queue before the next leader starts
+    try:
+        group._gather()
+    finally:
+        group._queue.clear()
+    assert sleeps == []
+    assert _run_ids(store) >= {"leader", "f-0", "f-1", "f-2"}

@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextvars
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -121,6 +122,8 @@ class GroupCommit:
         self._lock = threading.Lock()
         self._queue: deque[_Call] = deque()
         self._leading = False
+        # Calls the last group took besides its leader's own: how many are likely to come back.
+        self._last_members = 0
         # The connection of the group transaction while one is open (tests watch it).
         self._group: Connection | None = None
 
@@ -154,6 +157,7 @@ class GroupCommit:
                     leading = call.state == _LEAD  # handed the lead: lead the next group
                     outcome = call.outcome
                 if leading:
+                    self._gather()
                     outcome = self._run_group(fn, taken)
             except BaseException:
                 if call is not None:
@@ -169,6 +173,21 @@ class GroupCommit:
                 self._end_group(taken)
         return self._answer(fn, outcome)
 
+    def _gather(self) -> None:
+        """Before a group begins, let the callers the last group answered queue again.
+
+        Answered callers return to their own code and come back with their next write. Started
+        while they are still on their way, the group would hand the interpreter lock back and
+        forth with them at every statement it sends; yielding it up to once per expected caller
+        lets them queue first, so the group runs uncontended and takes them all. A process with
+        one writing thread never yields (the last group took nobody else).
+        """
+        expected = self._last_members
+        for _ in range(expected):
+            if len(self._queue) >= expected:
+                return
+            time.sleep(0)
+
     def _pass_lead(self) -> None:
         """Holding ``_lock``: hand the lead to the first queued call, or drop it."""
         if self._queue:
@@ -182,6 +201,7 @@ class GroupCommit:
     def _end_group(self, taken: list[_Call]) -> None:
         """After leading: answer any call the group took but did not answer, pass the lead on."""
         self._answer_all(taken, alone=True)  # whatever ended the group early: nothing of it committed
+        self._last_members = len(taken)
         with self._lock:
             self._pass_lead()
 
