@@ -1,8 +1,8 @@
-"""Migrations 3001 and 3002 create exactly the builder tables ``projections._sql`` declares, on both backends."""
+"""Migrations 3001 to 3003 create exactly the builder tables ``projections._sql`` declares, on both backends."""
 
 from __future__ import annotations
 
-from sqlalchemy import inspect
+from sqlalchemy import inspect, text
 
 from fencepost._durable import Database
 from fencepost._migrations import migrate
@@ -12,7 +12,7 @@ from fencepost.projections import _sql
 def test_projection_migration_matches_the_declared_tables(db_url):
     db = Database(db_url)
     try:
-        assert migrate(db, ("projections",)) == [3001, 3002]
+        assert migrate(db, ("projections",)) == [3001, 3002, 3003]
         assert migrate(db, ("projections",)) == []  # idempotent
 
         def reflect(conn):
@@ -66,5 +66,53 @@ def test_a_target_built_before_3002_keeps_its_projection_and_is_upgraded_by_the_
         with ProjectionBuilder(store, target_url, RunsByStatus()) as builder:
             assert builder.catch_up().applied == 1
             assert 3002 in _migrations.applied(builder.target)
+    finally:
+        store.close()
+
+
+def test_held_revisions_survive_3003_and_sqlite_keeps_them_without_rowid(db_url, make_db_url, monkeypatch):
+    """A target built before 3003: the next builder applies it, every held revision is kept (a page
+    of already-applied updates is still rejected as stale), and on SQLite the builder's revision
+    tables and the built-in projections' tables are stored WITHOUT ROWID."""
+    import fencepost
+    from fencepost import _migrations
+    from fencepost.projections import OwnershipHistory, ProjectionBuilder, RunsByStatus
+    from tests.projections import _runs
+
+    shipped = _migrations.discover
+    store = fencepost.open(db_url)
+    target_url = make_db_url()
+    try:
+        store.db.write(lambda conn: [_runs.create(conn, f"old-{i}", i) for i in range(5)])
+        monkeypatch.setattr(_migrations, "discover", lambda *a, **k: [m for m in shipped(*a, **k) if m.id != 3003])
+        with ProjectionBuilder(store, target_url, RunsByStatus()) as builder:
+            assert builder.catch_up().applied == 5
+            assert 3003 not in _migrations.applied(builder.target)
+            held = builder.target.read(lambda conn: sorted(conn.execute(text(
+                "SELECT name, run_id, source, revision FROM projection_run_revisions")).all()))
+        monkeypatch.undo()
+        assert len(held) == 5
+
+        with ProjectionBuilder(store, target_url, RunsByStatus()) as builder:
+            assert builder.catch_up().applied == 0
+            target = builder.target
+            assert 3003 in _migrations.applied(target)
+            assert target.read(lambda conn: sorted(conn.execute(text(
+                "SELECT name, run_id, source, revision FROM projection_run_revisions")).all())) == held
+            # Replaying the first page against the kept revisions: every update is stale.
+            assert builder._write(lambda conn: builder._apply_in(
+                conn, builder._shares[0], held[0][2], store.feed.changes_with_snapshots(
+                    fencepost.changefeed.Position(held[0][2], 0), 5).snapshots, shadow=False)) == (0, 5)
+            store.db.write(lambda conn: _runs.create(conn, "new-0", 9))
+            assert builder.catch_up().applied == 1
+        with ProjectionBuilder(store, target_url, OwnershipHistory()) as history:
+            history.catch_up()
+            if target.backend.name == "sqlite":
+                ddl = dict(history.target.read(lambda conn: conn.execute(text(
+                    "SELECT name, sql FROM sqlite_master WHERE type = 'table'")).all()))
+                for name in ("projection_run_revisions", "projection_run_revisions_shadow",
+                             "projection_runs_by_status", "projection_runs_by_status__shadow",
+                             "projection_ownership_history", "projection_ownership_history__shadow"):
+                    assert ddl[name].rstrip().endswith("WITHOUT ROWID"), name
     finally:
         store.close()

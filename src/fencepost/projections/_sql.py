@@ -66,6 +66,7 @@ def _revisions_table(name: str) -> Table:
         Column("run_id", Text, primary_key=True),
         Column("source", Text, nullable=False),
         Column("revision", Int, nullable=False),
+        sqlite_with_rowid=False,  # migration 3003
     )
 
 
