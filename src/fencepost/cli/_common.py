@@ -5,6 +5,7 @@ Output formats (``--format``/``--json``) live in ``cli._output``.
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import threading
@@ -320,6 +321,42 @@ def fail(message: str) -> click.ClickException:
 INTERRUPTED = 130
 
 
+class StopRelay:
+    """Sets ``event`` on behalf of signal handlers, without taking the event's lock in the handler.
+
+    A Python signal handler runs in the main thread between two of its bytecodes, so a handler
+    that calls ``event.set()`` deadlocks when the main thread already holds the event's lock: a
+    second signal (Ctrl-C, then the SIGTERM a supervisor sends) arriving while the first handler
+    is inside ``set()``, or a signal arriving while the main thread is inside ``event.wait()``.
+    ``trigger`` (the handler) only writes a byte to a pipe; a small daemon thread reads it and sets
+    the event.
+    """
+
+    def __init__(self, event: threading.Event) -> None:
+        self.event = event
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._write, False)
+        self._thread = threading.Thread(target=self._relay, daemon=True, name="fencepost-stop-relay")
+        self._thread.start()
+
+    def trigger(self, *_: object) -> None:
+        """The signal handler: ask for the event to be set (async-signal-safe, never blocks)."""
+        try:
+            os.write(self._write, b"\0")
+        except OSError:  # a full pipe already holds a request; a closed one belongs to a finished loop
+            pass
+
+    def _relay(self) -> None:
+        while os.read(self._read, 64):  # empty: the write end was closed
+            self.event.set()
+        os.close(self._read)
+
+    def close(self) -> None:
+        """Stop relaying (a request already written is still relayed first)."""
+        os.close(self._write)
+        self._thread.join(timeout=5)
+
+
 @contextmanager
 def stop_on_signals() -> Iterator[threading.Event]:
     """An event set by SIGTERM or the first Ctrl-C, for a loop that stops gracefully.
@@ -329,14 +366,15 @@ def stop_on_signals() -> Iterator[threading.Event]:
     job) keeps ignoring it. Only the main thread may install the handlers.
     """
     stop = threading.Event()
+    relay = StopRelay(stop)
     interrupted: list[bool] = []
 
     def on_interrupt(*_: object) -> None:
         interrupted.append(True)
-        stop.set()
+        relay.trigger()
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
-    previous_term = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    previous_term = signal.signal(signal.SIGTERM, relay.trigger)
     previous_int = signal.getsignal(signal.SIGINT)
     if previous_int is not signal.SIG_IGN:
         signal.signal(signal.SIGINT, on_interrupt)
@@ -347,6 +385,7 @@ def stop_on_signals() -> Iterator[threading.Event]:
     finally:
         signal.signal(signal.SIGTERM, previous_term)
         signal.signal(signal.SIGINT, previous_int)
+        relay.close()
     if interrupted:
         raise SystemExit(INTERRUPTED)
 

@@ -13,7 +13,7 @@ from typing import Any
 import click
 import msgspec
 
-from fencepost.cli._common import CliContext, console, table
+from fencepost.cli._common import CliContext, StopRelay, console, table
 
 
 def load_task(ref: str, import_dir: str | None = None) -> Any:
@@ -61,8 +61,9 @@ def worker_process(url: str | dict[str, str], task: str, concurrency: int, until
     from fencepost.worker import Worker
 
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    relay = StopRelay(stop)  # a handler that sets the event itself can deadlock on a second signal
+    signal.signal(signal.SIGTERM, relay.trigger)
+    signal.signal(signal.SIGINT, relay.trigger)
     clock = ScaledClock(*clock_spec) if clock_spec else None
     # One URL: one store. A mapping of name to URL: a shard set, which the Worker sweeps shard by shard.
     opened = fencepost.open_shards(url, clock=clock) if isinstance(url, dict) else fencepost.open(url, clock=clock)
