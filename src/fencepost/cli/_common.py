@@ -341,9 +341,11 @@ class StopRelay:
 
     def trigger(self, *_: object) -> None:
         """The signal handler: ask for the event to be set (async-signal-safe, never blocks)."""
+        if self._write < 0:
+            return  # closed: its descriptor number may already name another file
         try:
             os.write(self._write, b"\0")
-        except OSError:  # a full pipe already holds a request; a closed one belongs to a finished loop
+        except OSError:  # a full pipe already holds a request
             pass
 
     def _relay(self) -> None:
@@ -353,7 +355,8 @@ class StopRelay:
 
     def close(self) -> None:
         """Stop relaying (a request already written is still relayed first)."""
-        os.close(self._write)
+        fd, self._write = self._write, -1
+        os.close(fd)
         self._thread.join(timeout=5)
 
 

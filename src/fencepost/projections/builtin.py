@@ -67,7 +67,7 @@ class RunsByStatus:
             Column("cancel_acknowledged_at_ms", Int),
             Column("source", Text, nullable=False),
             Column("revision", Int, nullable=False),
-            # Written and looked up by its key: on SQLite the key is the table (one b-tree per row).
+            # Written by its key: on SQLite the key is the table itself (one b-tree fewer per row).
             sqlite_with_rowid=False,
         )
         Index(f"{table}_status_idx", self.table.c.status, self.table.c.created_at_ms, self.table.c.run_id)
@@ -194,7 +194,7 @@ class OwnershipHistory:
             Column("closed_by", Text),
             Column("closed_at_ms", Int),
             Column("source", Text, nullable=False),
-            sqlite_with_rowid=False,  # as RunsByStatus: keyed writes and lookups only
+            sqlite_with_rowid=False,  # as RunsByStatus: rows are written by their key
         )
         Index(f"{table}_owner_idx", self.table.c.owner_host_id, self.table.c.owner_pid, self.table.c.owner_nonce)
         self.tables = (self.table,)
