@@ -121,6 +121,7 @@ class EventStream:
         self.events: queue.Queue[tuple[str, Any, float]] = queue.Queue()
         self._client = httpx.Client(timeout=httpx.Timeout(10.0, read=30.0))
         self._ready = threading.Event()
+        self._socket: Any = None
         self._thread = threading.Thread(target=self._read, args=(base_url,), daemon=True)
         self._thread.start()
         if not self._ready.wait(5):
@@ -133,6 +134,7 @@ class EventStream:
         try:
             with self._client.stream("GET", base_url + "/events") as response:
                 assert response.headers["content-type"].startswith("text/event-stream")
+                self._socket = response.extensions["network_stream"].get_extra_info("socket")
                 event, data = None, []
                 for line in response.iter_lines():
                     if line.startswith("event: "):
@@ -165,7 +167,22 @@ class EventStream:
                 return name, data, at
 
     def close(self) -> None:
+        """Hang up now, as a closed tab does.
+
+        Closing the client alone only closes the socket's descriptor: the reader thread is still
+        blocked in ``recv`` on it, so the kernel sends nothing to the server until the next frame
+        arrives (up to a stats interval later). Shutting the socket down sends the FIN at once and
+        wakes the reader.
+        """
+        import socket
+
+        if self._socket is not None:
+            try:
+                self._socket.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # the server already closed it
         self._client.close()
+        self._thread.join(5)
 
 
 @pytest.fixture
