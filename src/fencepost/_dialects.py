@@ -28,6 +28,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import ColumnElement, FunctionElement
 from sqlalchemy.types import NullType
 
+from fencepost._checkpoint import WRITER_BACKSTOP_PAGES, Checkpointer
 from fencepost._statements import Sql, run
 
 SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -88,6 +89,12 @@ class Backend:
 
     def write_connection(self, conn: Connection) -> None:
         """Set up a connection that will run write transactions (once, when it is checked out)."""
+
+    def wrote(self) -> None:
+        """A top-level write transaction committed (called on every one: keep it cheap)."""
+
+    def close(self) -> None:
+        """The store's connections are being closed: stop whatever the backend runs beside them."""
 
     def transaction_open(self, dbapi_connection: Any) -> bool:
         """Whether the driver connection has a transaction open (True when it cannot tell)."""
@@ -191,6 +198,8 @@ class SqliteBackend(Backend):
 
     def __init__(self) -> None:
         self._writers: weakref.WeakSet[Any] = weakref.WeakSet()
+        # Writable stores checkpoint the log on a thread of their own (see _checkpoint.py).
+        self.checkpointer: Checkpointer | None = None
 
     def configure(self, engine: Engine, *, readonly: bool, options: dict[str, str]) -> None:
         synchronous = options.get("synchronous", "FULL").upper()
@@ -209,6 +218,9 @@ class SqliteBackend(Backend):
             if not readonly:
                 _ensure_wal(cur, busy_ms)
             cur.execute(f"PRAGMA synchronous = {synchronous}")
+            if not readonly:
+                # The checkpoint thread copies the log; a writer only does when it falls far behind.
+                cur.execute(f"PRAGMA wal_autocheckpoint = {WRITER_BACKSTOP_PAGES}")
             cur.close()
 
         # BEGIN (IMMEDIATE on a write connection) from the dialect's own begin step, straight to
@@ -221,10 +233,20 @@ class SqliteBackend(Backend):
             dbapi_connection.driver_connection.execute("BEGIN IMMEDIATE" if dbapi_connection in writers else "BEGIN")
 
         engine.dialect.do_begin = do_begin  # type: ignore[method-assign]
+        if not readonly and engine.url.database:
+            self.checkpointer = Checkpointer(engine.url.database, synchronous)
 
     def write_connection(self, conn: Connection) -> None:
         # The checkout (pool proxy) of a write connection: its transactions take the write lock.
         self._writers.add(conn.connection)
+
+    def wrote(self) -> None:
+        if self.checkpointer is not None:
+            self.checkpointer.wrote()
+
+    def close(self) -> None:
+        if self.checkpointer is not None:
+            self.checkpointer.close()
 
     def transaction_open(self, dbapi_connection: Any) -> bool:
         return bool(dbapi_connection.in_transaction)

@@ -263,9 +263,9 @@ class Database:
                     raise
                 failure = self._failure(exc)
             raise failure  # outside the handler: the driver's exception is not kept as context
-        if self._group is not None:
-            return self._group.write(fn)
-        return self._run(fn, write=True)
+        result = self._group.write(fn) if self._group is not None else self._run(fn, write=True)
+        self.backend.wrote()
+        return result
 
     def read(self, fn: Callable[[Connection], T]) -> T:
         """Run ``fn(conn)`` in one read-only snapshot (or inside the caller's open transaction)."""
@@ -453,6 +453,7 @@ class Database:
             # transaction ends and the thread drops it (this dispose forgets it below).
             slot.release_if_idle()
         self._local = threading.local()
+        self.backend.close()
         # In a forked child the pooled connections are the parent's sessions: forget, never close.
         self.engine.dispose(close=self._pid == os.getpid())
 

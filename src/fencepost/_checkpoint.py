@@ -1,0 +1,104 @@
+"""SQLite WAL checkpoints on a background thread instead of inside a writer's COMMIT.
+
+A SQLite writer in WAL mode checkpoints by itself: the COMMIT that takes the log past 1000 pages
+also copies the log into the database file and syncs both, and its caller waits for all of it
+(tens of milliseconds, one commit in a few hundred). A store opened writable lets a thread of its
+own do that work instead: a short while after writes, it runs a passive checkpoint on its own
+connection. A passive checkpoint never blocks a writer or a reader, and it runs outside Python's
+interpreter lock, so the writers go on meanwhile.
+
+Durability does not depend on checkpoints: a committed transaction is in the log, synced as the
+store's ``synchronous`` setting says, whether or not it was copied yet. A checkpoint that fails (a
+full disk, a file made read-only) leaves the log as it was and is tried again after the next write.
+Writers keep a backstop: a log past ``WRITER_BACKSTOP_PAGES`` pages is checkpointed by the writer
+that takes it there, as SQLite does by default, so the log stays bounded when the thread cannot
+keep up (writes back to back leave a passive checkpoint always a little behind, and the log only
+starts over once a checkpoint has caught up).
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+
+from fencepost._txn import PROCESS
+
+log = logging.getLogger("fencepost.sqlite")
+
+#: Log pages at which a writer checkpoints by itself (SQLite's own default is 1000).
+WRITER_BACKSTOP_PAGES = 4000
+#: Seconds the thread lets writes gather before it checkpoints them.
+INTERVAL_S = 0.1
+
+
+class Checkpointer:
+    """One background checkpoint thread per writable SQLite store (per process), started by a write."""
+
+    def __init__(self, path: str, synchronous: str) -> None:
+        self._path = path
+        self._synchronous = synchronous
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._pid = -1
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        #: Checkpoints run and failed (read by tests and diagnostics).
+        self.passes = 0
+        self.failures = 0
+
+    def wrote(self) -> None:
+        """A write committed: checkpoint soon. Called on every commit, so the usual case is one check."""
+        if self._wake.is_set() and self._pid == PROCESS.pid:
+            return
+        with self._lock:
+            if self._pid != PROCESS.pid or self._thread is None:
+                # First write, after ``close``, or in a forked child (the parent's thread is not ours).
+                self._pid = PROCESS.pid
+                self._wake = threading.Event()
+                self._stop = threading.Event()
+                self._thread = threading.Thread(target=self._run, args=(self._wake, self._stop),
+                                                name="fencepost-checkpoint", daemon=True)
+                self._thread.start()
+            self._wake.set()
+
+    def close(self) -> None:
+        """Stop the thread (a checkpoint under way finishes first); a later write starts a new one."""
+        with self._lock:
+            thread, self._thread = self._thread, None
+            if thread is None or self._pid != PROCESS.pid:
+                return
+            self._stop.set()
+            self._wake.set()
+        if thread is not threading.current_thread():
+            thread.join(10)
+
+    @property
+    def running(self) -> bool:
+        thread = self._thread
+        return thread is not None and thread.is_alive() and self._pid == PROCESS.pid
+
+    def _run(self, wake: threading.Event, stop: threading.Event) -> None:
+        conn: sqlite3.Connection | None = None
+        try:
+            while True:
+                wake.wait()
+                if stop.wait(INTERVAL_S):
+                    return
+                wake.clear()  # before the checkpoint: a commit during it asks for the next one
+                try:
+                    if conn is None:
+                        conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+                        conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    self.passes += 1
+                except sqlite3.Error as exc:
+                    # The log keeps every frame; the next write asks again. The code only: no values.
+                    self.failures += 1
+                    log.debug("background checkpoint failed (%s)", getattr(exc, "sqlite_errorname", "no code"))
+                    if conn is not None:
+                        conn.close()
+                        conn = None
+        finally:
+            if conn is not None:
+                conn.close()

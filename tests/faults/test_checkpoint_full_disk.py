@@ -1,0 +1,59 @@
+"""A background checkpoint on a real full disk: the write it could not copy stays durable."""
+
+from __future__ import annotations
+
+import errno
+import os
+import sqlite3
+
+import pytest
+
+import fencepost
+from fencepost import _checkpoint
+from tests.test_checkpoint import in_database_file, wait_for
+
+from .conftest import BIG_STATE
+
+
+def test_a_checkpoint_that_meets_a_full_disk_leaves_the_write_durable_and_resumes(small_disk, monkeypatch) -> None:
+    """A real full disk (tmpfs): the committed write stays readable from the log, the store keeps
+    working, and once space is back the next checkpoint copies everything."""
+    if not small_disk.mounted:
+        pytest.skip("needs a real small filesystem (root and mount)")
+    monkeypatch.setattr(_checkpoint, "INTERVAL_S", 0.3)
+    path = small_disk.root / "flows.db"
+    with fencepost.open(f"sqlite:///{path}") as store:
+        checkpointer = store.db.backend.checkpointer
+        # Grow the log (its file keeps its size once written), let it be copied and start over.
+        for i in range(8):
+            store.runs.create(f"big-{i}", BIG_STATE)
+        assert wait_for(lambda: in_database_file(path, "big-7"))
+        store.runs.create("restart", '{"n": 1}')  # the first write after a full copy starts the log over
+        assert wait_for(lambda: in_database_file(path, "restart"))
+        # Fill the disk: the log's file has room, the database file cannot grow.
+        ballast = small_disk.root / "ballast"
+        fd = os.open(ballast, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        try:
+            size = 65536
+            while size:
+                try:
+                    os.write(fd, b"\0" * size)
+                except OSError as exc:
+                    assert exc.errno == errno.ENOSPC
+                    size //= 2
+        finally:
+            os.close(fd)
+        failures = checkpointer.failures
+        store.runs.create("on-full-disk", BIG_STATE)  # new pages: copying it needs space
+        assert wait_for(lambda: checkpointer.failures > failures)
+        # Committed: read back through the log, by the store and by a connection of its own. (The
+        # file alone is not consistent after a checkpoint that stopped half way: the log completes it.)
+        assert store.runs.get("on-full-disk") is not None
+        with sqlite3.connect(path) as other:
+            assert other.execute("SELECT count(*) FROM flows_runs WHERE run_id = 'on-full-disk'").fetchone()[0] == 1
+        store.runs.create("still-writes", '{"n": 1}')  # the log's file still has room: writes go on
+        ballast.unlink()
+        store.runs.create("after", '{"n": 1}')
+        assert wait_for(lambda: in_database_file(path, "after"))
+        assert in_database_file(path, "on-full-disk") and in_database_file(path, "still-writes")
+        assert checkpointer.running

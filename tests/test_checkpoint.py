@@ -1,0 +1,105 @@
+"""SQLite: the store checkpoints the write-ahead log on a thread of its own, not inside a COMMIT.
+
+Whether a write reached the database file (not only the log) is read from a copy of that file
+alone: SQLite opens the copy without any log, so it holds exactly what was checkpointed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import fencepost
+from fencepost import _checkpoint, _dialects
+
+
+def in_database_file(path: Path, run_id: str) -> bool:
+    """Whether ``run_id``'s row is in the database file itself (the log left out)."""
+    with tempfile.TemporaryDirectory() as elsewhere:  # not on the (maybe full) disk under test
+        copy = Path(elsewhere) / "copy.db"
+        shutil.copyfile(path, copy)
+        conn = sqlite3.connect(copy)
+        try:
+            if not conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'flows_runs'").fetchone()[0]:
+                return False  # not even the store's tables were copied yet
+            return conn.execute("SELECT count(*) FROM flows_runs WHERE run_id = ?", (run_id,)).fetchone()[0] == 1
+        except sqlite3.DatabaseError:
+            return False  # copied while a checkpoint was half way: the file alone is not whole yet
+        finally:
+            conn.close()
+
+
+def wait_for(predicate, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_a_commit_reaches_the_database_file_through_the_store_s_thread(tmp_path: Path) -> None:
+    path = tmp_path / "flows.db"
+    with fencepost.open(f"sqlite:///{path}") as store:
+        checkpointer = store.db.backend.checkpointer
+        before = checkpointer.passes
+        store.runs.create("ck-1", '{"n": 1}')
+        assert not in_database_file(path, "ck-1")  # committed to the log; copied later, off the write path
+        assert wait_for(lambda: checkpointer.passes > before)
+        assert in_database_file(path, "ck-1")
+        assert [t.name for t in threading.enumerate()].count("fencepost-checkpoint") == 1
+
+        def autocheckpoint(conn):
+            return conn.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar()
+
+        # The writer's own checkpoint is only the backstop.
+        assert store.db.write(autocheckpoint) == _checkpoint.WRITER_BACKSTOP_PAGES
+    assert not checkpointer.running  # closing the store stops the thread
+
+
+def test_the_writer_still_checkpoints_when_the_thread_cannot_keep_up(tmp_path: Path, monkeypatch) -> None:
+    """The thread stalled: the log is still bounded, by the writer's backstop."""
+    monkeypatch.setattr(_checkpoint, "INTERVAL_S", 3600.0)
+    monkeypatch.setattr(_dialects, "WRITER_BACKSTOP_PAGES", 40)
+    path = tmp_path / "flows.db"
+    with fencepost.open(f"sqlite:///{path}") as store:
+        for i in range(300):
+            store.runs.create(f"ck-{i}", '{"n": 1}')
+        assert store.db.backend.checkpointer.passes == 0
+        page = 4096
+        # 300 runs take several hundred log pages; the backstop keeps the log near 40.
+        assert os.path.getsize(str(path) + "-wal") < 120 * page
+        assert in_database_file(path, "ck-0")
+
+
+def test_a_forked_child_checkpoints_its_own_writes(tmp_path: Path) -> None:
+    path = tmp_path / "flows.db"
+    with fencepost.open(f"sqlite:///{path}") as store:
+        store.runs.create("parent", '{"n": 1}')  # the parent's thread is running now
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                store.runs.create("child", '{"n": 1}')
+                checkpointer = store.db.backend.checkpointer
+                code = 0 if wait_for(lambda: checkpointer.passes > 0) and checkpointer.running else 2
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert in_database_file(path, "child")
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])
+def test_postgresql_has_no_checkpoint_thread(make_db_url) -> None:
+    with fencepost.open(make_db_url()) as store:
+        store.runs.create("pg-1", '{"n": 1}')
+        assert not hasattr(store.db.backend, "checkpointer")  # the server checkpoints its own log
+        assert "fencepost-checkpoint" not in [t.name for t in threading.enumerate()]
