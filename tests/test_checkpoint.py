@@ -64,6 +64,17 @@ def test_a_commit_reaches_the_database_file_through_the_store_s_thread(tmp_path:
     assert not checkpointer.running  # closing the store stops the thread
 
 
+def test_a_store_dropped_without_close_stops_its_thread(tmp_path: Path) -> None:
+    import gc
+
+    store = fencepost.open(f"sqlite:///{tmp_path / 'flows.db'}")
+    store.runs.create("dropped", '{"n": 1}')
+    thread = next(t for t in threading.enumerate() if t.name == "fencepost-checkpoint")
+    del store
+    gc.collect()
+    assert wait_for(lambda: not thread.is_alive())
+
+
 def test_the_writer_still_checkpoints_when_the_thread_cannot_keep_up(tmp_path: Path, monkeypatch) -> None:
     """The thread stalled: the log is still bounded, by the writer's backstop."""
     monkeypatch.setattr(_checkpoint, "INTERVAL_S", 3600.0)

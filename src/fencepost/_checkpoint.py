@@ -62,15 +62,19 @@ class Checkpointer:
                 self._thread.start()
             self._wake.set()
 
-    def close(self) -> None:
-        """Stop the thread (a checkpoint under way finishes first); a later write starts a new one."""
+    def close(self, wait: bool = True) -> None:
+        """Stop the thread (a checkpoint under way finishes first); a later write starts a new one.
+
+        ``wait=False`` only asks it to stop (for a store dropped without being closed: the garbage
+        collector must not wait for a checkpoint).
+        """
         with self._lock:
             thread, self._thread = self._thread, None
             if thread is None or self._pid != PROCESS.pid:
                 return
             self._stop.set()
             self._wake.set()
-        if thread is not threading.current_thread():
+        if wait and thread is not threading.current_thread():
             thread.join(10)
 
     @property

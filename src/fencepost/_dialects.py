@@ -235,6 +235,8 @@ class SqliteBackend(Backend):
         engine.dialect.do_begin = do_begin  # type: ignore[method-assign]
         if not readonly and engine.url.database:
             self.checkpointer = Checkpointer(engine.url.database, synchronous)
+            # A store dropped without ``close`` does not leave its thread (and connection) behind.
+            weakref.finalize(self, self.checkpointer.close, False)
 
     def write_connection(self, conn: Connection) -> None:
         # The checkout (pool proxy) of a write connection: its transactions take the write lock.
