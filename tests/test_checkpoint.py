@@ -64,6 +64,23 @@ def test_a_commit_reaches_the_database_file_through_the_store_s_thread(tmp_path:
     assert not checkpointer.running  # closing the store stops the thread
 
 
+def test_a_closed_store_that_writes_again_checkpoints_again(tmp_path: Path) -> None:
+    path = tmp_path / "flows.db"
+    store = fencepost.open(f"sqlite:///{path}")
+    store.runs.create("before-close", '{"n": 1}')
+    store.close()
+    checkpointer = store.db.backend.checkpointer
+    assert not checkpointer.running
+    try:
+        passes = checkpointer.passes
+        store.runs.create("after-close", '{"n": 1}')  # a closed store reconnects when used again
+        assert checkpointer.running
+        assert wait_for(lambda: checkpointer.passes > passes)
+        assert in_database_file(path, "after-close")
+    finally:
+        store.close()
+
+
 def test_a_store_dropped_without_close_stops_its_thread(tmp_path: Path) -> None:
     import gc
 
@@ -94,7 +111,15 @@ def test_a_forked_child_checkpoints_its_own_writes(tmp_path: Path) -> None:
     path = tmp_path / "flows.db"
     with fencepost.open(f"sqlite:///{path}") as store:
         store.runs.create("parent", '{"n": 1}')  # the parent's thread is running now
-        pid = os.fork()
+        # Forked while another thread of the parent holds the checkpointer's lock: the child's
+        # copy of it is never released, and the child must not wait for it.
+        held = store.db.backend.checkpointer._lock
+        held.acquire()
+        try:
+            pid = os.fork()
+        finally:
+            if pid != 0:
+                held.release()
         if pid == 0:
             code = 1
             try:
@@ -103,8 +128,14 @@ def test_a_forked_child_checkpoints_its_own_writes(tmp_path: Path) -> None:
                 code = 0 if wait_for(lambda: checkpointer.passes > 0) and checkpointer.running else 2
             finally:
                 os._exit(code)
-        _, status = os.waitpid(pid, 0)
-        assert os.waitstatus_to_exitcode(status) == 0
+        deadline = time.monotonic() + 20
+        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if done[0] == 0:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            raise AssertionError("the child hung on its first write")
+        assert os.waitstatus_to_exitcode(done[1]) == 0
         assert in_database_file(path, "child")
 
 

@@ -49,12 +49,13 @@ class Checkpointer:
 
     def wrote(self) -> None:
         """A write committed: checkpoint soon. Called on every commit, so the usual case is one check."""
-        if self._wake.is_set() and self._pid == PROCESS.pid:
+        if self._pid != PROCESS.pid:
+            self._forked()
+        elif self._wake.is_set():
             return
         with self._lock:
-            if self._pid != PROCESS.pid or self._thread is None:
-                # First write, after ``close``, or in a forked child (the parent's thread is not ours).
-                self._pid = PROCESS.pid
+            if self._thread is None or not self._thread.is_alive():
+                # The first write, or the first after ``close`` (or after the thread died).
                 self._wake = threading.Event()
                 self._stop = threading.Event()
                 self._thread = threading.Thread(target=self._run, args=(self._wake, self._stop),
@@ -62,18 +63,32 @@ class Checkpointer:
                 self._thread.start()
             self._wake.set()
 
+    def _forked(self) -> None:
+        """In a forked child: the parent's thread does not exist here, and its lock may have been
+        held at the fork (it would never be released). Start from nothing."""
+        self._lock = threading.Lock()
+        self._thread = None
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._pid = PROCESS.pid
+
     def close(self, wait: bool = True) -> None:
         """Stop the thread (a checkpoint under way finishes first); a later write starts a new one.
 
         ``wait=False`` only asks it to stop (for a store dropped without being closed: the garbage
         collector must not wait for a checkpoint).
         """
+        if self._pid != PROCESS.pid:
+            return  # a forked child that never wrote: the thread is its parent's
         with self._lock:
             thread, self._thread = self._thread, None
-            if thread is None or self._pid != PROCESS.pid:
+            if thread is None:
                 return
             self._stop.set()
             self._wake.set()
+            # Fresh events: the next write must not find "already asked" and skip starting a thread.
+            self._wake = threading.Event()
+            self._stop = threading.Event()
         if wait and thread is not threading.current_thread():
             thread.join(10)
 
