@@ -145,3 +145,26 @@ def test_postgresql_has_no_checkpoint_thread(make_db_url) -> None:
         store.runs.create("pg-1", '{"n": 1}')
         assert not hasattr(store.db.backend, "checkpointer")  # the server checkpoints its own log
         assert "fencepost-checkpoint" not in [t.name for t in threading.enumerate()]
+
+
+def test_checkpoints_writer_keeps_sqlite_s_own_checkpoints_and_runs_no_thread(tmp_path: Path) -> None:
+    path = tmp_path / "flows.db"
+    with fencepost.open(f"sqlite:///{path}?checkpoints=writer") as store:
+        store.runs.create("w-1", '{"n": 1}')
+        assert store.db.backend.checkpointer is None
+        assert "fencepost-checkpoint" not in [t.name for t in threading.enumerate()]
+
+        def autocheckpoint(conn):
+            return conn.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar()
+
+        assert store.db.write(autocheckpoint) == 1000  # SQLite's default: the writer checkpoints
+
+
+@pytest.mark.parametrize(("option", "field"), [("checkpoints=sometimes", "checkpoints"),
+                                               ("synchronous=sometimes", "synchronous")])
+def test_a_bad_sqlite_option_is_refused_before_anything_is_created(tmp_path: Path, option: str, field: str) -> None:
+    path = tmp_path / "not-yet" / "flows.db"
+    with pytest.raises(ValueError) as caught:
+        fencepost.open(f"sqlite:///{path}?{option}")
+    assert str(caught.value).startswith(field) and "sometimes" not in str(caught.value)
+    assert not path.parent.exists()

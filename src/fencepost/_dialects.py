@@ -188,6 +188,11 @@ def _ensure_wal(cur: sqlite3.Cursor, busy_ms: int) -> None:
         delay = min(delay * 2, 0.1)
 
 
+#: SQLite URL options: ``?synchronous=`` and ``?checkpoints=`` (who copies the log into the file).
+SQLITE_SYNCHRONOUS = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
+SQLITE_CHECKPOINTS = frozenset({"background", "writer"})
+
+
 class SqliteBackend(Backend):
     """Embedded default: one file, WAL, one writer at a time under ``BEGIN IMMEDIATE``."""
 
@@ -203,8 +208,10 @@ class SqliteBackend(Backend):
 
     def configure(self, engine: Engine, *, readonly: bool, options: dict[str, str]) -> None:
         synchronous = options.get("synchronous", "FULL").upper()
-        if synchronous not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
+        if synchronous not in SQLITE_SYNCHRONOUS:
             raise ValueError("synchronous must be one of OFF, NORMAL, FULL, EXTRA")
+        # "writer": SQLite's own default, the commit that fills the log checkpoints it; no thread.
+        background = options.get("checkpoints", "background") == "background"
         busy_ms = int(options.get("busy_timeout_ms", "10000"))
 
         @event.listens_for(engine, "connect")
@@ -218,7 +225,7 @@ class SqliteBackend(Backend):
             if not readonly:
                 _ensure_wal(cur, busy_ms)
             cur.execute(f"PRAGMA synchronous = {synchronous}")
-            if not readonly:
+            if not readonly and background:
                 # The checkpoint thread copies the log; a writer only does when it falls far behind.
                 cur.execute(f"PRAGMA wal_autocheckpoint = {WRITER_BACKSTOP_PAGES}")
             cur.close()
@@ -233,7 +240,7 @@ class SqliteBackend(Backend):
             dbapi_connection.driver_connection.execute("BEGIN IMMEDIATE" if dbapi_connection in writers else "BEGIN")
 
         engine.dialect.do_begin = do_begin  # type: ignore[method-assign]
-        if not readonly and engine.url.database:
+        if not readonly and background and engine.url.database:
             self.checkpointer = Checkpointer(engine.url.database, synchronous)
             # A store dropped without ``close`` does not leave its thread (and connection) behind.
             weakref.finalize(self, self.checkpointer.close, False)

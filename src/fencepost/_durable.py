@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy import create_engine
-from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-from fencepost._dialects import Backend, PostgresBackend, SqliteBackend
+from fencepost._dialects import SQLITE_CHECKPOINTS, SQLITE_SYNCHRONOUS, Backend, PostgresBackend, SqliteBackend
 from fencepost._group import GroupCommit
 from fencepost._txn import PROCESS
 from fencepost._txn import Txn as _Txn
@@ -127,40 +127,56 @@ def redact_url(url: str) -> str:
         return "<unparseable database URL>"
 
 
+def parse_url(url: str) -> tuple[URL, dict[str, str]]:
+    """The driver URL (fencepost's own options taken out) and those options, checked.
+
+    ``ValueError`` names the rule a URL breaks, never the URL (it may hold a password). Nothing is
+    created or connected: ``Database`` checks here before it makes a SQLite file's directory.
+    """
+    # The driver's own parse errors quote the URL (credentials included): name the rule only.
+    # Raised outside the ``except`` so the quoting exception is not even kept as ``__context__``.
+    parsed = None
+    try:
+        parsed = make_url(url)
+        parsed.port  # noqa: B018 - parsed lazily; a non-numeric port fails here, quoting itself
+    except Exception:
+        parsed = None
+    if parsed is None:
+        raise ValueError("database URL could not be parsed")
+    query = dict(parsed.query)
+    options = {k: str(query.pop(k)) for k in ("schema", "synchronous", "busy_timeout_ms", "checkpoints")
+               if k in query}
+    if not options.get("busy_timeout_ms", "0").isdigit():
+        raise ValueError("busy_timeout_ms must be a non-negative integer of milliseconds")
+    if options.get("synchronous", "FULL").upper() not in SQLITE_SYNCHRONOUS:
+        raise ValueError("synchronous must be one of OFF, NORMAL, FULL, EXTRA")
+    if options.get("checkpoints", "background") not in SQLITE_CHECKPOINTS:
+        raise ValueError("checkpoints must be background or writer")
+    backend = parsed.get_backend_name()
+    if backend not in ("sqlite", "postgresql"):
+        raise ValueError("unsupported database URL scheme (use sqlite:/// or postgresql://)")
+    if backend == "sqlite" and (parsed.database or "") in ("", ":memory:"):
+        raise ValueError("an in-memory SQLite URL cannot be shared; use fencepost.testing")
+    return parsed.set(query=query), options
+
+
 class Database:
     """An engine plus the write/read discipline every store shares."""
 
     def __init__(self, url: str | None = None, *, readonly: bool = False, group_commit: bool = True) -> None:
         self.url = resolve_url(url)
-        # The driver's own parse errors quote the URL (credentials included): name the rule only.
-        # Raised outside the ``except`` so the quoting exception is not even kept as ``__context__``.
-        parsed = None
-        try:
-            parsed = make_url(self.url)
-            parsed.port  # noqa: B018 - parsed lazily; a non-numeric port fails here, quoting itself
-        except Exception:
-            parsed = None
-        if parsed is None:
-            raise ValueError("database URL could not be parsed")
-        query = dict(parsed.query)
-        options = {k: str(query.pop(k)) for k in ("schema", "synchronous", "busy_timeout_ms") if k in query}
-        if not options.get("busy_timeout_ms", "0").isdigit():
-            raise ValueError("busy_timeout_ms must be a non-negative integer of milliseconds")
-        parsed = parsed.set(query=query)
+        parsed, options = parse_url(self.url)
         self.readonly = readonly
         backend_name = parsed.get_backend_name()
         if backend_name == "sqlite":
             self.backend: Backend = SqliteBackend()
-            database = parsed.database or ""
-            if database in ("", ":memory:"):
-                raise ValueError("an in-memory SQLite URL cannot be shared; use fencepost.testing")
-            path = Path(database)
+            path = Path(parsed.database or "")  # parse_url refused an empty or in-memory one
             self.path: Path | None = path
             if readonly:
                 if not path.exists():
                     raise DatabaseMissing("database_missing", "open",
                                           open_detail("database_missing", self.where, sqlite=True))
-                parsed = parsed.set(database=f"file:{path}?mode=ro", query={**query, "uri": "true"})
+                parsed = parsed.set(database=f"file:{path}?mode=ro", query={**parsed.query, "uri": "true"})
             else:
                 made = True
                 try:

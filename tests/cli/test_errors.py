@@ -120,3 +120,19 @@ def test_write_commands_on_a_missing_database_do_not_create_one(run_cli, tmp_pat
     result = run_cli(*args)
     assert_one_line_error(result)
     assert not (tmp_path / ".flows").exists()
+
+
+@pytest.mark.parametrize("option", ["checkpoints=sometimes", "synchronous=sometimes", "busy_timeout_ms=soon"])
+def test_a_bad_url_option_is_a_usage_error_that_creates_nothing(run_cli, tmp_path, option):
+    db = tmp_path / "not-yet" / "flows.db"
+    result = run_cli("--db", f"sqlite:///{db}?{option}", "init")
+    assert_one_line_error(result)
+    name, value = option.split("=")
+    assert result.code == 2 and f"--db: {name}" in result.err and value not in result.err
+    assert not db.parent.exists()
+
+
+def test_a_bad_url_is_a_usage_error_naming_which_db(run_cli, tmp_path):
+    result = run_cli("--db", f"sqlite:///{tmp_path / 'a.db'}", "--db", "mysql://x/y", "runs", "list")
+    assert_one_line_error(result)
+    assert result.code == 2 and "--db #2: unsupported database URL scheme" in result.err

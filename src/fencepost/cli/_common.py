@@ -40,12 +40,26 @@ def parse_db(value: str, where: str) -> DbSpec:
     """
     head, sep, tail = value.partition("=")
     if not sep or ":" in head or "/" in head:
-        return DbSpec(None, value)
+        return DbSpec(None, _checked_url(value, where))
     if not _NAME.match(head):
         raise click.UsageError(f"{where}: a store name must be {NAME_RULE} (NAME=URL)")
     if not tail:
         raise click.UsageError(f"{where}: a URL must follow NAME=")
-    return DbSpec(head, tail)
+    return DbSpec(head, _checked_url(tail, where))
+
+
+def _checked_url(url: str, where: str) -> str:
+    """``url`` when it is a database URL fencepost can open; else a usage error naming the rule."""
+    from fencepost._durable import parse_url
+
+    problem = None
+    try:
+        parse_url(url)
+    except ValueError as exc:
+        problem = str(exc)
+    if problem is not None:
+        raise click.UsageError(f"{where}: {problem}")
+    return url
 
 
 def read_shard_file(path: str) -> list[DbSpec]:
