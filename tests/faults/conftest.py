@@ -124,8 +124,9 @@ class SmallDisk:
     def url(self, name: str = "flows.db") -> str:
         return f"sqlite:///{self.root / name}"
 
-    def fill(self, store) -> None:
-        """Leave no free space for ``store``'s next write (its WAL is checkpointed away first)."""
+    def fill(self, store, *, keep_log: bool = False) -> None:
+        """Leave no free space for ``store``'s next write (its WAL is checkpointed away first,
+        unless ``keep_log``: then the log's file keeps the room it has, only the disk is full)."""
         if not self.mounted:
             from fencepost.testing import limit_pages
 
@@ -135,8 +136,9 @@ class SmallDisk:
         import sqlite3
 
         assert store.db.path is not None
-        with sqlite3.connect(store.db.path) as raw:
-            raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        if not keep_log:
+            with sqlite3.connect(store.db.path) as raw:
+                raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         fd = os.open(self._ballast, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         try:
             size = 65536

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import errno
-import os
 import sqlite3
 
 import pytest
@@ -31,18 +29,7 @@ def test_a_checkpoint_that_meets_a_full_disk_leaves_the_write_durable_and_resume
         store.runs.create("restart", '{"n": 1}')  # the first write after a full copy starts the log over
         assert wait_for(lambda: in_database_file(path, "restart"))
         # Fill the disk: the log's file has room, the database file cannot grow.
-        ballast = small_disk.root / "ballast"
-        fd = os.open(ballast, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-        try:
-            size = 65536
-            while size:
-                try:
-                    os.write(fd, b"\0" * size)
-                except OSError as exc:
-                    assert exc.errno == errno.ENOSPC
-                    size //= 2
-        finally:
-            os.close(fd)
+        small_disk.fill(store, keep_log=True)
         failures = checkpointer.failures
         store.runs.create("on-full-disk", BIG_STATE)  # new pages: copying it needs space
         assert wait_for(lambda: checkpointer.failures > failures)
@@ -52,7 +39,7 @@ def test_a_checkpoint_that_meets_a_full_disk_leaves_the_write_durable_and_resume
         with sqlite3.connect(path) as other:
             assert other.execute("SELECT count(*) FROM flows_runs WHERE run_id = 'on-full-disk'").fetchone()[0] == 1
         store.runs.create("still-writes", '{"n": 1}')  # the log's file still has room: writes go on
-        ballast.unlink()
+        small_disk.free()
         store.runs.create("after", '{"n": 1}')
         assert wait_for(lambda: in_database_file(path, "after"))
         assert in_database_file(path, "on-full-disk") and in_database_file(path, "still-writes")
