@@ -22,9 +22,14 @@ import logging
 import sqlite3
 import threading
 
+from opentelemetry import metrics
+
 from fencepost._txn import PROCESS
 
 log = logging.getLogger("fencepost.sqlite")
+checkpoints = metrics.get_meter("fencepost").create_counter(
+    "flows_sqlite_checkpoints",
+    description="Background checkpoints of a SQLite store's log by outcome (done, busy, failed)")
 
 #: Log pages at which a writer checkpoints by itself (SQLite's own default is 1000).
 WRITER_BACKSTOP_PAGES = 4000
@@ -109,12 +114,16 @@ class Checkpointer:
                     if conn is None:
                         conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
                         conn.execute(f"PRAGMA synchronous = {self._synchronous}")
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    busy = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[0]
                     self.passes += 1
+                    # Busy: another connection was checkpointing; what is left waits for the next pass.
+                    checkpoints.add(1, {"outcome": "busy" if busy else "done"})
                 except sqlite3.Error as exc:
                     # The log keeps every frame; the next write asks again. The code only: no values.
+                    code = getattr(exc, "sqlite_errorname", None) or "no code"
                     self.failures += 1
-                    log.debug("background checkpoint failed (%s)", getattr(exc, "sqlite_errorname", "no code"))
+                    checkpoints.add(1, {"outcome": "busy" if code == "SQLITE_BUSY" else "failed"})
+                    log.debug("background checkpoint failed (%s)", code)
                     if conn is not None:
                         conn.close()
                         conn = None

@@ -8,12 +8,14 @@ import pytest
 
 import fencepost
 from fencepost import _checkpoint
+from tests.runstore.test_metrics import otel, value  # noqa: F401 - the process's one SDK provider
 from tests.test_checkpoint import in_database_file, wait_for
 
 from .conftest import BIG_STATE
 
 
-def test_a_checkpoint_that_meets_a_full_disk_leaves_the_write_durable_and_resumes(small_disk, monkeypatch) -> None:
+def test_a_checkpoint_that_meets_a_full_disk_leaves_the_write_durable_and_resumes(
+        small_disk, monkeypatch, otel) -> None:  # noqa: F811 - otel is the imported fixture
     """A real full disk (tmpfs): the committed write stays readable from the log, the store keeps
     working, and once space is back the next checkpoint copies everything."""
     if not small_disk.mounted:
@@ -31,8 +33,10 @@ def test_a_checkpoint_that_meets_a_full_disk_leaves_the_write_durable_and_resume
         # Fill the disk: the log's file has room, the database file cannot grow.
         small_disk.fill(store, keep_log=True)
         failures = checkpointer.failures
+        failed = value(otel, "flows_sqlite_checkpoints", outcome="failed")
         store.runs.create("on-full-disk", BIG_STATE)  # new pages: copying it needs space
         assert wait_for(lambda: checkpointer.failures > failures)
+        assert value(otel, "flows_sqlite_checkpoints", outcome="failed") > failed  # what an operator sees
         # Committed: read back through the log, by the store and by a connection of its own. (The
         # file alone is not consistent after a checkpoint that stopped half way: the log completes it.)
         assert store.runs.get("on-full-disk") is not None
@@ -40,7 +44,8 @@ def test_a_checkpoint_that_meets_a_full_disk_leaves_the_write_durable_and_resume
             assert other.execute("SELECT count(*) FROM flows_runs WHERE run_id = 'on-full-disk'").fetchone()[0] == 1
         store.runs.create("still-writes", '{"n": 1}')  # the log's file still has room: writes go on
         small_disk.free()
+        done = value(otel, "flows_sqlite_checkpoints", outcome="done")
         store.runs.create("after", '{"n": 1}')
         assert wait_for(lambda: in_database_file(path, "after"))
         assert in_database_file(path, "on-full-disk") and in_database_file(path, "still-writes")
-        assert checkpointer.running
+        assert checkpointer.running and value(otel, "flows_sqlite_checkpoints", outcome="done") > done

@@ -45,7 +45,7 @@ traceback (set `FENCEPOST_DEBUG=1` to see one); data goes to stdout.
 |---|---|
 | 0 | success |
 | 1 | failure: the command ran and failed (unknown run, unreachable database, a broken journal) |
-| 2 | usage: a bad option, argument or command (a `--db` URL fencepost cannot use or with a bad option included); nothing was changed |
+| 2 | usage: a bad option, argument, command or `--db` URL (or URL option); nothing was changed |
 | 130 | interrupted: stopped with Ctrl-C (SIGTERM stops a follower gracefully with 0) |
 
 See also the guides: [worker](guides/worker.md), [demo](guides/demo.md).
