@@ -168,3 +168,65 @@ def test_a_bad_sqlite_option_is_refused_before_anything_is_created(tmp_path: Pat
         fencepost.open(f"sqlite:///{path}?{option}")
     assert str(caught.value).startswith(field) and "sometimes" not in str(caught.value)
     assert not path.parent.exists()
+
+
+PROCS = 3
+RUNS_EACH = 120
+
+
+def _writer_process(url: str, k: int, barrier, out) -> None:
+    """One process writing runs and journal entries while its own thread checkpoints every few ms."""
+    _checkpoint.INTERVAL_S = 0.003
+    try:
+        with fencepost.open(url) as store:
+            barrier.wait(timeout=30)
+            for i in range(RUNS_EACH):
+                run_id = f"p{k}-{i}"
+                store.runs.create(run_id, '{"blob": "' + "x" * 3000 + '"}')  # pages enough to copy
+                store.journal.append_unfenced(run_id, "made", {"i": i}, source_id=f"proc-{k}")
+            checkpointer = store.db.backend.checkpointer
+            wait_for(lambda: checkpointer.passes > 0)
+            out.put((k, checkpointer.passes, None))
+    except BaseException as exc:  # reported, so the parent shows why instead of a bare exit code
+        out.put((k, 0, repr(exc)))
+
+
+def test_processes_checkpointing_one_file_while_writing_and_reading_lose_nothing(tmp_path: Path) -> None:
+    """Races as races: three processes write one file, each with its own checkpoint thread copying
+    the log every few milliseconds, while this process reads the change feed throughout."""
+    import multiprocessing as mp
+
+    from fencepost.journal.verify import verify
+
+    path = tmp_path / "flows.db"
+    url = f"sqlite:///{path}"
+    fencepost.open(url).close()  # migrated once, before the race
+    ctx = mp.get_context("fork")  # the parent holds no open store while children start
+    barrier, out = ctx.Barrier(PROCS + 1), ctx.Queue()
+    procs = [ctx.Process(target=_writer_process, args=(url, k, barrier, out)) for k in range(PROCS)]
+    for p in procs:
+        p.start()
+    seen: set[str] = set()
+    with fencepost.open(url, readonly=True) as reader:
+        position = reader.feed.position()  # before any writer passes the barrier
+        barrier.wait(timeout=30)
+        while True:
+            writing = any(p.is_alive() for p in procs)
+            batch = reader.feed.changes_since(position, 500)
+            seen.update(c.run_id for c in batch.changes)
+            position = batch.next_position
+            if not writing and not batch.has_more:
+                break
+        results = sorted(out.get(timeout=60) for _ in procs)
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    assert [error for _, _, error in results] == [None] * PROCS
+    assert all(passes > 0 for _, passes, _ in results)  # every process's thread did copy
+    assert seen == {f"p{k}-{i}" for k in range(PROCS) for i in range(RUNS_EACH)}
+    with fencepost.open(url) as store:
+        report = verify(store)
+        assert report.ok and report.entries_checked == PROCS * RUNS_EACH
+        assert store.db.read(lambda c: c.exec_driver_sql("PRAGMA integrity_check").scalar()) == "ok"
+    # Every store closed: the log went into the file, which alone holds everything.
+    assert all(in_database_file(path, f"p{k}-{RUNS_EACH - 1}") for k in range(PROCS))
