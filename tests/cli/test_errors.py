@@ -136,3 +136,17 @@ def test_a_bad_url_is_a_usage_error_naming_which_db(run_cli, tmp_path):
     result = run_cli("--db", f"sqlite:///{tmp_path / 'a.db'}", "--db", "mysql://x/y", "runs", "list")
     assert_one_line_error(result)
     assert result.code == 2 and "--db #2: unsupported database URL scheme" in result.err
+
+
+@pytest.mark.parametrize("command", [("init",), ("runs", "list"), ("journal", "verify")])
+def test_a_bad_option_in_fencepost_db_is_a_usage_error_naming_it(run_cli, tmp_path, command):
+    db = tmp_path / "not-yet" / "flows.db"
+    result = run_cli(*command, env={"FENCEPOST_DB": f"sqlite:///{db}?checkpoints=sometimes"})
+    assert_one_line_error(result)
+    assert result.code == 2 and "$FENCEPOST_DB: checkpoints" in result.err and "sometimes" not in result.err
+    assert not db.parent.exists()
+
+
+def test_help_still_works_under_a_bad_fencepost_db(run_cli, tmp_path):
+    result = run_cli("runs", "--help", env={"FENCEPOST_DB": f"sqlite:///{tmp_path / 'x.db'}?checkpoints=sometimes"})
+    assert result.code == 0 and "Usage:" in result.out

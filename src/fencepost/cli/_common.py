@@ -108,7 +108,10 @@ class CliContext:
     def url(self) -> str | None:
         """The one store's URL as given (``None``: ``$FENCEPOST_DB`` or the default); refused for several."""
         self.one_store_only()
-        return self.specs[0].url
+        url = self.specs[0].url
+        if url is None and os.environ.get("FENCEPOST_DB"):
+            _checked_url(os.environ["FENCEPOST_DB"], "$FENCEPOST_DB")  # checked as a --db value is
+        return url
 
     @url.setter
     def url(self, value: str | None) -> None:
@@ -128,7 +131,7 @@ class CliContext:
         if self._store is None:
             import fencepost
 
-            self._store = fencepost.open(self.specs[0].url, readonly=readonly)
+            self._store = fencepost.open(self.url, readonly=readonly)
         return self._store
 
     @property
@@ -152,6 +155,8 @@ class CliContext:
             opened: list[Any] = []
             try:
                 for spec in self.specs:
+                    if spec.url is None and not self.several:
+                        self.url  # noqa: B018 - checks $FENCEPOST_DB as a --db value is checked
                     opened.append(fencepost.open(spec.url, readonly=readonly))
                 names = self._names(opened)
             except BaseException:
