@@ -54,14 +54,15 @@ def test_a_commit_reaches_the_database_file_through_the_store_s_thread(tmp_path:
         assert not in_database_file(path, "ck-1")  # committed to the log; copied later, off the write path
         assert wait_for(lambda: checkpointer.passes > before)
         assert in_database_file(path, "ck-1")
-        assert [t.name for t in threading.enumerate()].count("fencepost-checkpoint") == 1
+        thread = checkpointer._thread
+        assert thread is not None and thread.is_alive() and thread.name == "fencepost-checkpoint"
 
         def autocheckpoint(conn):
             return conn.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar()
 
         # The writer's own checkpoint is only the backstop.
         assert store.db.write(autocheckpoint) == _checkpoint.WRITER_BACKSTOP_PAGES
-    assert not checkpointer.running  # closing the store stops the thread
+    assert not checkpointer.running and not thread.is_alive()  # closing the store stops the thread
 
 
 def test_a_closed_store_that_writes_again_checkpoints_again(tmp_path: Path) -> None:
@@ -86,7 +87,8 @@ def test_a_store_dropped_without_close_stops_its_thread(tmp_path: Path) -> None:
 
     store = fencepost.open(f"sqlite:///{tmp_path / 'flows.db'}")
     store.runs.create("dropped", '{"n": 1}')
-    thread = next(t for t in threading.enumerate() if t.name == "fencepost-checkpoint")
+    thread = store.db.backend.checkpointer._thread  # this store's (other tests' may still run)
+    assert thread is not None and thread.is_alive()
     del store
     gc.collect()
     assert wait_for(lambda: not thread.is_alive())
@@ -141,18 +143,20 @@ def test_a_forked_child_checkpoints_its_own_writes(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("backend", ["postgresql"])
 def test_postgresql_has_no_checkpoint_thread(make_db_url) -> None:
+    before = set(threading.enumerate())  # other tests' stores may still have threads running
     with fencepost.open(make_db_url()) as store:
         store.runs.create("pg-1", '{"n": 1}')
         assert not hasattr(store.db.backend, "checkpointer")  # the server checkpoints its own log
-        assert "fencepost-checkpoint" not in [t.name for t in threading.enumerate()]
+        assert [t for t in set(threading.enumerate()) - before if t.name == "fencepost-checkpoint"] == []
 
 
 def test_checkpoints_writer_keeps_sqlite_s_own_checkpoints_and_runs_no_thread(tmp_path: Path) -> None:
     path = tmp_path / "flows.db"
+    before = set(threading.enumerate())  # other tests' stores may still have threads running
     with fencepost.open(f"sqlite:///{path}?checkpoints=writer") as store:
         store.runs.create("w-1", '{"n": 1}')
         assert store.db.backend.checkpointer is None
-        assert "fencepost-checkpoint" not in [t.name for t in threading.enumerate()]
+        assert [t for t in set(threading.enumerate()) - before if t.name == "fencepost-checkpoint"] == []
 
         def autocheckpoint(conn):
             return conn.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar()
