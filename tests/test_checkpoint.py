@@ -163,6 +163,15 @@ def test_checkpoints_writer_keeps_sqlite_s_own_checkpoints_and_runs_no_thread(tm
         assert store.db.write(autocheckpoint) == 1000  # SQLite's default: the writer checkpoints
 
 
+def test_a_store_opened_read_only_runs_no_thread(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'flows.db'}"
+    with fencepost.open(url) as writer:
+        writer.runs.create("ro-1", '{"n": 1}')
+        with fencepost.open(url, readonly=True) as reader:
+            assert reader.runs.get("ro-1") is not None
+            assert reader.db.backend.checkpointer is None
+
+
 @pytest.mark.parametrize(("option", "field"), [("checkpoints=sometimes", "checkpoints"),
                                                ("synchronous=sometimes", "synchronous")])
 def test_a_bad_sqlite_option_is_refused_before_anything_is_created(tmp_path: Path, option: str, field: str) -> None:
