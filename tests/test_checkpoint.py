@@ -83,13 +83,17 @@ def test_a_closed_store_that_writes_again_checkpoints_again(tmp_path: Path) -> N
 
 def test_a_store_dropped_without_close_stops_its_thread(tmp_path: Path) -> None:
     import gc
+    import weakref
 
     store = fencepost.open(f"sqlite:///{tmp_path / 'flows.db'}")
     store.runs.create("dropped", '{"n": 1}')
     thread = store.db.backend.checkpointer._thread  # this store's (other tests' may still run)
     assert thread is not None and thread.is_alive()
+    backend = weakref.ref(store.db.backend)
     del store
     gc.collect()
+    held = backend()
+    assert held is None, [repr(r)[:300] for r in gc.get_referrers(held)]
     assert wait_for(lambda: not thread.is_alive())
 
 

@@ -43,11 +43,8 @@ class Checkpointer:
     def __init__(self, path: str, synchronous: str) -> None:
         self._path = path
         self._synchronous = synchronous
-        self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
-        self._pid = -1
-        self._wake = threading.Event()
-        self._stop = threading.Event()
+        self._reset()
         #: Checkpoints run and failed (read by tests and diagnostics).
         self.passes = 0
         self.failures = 0
@@ -55,7 +52,7 @@ class Checkpointer:
     def wrote(self) -> None:
         """A write committed: checkpoint soon. Called on every commit, so the usual case is one check."""
         if self._pid != PROCESS.pid:
-            self._forked()
+            self._reset()
         elif self._wake.is_set():
             return
         with self._lock:
@@ -68,9 +65,9 @@ class Checkpointer:
                 self._thread.start()
             self._wake.set()
 
-    def _forked(self) -> None:
-        """In a forked child: the parent's thread does not exist here, and its lock may have been
-        held at the fork (it would never be released). Start from nothing."""
+    def _reset(self) -> None:
+        """Start from nothing: at creation, and in a forked child, where the parent's thread does
+        not exist and its lock may have been held at the fork (it would never be released)."""
         self._lock = threading.Lock()
         self._thread = None
         self._wake = threading.Event()

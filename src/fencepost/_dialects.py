@@ -207,9 +207,8 @@ class SqliteBackend(Backend):
         self.checkpointer: Checkpointer | None = None
 
     def configure(self, engine: Engine, *, readonly: bool, options: dict[str, str]) -> None:
+        # Options were validated by parse_url before anything was created.
         synchronous = options.get("synchronous", "FULL").upper()
-        if synchronous not in SQLITE_SYNCHRONOUS:
-            raise ValueError("synchronous must be one of OFF, NORMAL, FULL, EXTRA")
         # "writer": SQLite's own default, the commit that fills the log checkpoints it; no thread.
         background = options.get("checkpoints", "background") == "background"
         busy_ms = int(options.get("busy_timeout_ms", "10000"))

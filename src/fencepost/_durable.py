@@ -192,7 +192,7 @@ class Database:
                 max_overflow=24,
             )
             self.schema: str | None = None
-        elif backend_name == "postgresql":
+        else:  # postgresql: parse_url refused every other scheme
             try:
                 import psycopg  # noqa: F401 - the driver is the optional extra fencepost[postgres]
             except ImportError:
@@ -211,8 +211,6 @@ class Database:
                 max_overflow=24,
                 connect_args={"connect_timeout": 10, "application_name": "fencepost"},
             )
-        else:
-            raise ValueError("unsupported database URL scheme (use sqlite:/// or postgresql://)")
         self.backend.configure(self.engine, readonly=readonly, options=options)
         self._read_options = self.backend.read_options()
         self._local = threading.local()

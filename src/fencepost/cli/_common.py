@@ -152,11 +152,11 @@ class CliContext:
         if self._stores is None:
             import fencepost
 
+            if not self.several:
+                self.url  # noqa: B018 - checks $FENCEPOST_DB as a --db value is checked
             opened: list[Any] = []
             try:
                 for spec in self.specs:
-                    if spec.url is None and not self.several:
-                        self.url  # noqa: B018 - checks $FENCEPOST_DB as a --db value is checked
                     opened.append(fencepost.open(spec.url, readonly=readonly))
                 names = self._names(opened)
             except BaseException:
