@@ -288,3 +288,31 @@ def test_builtin_projections_satisfy_the_protocol():
 
     assert isinstance(RunsByStatus(), Projection)
     assert isinstance(OwnershipHistory(), Projection)
+
+
+_AWKWARD = ['quote " and backslash \\ and slash /', "tab\tnewline\nreturn\r", "naïve café ✓ 漢字 😀",
+            "\\u0000 spelled out", "'single' and ; -- sql", "x" * 1024]
+
+
+def test_awkward_text_and_largest_numbers_reach_the_projection_unchanged(store, target_url):
+    """Every text and number a run can hold is projected exactly, whatever the target's bulk path
+    does with them (JSON escapes, quotes, non-ASCII and astral characters, 1024-unit ids, 2**53 - 1)."""
+    import msgspec
+
+    biggest = 2**53 - 1
+    ids = [f"awk-{i}-{text_}"[:1024] for i, text_ in enumerate(_AWKWARD)]
+
+    def body(conn):
+        for i, (run_id, text_) in enumerate(zip(ids, _AWKWARD, strict=True)):
+            conn.execute(_runs._CREATE, {"run_id": run_id, "state": msgspec.json.encode({"flowName": text_}).decode(),
+                                         "t": biggest - i})
+            if i % 2:
+                _runs.start(conn, run_id, biggest, host=text_, pid=biggest, nonce=text_[::-1])
+
+    store.db.write(body)
+    with ProjectionBuilder(store, target_url, RunsByStatus()) as builder:
+        assert builder.catch_up().applied == len(ids)
+        assert _projected(builder) == store.db.read(_runs.live_rows)
+        flows = builder.target.read(lambda conn: dict(conn.execute(
+            text("SELECT run_id, flow_name FROM projection_runs_by_status")).all()))
+        assert flows == dict(zip(ids, _AWKWARD, strict=True))

@@ -160,7 +160,7 @@ def upsert_many(conn: Connection, backend: Any, table: Table, conflict: tuple[st
                 rows: list[dict[str, Any]]) -> None:
     """Insert ``rows`` into ``table``, replacing every other column of a row whose ``conflict`` key exists.
 
-    The backend may send the page as one statement (``Backend.bulk_upsert``: unnest arrays on
+    The backend may send the page as one statement (``Backend.bulk_upsert``: one JSON text on
     PostgreSQL); otherwise, and for column types it cannot batch, it is a compiled executemany.
     """
     if not rows:
