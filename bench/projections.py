@@ -5,9 +5,9 @@ Run: ``.venv/bin/python bench/projections.py [--runs 100000] [--pg URL] [--lag-s
 1. **Rebuild rate.** A SQLite source holds ``--runs`` runs (inserted with raw SQL; the revision
    triggers fire for each). For a SQLite target and a PostgreSQL target, ``RunsByStatus`` is built
    twice: the first ``catch_up`` into an empty target, then ``rebuild()`` (shadow fill from revision
-   0 plus the one-transaction swap). Both page ``changes_since`` (500), ``read`` snapshots (200 ids),
-   check ``is_newer`` against the held revisions and write rows, held revisions and the checkpoint
-   in one target transaction per page. The baseline is the floor for moving the same rows: one
+   0 plus the one-transaction swap). Both read pages of 500 changes with their snapshots (one
+   query per page), check ``is_newer`` against the held revisions and write rows, held revisions
+   and the checkpoint in one target transaction per page. The baseline is the floor for moving the same rows: one
    ``SELECT ... FROM flows_runs JOIN flows_run_changes`` through the source driver and one
    ``executemany`` INSERT of the same columns into a plain table on the target, in one transaction
    (no decoding, no stale checks, no checkpoints). Rates are runs/s; the ratio is ours / raw.
