@@ -400,6 +400,14 @@ class _BuildFloor:
         migrate(target, ("projections",))
         target.write(lambda conn: [t.create(conn) for t in self.projection.tables])
 
+    def timed(self, src: Any, dst: Any, marker: str) -> Sample:
+        """``run`` timed; closes both connections."""
+        with Timer() as t:
+            self.run(src, dst, marker)
+        src.close()
+        dst.close()
+        return t.rate(self.runs)
+
     def run(self, src: Any, dst: Any, marker: str) -> None:
         from fencepost.changefeed import _sql as feed_sql
         from fencepost.projections import _sql as proj_sql
@@ -505,11 +513,7 @@ def build_rows(tmp: Path, pg: ScratchSchemas | None, reps: int, runs: int) -> No
         src = sqlite3.connect(source.db.path, isolation_level=None)
         dst = sqlite3.connect(path, isolation_level=None)
         dst.execute("PRAGMA synchronous = FULL")
-        with Timer() as t:
-            floor.run(src, dst, "?")
-        src.close()
-        dst.close()
-        return t.rate(runs)
+        return floor.timed(src, dst, "?")
 
     a, b = interleaved(reps, ours_sqlite, floor_sqlite)
     record("RunsByStatus first build vs raw, same statements", "sqlite", "runs/s", a, b)
@@ -563,12 +567,7 @@ def build_rows(tmp: Path, pg: ScratchSchemas | None, reps: int, runs: int) -> No
         floor.prepare(target)
         target.dispose()
         src = pg.connect(src_schema)
-        dst = pg.connect(schema)
-        with Timer() as t:
-            floor.run(src, dst, "%s")
-        src.close()
-        dst.close()
-        return t.rate(runs)
+        return floor.timed(src, pg.connect(schema), "%s")
 
     a, b = interleaved(reps, ours_pg, floor_pg)
     record("RunsByStatus first build vs raw, same statements", "postgresql", "runs/s", a, b)
