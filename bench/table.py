@@ -389,7 +389,8 @@ class _BuildFloor:
     """What a first build cannot do without, through the raw driver: per page of 500, the change
     page with its snapshots in one read transaction, then the read model's and the held revisions'
     upserts and a COMMIT on the target (SQLite: executemany; PostgreSQL: one JSON text each, as the
-    builder sends them). No decoding, no checks, no checkpoint."""
+    builder sends them). No decoding or checks, no position read, no held-revision lookup, no
+    checkpoint."""
 
     def __init__(self, source: fencepost.Store, runs: int) -> None:
         self.runs = runs

@@ -43,7 +43,6 @@ class Checkpointer:
     def __init__(self, path: str, synchronous: str) -> None:
         self._path = path
         self._synchronous = synchronous
-        self._thread: threading.Thread | None = None
         self._reset()
         #: Checkpoints run and failed (read by tests and diagnostics).
         self.passes = 0
@@ -69,7 +68,7 @@ class Checkpointer:
         """Start from nothing: at creation, and in a forked child, where the parent's thread does
         not exist and its lock may have been held at the fork (it would never be released)."""
         self._lock = threading.Lock()
-        self._thread = None
+        self._thread: threading.Thread | None = None
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._pid = PROCESS.pid

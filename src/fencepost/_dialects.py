@@ -435,10 +435,11 @@ class PostgresBackend(Backend):
         # One INSERT ... SELECT FROM json_populate_recordset(the page as one JSON text): one round
         # trip for the page instead of one pipelined statement per row, and the page is encoded by
         # msgspec in one call instead of being dumped array element by array element.
-        key = (table.name, conflict)
-        sql = _bulk_sql.get(key, "")
+        cache = statement_cache(table)
+        key = ("json_upsert", conflict)
+        sql = cache.get(key, "")
         if sql == "":
-            sql = _bulk_sql[key] = _json_upsert(conn, table, conflict)
+            sql = cache[key] = _json_upsert(conn, table, conflict)
         if sql is None:
             return False
         conn.exec_driver_sql(sql, {"rows": _encode_rows(rows).decode()})
@@ -495,7 +496,6 @@ _PG_WRITE_LOCK_CLASS = 2099  # the advisory lock class of the per-schema write l
 
 # Column types a JSON value carries exactly (a JSON string into text, a JSON integer into bigint).
 _JSON_TYPES = frozenset({"TEXT", "BIGINT", "INTEGER"})
-_bulk_sql: dict[tuple[str, tuple[str, ...]], str | None] = {}
 _encode_rows = msgspec.json.Encoder().encode
 
 
@@ -515,6 +515,12 @@ def _json_upsert(conn: Connection, table: Table, conflict: tuple[str, ...]) -> s
         f"FROM json_populate_recordset(NULL::{prep.format_table(table)}, %(rows)s::json) "
         f"ON CONFLICT ({keys}) DO UPDATE SET {updates}"
     )
+
+
+def statement_cache(table: Table) -> dict[Any, Any]:
+    """Statements built from ``table``, kept with it: tables of one name in two databases or
+    schemas may have different columns, so a cache keyed by name could hand one the other's."""
+    return table.info.setdefault("fencepost_statements", {})  # type: ignore[no-any-return]
 
 
 _BACKEND_CLASSES: dict[str, type[Backend]] = {"sqlite": SqliteBackend, "postgresql": PostgresBackend}

@@ -3,8 +3,10 @@ row otherwise, the same rows either way."""
 
 from __future__ import annotations
 
+import pytest
 from sqlalchemy import Boolean, Column, Float, MetaData, Table, Text, event, select
 
+import fencepost
 from fencepost._durable import Database
 from fencepost.projections import _sql
 from fencepost.projections._sql import Int
@@ -14,7 +16,7 @@ def _tables() -> tuple[Table, Table]:
     meta = MetaData()
     plain = Table("bulk_plain", meta, Column("k", Text, primary_key=True), Column("n", Int),
                   Column("s", Text))
-    # Float and boolean values are not carried exactly by the JSON path: row by row.
+    # Only text and integer columns take PostgreSQL's JSON path; anything else goes row by row.
     mixed = Table("bulk_mixed", meta, Column("k", Text, primary_key=True), Column("x", Float),
                   Column("b", Boolean))
     return plain, mixed
@@ -53,3 +55,33 @@ def test_a_page_is_upserted_and_replaces_existing_rows(store, backend: str) -> N
     got = db.read(lambda conn: {r.k: (r.x, r.b) for r in conn.execute(select(mixed))})
     assert got == {r["k"]: (r["x"], r["b"]) for r in floats}
     assert not any("json_populate_recordset" in s for s in seen)
+
+
+def test_two_tables_of_one_name_keep_their_own_statements(store, make_db_url) -> None:
+    """A table named like another one elsewhere (another database or schema, other columns) is
+    upserted with its own columns, not with a statement built for the first."""
+    narrow = Table("bulk_named", MetaData(), Column("k", Text, primary_key=True), Column("n", Int))
+    wide = Table("bulk_named", MetaData(), Column("k", Text, primary_key=True), Column("n", Int),
+                 Column("extra", Text))
+    other_store = fencepost.open(make_db_url())
+    other = other_store.db
+    try:
+        for db, table in ((store.db, narrow), (other, wide)):
+            db.write(lambda conn, table=table: table.create(conn))
+        store.db.write(lambda conn: _sql.upsert_many(conn, store.db.backend, narrow, ("k",), [{"k": "a", "n": 1}]))
+        other.write(lambda conn: _sql.upsert_many(conn, other.backend, wide, ("k",),
+                                                  [{"k": "a", "n": 2, "extra": "kept"}]))
+        assert other.read(lambda conn: conn.execute(select(wide)).all()) == [("a", 2, "kept")]
+        assert store.db.read(lambda conn: conn.execute(select(narrow)).all()) == [("a", 1)]
+    finally:
+        other_store.close()
+
+
+def test_a_row_missing_a_column_is_refused_on_both_backends(store) -> None:
+    """Every row must carry every column: neither backend quietly stores NULL for a missing one."""
+    table = Table("bulk_missing", MetaData(), Column("k", Text, primary_key=True), Column("n", Int))
+    store.db.write(lambda conn: table.create(conn))
+    with pytest.raises(KeyError):
+        store.db.write(lambda conn: _sql.upsert_many(conn, store.db.backend, table, ("k",),
+                                                                 [{"k": "a", "n": 1}, {"k": "b"}]))
+    assert store.db.read(lambda conn: conn.execute(select(table)).all()) == []

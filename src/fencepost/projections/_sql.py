@@ -12,7 +12,7 @@ from sqlalchemy import BigInteger, Column, Integer, MetaData, Select, Table, Tex
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.expression import Executable
 
-from fencepost._dialects import in_json_ids
+from fencepost._dialects import in_json_ids, statement_cache
 
 metadata = MetaData()
 
@@ -128,48 +128,47 @@ last_rebuild = (
 )
 
 
-_compiled: dict[tuple[object, str], tuple[str, Any]] = {}
-
-
-def executemany(conn: Connection, key: object, stmt: Executable, rows: list[dict[str, Any]]) -> None:
-    """Execute ``stmt`` once per row through the driver's ``executemany``.
-
-    SQLAlchemy's executemany builds a parameter dict per row through the compiler, which costs more
-    than the insert itself on SQLite; the statement is compiled once per ``key`` and dialect here and
-    the rows go to the driver as tuples (positional paramstyle) or as they are (named paramstyle).
-    ``key`` must identify the statement's text (the same key, the same statement).
-    """
-    dialect = conn.dialect
-    cache_key = (key, dialect.name)
-    found = _compiled.get(cache_key)
-    if found is None:
-        compiled = stmt.compile(dialect=dialect)
-        positions = tuple(compiled.positiontup) if compiled.positional and compiled.positiontup else None
-        # itemgetter of one name returns the bare value, not a 1-tuple: wrap that case.
-        getter = None if positions is None else (
-            itemgetter(*positions) if len(positions) > 1 else (lambda row, n=positions[0]: (row[n],)))
-        found = _compiled[cache_key] = (str(compiled), getter)
-    sql, getter = found
-    if getter is None:
-        conn.exec_driver_sql(sql, rows)
-    else:
-        conn.exec_driver_sql(sql, list(map(getter, rows)))
+def _for_rows(stmt: Executable, dialect: Any) -> tuple[str, Any]:
+    """``stmt`` compiled once, and how a row dict becomes its driver parameters."""
+    compiled = stmt.compile(dialect=dialect)
+    positions = tuple(compiled.positiontup) if compiled.positional and compiled.positiontup else None
+    if positions is None:
+        return str(compiled), None
+    # itemgetter of one name returns the bare value, not a 1-tuple: wrap that case.
+    return str(compiled), itemgetter(*positions) if len(positions) > 1 else (lambda row, n=positions[0]: (row[n],))
 
 
 def upsert_many(conn: Connection, backend: Any, table: Table, conflict: tuple[str, ...],
                 rows: list[dict[str, Any]]) -> None:
     """Insert ``rows`` into ``table``, replacing every other column of a row whose ``conflict`` key exists.
 
-    The backend may send the page as one statement (``Backend.bulk_upsert``: one JSON text on
-    PostgreSQL); otherwise, and for column types it cannot batch, it is a compiled executemany.
+    Every row must carry every column of ``table`` (a missing one raises ``KeyError`` on both
+    backends). The backend may send the page as one statement (``Backend.bulk_upsert``: one JSON
+    text on PostgreSQL); otherwise, and for column types it cannot batch, the statement is compiled
+    once per table and dialect and the rows go through the driver's ``executemany`` (SQLAlchemy's
+    own executemany builds a parameter dict per row through the compiler, which costs more than
+    the insert itself on SQLite).
     """
     if not rows:
         return
+    # Kept with the table: two tables of one name (other databases, other columns) differ.
+    cache = statement_cache(table)
+    names = cache.get("column names")
+    if names is None:
+        names = cache["column names"] = frozenset(c.name for c in table.columns)
+    for row in rows:
+        if not row.keys() >= names:
+            raise KeyError(sorted(names - row.keys())[0])
     if backend.bulk_upsert(conn, table, conflict, rows):
         return
-    stmt = backend.insert(table)
-    stmt = stmt.on_conflict_do_update(
-        index_elements=list(conflict),
-        set_={c.name: stmt.excluded[c.name] for c in table.columns if c.name not in conflict},
-    )
-    executemany(conn, ("upsert", table.name, conflict), stmt, rows)
+    key = ("upsert", conflict, conn.dialect.name)
+    found = cache.get(key)
+    if found is None:
+        stmt = backend.insert(table)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=list(conflict),
+            set_={c.name: stmt.excluded[c.name] for c in table.columns if c.name not in conflict},
+        )
+        found = cache[key] = _for_rows(stmt, conn.dialect)
+    sql, getter = found
+    conn.exec_driver_sql(sql, rows if getter is None else list(map(getter, rows)))
