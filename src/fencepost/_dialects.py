@@ -442,6 +442,14 @@ class PostgresBackend(Backend):
             sql = cache[key] = _json_upsert(conn, table, conflict)
         if sql is None:
             return False
+        # A JSON member that is missing would be stored as NULL: refuse the page, as the
+        # row-by-row path does (KeyError), before anything is sent.
+        names = cache.get("column names")
+        if names is None:
+            names = cache["column names"] = frozenset(c.name for c in table.columns)
+        for row in rows:
+            if not row.keys() >= names:
+                raise KeyError(sorted(names - row.keys())[0])
         conn.exec_driver_sql(sql, {"rows": _encode_rows(rows).decode()})
         return True
 

@@ -134,7 +134,8 @@ def _for_rows(stmt: Executable, dialect: Any) -> tuple[str, Any]:
     positions = tuple(compiled.positiontup) if compiled.positional and compiled.positiontup else None
     if positions is None:
         return str(compiled), None
-    # itemgetter of one name returns the bare value, not a 1-tuple: wrap that case.
+    # itemgetter raises KeyError for a row without one of the columns. Of one name it returns the
+    # bare value, not a 1-tuple: wrap that case.
     return str(compiled), itemgetter(*positions) if len(positions) > 1 else (lambda row, n=positions[0]: (row[n],))
 
 
@@ -151,16 +152,10 @@ def upsert_many(conn: Connection, backend: Any, table: Table, conflict: tuple[st
     """
     if not rows:
         return
-    # Kept with the table: two tables of one name (other databases, other columns) differ.
-    cache = statement_cache(table)
-    names = cache.get("column names")
-    if names is None:
-        names = cache["column names"] = frozenset(c.name for c in table.columns)
-    for row in rows:
-        if not row.keys() >= names:
-            raise KeyError(sorted(names - row.keys())[0])
     if backend.bulk_upsert(conn, table, conflict, rows):
         return
+    # Kept with the table: two tables of one name (other databases, other columns) differ.
+    cache = statement_cache(table)
     key = ("upsert", conflict, conn.dialect.name)
     found = cache.get(key)
     if found is None:
