@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import threading
 import time
 import weakref
@@ -23,7 +24,14 @@ from sqlalchemy import create_engine
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-from fencepost._dialects import SQLITE_CHECKPOINTS, SQLITE_SYNCHRONOUS, Backend, PostgresBackend, SqliteBackend
+from fencepost._dialects import (
+    SCHEMA_NAME,
+    SQLITE_CHECKPOINTS,
+    SQLITE_SYNCHRONOUS,
+    Backend,
+    PostgresBackend,
+    SqliteBackend,
+)
 from fencepost._group import GroupCommit
 from fencepost._txn import PROCESS
 from fencepost._txn import Txn as _Txn
@@ -120,11 +128,47 @@ def resolve_url(url: str | None) -> str:
 
 
 def redact_url(url: str) -> str:
-    """The URL with any password hidden, safe to print."""
+    """The URL with any password hidden, safe to print: the one in the authority and any query
+    option that carries a secret (``?password=``, ``?sslpassword=``, ...)."""
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        parsed = make_url(url)
+        query = {k: (_MASK if _secret_option(k) else v) for k, v in parsed.query.items()}
+        shown = parsed.set(query=query).render_as_string(hide_password=True)
     except Exception:
         return "<unparseable database URL>"
+    return shown.replace(_MASK_ESCAPED, "***")
+
+
+# A query value stands in for a masked secret; rendered URL-escaped, then shown as ``***``.
+_MASK = "\x00masked\x00"
+_MASK_ESCAPED = "%00masked%00"
+_SECRET_WORDS = ("password", "secret", "token", "key")
+
+
+def _secret_option(key: str) -> bool:
+    low = key.lower()
+    return any(word in low for word in _SECRET_WORDS)
+
+
+#: fencepost's own URL options, by the backend they apply to.
+_OWN_OPTIONS = {"schema": "postgresql", "synchronous": "sqlite", "busy_timeout_ms": "sqlite", "checkpoints": "sqlite"}
+_BUSY_TIMEOUT_MAX = 2**31 - 1  # SQLite's busy timeout is a C int: a larger value wraps to no wait at all
+_NAMEABLE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+
+
+def _driver_options() -> frozenset[str] | None:
+    """The connection keywords libpq accepts, or None when the driver is not installed."""
+    global _LIBPQ_KEYWORDS
+    if _LIBPQ_KEYWORDS is None:
+        try:
+            from psycopg import pq
+        except ImportError:
+            return None
+        _LIBPQ_KEYWORDS = frozenset(o.keyword.decode() for o in pq.Conninfo.get_defaults())
+    return _LIBPQ_KEYWORDS
+
+
+_LIBPQ_KEYWORDS: frozenset[str] | None = None
 
 
 def parse_url(url: str) -> tuple[URL, dict[str, str]]:
@@ -143,21 +187,43 @@ def parse_url(url: str) -> tuple[URL, dict[str, str]]:
         parsed = None
     if parsed is None:
         raise ValueError("database URL could not be parsed")
+    backend = parsed.get_backend_name()
+    if backend not in ("sqlite", "postgresql"):
+        raise ValueError("unsupported database URL scheme (use sqlite:/// or postgresql://)")
     query = dict(parsed.query)
-    options = {k: str(query.pop(k)) for k in ("schema", "synchronous", "busy_timeout_ms", "checkpoints")
-               if k in query}
-    if not options.get("busy_timeout_ms", "0").isdigit():
-        raise ValueError("busy_timeout_ms must be a non-negative integer of milliseconds")
+    for key, value in query.items():
+        applies = _OWN_OPTIONS.get(key)
+        if applies is None:
+            continue  # the driver's (PostgreSQL takes some, e.g. ``host``, more than once)
+        if not isinstance(value, str):
+            raise ValueError(f"{key} is given more than once")
+        if applies != backend:
+            raise ValueError(f"{key} applies to {'SQLite' if applies == 'sqlite' else 'PostgreSQL'} URLs only")
+    options = {k: query.pop(k) for k in _OWN_OPTIONS if k in query}
+    allowed = None if backend == "sqlite" else _driver_options()  # None: no driver to ask (refused later)
+    unknown = [k for k in query if backend == "sqlite" or (allowed is not None and k not in allowed)]
+    if unknown:
+        known = ", ".join(k for k, b in _OWN_OPTIONS.items() if b == backend)
+        more = "" if backend == "sqlite" else " and the driver's connection keywords"
+        raise ValueError(f"unknown URL option {_option_name(unknown[0])} (known: {known}{more})")
+    timeout = options.get("busy_timeout_ms", "0")
+    if not (timeout.isdigit() and timeout.isascii() and int(timeout) <= _BUSY_TIMEOUT_MAX):
+        raise ValueError(f"busy_timeout_ms must be an integer of milliseconds in 0..{_BUSY_TIMEOUT_MAX}")
     if options.get("synchronous", "FULL").upper() not in SQLITE_SYNCHRONOUS:
         raise ValueError("synchronous must be one of OFF, NORMAL, FULL, EXTRA")
     if options.get("checkpoints", "background") not in SQLITE_CHECKPOINTS:
         raise ValueError("checkpoints must be background or writer")
-    backend = parsed.get_backend_name()
-    if backend not in ("sqlite", "postgresql"):
-        raise ValueError("unsupported database URL scheme (use sqlite:/// or postgresql://)")
+    if not SCHEMA_NAME.match(options.get("schema", DEFAULT_SCHEMA)):
+        raise ValueError("schema must match [a-z_][a-z0-9_]{0,62}")
     if backend == "sqlite" and (parsed.database or "") in ("", ":memory:"):
         raise ValueError("an in-memory SQLite URL cannot be shared; use fencepost.testing")
     return parsed.set(query=query), options
+
+
+def _option_name(key: str) -> str:
+    """A query option's name for an error: quoted when it looks like a name, else not at all (a
+    mangled URL may have put a value where the name goes)."""
+    return f"'{key}'" if _NAMEABLE.match(key) else "an option"
 
 
 class Database:
@@ -209,7 +275,9 @@ class Database:
                 parsed,
                 pool_size=8,
                 max_overflow=24,
-                connect_args={"connect_timeout": 10, "application_name": "fencepost"},
+                # Defaults a URL's own ``connect_timeout`` / ``application_name`` overrides.
+                connect_args={k: v for k, v in (("connect_timeout", 10), ("application_name", "fencepost"))
+                              if k not in parsed.query},
             )
         self.backend.configure(self.engine, readonly=readonly, options=options)
         self._read_options = self.backend.read_options()

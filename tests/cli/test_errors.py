@@ -75,6 +75,22 @@ def test_unreachable_postgresql_url_on_a_write_command_is_one_line(run_cli):
     assert "secret-pw" not in result.err
 
 
+def test_a_password_given_as_a_query_option_is_never_printed(run_cli):
+    result = run_cli("--db", "postgresql+psycopg://nobody@127.0.0.1:1/none?password=secret-pw", "runs", "list")
+    assert_one_line_error(result)
+    assert "secret-pw" not in result.err and "password=***" in result.err
+
+
+@pytest.mark.parametrize("target", ["postgresql+psycopg://u:pw@127.0.0.1:port/x", "sqlite:///t.db?synchronous=bad",
+                                    "sqlite:///t.db?bogus=1"])
+def test_a_bad_target_url_is_a_usage_error_that_creates_nothing(run_cli, tmp_path, target):
+    db = tmp_path / "flows.db"
+    result = run_cli("--db", f"sqlite:///{db}", "projection", "status", "--target", target)
+    assert_one_line_error(result)
+    assert result.code == 2 and "--target:" in result.err and "pw@" not in result.err
+    assert not db.exists()
+
+
 def test_unsupported_url_scheme_is_one_line(run_cli):
     assert_one_line_error(run_cli("--db", "mysql://x/y", "runs", "list"))
 

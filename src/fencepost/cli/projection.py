@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from fencepost.cli._common import CliContext, read_store, stop_on_signals
+from fencepost.cli._common import CliContext, _checked_url, read_store, stop_on_signals
 from fencepost.cli._output import Column, Output, output_options, to_data
 
 # The names ``projection status`` shows; the dashed spellings are accepted too.
@@ -21,7 +21,7 @@ class ProjectionName(click.ParamType):
     name = "|".join(PROJECTIONS)
 
     def convert(self, value: Any, param: Any, ctx: Any) -> str:
-        name = str(value).strip().replace("-", "_")
+        name = str(value).strip().lower().replace("-", "_")
         if name not in PROJECTIONS:
             self.fail(f"must be one of {', '.join(PROJECTIONS)}", param, ctx)
         return name
@@ -33,11 +33,16 @@ def make_projection(name: str) -> Any:
     return RunsByStatus() if name == "runs_by_status" else OwnershipHistory()
 
 
+def _checked_target(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``--target`` is checked as ``--db`` is: a bad URL is a usage error, before anything opens."""
+    return None if value is None else _checked_url(value, "--target")
+
+
 def _options(fn):
-    fn = click.option("--target", metavar="URL", default=None,
+    fn = click.option("--target", metavar="URL", default=None, callback=_checked_target,
                       help="Database holding the projection (default: the source database itself; "
                            "required with several --db).")(fn)
-    fn = click.option("--name", "which", type=ProjectionName(), default="runs_by_status",
+    fn = click.option("--name", "which", type=ProjectionName(), metavar=ProjectionName.name, default="runs_by_status",
                       show_default=True, help="Which built-in projection (the name projection status shows).")(fn)
     return fn
 
