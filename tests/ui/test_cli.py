@@ -43,13 +43,13 @@ def _get_when_up(url: str) -> httpx.Response:
             time.sleep(0.05)
 
 
-def _stop(proc: subprocess.Popen) -> tuple[int, str]:
-    proc.send_signal(signal.SIGINT)
+def _stop(proc: subprocess.Popen, sig: int = signal.SIGINT) -> tuple[int, str]:
+    proc.send_signal(sig)
     try:
         code = proc.wait(timeout=15)
     except subprocess.TimeoutExpired:
         proc.kill()
-        raise AssertionError("fencepost ui did not stop on SIGINT within 15 s") from None
+        raise AssertionError(f"fencepost ui did not stop on signal {sig} within 15 s") from None
     return code, proc.stderr.read() if proc.stderr else ""
 
 
@@ -61,8 +61,17 @@ def test_ui_serves_the_console_on_loopback_and_stops_on_sigint(demo_url):
         assert r.status_code == 200 and "demo-" in r.text
     finally:
         code, err = _stop(proc)
-    assert code == 0, err
+    assert code == 130, err  # stopped with Ctrl-C, as every other command
     assert "warning" not in err
+
+
+def test_ui_stops_on_sigterm_with_exit_0(demo_url):
+    proc, url = _serve("ui", "--db", demo_url, "--port", "0")
+    try:
+        assert _get_when_up(url + "/health").status_code == 200
+    finally:
+        code, err = _stop(proc, signal.SIGTERM)
+    assert code == 0, err
 
 
 def test_ui_warns_when_listening_beyond_loopback(demo_url):

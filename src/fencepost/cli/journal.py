@@ -33,9 +33,10 @@ def journal() -> None:
 def journal_show(run_id: str, companion: bool, after: int | None, limit: int, out: Output) -> None:
     """Show the entries of a run's journal stream in sequence order.
 
-    An entry's payload and meta are shown exactly as they were recorded (the hash chain covers
-    them). With --format json, prints the page {"entries": [...], "has_more": ...}; jsonl and csv
-    print the entries alone.
+    The table cuts a payload or meta longer than 160 characters (ending it with "..."); json,
+    jsonl and csv print them exactly as they were recorded (the hash chain covers them). With
+    --format json, prints the page {"entries": [...], "has_more": ...}; jsonl and csv print the
+    entries alone.
 
     Example: fencepost journal show demo-0001 --companion
     """

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import signal
+
 import click
 
-from fencepost.cli._common import CliContext, err_console
+from fencepost.cli._common import INTERRUPTED, CliContext, err_console
 
 
 @click.command()
@@ -68,4 +70,5 @@ def ui(obj: CliContext, db: str | None, host: str, port: int, open_browser: bool
         webbrowser.open(url)
     app = create_app(store=store, allowed_hosts=allowed) if stores is None else create_app(
         stores=stores, allowed_hosts=allowed)
-    serve(app, sock)
+    if serve(app, sock) == signal.SIGINT:
+        raise SystemExit(INTERRUPTED)

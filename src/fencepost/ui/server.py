@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 import threading
 import time
@@ -39,16 +40,27 @@ def _server(app: Any) -> Any:
     return uvicorn.Server(config)
 
 
-def serve(app: Any, sock: socket.socket) -> None:
-    """Serve ``app`` on ``sock`` until SIGINT/SIGTERM, then shut down cleanly and return.
+def serve(app: Any, sock: socket.socket) -> int | None:
+    """Serve ``app`` on ``sock`` until SIGINT/SIGTERM, then shut down cleanly and return the signal.
 
     uvicorn handles the signal (closing the event streams, then the lifespan closes the hub and
-    the store) and raises it again once it has stopped; that second interrupt is the normal end.
+    the store) and raises it again once it has stopped, to the handlers it found: these, which
+    note it, so the command can exit as every other one does (130 after Ctrl-C, 0 after SIGTERM).
     """
+    stopped: list[int] = []
+
+    def note(sig: int, _frame: Any) -> None:
+        stopped.append(sig)
+
+    previous = {sig: signal.signal(sig, note) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         _server(app).run(sockets=[sock])
     except KeyboardInterrupt:
-        pass
+        stopped.append(signal.SIGINT)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return stopped[0] if stopped else None
 
 
 class UiServer:
