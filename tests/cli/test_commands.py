@@ -133,6 +133,22 @@ def test_feed_snapshot_reads_in_request_order(run_cli, populated):
         ("Observed", "r-live"), ("Missing", "nope"), ("Observed", "r-done")]
 
 
+def test_feed_snapshot_of_more_than_200_ids_is_a_usage_error(run_cli, populated):
+    ok = run_cli("--db", populated, "feed", "snapshot", *[f"r{i}" for i in range(200)], "--json")
+    assert ok.code == 0 and len(json.loads(ok.out)["snapshots"]) == 200, ok
+    result = run_cli("--db", populated, "feed", "snapshot", *[f"r{i}" for i in range(201)])
+    assert result.code == 2 and "at most 200 run ids" in result.err and "decode_failed" not in result.err
+
+
+def test_a_cursor_that_is_not_this_listings_is_a_usage_error(run_cli, populated):
+    garbage = run_cli("--db", populated, "runs", "list", "--cursor", "garbage")
+    assert garbage.code == 2 and "invalid_cursor" in garbage.err, garbage
+    cursor = json.loads(run_cli("--db", populated, "runs", "list", "--limit", "1", "--json").out)["next_cursor"]
+    assert cursor is not None
+    other_order = run_cli("--db", populated, "runs", "list", "--desc", "--cursor", cursor)
+    assert other_order.code == 2 and "other order" in other_order.err, other_order
+
+
 def test_source_show_and_rotate(run_cli, populated):
     before = json.loads(run_cli("--db", populated, "source", "show", "--json").out)
     rotated = run_cli("--db", populated, "source", "rotate", "--json")

@@ -163,7 +163,7 @@ def decode_cursor(cursor: object, source: str, filters: ListFilters, *, newest_f
     if not SOURCE_SHAPE.fullmatch(body.source) or not is_safe_int(body.createdAtMs) or identifier_problem(body.runId):
         raise invalid_cursor("cursor is malformed")
     if body.filters != filters.canonical(newest_first):
-        raise invalid_cursor("cursor was issued for other filters")
+        raise invalid_cursor("cursor was issued for other filters or the other order")
     if body.source != source:
         raise SourceChanged("invalid_run", "list_runs", "listing cursor belongs to another source: restart the listing")
     return body.createdAtMs, body.runId

@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     except FencepostError as exc:
         _debug()
         echo_error(error_text(exc))
-        sys.exit(1)
+        sys.exit(2 if exc.code in _USAGE_CODES else 1)
     except DbFailure as exc:
         _debug()
         echo_error(f"database failure: {exc}")
@@ -101,6 +101,10 @@ def main(argv: list[str] | None = None) -> None:
         echo_error(f"{type(exc).__name__}: {_first_line(exc)}")
         sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+# Refusals of a value the user typed (a --cursor that is not this listing's): usage errors.
+_USAGE_CODES = frozenset({"invalid_cursor"})
 
 
 def _first_line(exc: BaseException) -> str:

@@ -157,6 +157,10 @@ def feed_snapshot(run_ids: tuple[str, ...], out: Output) -> None:
 
     Example: fencepost feed snapshot demo-0001 demo-0002
     """
+    from fencepost.changefeed.feed import MAX_READ_IDS
+
+    if len(run_ids) > MAX_READ_IDS:
+        raise click.UsageError(f"at most {MAX_READ_IDS} run ids per snapshot (got {len(run_ids)})")
     batch = read_store().feed.read(list(run_ids))
     out.rows([to_data(s) for s in batch.snapshots], SNAPSHOT_COLUMNS,
              title=f"snapshot at {batch.source}:{batch.revision}",
