@@ -36,6 +36,7 @@ from sqlalchemy import and_, select
 from fencepost import _gauges
 from fencepost._schema import flows_runs as runs_t
 from fencepost.journal.owner import OwnerId
+from fencepost.journal.redaction import DEFAULT as DEFAULT_REDACTION
 from fencepost.runstore.heartbeat import HEARTBEAT_INTERVAL_MS as INTERVAL_MS
 from fencepost.runstore.heartbeat import STALE_AFTER_MS as STALE_MS
 from fencepost.runstore.liveness import LivenessCheck, LivenessContext, lease_liveness, same_host_pid_probe
@@ -329,8 +330,8 @@ class Worker:
         except LeaseLost:
             self._count("lost")
             log.warning("run %s: lease lost, left to its current owner", ctx.run_id, extra={"run_id": ctx.run_id})
-        except Exception:
-            log.exception("settling a run failed", extra={"run_id": ctx.run_id})
+        except Exception as exc:
+            log.error("settling a run failed\n%s", self._log_traceback(ctx.run_id, exc), extra={"run_id": ctx.run_id})
         finally:
             ctx.lease.release()
             self._done.set()
@@ -362,15 +363,15 @@ class Worker:
         except Exception as exc:
             ctx.lease.check()
             # The reason rides the same UPDATE as the settlement (redacted by the store).
-            outcome = runs.transition_owned(ctx.run_id, self.owner, "failed",
-                                            failure=RunFailure.from_exception(exc))
+            failure = RunFailure.from_exception(exc)
+            outcome = runs.transition_owned(ctx.run_id, self.owner, "failed", failure=failure)
             if isinstance(outcome, Transitioned):
                 self._count("failed")
-                log.warning("run %s settled failed: %s", ctx.run_id, type(exc).__name__,
-                            exc_info=(type(exc), exc, exc.__traceback__), extra={"run_id": ctx.run_id})
+                log.warning("run %s settled failed: %s\n%s", ctx.run_id, type(exc).__name__,
+                            self._log_traceback(ctx.run_id, exc, failure), extra={"run_id": ctx.run_id})
             else:
-                log.warning("run %s raised but could not be settled failed (%s)", ctx.run_id,
-                            type(outcome).__name__, exc_info=(type(exc), exc, exc.__traceback__),
+                log.warning("run %s raised but could not be settled failed (%s)\n%s", ctx.run_id,
+                            type(outcome).__name__, self._log_traceback(ctx.run_id, exc, failure),
                             extra={"run_id": ctx.run_id})
             return
         ctx.lease.check()
@@ -384,6 +385,41 @@ class Worker:
             log.info("run %s settled completed", ctx.run_id, extra={"run_id": ctx.run_id})
         else:
             raise LeaseLost(ctx.run_id, type(outcome).__name__)
+
+    def _log_traceback(self, run_id: str, exc: BaseException, failure: RunFailure | None = None) -> str:
+        """``exc``'s traceback for a log line: frames and every message (chained causes too) redacted
+        as the run's stored failure is, so the log shows what ``runs show`` prints.
+
+        Handlers get this text, never the exception: a handler that formats ``exc_info`` itself, or
+        keeps frame locals, would print each message verbatim. The run's store applies its
+        ``journal.redaction`` to the failure it records, so that redaction comes first; when it
+        fails (the store then refuses the settlement), the default rules; when they fail too, the
+        traceback is withheld and only the type is logged.
+        """
+        if failure is None:
+            try:
+                failure = RunFailure.from_exception(exc)
+            except Exception:  # logging a failure must never raise one
+                return f"{type(exc).__name__} (traceback withheld: it could not be formatted)"
+        fields = {"type": failure.type, "message": failure.message, "traceback": failure.traceback}
+        for redaction in (self._redaction(run_id), DEFAULT_REDACTION):
+            if not redaction.enabled:  # the store's explicit opt-out: its failures are stored as given
+                return failure.traceback
+            try:
+                text = redaction(fields)["traceback"]
+            except Exception:  # the redactor's own error may quote the text: never pass it on
+                continue
+            if type(text) is str:
+                return text
+        return f"{failure.type} (traceback withheld: it could not be redacted)"
+
+    def _redaction(self, run_id: str) -> Any:
+        """The redaction the store applies to ``run_id``'s failure (its shard's, in a shard set)."""
+        store_for = getattr(self.store, "store_for", None)
+        try:
+            return (store_for(run_id) if store_for is not None else self.store).journal.redaction
+        except Exception:  # locating the run's shard failed: the default rules still apply
+            return DEFAULT_REDACTION
 
     def _settle_cancelled(self, ctx: RunContext) -> None:
         runs, now = self.store.runs, self.store.clock.now_ms()

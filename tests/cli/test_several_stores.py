@@ -114,10 +114,10 @@ def test_runs_list_across_a_cursor_of_other_stores_is_refused(run_cli, two_store
     doc = json.loads(run_cli(*db, "runs", "list", "--limit", "1", "--json").out)
     other = run_cli("--db", f"x={two_stores['edge']}", "--db", f"y={two_stores['central']}",
                     "runs", "list", "--cursor", doc["next_cursor"])
-    assert other.code == 1 and "invalid_cursor" in other.err
+    assert other.code == 2 and "invalid_cursor" in other.err
     assert_one_line_error(other)
     garbage = run_cli(*db, "runs", "list", "--cursor", "not a cursor")
-    assert garbage.code == 1 and "invalid_cursor" in garbage.err
+    assert garbage.code == 2 and "invalid_cursor" in garbage.err
 
 
 @pytest.mark.parametrize("backend", ["mixed"])

@@ -14,16 +14,20 @@ therefore ahead of the wall clock; the output says so.
 from __future__ import annotations
 
 import random
+import shlex
 import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import click
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from fencepost.cli._common import CliContext, console, echo_error, table
+from fencepost.cli._common import CliContext, console, echo_error, fail, table
 
 TERMINAL = ("completed", "failed", "cancelled")
 DEMO_TASK = "fencepost.cli.demo:demo_task"
@@ -114,7 +118,6 @@ def demo(obj: CliContext, n_runs: int, n_workers: int, speed: float, timeout: fl
     """
     import fencepost
     from fencepost._durable import redact_url
-    from fencepost.cli.worker import spawn_workers
     from fencepost.journal import companion_stream
     from fencepost.projections import ProjectionBuilder, RunsByStatus
 
@@ -125,116 +128,199 @@ def demo(obj: CliContext, n_runs: int, n_workers: int, speed: float, timeout: fl
     prefix = f"demo-{uuid.uuid4().hex[:6]}-"
     store = fencepost.open(url, clock=clock)
     obj._store = store  # closed by the group with everything else
-    console.print(f"[bold]fencepost demo[/bold] on {redact_url(url)}  (runs {prefix}*)")
-    console.print(f"demo time runs {speed:g}x faster than wall time: the 30 s lease expires in "
-                  f"~{30 / speed:.1f} s; stamps are demo time")
+    _say(f"[bold]fencepost demo[/bold] on {escape(redact_url(url))}  (runs {prefix}*)")
+    _say(f"demo time runs {speed:g}x faster than wall time: the 30 s lease expires in "
+         f"~{30 / speed:.1f} s; stamps are demo time")
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=False) as progress:
-        task = progress.add_task("creating runs", total=n_runs)
-        rng = random.Random(7)
-        for i in range(n_runs):
-            state = {"flowName": "demo", "n": i, "steps": rng.randint(2, 5), "done": 0}
-            if i % 50 == 49:
-                state["fail"] = True
-            store.runs.create(f"{prefix}{i:04d}", _dumps(state))
-            progress.advance(task)
+    # Every exit from here on (an error, Ctrl-C, or the output pipe closing, which rich turns into
+    # SystemExit) leaves through these blocks: the workers are stopped, then the projection thread,
+    # then the builder lock is released.
+    with ProjectionBuilder(store, url, RunsByStatus(), lock_timeout=10.0) as builder:
+        _hold_projection(builder)
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=console, transient=False) as progress:
+            task = progress.add_task("creating runs", total=n_runs)
+            rng = random.Random(7)
+            for i in range(n_runs):
+                state = {"flowName": "demo", "n": i, "steps": rng.randint(2, 5), "done": 0}
+                if i % 50 == 49:
+                    state["fail"] = True
+                store.runs.create(f"{prefix}{i:04d}", _dumps(state))
+                progress.advance(task)
 
-        builder = ProjectionBuilder(store, url, RunsByStatus(), lock_timeout=10.0)
-        stop_projection = threading.Event()
-        projector = threading.Thread(target=builder.run, args=(stop_projection,), daemon=True)
-        projector.start()
+            victim = None
+            killed: list[str] = []
+            cancelled_ids: list[str] = []
+            cancel_done = False
+            deadline = started + timeout
+            timed_out = True
+            interrupted = False
+            with _following(builder) as projection_failures, _workers(url, n_workers, (base, speed), prefix) as procs:
+                try:
+                    _say(f"started {n_workers} worker processes: pids {', '.join(str(p.pid) for p in procs)}")
+                    work = progress.add_task("settling runs", total=n_runs)
+                    while time.monotonic() < deadline and not projection_failures:
+                        counts = _status_counts(store, prefix)
+                        settled = sum(counts[s] for s in TERMINAL)
+                        progress.update(work, completed=settled)
+                        if not killed and settled >= n_runs // 5:
+                            # The victim is whichever live worker holds runs now (the busiest): one fixed
+                            # process could be between runs at every look on a loaded machine.
+                            holders = _holders(store, prefix)
+                            alive = [p for p in procs if p.is_alive() and holders.get(p.pid)]
+                            if alive and sum(p.is_alive() for p in procs) > 1:
+                                victim = max(alive, key=lambda p: len(holders[p.pid]))
+                                held = holders[victim.pid]
+                                victim.kill()
+                                victim.join()
+                                killed = held
+                                _say(f"[red]SIGKILLed worker {victim.pid}[/red] holding {len(held)} run(s): "
+                                     f"{', '.join(held)}; a peer takes them over once the lease expires")
+                        if not cancel_done and settled >= n_runs // 3:
+                            cancel_done = True
+                            cancelled_ids = _cancel_some(store, prefix, n_runs)
+                            _say(f"requested cancellation of {len(cancelled_ids)} run(s)")
+                        if settled >= n_runs:
+                            timed_out = False
+                            break
+                        if not any(p.is_alive() for p in procs):
+                            _say("[red]every worker process exited[/red]")
+                            timed_out = False
+                            break
+                        time.sleep(0.1)
+                except KeyboardInterrupt:
+                    # Ctrl-C: stop gracefully below (workers park what they hold), then exit 130.
+                    interrupted = True
+        if projection_failures:
+            raise projection_failures[0]  # the boundary prints it as one line
+        if interrupted:
+            echo_error("interrupted: the workers were stopped (runs in hand were parked suspended)")
+            raise SystemExit(130)
+        final = builder.catch_up()
+        status = builder.status()
+        counts = _status_counts(store, prefix)
+        takeovers = _takeovers(store, prefix, n_runs, companion_stream)
+        projected = _projected(builder, RunsByStatus())
+        source_rows = {r.run_id: r.status for r in _all_runs(store)}
+        in_step = status.lag == 0 and projected == source_rows
+        from fencepost.journal import verify
 
-        procs = spawn_workers(url, n_workers, task=DEMO_TASK, concurrency=4, clock_spec=(base, speed), prefix=prefix,
-                              log_level="ERROR")
-        victim = None
-        console.print(f"started {n_workers} worker processes: pids {', '.join(str(p.pid) for p in procs)}")
-        work = progress.add_task("settling runs", total=n_runs)
-        killed: list[str] = []
-        cancelled_ids: list[str] = []
-        cancel_done = False
-        deadline = started + timeout
-        timed_out = True
-        interrupted = False
-        try:
-            while time.monotonic() < deadline:
-                counts = _status_counts(store, prefix)
-                settled = sum(counts[s] for s in TERMINAL)
-                progress.update(work, completed=settled)
-                if not killed and settled >= n_runs // 5:
-                    # The victim is whichever live worker holds runs now (the busiest): one fixed
-                    # process could be between runs at every look on a loaded machine.
-                    holders = _holders(store, prefix)
-                    alive = [p for p in procs if p.is_alive() and holders.get(p.pid)]
-                    if alive and sum(p.is_alive() for p in procs) > 1:
-                        victim = max(alive, key=lambda p: len(holders[p.pid]))
-                        held = holders[victim.pid]
-                        victim.kill()
-                        victim.join()
-                        killed = held
-                        progress.console.print(f"[red]SIGKILLed worker {victim.pid}[/red] holding {len(held)} run(s): "
-                                               f"{', '.join(held)}; a peer takes them over once the lease expires")
-                if not cancel_done and settled >= n_runs // 3:
-                    cancel_done = True
-                    cancelled_ids = _cancel_some(store, prefix, n_runs)
-                    progress.console.print(f"requested cancellation of {len(cancelled_ids)} run(s)")
-                if settled >= n_runs:
-                    timed_out = False
-                    break
-                if not any(p.is_alive() for p in procs):
-                    progress.console.print("[red]every worker process exited[/red]")
-                    timed_out = False
-                    break
-                time.sleep(0.1)
-        except KeyboardInterrupt:
-            # Ctrl-C: stop gracefully below (workers park what they hold), then exit 130.
-            interrupted = True
-        finally:
-            # Never leave worker processes behind, whatever happened above.
-            for p in procs:
-                if p.is_alive():
-                    p.terminate()
-            for p in procs:
-                p.join(10)
-
-    stop_projection.set()
-    projector.join(10)
-    if interrupted:
-        builder.close()
-        echo_error("interrupted: the workers were stopped (runs in hand were parked suspended)")
-        raise SystemExit(130)
-    final = builder.catch_up()
-    status = builder.status()
-    counts = _status_counts(store, prefix)
-    takeovers = _takeovers(store, prefix, n_runs, companion_stream)
-    projected = _projected(builder, RunsByStatus())
-    source_rows = {r.run_id: r.status for r in _all_runs(store)}
-    in_step = status.lag == 0 and projected == source_rows
-    from fencepost.journal import verify
-
-    verified = verify(store)
-    ok = bool(getattr(verified, "ok", False))
-    builder.close()
+        verified = verify(store)
+        ok = bool(getattr(verified, "ok", False))
 
     table("runs by status", ["status", "runs"], sorted(counts.items()))
     if killed and victim is not None:
-        console.print(f"takeovers: {len(takeovers)} run(s) stolen after worker {victim.pid} was killed"
-                      + (f" ({', '.join(takeovers[:6])}{', ...' if len(takeovers) > 6 else ''})" if takeovers else ""))
+        _say(f"takeovers: {len(takeovers)} run(s) stolen after worker {victim.pid} was killed"
+             + (f" ({', '.join(takeovers[:6])}{', ...' if len(takeovers) > 6 else ''})" if takeovers else ""))
     else:
-        console.print("[red]no worker was killed: none held a run once a fifth of the runs had settled[/red]")
-    console.print(f"journal verified: {'[green]yes[/green]' if ok else '[red]NO[/red]'}")
-    console.print(f"projection runs_by_status in step with the source: "
-                  f"{'[green]yes[/green]' if in_step else '[red]NO[/red]'} "
-                  f"(revision {final.revision}, lag {status.lag}, {len(projected)} rows)")
-    console.print(f"finished in {time.monotonic() - started:.1f} s. Explore: fencepost runs list, "
-                  f"fencepost runs show {prefix}0000, fencepost journal show {prefix}0000 --companion, "
-                  "fencepost feed tail, fencepost projection status, fencepost ui (live web console)")
+        _say("[red]no worker was killed: none held a run once a fifth of the runs had settled[/red]")
+    _say(f"journal verified: {'[green]yes[/green]' if ok else '[red]NO[/red]'}")
+    _say(f"projection runs_by_status in step with the source: "
+         f"{'[green]yes[/green]' if in_step else '[red]NO[/red]'} "
+         f"(revision {final.revision}, lag {status.lag}, {len(projected)} rows)")
+    _say(f"finished in {time.monotonic() - started:.1f} s. Explore:")
+    for hint in _hints(url, prefix):
+        _say(f"  {escape(hint)}")
     unsettled = n_runs - sum(counts[s] for s in TERMINAL)
     if timed_out:
         echo_error(f"timed out after {timeout:g} s (--timeout) with {unsettled} of {n_runs} run(s) unsettled")
         raise SystemExit(1)
     if unsettled or not ok or not in_step or not killed:
         raise SystemExit(1)
+
+
+def _say(text: str) -> None:
+    """Print one line of the demo's story (rich markup). Written to a pipe or a file it is never
+    hard-wrapped, as tables are not (``cli._output``): a URL or a list of run ids stays on its line."""
+    console.print(text, soft_wrap=not console.is_terminal)
+
+
+def _hints(url: str, prefix: str) -> list[str]:
+    """Commands that explore what the demo left, with the ``--db`` it used unless that is the default
+    (else they would read ``.flows/flows.db``). The URL is shown as ever: its password masked."""
+    from fencepost._durable import DEFAULT_URL, redact_url
+
+    db = "" if url == DEFAULT_URL else f"--db {shlex.quote(redact_url(url))} "
+    return [f"fencepost {db}runs list", f"fencepost {db}runs show {prefix}0000",
+            f"fencepost {db}journal show {prefix}0000 --companion", f"fencepost {db}feed tail",
+            f"fencepost {db}projection status", f"fencepost {db}ui  (live web console)"]
+
+
+def _hold_projection(builder: Any) -> None:
+    """Take the projection's builder lock by catching up once, before any run or worker exists.
+
+    Another builder of ``runs_by_status`` on this database (a second demo, ``projection run``)
+    is a one-line error here; found later by the builder's thread it was a raw thread traceback.
+    """
+    from fencepost.errors import ProjectionError
+
+    try:
+        builder.catch_up()
+    except ProjectionError as exc:
+        if exc.code != "builder_busy":
+            raise
+        raise fail("another process is building the runs_by_status projection on this database (another "
+                   "fencepost demo, or fencepost projection run): wait for it to finish, or give this demo "
+                   "its own database with --db") from None
+
+
+@contextmanager
+def _following(builder: Any) -> Iterator[list[BaseException]]:
+    """Run the builder in a thread until the block ends; yields the list its failure lands in.
+
+    The main thread checks the list and raises what it holds, so a failure reaches the CLI's one
+    error boundary instead of printing a thread's traceback.
+    """
+    failures: list[BaseException] = []
+    stop = threading.Event()
+
+    def follow() -> None:
+        try:
+            builder.run(stop)
+        except BaseException as exc:  # raised by the main thread
+            failures.append(exc)
+
+    thread = threading.Thread(target=follow, name="fencepost-demo-projection", daemon=True)
+    thread.start()
+    try:
+        yield failures
+    finally:
+        stop.set()
+        thread.join(10)
+
+
+@contextmanager
+def _workers(url: str, n: int, clock_spec: tuple[int, float], prefix: str) -> Iterator[list[Any]]:
+    """The demo's worker processes, stopped when the block ends, however it ends.
+
+    They are not daemonic, so ``multiprocessing`` joins each one at interpreter exit: a worker left
+    running keeps the demo from ever exiting (a closed output pipe did exactly that).
+    """
+    from fencepost.cli.worker import spawn_workers
+
+    procs = spawn_workers(url, n, task=DEMO_TASK, concurrency=4, clock_spec=clock_spec, prefix=prefix,
+                          log_level="ERROR")
+    try:
+        yield procs
+    finally:
+        _stop(procs)
+
+
+def _stop(procs: list[Any], grace: float = 10.0) -> None:
+    """SIGTERM the live workers (runs in hand finish or are parked suspended), wait up to ``grace``
+    seconds, then SIGKILL what is left (its leases simply expire). A Ctrl-C while waiting kills too."""
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    deadline = time.monotonic() + grace
+    try:
+        for p in procs:
+            p.join(max(0.0, deadline - time.monotonic()))
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join()
 
 
 def _dumps(value: Any) -> str:

@@ -142,13 +142,17 @@ def worker(obj: CliContext, processes: int, concurrency: int, task: str, until_i
     import fencepost
 
     load_task(task)  # refuse a bad reference before starting anything
+    # Like runs create and runs cancel (write_store(create=False)): prove, read-only, that every
+    # store exists, so a mistyped --db is an error naming fencepost init instead of a new empty store.
+    for url in [spec.url for spec in obj.specs] if obj.several else [obj.url]:
+        fencepost.open(url, readonly=True).close()
     target: str | dict[str, str]
     if obj.several:
         # A shard set: found (or check) it once, then every process opens the set and sweeps every shard.
         shards = obj.shard_set(readonly=False, create=True)
         target = {name: store.db.url for name, store in shards.items()}
     else:
-        fencepost.open(obj.url).close()  # create and migrate once, before the processes race to
+        fencepost.open(obj.url).close()  # prove it writable once, before the processes start
         target = obj.resolved_url
     ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
