@@ -52,7 +52,7 @@ def test_ui_serves_one_console_over_several_db_and_hides_passwords(mixed):
         pages = [httpx.get(url + p, timeout=10).text for p in ("/health", "/journal", "/projections")]
     finally:
         code, err = _stop(proc)
-    assert code == 0, err
+    assert code == 130, err
     assert all(PASSWORD not in text for text in pages)
     assert PASSWORD not in err
 
@@ -84,7 +84,7 @@ def test_ui_serves_a_shard_set_given_with_shards_file(tmp_path):
         assert moved.status_code == 307 and moved.headers["location"] == f"/runs/{homes[rid]}/{rid}"
     finally:
         code, err = _stop(proc)
-    assert code == 0, err
+    assert code == 130, err
     # Only some shards of the set: refused before anything is served.
     partial = tmp_path / "partial.txt"
     partial.write_text("\n".join(urls[:2]) + "\n")
@@ -116,7 +116,7 @@ def test_one_named_store_keeps_the_single_store_console(tmp_path):
         assert httpx.get(served + "/runs/only", timeout=10).status_code == 200
     finally:
         code, err = _stop(proc)
-    assert code == 0, err
+    assert code == 130, err
 
 
 def test_a_page_over_two_stores_sees_a_run_of_the_second_change_live(mixed, browser, tmp_path):  # noqa: F811
