@@ -189,8 +189,9 @@ class CliContext:
         """The given stores as one shard set: ``{name: url}`` in member order, for ``open_shards``.
 
         ``create=False``: every store must exist and record the same set (all of its shards given).
-        ``create=True`` (``init``, ``worker``): stores are created and migrated as needed, and empty
-        stores that record no set yet are named (``NAME=URL``, else ``shard-<i>``) to found one.
+        ``create=True`` (``init``; ``worker`` after proving every store exists): stores are created and
+        migrated as needed, and empty stores that record no set yet are named (``NAME=URL``, else
+        ``shard-<i>``) to found one.
         Anything else is a usage error (exit 2) that names the ``--db`` by position and changes nothing.
         """
         import fencepost
@@ -305,9 +306,9 @@ def read_store() -> Any:
 def write_store(*, create: bool = True) -> Any:
     """The store of the current invocation, opened for writing (refused when several were given).
 
-    ``create=True`` creates and migrates the database if needed (``init``, ``demo``, ``worker``);
+    ``create=True`` creates and migrates the database if needed (``init``, ``demo``);
     ``create=False`` first proves, read-only, that it already exists, so a mistyped URL given to
-    ``runs cancel`` or ``source rotate`` is an error instead of a new empty database.
+    ``runs cancel``, ``source rotate`` or ``worker`` is an error instead of a new empty database.
     """
     obj = click.get_current_context().find_object(CliContext)
     obj.one_store_only()

@@ -296,31 +296,14 @@ def _workers(url: str, n: int, clock_spec: tuple[int, float], prefix: str) -> It
     They are not daemonic, so ``multiprocessing`` joins each one at interpreter exit: a worker left
     running keeps the demo from ever exiting (a closed output pipe did exactly that).
     """
-    from fencepost.cli.worker import spawn_workers
+    from fencepost.cli.worker import spawn_workers, stop_workers
 
     procs = spawn_workers(url, n, task=DEMO_TASK, concurrency=4, clock_spec=clock_spec, prefix=prefix,
                           log_level="ERROR")
     try:
         yield procs
     finally:
-        _stop(procs)
-
-
-def _stop(procs: list[Any], grace: float = 10.0) -> None:
-    """SIGTERM the live workers (runs in hand finish or are parked suspended), wait up to ``grace``
-    seconds, then SIGKILL what is left (its leases simply expire). A Ctrl-C while waiting kills too."""
-    for p in procs:
-        if p.is_alive():
-            p.terminate()
-    deadline = time.monotonic() + grace
-    try:
-        for p in procs:
-            p.join(max(0.0, deadline - time.monotonic()))
-    finally:
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-                p.join()
+        stop_workers(procs, grace=10.0)
 
 
 def _dumps(value: Any) -> str:

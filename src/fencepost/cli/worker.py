@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import multiprocessing
 import os
 import signal
 import sys
 import threading
+import time
 from typing import Any
 
 import click
 import msgspec
 
-from fencepost.cli._common import CliContext, StopRelay, console, table
+from fencepost.cli._common import CliContext, StopRelay, console, table, write_store
 
 
 def load_task(ref: str, import_dir: str | None = None) -> Any:
@@ -96,10 +98,33 @@ def spawn_workers(url: str | dict[str, str], n: int, *, task: str, concurrency: 
                                   liveness, import_dir))
             p.start()
             procs.append(p)
+    except BaseException:
+        # One failed to start (or Ctrl-C came between two starts): stop those already running, which
+        # the caller never learns of and multiprocessing would otherwise wait on at interpreter exit.
+        stop_workers(procs, grace=10.0)
+        raise
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
     return procs
+
+
+def stop_workers(procs: list[Any], grace: float | None = None) -> None:
+    """Stop worker processes: SIGTERM each live one (runs in hand finish or are parked suspended),
+    wait for them (at most ``grace`` seconds when given), then SIGKILL what is left, whose leases
+    simply expire. A Ctrl-C while waiting kills them too, and propagates once they are gone."""
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    deadline = None if grace is None else time.monotonic() + grace
+    try:
+        for p in procs:
+            p.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join()
 
 
 def _main_thread() -> bool:
@@ -142,17 +167,18 @@ def worker(obj: CliContext, processes: int, concurrency: int, task: str, until_i
     import fencepost
 
     load_task(task)  # refuse a bad reference before starting anything
-    # Like runs create and runs cancel (write_store(create=False)): prove, read-only, that every
-    # store exists, so a mistyped --db is an error naming fencepost init instead of a new empty store.
-    for url in [spec.url for spec in obj.specs] if obj.several else [obj.url]:
-        fencepost.open(url, readonly=True).close()
+    # Every store must already exist (as for runs create): a mistyped --db is an error naming
+    # fencepost init instead of a new empty store.
     target: str | dict[str, str]
     if obj.several:
+        for spec in obj.specs:
+            fencepost.open(spec.url, readonly=True).close()
         # A shard set: found (or check) it once, then every process opens the set and sweeps every shard.
         shards = obj.shard_set(readonly=False, create=True)
         target = {name: store.db.url for name, store in shards.items()}
     else:
-        fencepost.open(obj.url).close()  # prove it writable once, before the processes start
+        write_store(create=False)  # proves it exists, then that it opens writable, before any process starts
+        obj.close()
         target = obj.resolved_url
     ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
@@ -165,19 +191,10 @@ def worker(obj: CliContext, processes: int, concurrency: int, task: str, until_i
         for p in procs:
             p.join()
     except KeyboardInterrupt:
-        # Ctrl-C: ask every process to stop gracefully (SIGTERM: runs in hand finish or are parked
-        # suspended); a second Ctrl-C kills them, and their leases simply expire.
+        # Ctrl-C: ask every process to stop gracefully; a second Ctrl-C kills them.
         interrupted = True
-        for p in procs:
-            p.terminate()
-        try:
-            for p in procs:
-                p.join()
-        except KeyboardInterrupt:
-            for p in procs:
-                p.kill()
-            for p in procs:
-                p.join()
+        with contextlib.suppress(KeyboardInterrupt):
+            stop_workers(procs)
     finally:
         signal.signal(signal.SIGTERM, previous)
     rows = []
