@@ -163,7 +163,22 @@ def test_verify_anchor_proves_the_newest_entries_were_not_removed(run_cli, settl
     # ... the anchor does.
     anchored = run_cli("--db", settled, "journal", "verify", "--anchor", anchor)
     assert anchored.code == 1 and "first at the anchor" in anchored.out, anchored
-    for bad in ("12", "x:" + "0" * 64, "3:abc", "3:" + "G" * 64):
+    for bad in ("12", "x:" + "0" * 64, "3:abc", "3:" + "G" * 64, "3:" + "0" * 63):
         result = run_cli("--db", settled, "journal", "verify", "--anchor", bad)
         assert_one_line_error(result)
         assert result.code == 2 and "--anchor" in result.err
+
+
+def test_verify_anchor_with_a_mistyped_hash_names_the_anchor_not_a_seq(run_cli, settled):
+    """A hash that is not the entry's reads as a changed anchor (no made-up "seq -1"); the hash
+    printed in lower case is also accepted upper-cased, as copied from elsewhere."""
+    head = json.loads(run_cli("--db", settled, "journal", "verify", "--json").out)["head"]
+    upper = run_cli("--db", settled, "journal", "verify", "--anchor",
+                    f"{head['position']}:{head['entry_hash'].upper()}")
+    assert upper.code == 0, upper
+    wrong = "0" * 64 if head["entry_hash"] != "0" * 64 else "1" * 64
+    mistyped = run_cli("--db", settled, "journal", "verify", "--anchor", f"{head['position']}:{wrong}")
+    assert mistyped.code == 1
+    assert f"first at the anchor (position {head['position']}): the anchored entry has another hash" \
+        in mistyped.out, mistyped
+    assert "seq" not in mistyped.out

@@ -144,7 +144,8 @@ def _anchor(value: str | None) -> Any:
         return None
     from fencepost.journal import Head
 
-    position, sep, digest = value.partition(":")
+    position, sep, digest = value.strip().partition(":")
+    digest = digest.lower()  # the hash as printed is lower case; an upper-cased copy is the same hash
     if not sep or not position.isdigit() or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
         raise click.BadParameter("expected POSITION:HASH (a journal position and its 64-hex entry hash)",
                                  param_hint="--anchor")
@@ -179,13 +180,14 @@ def journal_verify(anchor: str | None, out: Output) -> None:
         b = report.first_break
         where = ""
         if b is not None:
-            if b.what == "anchor":
-                place = "the anchor"
-            elif b.run_id is not None and b.run_id != b.stream:
-                place = f"run {b.run_id} (its companion stream)"
+            if b.what == "anchor":  # a position, not an entry of a stream: it has no seq
+                where = f" first at the anchor (position {b.position}): {b.detail}"
             else:
-                place = f"stream {b.stream}"
-            where = f" first at {place} seq {b.seq} (position {b.position}): {b.what}, {b.detail}"
+                if b.run_id is not None and b.run_id != b.stream:
+                    place = f"run {b.run_id} (its companion stream)"
+                else:
+                    place = f"stream {b.stream}"
+                where = f" first at {place} seq {b.seq} (position {b.position}): {b.what}, {b.detail}"
         out.message(f"journal broken: {report.breaks} break(s);{where}")
     if not report.ok:
         raise fail(f"the journal is broken: {report.breaks} break(s)")
