@@ -295,7 +295,13 @@ class Database:
 
     def probe(self) -> None:
         """Connect once, without retrying, so an open that cannot even connect says why at once."""
-        failure: OpenError | None = None
+        found = self.connect_problem()
+        if found is not None:
+            raise self._open_error(*found)  # outside the handler: the driver's exception quotes the URL
+
+    def connect_problem(self) -> tuple[str, str | None] | None:
+        """Connect once, without retrying: ``None`` when it connects, else why not, as an ``OpenError``
+        code (``cannot_connect``, ``auth_failed``, ``database_missing`` ...) and the driver's code."""
         try:
             self.engine.connect().close()
         except DBAPIError as exc:
@@ -303,9 +309,8 @@ class Database:
             problem = self.backend.open_problem(code)
             if problem is None and code is None:
                 problem = self.backend.diagnose_connect(self.engine)
-            failure = self._open_error(problem or "open_failed", code)
-        if failure is not None:
-            raise failure  # outside the handler: the driver's exception quotes the URL
+            return problem or "open_failed", code
+        return None
 
     def open_error(self, exc: DbFailure) -> OpenError:
         """The public error for a database failure while opening the store."""

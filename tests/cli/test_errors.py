@@ -91,6 +91,19 @@ def test_a_bad_target_url_is_a_usage_error_that_creates_nothing(run_cli, tmp_pat
     assert not db.exists()
 
 
+@pytest.mark.parametrize("command", ["run", "rebuild", "status"])
+def test_an_unreachable_projection_target_says_cannot_connect(run_cli, tmp_path, command):
+    """The driver's own exception text reached the user (exit 1, "OperationalError: ... Connection refused")."""
+    db = tmp_path / "flows.db"
+    assert run_cli("--db", f"sqlite:///{db}", "init").code == 0
+    result = run_cli("--db", f"sqlite:///{db}", "projection", command,
+                     "--target", "postgresql+psycopg://nobody:secret-pw@127.0.0.1:1/none")
+    assert_one_line_error(result)
+    assert result.code == 1
+    assert "cannot_connect" in result.err and "projection target" in result.err, result.err
+    assert "secret-pw" not in result.err and "OperationalError" not in result.err
+
+
 def test_unsupported_url_scheme_is_one_line(run_cli):
     assert_one_line_error(run_cli("--db", "mysql://x/y", "runs", "list"))
 

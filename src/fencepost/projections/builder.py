@@ -33,7 +33,7 @@ from sqlalchemy import Table
 from sqlalchemy.engine import Connection
 
 from fencepost import _gauges
-from fencepost._durable import Database, DbFailure, map_failure
+from fencepost._durable import Database, DbFailure, map_failure, open_detail
 from fencepost._migrations import migrate, pending
 from fencepost._values import identifier_problem
 from fencepost.errors import FencepostError, ProjectionError, SourceChanged
@@ -168,6 +168,7 @@ class ProjectionBuilder:
         self._tables = ShadowTables(projection, tables)
         self._lock = BuilderLock(self.target, self.name)
         self._prepared = False
+        self._reached = False
         self._closed = threading.Event()
         self._running = threading.Lock()
         # Test hook: called after each committed page with (shadow, page).
@@ -554,16 +555,44 @@ class ProjectionBuilder:
     def _acquire(self) -> None:
         if self._closed.is_set():
             raise ProjectionError("projection_failed", "acquire", "the builder is closed")
+        self._reach_target("acquire")
         self._lock.acquire(self._lock_timeout)
         self._prepare()
+
+    def _reach_target(self, method: str) -> None:
+        """Before the target's first use: connect once, so a target that cannot be reached is a
+        ``ProjectionError`` saying why (``cannot_connect``, ``auth_failed``, ``database_missing`` ...,
+        the codes of ``fencepost.open``) and naming the target with its password masked."""
+        if self._reached:
+            return
+        found = self.target.connect_problem()
+        if found is not None:
+            raise self._unusable_target(method, *found)
+        self._reached = True
+
+    def _unusable_target(self, method: str, problem: str, code: str | None) -> ProjectionError:
+        err = ProjectionError(problem, method, "projection target: " + open_detail(
+            problem, self.target.where, mode="reading" if self.target.readonly else "writing",
+            sqlite=self.target.path is not None))
+        err.db_code = code  # type: ignore[attr-defined]
+        return err
+
+    def _target_failure(self, exc: DbFailure, method: str) -> ProjectionError:
+        """A failure while preparing or first reading the target: named like an open failure when
+        the driver's code says what is wrong with the database (not a database, missing ...)."""
+        problem = self.target.backend.open_problem(exc.code)
+        if problem is not None:
+            return self._unusable_target(method, problem, exc.code)
+        return map_failure(exc, ProjectionError, method, "projection target")  # type: ignore[return-value]
 
     def _prepare(self) -> None:
         if self._prepared:
             return
+        self._reach_target("prepare")
         try:
             migrate(self.target, ("projections",))
         except DbFailure as exc:
-            raise map_failure(exc, ProjectionError, "prepare", "projection target") from None
+            raise self._target_failure(exc, "prepare") from None
 
         def body(conn: Connection) -> None:
             for table in self._tables.all():
@@ -604,11 +633,12 @@ class ProjectionBuilder:
     def _target_ready(self) -> bool:
         if self._prepared:
             return True
+        self._reach_target("status")
         try:
             # The checkpoint tables (3001) are what a read needs; later migrations add columns only.
             return all(m.id != 3001 for m in pending(self.target, ("projections",)))
         except DbFailure as exc:
-            raise map_failure(exc, ProjectionError, "status", "projection target") from None
+            raise self._target_failure(exc, "status") from None
 
     def _load_in(self, conn: Connection, share: Share) -> Checkpoint:
         cp = checkpoints.load(conn, share.checkpoint)
