@@ -78,3 +78,4 @@ def test_the_target_is_probed_once_per_builder(store, target_url):
         builder.catch_up()
         assert len(calls) == 1
         assert builder.status().applied_revision > 0
+

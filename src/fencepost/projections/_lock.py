@@ -9,6 +9,7 @@ opens conflict even inside one process).
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import os
@@ -16,8 +17,9 @@ import time
 from typing import Any
 
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 
-from fencepost._durable import Database
+from fencepost._durable import Database, map_failure
 from fencepost.errors import ProjectionError
 
 _PG_TRY = text("SELECT pg_try_advisory_lock(hashtextextended(:key, 3001))")
@@ -58,7 +60,15 @@ class BuilderLock:
 
     def _try(self) -> bool:
         if self._target.backend.name == "sqlite":
-            fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as exc:  # read-only media, no permission, a full inode table ...
+                reason = errno.errorcode.get(exc.errno or 0, "an OS error")
+            else:
+                reason = None
+            if reason is not None:
+                raise ProjectionError("persistence_failed", "acquire",
+                                      f"projection target: cannot open the builder's lock file beside it ({reason})")
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -66,12 +76,24 @@ class BuilderLock:
                 return False
             self._handle = fd
             return True
-        conn = self._target.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        try:
+            conn = self._target.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        except DBAPIError as exc:
+            failure = self._target._failure(exc)
+        else:
+            failure = None
+        if failure is not None:  # raised outside the handler: the driver's message quotes the URL
+            raise map_failure(failure, ProjectionError, "acquire", "projection target")
         try:
             got = bool(conn.execute(_PG_TRY, {"key": self._key}).scalar())
+        except DBAPIError as exc:
+            conn.close()
+            failure = self._target._failure(exc)
         except BaseException:
             conn.close()
             raise
+        if failure is not None:
+            raise map_failure(failure, ProjectionError, "acquire", "projection target")
         if not got:
             conn.close()
             return False
