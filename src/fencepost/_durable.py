@@ -226,6 +226,22 @@ def _option_name(key: str) -> str:
     return f"'{key}'" if _NAMEABLE.match(key) else "an option"
 
 
+def _frozen_copy(path: Path) -> bool:
+    """A database on a read-only file system with no shared-memory file beside it (a copy on an
+    archive mount, a read-only volume): SQLite cannot open a WAL database read-only there, since it
+    can create neither the ``-shm`` file nor its locks. Nobody can change such a file, so it is
+    opened as immutable (no locking). Not when a non-empty ``-wal`` log is beside it: immutable
+    reads would skip the commits still in the log, so that open fails as before."""
+    try:
+        read_only_fs = bool(os.statvfs(path.parent).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+    if not read_only_fs or path.with_name(path.name + "-shm").exists():
+        return False
+    wal = path.with_name(path.name + "-wal")
+    return not (wal.exists() and wal.stat().st_size > 0)
+
+
 class Database:
     """An engine plus the write/read discipline every store shares."""
 
@@ -242,7 +258,8 @@ class Database:
                 if not path.exists():
                     raise DatabaseMissing("database_missing", "open",
                                           open_detail("database_missing", self.where, sqlite=True))
-                parsed = parsed.set(database=f"file:{path}?mode=ro", query={**parsed.query, "uri": "true"})
+                mode = "mode=ro&immutable=1" if _frozen_copy(path) else "mode=ro"
+                parsed = parsed.set(database=f"file:{path}?{mode}", query={**parsed.query, "uri": "true"})
             else:
                 made = True
                 try:

@@ -71,15 +71,44 @@ def test_a_missing_file_opened_read_only_hints_at_init(tmp_path: Path) -> None:
 
 def test_a_read_only_directory(readonly_mount) -> None:
     url = f"sqlite:///{readonly_mount.root / 'flows.db'}"
-    fencepost.open(url).close()  # a real store, then the filesystem turns read-only
+    with fencepost.open(url) as store:  # a real store, then the filesystem turns read-only
+        store.runs.create("r1", "{}")
     readonly_mount.set_readonly(True)
-    for readonly in (False, True):
-        exc = _open_fails(url, readonly=readonly)
-        assert exc.code == "permission_denied" and exc.db_code == "SQLITE_CANTOPEN"
-        assert str(readonly_mount.root / "flows.db") in str(exc)
+    exc = _open_fails(url)
+    assert exc.code == "permission_denied" and exc.db_code == "SQLITE_CANTOPEN"
+    assert str(readonly_mount.root / "flows.db") in str(exc)
+    # Read-only, it opens and reads (it failed with SQLITE_CANTOPEN: WAL needs a -shm file it
+    # cannot create there); writing through it is refused.
+    with fencepost.open(url, readonly=True) as store:
+        assert store.runs.get("r1") is not None
+        assert fencepost.journal.verify(store).ok
+        with pytest.raises(fencepost.FencepostError):
+            store.runs.create("r2", "{}")
     # A new database cannot be created there either.
     exc = _open_fails(f"sqlite:///{readonly_mount.root / 'sub' / 'new.db'}")
     assert exc.code == "permission_denied"
+
+
+def test_a_read_only_copy_with_commits_still_in_its_log_is_refused_not_read_without_them(
+        readonly_mount, tmp_path) -> None:
+    """A copy of the database file and its non-empty -wal log, without the -shm file: read-only
+    media cannot be opened the usual way, and reading the file alone would miss the log's commits."""
+    source = tmp_path / "flows.db"
+    with fencepost.open(f"sqlite:///{source}") as store:
+        store.runs.create("r1", "{}")
+    conn = sqlite3.connect(source)
+    try:
+        conn.execute("PRAGMA wal_autocheckpoint = 0")
+        conn.execute("CREATE TABLE only_in_the_log (x)")
+        conn.commit()
+        assert source.with_name("flows.db-wal").stat().st_size > 0
+        shutil.copy(source, readonly_mount.root / "flows.db")
+        shutil.copy(source.with_name("flows.db-wal"), readonly_mount.root / "flows.db-wal")
+    finally:
+        conn.close()
+    readonly_mount.set_readonly(True)
+    exc = _open_fails(f"sqlite:///{readonly_mount.root / 'flows.db'}", readonly=True)
+    assert exc.code == "permission_denied" and exc.db_code == "SQLITE_CANTOPEN"
 
 
 def _open_code(url: str, readonly: bool) -> tuple[str, str | None, str] | str:
