@@ -335,6 +335,29 @@ def test_init_founds_a_shard_set_and_run_commands_route_by_run_id(run_cli, shard
     assert renamed.code == 2 and "recorded as a shard under another name" in renamed.err
 
 
+def test_creating_a_run_on_one_shard_given_alone_is_refused(run_cli, shard_urls):
+    """One --db naming a single shard of a set created a run id the set already held on another
+    shard (two runs named o1 in one set). Creating goes through the whole set; the other run
+    commands still act on the one store given."""
+    urls = shard_urls(2)
+    db = _db_args(urls)
+    assert run_cli(*db, "init").code == 0
+    assert run_cli(*db, "runs", "create", "o1").code == 0
+    with fencepost.open_shards(urls, readonly=True) as shards:
+        home = shards.locate("o1")
+        other = next(u for name, u in zip(shards.names, urls, strict=True) if name != home)
+    for args in (["runs", "create", "o1"], ["runs", "create", "o2"]):
+        alone = run_cli("--db", other, *args)
+        assert alone.code == 2 and "give every shard of the set" in alone.err, alone
+        assert_one_line_error(alone)
+    piped = subprocess.run([fencepost_exe(), "--db", other, "runs", "create", "-"], input='{"run_id": "o3"}\n',
+                           capture_output=True, text=True, timeout=60)
+    assert piped.returncode == 2 and "give every shard of the set" in piped.stderr, piped
+    listed = json.loads(run_cli(*db, "runs", "list", "--json").out)
+    assert [r["run_id"] for r in listed["runs"]] == ["o1"]  # nothing was created
+    assert run_cli("--db", other, "runs", "list").code == 0  # reading one shard alone still works
+
+
 def test_a_shard_file_names_the_stores(run_cli, shard_urls, tmp_path):
     urls = shard_urls(2)
     (tmp_path / "stores.txt").write_text(textwrap.dedent(f"""\

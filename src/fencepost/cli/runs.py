@@ -464,7 +464,7 @@ def runs_create(run_id: str, state_json: str, out: Output) -> None:
     {"run_id": "...", "state": {...}}. All of them are created in one transaction, or none (a
     bad line or an id that already exists changes nothing). The database must exist (fencepost init).
     Given the shards of a set (--db repeated), the run is created on the shard its id places on
-    (RUN_ID "-" needs one store).
+    (RUN_ID "-" needs one store that is no shard of a set); one shard of a set given alone is refused.
 
     Example: fencepost runs create order-17 --state '{"step": 0}'
     """
@@ -476,6 +476,7 @@ def runs_create(run_id: str, state_json: str, out: Output) -> None:
         _create_on_shard(obj, run_id, state_json, out)
         return
     store = write_store(create=False)
+    _refuse_one_shard(store)
     if run_id == "-":
         pairs = _parse_ndjson(click.get_text_stream("stdin"))
         created = store.runs.create_many(pairs)
@@ -489,6 +490,18 @@ def runs_create(run_id: str, state_json: str, out: Output) -> None:
         click.echo(f"created {run_id}")
     else:
         out.record(run_record(store.runs.get(run_id)))
+
+
+def _refuse_one_shard(store: Any) -> None:
+    """A new run id on one shard of a set, given alone, could be one another shard already holds:
+    the set places ids and checks every shard, so creating goes through the whole set."""
+    from fencepost.shards import membership
+
+    record = membership.read(store)
+    if record is not None and len(record.members) > 1:
+        raise click.UsageError(
+            f"this store is shard {record.shard_name} of a set of {len(record.members)}: a run created on it "
+            "alone could reuse an id another shard holds; give every shard of the set (--db repeated, or --shards)")
 
 
 @runs.command("retry")
