@@ -104,6 +104,20 @@ def test_an_unreachable_projection_target_says_cannot_connect(run_cli, tmp_path,
     assert "secret-pw" not in result.err and "OperationalError" not in result.err
 
 
+@pytest.mark.parametrize("args", [["demo", "--speed", "nan"], ["demo", "--timeout", "nan", "--runs", "10"],
+                                  ["demo", "--timeout", "inf"],
+                                  ["projection", "run", "--follow", "--interval", "nan"]],
+                         ids=["speed-nan", "timeout-nan", "timeout-inf", "interval-nan"])
+def test_a_number_that_is_not_finite_is_a_usage_error_before_anything_opens(run_cli, tmp_path, args):
+    """nan passed click's range checks: --interval nan printed status lines without pause, --speed
+    nan failed with a ValueError, --timeout nan created the demo's runs and left them pending."""
+    db = tmp_path / "flows.db"
+    result = run_cli("--db", f"sqlite:///{db}", *args, timeout=30)
+    assert_one_line_error(result)
+    assert result.code == 2 and "must be a finite number" in result.err, result
+    assert not db.exists()
+
+
 def test_unsupported_url_scheme_is_one_line(run_cli):
     assert_one_line_error(run_cli("--db", "mysql://x/y", "runs", "list"))
 

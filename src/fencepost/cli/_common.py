@@ -5,6 +5,7 @@ Output formats (``--format``/``--json``) live in ``cli._output``.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import signal
@@ -24,6 +25,17 @@ err_console = Console(stderr=True)
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 NAME_RULE = "1..64 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit"
+
+
+class FiniteRange(click.FloatRange):
+    """click's ``FloatRange`` that also refuses ``nan`` and ``inf``: nan compares false with every
+    bound, so it passed the range check (``--interval nan`` printed status lines without a pause)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail("must be a finite number", param, ctx)
+        return number
 
 
 class DbSpec(NamedTuple):

@@ -27,7 +27,7 @@ import click
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from fencepost.cli._common import CliContext, console, echo_error, fail, table
+from fencepost.cli._common import CliContext, FiniteRange, console, echo_error, fail, table
 
 TERMINAL = ("completed", "failed", "cancelled")
 DEMO_TASK = "fencepost.cli.demo:demo_task"
@@ -101,9 +101,9 @@ def _holders(store: Any, prefix: str) -> dict[int, list[str]]:
               help="Runs to create.")
 @click.option("--workers", "n_workers", default=4, show_default=True, type=click.IntRange(2, 16),
               help="Worker processes (one of them is killed mid-run).")
-@click.option("--speed", default=10.0, show_default=True, type=click.FloatRange(1.0, 100.0),
+@click.option("--speed", default=10.0, show_default=True, type=FiniteRange(1.0, 100.0),
               help="How much faster demo time runs than wall time (lease expiry takes 30 s of demo time).")
-@click.option("--timeout", default=55.0, show_default=True, type=click.FloatRange(5.0),
+@click.option("--timeout", default=55.0, show_default=True, type=FiniteRange(5.0),
               help="Give up after this many wall seconds.")
 @click.pass_obj
 def demo(obj: CliContext, n_runs: int, n_workers: int, speed: float, timeout: float) -> None:

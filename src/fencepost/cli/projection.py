@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from fencepost.cli._common import CliContext, _checked_url, read_store, stop_on_signals
+from fencepost.cli._common import CliContext, FiniteRange, _checked_url, read_store, stop_on_signals
 from fencepost.cli._output import Column, Output, output_options, to_data
 
 # The names ``projection status`` shows; the dashed spellings are accepted too.
@@ -86,7 +86,7 @@ def projection() -> None:
 @_options
 @click.option("--follow", "-f", is_flag=True,
               help="Keep following the feed until stopped (Ctrl-C exits 130, SIGTERM exits 0).")
-@click.option("--interval", type=click.FloatRange(0.1, 3600), default=2.0, show_default=True,
+@click.option("--interval", type=FiniteRange(0.1, 3600), default=2.0, show_default=True,
               help="With --follow: seconds between status lines.")
 @output_options
 @click.pass_obj
