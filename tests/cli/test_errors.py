@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
 
 import pytest
 
-from tests.cli.conftest import assert_one_line_error
+from tests.cli.conftest import assert_one_line_error, fencepost_exe
 
 READ_COMMANDS = [
     ["runs", "list"],
@@ -116,6 +117,49 @@ def test_a_number_that_is_not_finite_is_a_usage_error_before_anything_opens(run_
     assert_one_line_error(result)
     assert result.code == 2 and "must be a finite number" in result.err, result
     assert not db.exists()
+
+
+TYPED_VALUES = [
+    (["runs", "list", "--created-after", "1969-01-01"], "--created-after"),
+    (["runs", "list", "--created-after", "9007199254740992"], "--created-after"),
+    (["runs", "list", "--created-before", "99999999999999999999999"], "--created-before"),
+    (["runs", "list", "--flow", ""], "--flow"),
+    (["runs", "create", "x", "--state", "{bad"], "--state"),
+    (["runs", "create", "x", "--state", ""], "--state"),
+    (["runs", "retry", "x", "--new-id", ""], "--new-id"),
+    (["journal", "show", "x", "--after", "99999999999999999999999"], "--after"),
+    (["feed", "tail", "--from", "99999999999999999999999"], "--from"),
+    (["feed", "tail", "--from", "99"], "--from 99 is ahead of the newest revision (1)"),
+    (["feed", "tail", "--from", "0", "--from", "1"], "--from was given 2 times"),
+    (["feed", "snapshot", ""], "RUN_IDS"),
+    (["runs", "show", ""], "RUN_ID"),
+    (["runs", "cancel", ""], "RUN_ID"),
+    (["runs", "delete", ""], "RUN_ID"),
+    (["journal", "show", ""], "RUN_ID"),
+    (["journal", "replay", ""], "RUN_ID"),
+]
+
+
+@pytest.mark.parametrize(("args", "names"), TYPED_VALUES, ids=[" ".join(a) for a, _ in TYPED_VALUES])
+def test_a_typed_value_the_store_would_refuse_is_a_usage_error_naming_the_option(run_cli, tmp_path, args, names):
+    """These reached the library and failed with exit 1 and the library's field name
+    (created_after_ms, state_json, position.revision ...), or a code such as invalid_run."""
+    url = f"sqlite:///{tmp_path / 'flows.db'}"
+    assert run_cli("--db", url, "init").code == 0
+    assert run_cli("--db", url, "runs", "create", "r1").code == 0
+    before = run_cli("--db", url, "runs", "list", "--json").out
+    result = run_cli("--db", url, *args)
+    assert_one_line_error(result)
+    assert result.code == 2 and names in result.err, result
+    assert run_cli("--db", url, "runs", "list", "--json").out == before
+
+
+def test_runs_create_from_stdin_refuses_a_state_option_it_would_ignore(tmp_path):
+    url = f"sqlite:///{tmp_path / 'flows.db'}"
+    result = subprocess.run([fencepost_exe(), "--db", url, "runs", "create", "-", "--state", '{"x": 1}'],
+                            input='{"run_id": "n8"}\n', capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "--state does not apply" in result.stderr, result
+    assert not (tmp_path / "flows.db").exists()
 
 
 def test_unsupported_url_scheme_is_one_line(run_cli):

@@ -45,7 +45,7 @@ def test_runs_create_stores_the_state_and_a_duplicate_says_it_already_exists(run
     assert "persistence failed" not in again.err
     bad = run_cli("--db", db_url, "runs", "create", "order-18", "--state", "{nope")
     assert_one_line_error(bad)
-    assert "state_json" in bad.err
+    assert bad.code == 2 and "--state" in bad.err and "must be JSON text" in bad.err
 
 
 def test_runs_create_dash_reads_ndjson_from_stdin_all_or_nothing(run_cli, db_url):

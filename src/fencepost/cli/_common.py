@@ -38,6 +38,45 @@ class FiniteRange(click.FloatRange):
         return number
 
 
+MAX_SAFE_INTEGER = 2**53 - 1
+"""The largest integer the store takes (positions, revisions, seq, epoch milliseconds)."""
+
+
+class RunIdType(click.ParamType):
+    """A run id as typed: refused when empty (the store refuses it too, as a failure, exit 1)."""
+
+    name = "RUN_ID"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value == "":
+            self.fail("a run id must not be empty", param, ctx)
+        return value
+
+
+class NonEmpty(click.ParamType):
+    """A string option that must not be empty (``--flow ""`` matches nothing the store can hold)."""
+
+    name = "TEXT"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value == "":
+            self.fail("must not be empty", param, ctx)
+        return value
+
+
+class JsonText(click.ParamType):
+    """JSON text, stored byte for byte once it parses (``--state``)."""
+
+    name = "JSON"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        try:
+            msgspec.json.decode(value)
+        except (msgspec.DecodeError, TypeError):
+            self.fail(f"must be JSON text ({len(str(value))} characters given do not parse)", param, ctx)
+        return value
+
+
 class DbSpec(NamedTuple):
     """One ``--db`` value: an optional store name and its URL (``None``: ``$FENCEPOST_DB`` or the default)."""
 

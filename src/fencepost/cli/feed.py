@@ -7,7 +7,16 @@ from typing import Any
 
 import click
 
-from fencepost.cli._common import CliContext, owner_text, read_store, stop_on_signals, when, write_store
+from fencepost.cli._common import (
+    MAX_SAFE_INTEGER,
+    CliContext,
+    RunIdType,
+    owner_text,
+    read_store,
+    stop_on_signals,
+    when,
+    write_store,
+)
 from fencepost.cli._output import Column, Output, output_options, to_data
 
 CHANGE_COLUMNS = [
@@ -32,6 +41,8 @@ class Revision(click.ParamType):
             return value
         head, sep, tail = str(value).strip().rpartition("=")
         if tail.isdigit() and (not sep or head):
+            if int(tail) > MAX_SAFE_INTEGER:
+                self.fail(f"a revision is at most {MAX_SAFE_INTEGER}", param, ctx)
             return (head if sep else None, int(tail))
         self.fail("must be a revision (0 or more), or NAME=REVISION for one store of several", param, ctx)
 
@@ -65,8 +76,12 @@ def feed_tail(starts: tuple[tuple[str | None, int], ...], follow: bool, limit: i
         return
     if any(name is not None for name, _ in starts):
         raise click.UsageError("--from NAME=REVISION needs several stores (--db repeated)")
+    if len(starts) > 1:
+        raise click.UsageError(f"--from was given {len(starts)} times: give it once")
     store = read_store()
-    start = Position(store.feed.position().source, starts[-1][1] if starts else 0)
+    head = store.feed.position()
+    start = Position(head.source, starts[0][1] if starts else 0)
+    _refuse_ahead(start.revision, head.revision)
     if follow:
         emit = out.stream(CHANGE_COLUMNS)
         with stop_on_signals() as stop:
@@ -93,12 +108,19 @@ def _tail_across(stores: dict[str, Any], starts: tuple[tuple[str | None, int], .
     from fencepost.shards.router import merged_changes, merged_follow
 
     every = [rev for name, rev in starts if name is None]
-    default = every[-1] if every else 0
+    given = [name for name, _ in starts if name is not None]
+    if len(every) > 1 or len(given) != len(set(given)):
+        raise click.UsageError("--from was given twice for one store: give REVISION once and NAME=REVISION "
+                               "once per store")
+    default = every[0] if every else 0
     named = {name: rev for name, rev in starts if name is not None}
     if not set(named) <= set(stores):
         raise click.UsageError("--from NAME=REVISION names no given store")
-    positions = {name: Position(store.feed.position().source, named.get(name, default))
-                 for name, store in stores.items()}
+    positions = {}
+    for name, store in stores.items():
+        head = store.feed.position()
+        positions[name] = Position(head.source, named.get(name, default))
+        _refuse_ahead(positions[name].revision, head.revision, name)
 
     def record(item: Any) -> dict[str, Any]:
         return {"store": item.shard, **to_data(item.change)}
@@ -116,6 +138,13 @@ def _tail_across(stores: dict[str, Any], starts: tuple[tuple[str | None, int], .
     emit = out.stream(LABELLED_CHANGE_COLUMNS)
     for item in changes:
         emit(record(item))
+
+
+def _refuse_ahead(start: int, head: int, store: str | None = None) -> None:
+    """A --from past the newest revision is a typo, not a rotated source (which the store would say)."""
+    if start > head:
+        where = f" of store {store}" if store is not None else ""
+        raise click.UsageError(f"--from {start} is ahead of the newest revision{where} ({head})")
 
 
 def _pages(store: Any, position: Any, limit: int) -> Iterator[Any]:
@@ -147,7 +176,7 @@ def _owner_cell(owner: Any) -> str:
 
 
 @feed.command("snapshot")
-@click.argument("run_ids", nargs=-1, required=True)
+@click.argument("run_ids", nargs=-1, required=True, type=RunIdType())
 @output_options
 def feed_snapshot(run_ids: tuple[str, ...], out: Output) -> None:
     """Read up to 200 runs in one snapshot, in request order, with the batch position.

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from fencepost.cli._common import fail, owner_text, read_store, run_exists, table, when
+from fencepost.cli._common import MAX_SAFE_INTEGER, RunIdType, fail, owner_text, read_store, run_exists, table, when
 from fencepost.cli._output import Column, Output, output_options, to_data
 
 ENTRY_COLUMNS = [
@@ -24,10 +24,11 @@ def journal() -> None:
 
 
 @journal.command("show")
-@click.argument("run_id")
+@click.argument("run_id", type=RunIdType())
 @click.option("--companion", is_flag=True,
               help="Show the run's ownership facts (its run-store companion stream) instead of its own stream.")
-@click.option("--after", type=click.IntRange(-1), default=None, help="Only entries with seq greater than this.")
+@click.option("--after", type=click.IntRange(-1, MAX_SAFE_INTEGER), default=None,
+              help="Only entries with seq greater than this.")
 @click.option("--limit", default=1000, show_default=True, type=click.IntRange(1, 1000), help="At most this many.")
 @output_options
 def journal_show(run_id: str, companion: bool, after: int | None, limit: int, out: Output) -> None:
@@ -59,7 +60,7 @@ def _short(payload: Any) -> str:
 
 
 @journal.command("replay")
-@click.argument("run_id", required=False)
+@click.argument("run_id", required=False, type=RunIdType())
 @click.option("--all", "every", is_flag=True, help="Replay every run that has ownership facts and summarise.")
 @output_options
 def journal_replay(run_id: str | None, every: bool, out: Output) -> None:

@@ -8,7 +8,18 @@ from typing import Any
 import click
 import msgspec
 
-from fencepost.cli._common import CliContext, fail, owner_text, read_store, when, write_store
+from fencepost.cli._common import (
+    MAX_SAFE_INTEGER,
+    CliContext,
+    JsonText,
+    NonEmpty,
+    RunIdType,
+    fail,
+    owner_text,
+    read_store,
+    when,
+    write_store,
+)
 from fencepost.cli._output import Column, Output, output_options, snake_keys, to_data
 
 STATUSES = ("pending", "running", "suspended", "completed", "failed", "cancelled")
@@ -127,7 +138,7 @@ class Instant(click.ParamType):
             return value
         text = str(value).strip()
         if text.isdigit():
-            return int(text)
+            return self._in_range(int(text), param, ctx)
         from datetime import UTC, datetime
 
         try:
@@ -136,7 +147,12 @@ class Instant(click.ParamType):
             self.fail("must be epoch milliseconds or an ISO-8601 time such as 2026-01-31T12:00:00Z", param, ctx)
         if moment.tzinfo is None:
             moment = moment.replace(tzinfo=UTC)
-        return int(moment.timestamp() * 1000)
+        return self._in_range(int(moment.timestamp() * 1000), param, ctx)
+
+    def _in_range(self, ms: int, param: Any, ctx: Any) -> int:
+        if not 0 <= ms <= MAX_SAFE_INTEGER:
+            self.fail(f"must be from 1970-01-01 (epoch ms 0) to epoch ms {MAX_SAFE_INTEGER}", param, ctx)
+        return ms
 
 
 def list_filters(statuses: tuple[str, ...], flow: str | None, after: int | None,
@@ -190,7 +206,7 @@ def _rows(store: Any, run_ids: list[str]) -> list[Any]:
 @runs.command("list")
 @click.option("--status", "statuses", multiple=True, type=click.Choice(STATUSES),
               help="Only runs in this status (repeatable: any of them).")
-@click.option("--flow", metavar="NAME", default=None,
+@click.option("--flow", metavar="NAME", default=None, type=NonEmpty(),
               help="Only runs of this flow: the string flowName of the run's state.")
 @click.option("--created-after", "after", type=Instant(), default=None,
               help="Only runs created at or after this time (epoch ms or ISO-8601, UTC by default).")
@@ -331,7 +347,7 @@ def reconfirm_warnings(store: Any, run_id: str) -> list[RunWarning]:
 
 
 @runs.command("show")
-@click.argument("run_id")
+@click.argument("run_id", type=RunIdType())
 @output_options
 def runs_show(run_id: str, out: Output) -> None:
     """Show one run: its row, and a warning for every lease-reconfirmed decision.
@@ -379,7 +395,7 @@ def failure_lines(failure: Any) -> list[str]:
 
 
 @runs.command("cancel")
-@click.argument("run_id")
+@click.argument("run_id", type=RunIdType())
 @output_options
 def runs_cancel(run_id: str, out: Output) -> None:
     """Request cancellation of a run (its owner acknowledges and settles it as cancelled).
@@ -453,8 +469,8 @@ def _parse_ndjson(stream: Any) -> list[tuple[str, str]]:
 
 
 @runs.command("create")
-@click.argument("run_id")
-@click.option("--state", "state_json", default="{}", show_default=True, metavar="JSON",
+@click.argument("run_id", type=RunIdType())
+@click.option("--state", "state_json", default="{}", show_default=True, type=JsonText(),
               help="The run's initial state, stored byte for byte.")
 @output_options
 def runs_create(run_id: str, state_json: str, out: Output) -> None:
@@ -468,7 +484,10 @@ def runs_create(run_id: str, state_json: str, out: Output) -> None:
 
     Example: fencepost runs create order-17 --state '{"step": 0}'
     """
-    obj = click.get_current_context().find_object(CliContext)
+    ctx = click.get_current_context()
+    obj = ctx.find_object(CliContext)
+    if run_id == "-" and ctx.get_parameter_source("state_json") is click.core.ParameterSource.COMMANDLINE:
+        raise click.UsageError("--state does not apply to runs create -: give each line's \"state\"")
     if run_id == "-":
         obj.one_store_only(": runs create - creates every run in one transaction, which never spans "
                            "stores (give one --db)")
@@ -505,8 +524,8 @@ def _refuse_one_shard(store: Any) -> None:
 
 
 @runs.command("retry")
-@click.argument("run_id")
-@click.option("--new-id", "new_run_id", default=None, metavar="ID",
+@click.argument("run_id", type=RunIdType())
+@click.option("--new-id", "new_run_id", default=None, metavar="ID", type=RunIdType(),
               help="The new round's run id. Default: <lineage>.retry-<round>.")
 @output_options
 def runs_retry(run_id: str, new_run_id: str | None, out: Output) -> None:
@@ -531,7 +550,7 @@ def runs_retry(run_id: str, new_run_id: str | None, out: Output) -> None:
 
 
 @runs.command("delete")
-@click.argument("run_id")
+@click.argument("run_id", type=RunIdType())
 @click.option("--force", is_flag=True,
               help="Also delete a running or claimed run, releasing its lease in the same transaction.")
 @output_options
