@@ -15,6 +15,7 @@ import re
 import sqlite3
 import time
 import weakref
+from collections.abc import Collection
 from typing import Any
 
 import msgspec
@@ -119,6 +120,10 @@ class Backend:
     def diagnose_connect(self, engine: Engine) -> str:
         """Why connecting failed when the driver gave no code (``OpenError`` code)."""
         return "open_failed"
+
+    def explain_connect(self, engine: Engine) -> tuple[str, str | None]:
+        """``diagnose_connect`` with a value-free sentence that says more, when there is one."""
+        return self.diagnose_connect(engine), None
 
     @staticmethod
     def insert(table: Any) -> Any:
@@ -394,12 +399,16 @@ class PostgresBackend(Backend):
         return _PG_OPEN.get(code) or ("cannot_connect" if code[:2] == "08" else None)
 
     def diagnose_connect(self, engine: Engine) -> str:
+        return self.explain_connect(engine)[0]
+
+    def explain_connect(self, engine: Engine) -> tuple[str, str | None]:
         """libpq reports a refused connection without a SQLSTATE, so find out by asking, never by
         reading its message: is anything listening at the address; does the server let these
-        credentials into a maintenance database; does the named database exist there."""
+        credentials, with the URL's own connection options, into a maintenance database; does the
+        named database exist there. When it lets them in only without the URL's options (a bad
+        ``sslmode`` or ``connect_timeout``, SSL the server lacks ...), the credentials are not the
+        problem: ``open_failed``, with a sentence naming the options the failure depends on."""
         import socket
-
-        import psycopg
 
         url = engine.url
         port = int(url.port or 5432)
@@ -412,19 +421,19 @@ class PostgresBackend(Backend):
             else:
                 socket.create_connection((host, port), timeout=5).close()
         except OSError:
-            return "cannot_connect"
-        _, kwargs = engine.dialect.create_connect_args(url)
+            return "cannot_connect", None
+        options = sorted(k for k in url.query if k not in _PG_IDENTITY)
+        database = engine.dialect.create_connect_args(url)[1].get("dbname")
         for maintenance in ("postgres", "template1"):
-            if maintenance == url.database:
+            if maintenance == database:
                 continue
-            try:
-                with psycopg.connect(**{**kwargs, "dbname": maintenance, "connect_timeout": 5}) as conn:
-                    row = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (url.database,)).fetchone()
-            except psycopg.Error:
-                continue
-            # In, but not into the named database: it is missing, or these credentials may not use it.
-            return "permission_denied" if row else "database_missing"
-        return "auth_failed"
+            found = _pg_let_in(engine, options, maintenance, database)
+            if found is not None:
+                # In, but not into the named database: it is missing, or these credentials may not use it.
+                return ("permission_denied" if found else "database_missing"), None
+            if options and _pg_let_in(engine, (), maintenance, None) is not None:
+                return "open_failed", _pg_options_note(_pg_blamed(engine, options, maintenance))
+        return "auth_failed", None
 
     @staticmethod
     def insert(table: Any) -> Any:
@@ -501,6 +510,57 @@ class PostgresBackend(Backend):
 
 
 _PG_WRITE_LOCK_CLASS = 2099  # the advisory lock class of the per-schema write lock
+
+# URL query options that say who connects and to which database: kept in every diagnosis probe, so a
+# problem with them still reads as one (an unknown ``?user=`` is ``auth_failed``). The other options
+# (``sslmode``, ``connect_timeout``, ``host`` ...) are what the probes leave out to see whether the
+# failure depends on them.
+_PG_IDENTITY = frozenset({"user", "password", "passfile", "dbname"})
+# The most options whose part in a failure is narrowed down one by one; past that, all are named.
+_PG_NARROW_MAX = 8
+
+
+def _pg_let_in(engine: Engine, keep: Collection[str], maintenance: str, database: str | None) -> bool | None:
+    """Connect as the engine's URL would with only the query options in ``keep`` (and the identity
+    ones), to database ``maintenance``: ``None`` when refused, else whether ``database`` exists
+    (False when no database is asked about)."""
+    import psycopg
+
+    url = engine.url
+    probe = url.set(query={k: v for k, v in url.query.items() if k in _PG_IDENTITY or k in keep})
+    _, kwargs = engine.dialect.create_connect_args(probe)
+    # A URL's own connect_timeout is kept (a bad one fails this probe as it failed the open).
+    kwargs = {"connect_timeout": 5, **kwargs, "dbname": maintenance}
+    try:
+        with psycopg.connect(**kwargs) as conn:
+            if database is None:
+                return False
+            row = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (database,)).fetchone()
+    except psycopg.Error:
+        return None
+    return row is not None
+
+
+def _pg_blamed(engine: Engine, options: list[str], maintenance: str) -> list[str]:
+    """The options (of ``options``, which fail together) that the failure depends on: each one that
+    fails alone, else each one without which the rest connect, else all of them."""
+    if len(options) == 1 or len(options) > _PG_NARROW_MAX:
+        return options
+    alone = [o for o in options if _pg_let_in(engine, (o,), maintenance, None) is None]
+    if alone:
+        return alone
+    needed = [o for o in options
+              if _pg_let_in(engine, [k for k in options if k != o], maintenance, None) is not None]
+    return needed or options
+
+
+def _pg_options_note(names: list[str]) -> str:
+    """The sentence an ``open_failed`` diagnosis adds: option names only, never their values."""
+    if len(names) == 1:
+        return f"the connection fails with the URL option {names[0]} and succeeds without it"
+    listed = f"{', '.join(names[:-1])} and {names[-1]}"
+    return f"the connection fails with the URL options {listed}, and succeeds without them"
+
 
 # Column types a JSON value carries exactly (a JSON string into text, a JSON integer into bigint).
 _JSON_TYPES = frozenset({"TEXT", "BIGINT", "INTEGER"})

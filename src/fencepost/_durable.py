@@ -316,27 +316,32 @@ class Database:
         if found is not None:
             raise self._open_error(*found)  # outside the handler: the driver's exception quotes the URL
 
-    def connect_problem(self) -> tuple[str, str | None] | None:
+    def connect_problem(self) -> tuple[str, str | None, str | None] | None:
         """Connect once, without retrying: ``None`` when it connects, else why not, as an ``OpenError``
-        code (``cannot_connect``, ``auth_failed``, ``database_missing`` ...) and the driver's code."""
+        code (``cannot_connect``, ``auth_failed``, ``database_missing`` ...), the driver's code, and
+        a value-free sentence the diagnosis adds (the URL options a failure depends on), if any."""
         try:
             self.engine.connect().close()
         except DBAPIError as exc:
             _category, code = self.backend.classify(exc)
-            problem = self.backend.open_problem(code)
+            problem, note = self.backend.open_problem(code), None
             if problem is None and code is None:
-                problem = self.backend.diagnose_connect(self.engine)
-            return problem or "open_failed", code
+                problem, note = self.backend.explain_connect(self.engine)
+            return problem or "open_failed", code, note
         return None
 
     def open_error(self, exc: DbFailure) -> OpenError:
         """The public error for a database failure while opening the store."""
         return self._open_error(self.backend.open_problem(exc.code) or "open_failed", exc.code)
 
-    def _open_error(self, problem: str, code: str | None) -> OpenError:
+    def _open_error(self, problem: str, code: str | None, note: str | None = None) -> OpenError:
+        return OpenError(problem, "open", self.open_detail(problem, note), db_code=code)
+
+    def open_detail(self, problem: str, note: str | None = None) -> str:
+        """What is wrong opening this database, naming only its path or masked URL (and ``note``)."""
         detail = open_detail(problem, self.where, mode="reading" if self.readonly else "writing",
                              sqlite=self.path is not None)
-        return OpenError(problem, "open", detail, db_code=code)
+        return f"{detail}; {note}" if note else detail
 
     # ------------------------------------------------------------------ transactions
     def write(self, fn: Callable[[Connection], T]) -> T:

@@ -33,7 +33,7 @@ from sqlalchemy import Table
 from sqlalchemy.engine import Connection
 
 from fencepost import _gauges
-from fencepost._durable import Database, DbFailure, map_failure, open_detail
+from fencepost._durable import Database, DbFailure, map_failure
 from fencepost._migrations import migrate, pending
 from fencepost._values import identifier_problem
 from fencepost.errors import FencepostError, ProjectionError, SourceChanged
@@ -570,10 +570,9 @@ class ProjectionBuilder:
             raise self._unusable_target(method, *found)
         self._reached = True
 
-    def _unusable_target(self, method: str, problem: str, code: str | None) -> ProjectionError:
-        err = ProjectionError(problem, method, "projection target: " + open_detail(
-            problem, self.target.where, mode="reading" if self.target.readonly else "writing",
-            sqlite=self.target.path is not None))
+    def _unusable_target(self, method: str, problem: str, code: str | None, note: str | None = None
+                         ) -> ProjectionError:
+        err = ProjectionError(problem, method, "projection target: " + self.target.open_detail(problem, note))
         err.db_code = code  # type: ignore[attr-defined]
         return err
 
