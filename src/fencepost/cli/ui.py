@@ -6,15 +6,28 @@ import signal
 
 import click
 
-from fencepost.cli._common import INTERRUPTED, CliContext, err_console
+from fencepost.cli._common import INTERRUPTED, CliContext, _checked_url, err_console
+
+
+def _checked_db(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``--db`` is checked as the global ``--db`` is: a bad URL is a usage error, before anything opens."""
+    return None if value is None else _checked_url(value, "--db")
+
+
+def _checked_host(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """An empty or blank ``--host`` (``--host "$HOST"`` with ``HOST`` unset) would listen on every
+    interface: refused, so exposing the console always takes an address typed on purpose."""
+    if not value.strip():
+        raise click.UsageError("--host: must not be empty or blank (0.0.0.0 listens on every interface)")
+    return value
 
 
 @click.command()
-@click.option("--db", "db", metavar="URL", default=None,
+@click.option("--db", "db", metavar="URL", default=None, callback=_checked_db,
               help="Database URL to serve (the same as the global --db; default: $FENCEPOST_DB, "
                    "else sqlite:///.flows/flows.db). For several stores give the global --db (repeated) "
                    "or --shards before ui.")
-@click.option("--host", default="127.0.0.1", show_default=True,
+@click.option("--host", default="127.0.0.1", show_default=True, callback=_checked_host,
               help="Address to listen on. Anything but loopback exposes every run to the network (with a warning).")
 @click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535),
               help="Port to listen on (0: any free port).")
@@ -56,8 +69,10 @@ def ui(obj: CliContext, db: str | None, host: str, port: int, open_browser: bool
     # the names a client may use are unknown here, so any is answered.
     allowed = LOOPBACK_NAMES if is_loopback(host) else None
     if not is_loopback(host):
+        # One line on a pipe or a file, as the demo's lines are (wrapped to the width on a terminal).
         err_console.print("[yellow]warning[/yellow]: listening on a non-loopback address: anyone who can reach "
-                          "it can read every run (the console is read-only and redacts secrets, but has no login)")
+                          "it can read every run (the console is read-only and redacts secrets, but has no login)",
+                          soft_wrap=not err_console.is_terminal)
     url = url_of(sock)
     if stores is None:
         served = redact_url(obj.resolved_url)

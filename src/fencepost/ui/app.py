@@ -17,8 +17,10 @@ from typing import Any, NamedTuple
 from urllib.parse import quote, unquote
 
 import jinja2
+from markupsafe import Markup, escape
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -30,8 +32,9 @@ from fencepost.ui.hub import FeedHub, MultiFeedHub, sse
 
 #: Longest query string accepted (bytes); a listing cursor is far shorter.
 MAX_QUERY_BYTES = 4096
-#: Longest request path accepted (bytes).
-MAX_PATH_BYTES = 2048
+#: Longest request path accepted (bytes): room for the longest run id the store takes (1024 UTF-16
+#: units, each at most 9 bytes percent-encoded) after ``/runs/<store>/``.
+MAX_PATH_BYTES = 10 * 1024
 #: Seconds between keep-alive comments on an idle event stream.
 KEEPALIVE_S = 15.0
 STATIC = {"app.js": "text/javascript; charset=utf-8", "app.css": "text/css; charset=utf-8",
@@ -59,6 +62,61 @@ def is_loopback(host: str) -> bool:
 
 #: Host names a console on loopback answers to: another name is a DNS-rebinding page reaching it.
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
+
+#: Run ids a browser would resolve as a dot segment even percent-encoded (``%2e%2e`` is ``..``):
+#: their page is addressed with ``?id=`` instead.
+_DOT_SEGMENTS = frozenset({".", ".."})
+
+
+def run_href(run_id: str, store: str = "") -> str:
+    """The console's address of a run's page: ``/runs/<run id>``, or ``/runs/<store>/<run id>`` over
+    several stores, the id percent-encoded whole (``/`` too), so that any id the store accepts comes
+    back exactly: newlines and other control characters, ``%``, ``?``, ``#``, backslashes, dot
+    segments inside it. An id that is ``.`` or ``..`` is given as ``/runs/?id=..`` (or
+    ``/runs/<store>/?id=..``), since a browser resolves such a segment before it sends the request.
+    """
+    base = f"/runs/{quote(store, safe='')}/" if store else "/runs/"
+    if run_id in _DOT_SEGMENTS:
+        return f"{base}?id={quote(run_id, safe='')}"
+    return base + quote(run_id, safe="")
+
+
+class _AnyText(Convertor[str]):
+    """A path parameter matching any text, line breaks included (a run id may hold any character)."""
+
+    regex = "(?s:.*)"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("fencepost_any_text", _AnyText())
+
+
+def _exact_attr(value: object) -> Markup:
+    """``value`` escaped for an HTML attribute so that the page reads it back exactly: a browser
+    turns a literal carriage return into a line feed, a character reference it keeps."""
+    return Markup(str(escape(value)).replace("\r", "&#13;"))
+
+
+def _path_problem(raw: str) -> bool:
+    """Whether a request path has a dot segment or a NUL, which no page's address has.
+
+    Encoded forms count too (decoded twice, a backslash read as a slash), except in a run's id after
+    ``/runs/``: that is data, not a path, and the store accepts ``..``, ``a\\b`` or ``%2e`` in an id.
+    There only the segments a browser itself would resolve (``..``, ``%2e%2e``) and a NUL count.
+    """
+    head, runs, tail = raw.partition("/runs/")
+    if runs and not head:
+        decoded = unquote(tail)
+        segments = [unquote(s) for s in tail.split("/")]
+    else:
+        decoded = unquote(unquote(raw))
+        segments = decoded.replace("\\", "/").split("/")
+    return ".." in segments or "." in segments or "\x00" in decoded
 
 
 def _host_name(header: bytes) -> str:
@@ -95,11 +153,8 @@ class Guard:
             problem = (414, "path_too_long", f"the request path is longer than {MAX_PATH_BYTES} bytes")
         elif len(query) > MAX_QUERY_BYTES:
             problem = (414, "query_too_long", f"the query string is longer than {MAX_QUERY_BYTES} bytes")
-        else:
-            decoded = unquote(unquote(raw.decode("latin-1")))
-            segments = decoded.replace("\\", "/").split("/")
-            if ".." in segments or "." in segments or "\x00" in decoded:
-                problem = (400, "invalid_path", "the request path has a dot segment or a NUL")
+        elif _path_problem(raw.decode("latin-1")):
+            problem = (400, "invalid_path", "the request path has a dot segment or a NUL")
 
         async def send_with_headers(message: Any) -> None:
             if message["type"] == "http.response.start":
@@ -124,20 +179,24 @@ class Refused(NamedTuple):
     detail: str
 
 
-def _route_run(named: Mapping[str, Any], path: str) -> tuple[str, str] | Refused | RedirectResponse:
+def _route_run(named: Mapping[str, Any], path: str, given: str | None) -> tuple[str, str] | Refused | RedirectResponse:
     """Which store and run a run page path names in a console over several stores.
 
-    ``<store>/<run id>`` is the run's page. Anything else (``/runs/<run id>``, as a console over
-    one store links) is looked up in every store: held by one, it redirects to the run's page.
+    ``<store>/<run id>`` (or ``<store>/`` and ``?id=<run id>``) is the run's page. Anything else
+    (``/runs/<run id>`` or ``/runs/?id=<run id>``, as a console over one store links) is looked up in
+    every store: held by one, it redirects to the run's page.
     """
     name, sep, rest = path.partition("/")
+    if sep and not rest and given:
+        rest = given
     if name in named and rest:
         return name, rest
     from fencepost.cli._common import run_exists
 
-    holders = [n for n, s in named.items() if run_exists(s, path)]
+    run_id = path or given or ""
+    holders = [n for n, s in named.items() if run_exists(s, run_id)]
     if len(holders) == 1:
-        return RedirectResponse(f"/runs/{quote(holders[0], safe='')}/{quote(path)}", status_code=307)
+        return RedirectResponse(run_href(run_id, holders[0]), status_code=307)
     if len(holders) > 1:
         return Refused(409, "ambiguous_run", f"{len(holders)} stores hold a run with this id: "
                                               "open it as /runs/STORE/RUN_ID")
@@ -152,6 +211,8 @@ def _templates() -> jinja2.Environment:
         autoescape=jinja2.select_autoescape(["html", "xml"], default=True),
         undefined=jinja2.StrictUndefined,
     )
+    env.filters["exact_attr"] = _exact_attr
+    env.globals["run_href"] = run_href
     return env
 
 
@@ -251,21 +312,24 @@ def create_app(url: str | Mapping[str, str] | None = None, *, store: Any = None,
         return page(request, "runs.html", page="runs", counts=counts, statuses=views.STATUSES, **data)
 
     async def run(request: Request) -> Response:
+        # /runs/<run id>, else /runs/?id=<run id> (the form run_href gives an id a browser would resolve)
         run_id = request.path_params["run_id"]
+        given = request.query_params.get("id")
         name = ""
         if several:
-            found = await run_in_threadpool(_route_run, named, run_id)
+            found = await run_in_threadpool(_route_run, named, run_id, given)
             if isinstance(found, Refused):
                 return error(request, *found)
             if isinstance(found, RedirectResponse):
                 return found
             name, run_id = found
+        elif not run_id and given:
+            run_id = given
         data = await run_in_threadpool(views.run_detail, named[name], run_id)
         if data is None:
             return error(request, 404, "not_found_row", "no run with this id" + (f" in store {name}" if name else ""))
         template = "run_body.html" if request.query_params.get("fragment") == "1" else "run.html"
-        base = f"/runs/{quote(name, safe='')}/" if several else "/runs/"
-        return page(request, template, page="run", store_name=name, run_base=base, **data)
+        return page(request, template, page="run", store_name=name, **data)
 
     async def journal(request: Request) -> Response:
         if several:
@@ -362,7 +426,7 @@ def create_app(url: str | Mapping[str, str] | None = None, *, store: Any = None,
     app = Starlette(
         routes=[
             Route("/", runs, methods=get),
-            Route("/runs/{run_id:path}", run, methods=get),
+            Route("/runs/{run_id:fencepost_any_text}", run, methods=get),
             Route("/journal", journal, methods=get),
             Route("/projections", projections, methods=get),
             Route("/health", health, methods=get),

@@ -34,9 +34,12 @@
     return td;
   }
 
-  // A run's page: /runs/<id> over one store, /runs/<store>/<id> over several.
+  // A run's page: /runs/<id> over one store, /runs/<store>/<id> over several, the id encoded whole
+  // ("/" too). An id that is "." or ".." goes in ?id= (a browser resolves such a path segment),
+  // as the server's own links do.
   function runHref(store, id) {
-    return "/runs/" + (store ? encodeURIComponent(store) + "/" : "") + encodeURIComponent(id);
+    const base = "/runs/" + (store ? encodeURIComponent(store) + "/" : "");
+    return id === "." || id === ".." ? base + "?id=" + encodeURIComponent(id) : base + encodeURIComponent(id);
   }
 
   function fmtTime(ms) {
@@ -95,8 +98,8 @@
   function refreshRun() {
     if (refreshing) { again = true; return; }
     refreshing = true;
-    const id = document.body.dataset.runId;
-    fetch(runHref(document.body.dataset.store, id) + "?fragment=1", { headers: { "accept": "text/html" } })
+    const href = runHref(document.body.dataset.store, document.body.dataset.runId);
+    fetch(href + (href.includes("?") ? "&" : "?") + "fragment=1", { headers: { "accept": "text/html" } })
       .then((r) => (r.ok ? r.text() : null))
       .then((html) => {
         if (html === null) return;
