@@ -119,6 +119,14 @@ def test_a_bad_schema_is_refused_when_the_url_is_parsed() -> None:
         parse_url("postgresql+psycopg://u@h/db?schema=BAD")
 
 
+@pytest.mark.parametrize("url", ["postgresql+psycopg://u@h/db?schema=", "postgresql+psycopg://u@h/db?sslmode=require&schema=",
+                                 "sqlite:///x.db?synchronous=", "sqlite:///x.db?busy_timeout_ms=&checkpoints=writer"])
+def test_a_fencepost_option_given_without_a_value_is_refused_not_taken_as_the_default(url: str) -> None:
+    """The URL parser drops ``?schema=``: the store opened the default schema without a word."""
+    with pytest.raises(ValueError, match="is given without a value"):
+        parse_url(url)
+
+
 # ------------------------------------------------------------------ busy_timeout_ms range
 @pytest.mark.parametrize("value", ["2147483648", "4294967296", "99999999999999999999"])
 def test_a_busy_timeout_past_sqlites_range_is_refused_not_turned_into_zero(tmp_path, value: str) -> None:

@@ -191,6 +191,13 @@ def parse_url(url: str) -> tuple[URL, dict[str, str]]:
     if backend not in ("sqlite", "postgresql"):
         raise ValueError("unsupported database URL scheme (use sqlite:/// or postgresql://)")
     query = dict(parsed.query)
+    # The URL parser drops an option given with no value (``?schema=``): it would silently mean the
+    # default, so fencepost's own options are looked for in the raw query string too.
+    raw_query = url.partition("?")[2].partition("#")[0]
+    for pair in raw_query.split("&"):
+        key, _, value = pair.partition("=")
+        if key in _OWN_OPTIONS and value == "":
+            raise ValueError(f"{key} is given without a value")
     for key, value in query.items():
         applies = _OWN_OPTIONS.get(key)
         if applies is None:

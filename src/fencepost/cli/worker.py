@@ -141,8 +141,8 @@ def _main_thread() -> bool:
                    "called with a RunContext; its return value settles the run completed, an exception "
                    "settles it failed and records why (see runs show).")
 @click.option("--until-idle", is_flag=True, help="Exit once no run is claimable or running.")
-@click.option("--log-level", default="WARNING", show_default=True,
-              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+@click.option("--log-level", default="warning", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
               help="Log level of the worker processes (logs go to stderr).")
 @click.option("--liveness", type=click.Choice(["lease", "pid"]), default="lease", show_default=True,
               help="How an expired owner is judged gone: its stale lease alone, or also a same-host pid probe.")
