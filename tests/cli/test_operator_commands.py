@@ -85,6 +85,9 @@ def test_runs_retry_starts_a_new_round_and_is_refused_when_cancelled(run_cli, db
     assert row["state_json"] == '{"step": 4}'
     shown = run_cli("--db", db_url, "runs", "show", row["run_id"])
     assert shown.code == 0 and "job / 1" in shown.out
+    # The first round is round 0 of its own lineage, as the change feed and the console say.
+    first = run_cli("--db", db_url, "runs", "show", "job")
+    assert first.code == 0 and "job / 0" in first.out, first.out
     live = run_cli("--db", db_url, "runs", "retry", "job")
     assert_one_line_error(live)
     assert "still live" in live.err

@@ -380,7 +380,8 @@ def runs_show(run_id: str, out: Output) -> None:
         ("cancel requested", when(r.cancel_requested_at_ms)),
         ("cancel acknowledged", "yes" if r.cancel_acknowledgement else "-"),
         ("parent", r.parent_run_id),
-        ("lineage / round", f"{r.lineage_id or '-'} / {r.round_ordinal if r.round_ordinal is not None else '-'}"),
+        # A run that was never retried is round 0 of its own lineage, as the change feed says.
+        ("lineage / round", f"{r.lineage_id or r.run_id} / {r.round_ordinal or 0}"),
     ], title=f"run {r.run_id}", notes=[
         *failure_lines(r.failure),
         *(f"warning lease-reconfirmed: owner ran {w.unconfirmed_ms} ms unconfirmed "
