@@ -106,7 +106,7 @@ def test_runs_delete_tombstones_and_refuses_a_running_run_without_force(run_cli,
     assert result.code == 0, result
     refused = run_cli("--db", db_url, "runs", "delete", "busy")
     assert_one_line_error(refused)
-    assert refused.code == 1 and "force" in refused.err
+    assert refused.code == 1 and "--force" in refused.err and "running" in refused.err, refused.err
     forced = run_cli("--db", db_url, "runs", "delete", "busy", "--force")
     assert forced.code == 0, forced
     with fencepost.open(db_url, readonly=True) as store:

@@ -58,6 +58,8 @@ def test_runs_cancel_of_an_unknown_run_is_one_line_on_stderr_and_nothing_on_stdo
     result = run_cli("--db", operated, "runs", "cancel", "nope")
     assert_one_line_error(result)
     assert result.code == 1 and result.out == "" and result.err.startswith("Error: ")
+    # The same words as every other command given an unknown run (runs show, retry, delete).
+    assert "not_found_row" in result.err and "no run with this id" in result.err, result.err
 
 
 def test_a_failing_journal_check_reports_on_stdout_and_fails_on_stderr(run_cli, operated):

@@ -418,7 +418,10 @@ def runs_cancel(run_id: str, out: Output) -> None:
     if isinstance(outcome, Terminal):
         raise fail(f"run is already settled ({outcome.status}): nothing to cancel")
     if not isinstance(outcome, CancelRequested | AlreadyRequested):
-        raise fail("run not found" if type(outcome).__name__ == "NotFound" else type(outcome).__name__)
+        from fencepost.errors import RunStoreError
+
+        # The words every other command uses for an unknown run.
+        raise fail(str(RunStoreError("not_found_row", "request_cancel", "no run with this id")))
     if out.is_table:
         done = "cancellation requested" if isinstance(outcome, CancelRequested) else "already requested"
         out.message(f"{run_id}: {done}")
@@ -564,8 +567,17 @@ def runs_delete(run_id: str, force: bool, out: Output) -> None:
 
     Example: fencepost runs delete order-17
     """
+    from fencepost.errors import RunStoreError
+
     store = run_store(run_id, readonly=False)
-    store.runs.delete(run_id, force=force)
+    try:
+        store.runs.delete(run_id, force=force)
+    except RunStoreError as exc:
+        status = getattr(exc, "cause", {}).get("status")
+        if exc.code == "refused" and status is not None:  # owned or claimed: name the option
+            raise fail("refused: a worker holds this run (running or claimed); --force releases its lease "
+                       "and deletes it") from None
+        raise
     if out.is_table:
         click.echo(f"deleted {run_id}")
     else:
