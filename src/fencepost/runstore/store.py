@@ -274,7 +274,8 @@ class RunStore(Leases, Cancellation):
                 owner = OwnerId(g[1], g[2], g[3]) if g[1] is not None else None
                 claimant = OwnerId(g[5], g[6], g[7]) if g[5] is not None else None
                 if (owner is not None or claimant is not None) and not force:
-                    raise check.refuse(method, "the run is running or claimed; force=True releases its lease and deletes it",
+                    raise check.refuse(method,
+                                       "the run is running or claimed; force=True releases its lease and deletes it",
                                        {"field": "runId", "status": g[0]}, code="refused")
                 for holder in (owner, claimant):
                     if holder is not None:
