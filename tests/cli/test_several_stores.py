@@ -380,6 +380,14 @@ def test_a_shard_file_names_the_stores(run_cli, shard_urls, tmp_path):
     (tmp_path / "worse.txt").write_text(f"ok={urls[0]}\nno good={urls[1]}\n")
     worse = run_cli("--shards", "worse.txt", "runs", "list")
     assert worse.code == 2 and "--shards line 2" in worse.err and urls[1] not in worse.err
+    # Stores that do not fit together are named by their line in the file, not a --db they never were.
+    (tmp_path / "twice.txt").write_text(f"# the same store twice\n{urls[0]}\n\n{urls[0]}\n")
+    twice = run_cli("--shards", "twice.txt", "runs", "list")
+    assert twice.code == 2 and "--shards line 4 is the same database as --shards line 2" in twice.err, twice
+    assert "--db" not in twice.err and urls[0] not in twice.err
+    (tmp_path / "named.txt").write_text(f"east={urls[0]}\n# another\neast={urls[1]}\n")
+    named = run_cli("--shards", "named.txt", "runs", "list")
+    assert named.code == 2 and "--shards line 3 is recorded as a shard under another name" in named.err, named
 
 
 TASK = """

@@ -82,6 +82,12 @@ class DbSpec(NamedTuple):
 
     name: str | None
     url: str | None
+    where: str = ""  # how errors name it: "--db #2", "--shards line 3" ("" for the one store)
+
+
+def _label(specs: Sequence[DbSpec], i: int) -> str:
+    """How an error names the ``i``-th store: where it was given (``--db #2``, ``--shards line 3``)."""
+    return specs[i].where or f"--db #{i + 1}"
 
 
 def parse_db(value: str, where: str) -> DbSpec:
@@ -91,12 +97,12 @@ def parse_db(value: str, where: str) -> DbSpec:
     """
     head, sep, tail = value.partition("=")
     if not sep or ":" in head or "/" in head:
-        return DbSpec(None, _checked_url(value, where))
+        return DbSpec(None, _checked_url(value, where), where)
     if not _NAME.match(head):
         raise click.UsageError(f"{where}: a store name must be {NAME_RULE} (NAME=URL)")
     if not tail:
         raise click.UsageError(f"{where}: a URL must follow NAME=")
-    return DbSpec(head, _checked_url(tail, where))
+    return DbSpec(head, _checked_url(tail, where), where)
 
 
 def _checked_url(url: str, where: str) -> str:
@@ -221,7 +227,7 @@ class CliContext:
         from fencepost.shards import membership
 
         records = [membership.read(store) for store in opened]
-        _refuse_same_database([store.feed.position().source for store in opened])
+        _refuse_same_database(self.specs, [store.feed.position().source for store in opened])
         names = _named(self.specs, records)
         sets: dict[str, list[tuple[int, Any]]] = {}
         for i, rec in enumerate(records):
@@ -232,7 +238,7 @@ class CliContext:
             given = {rec.shard_name for _, rec in members}
             if given != set(newest.members):
                 raise click.UsageError(
-                    f"--db #{members[0][0] + 1} is a shard of a set of {len(newest.members)} and "
+                    f"{_label(self.specs, members[0][0])} is a shard of a set of {len(newest.members)} and "
                     f"{len(given)} of them were given: give every shard of the set")
         return names
 
@@ -256,7 +262,7 @@ class CliContext:
                 records.append(membership.read(store))
                 sources.append(store.feed.position().source)
                 empty.append(membership._empty(store))
-        _refuse_same_database(sources)
+        _refuse_same_database(self.specs, sources)
         names = _named(self.specs, records)
         urls = [spec.url or "" for spec in self.specs]
         present = [(i, r) for i, r in enumerate(records) if r is not None]
@@ -266,16 +272,17 @@ class CliContext:
                                        "(several --db), or give one --db")
             for i, is_empty in enumerate(empty):
                 if not is_empty:
-                    raise click.UsageError(f"--db #{i + 1} holds runs and belongs to no shard set: "
+                    raise click.UsageError(f"{_label(self.specs, i)} holds runs and belongs to no shard set: "
                                            "a shard set is founded on empty stores only")
             return dict(zip(names, urls, strict=True))
         first_i, first = present[0]
         for i, rec in present:
             if rec.set_id != first.set_id:
-                raise click.UsageError(f"--db #{i + 1} belongs to another shard set than --db #{first_i + 1}")
+                raise click.UsageError(f"{_label(self.specs, i)} belongs to another shard set than "
+                                       f"{_label(self.specs, first_i)}")
         if len(present) < len(records) and not create:
             i = next(i for i, r in enumerate(records) if r is None)
-            raise click.UsageError(f"--db #{i + 1} is not a shard of the set the others belong to")
+            raise click.UsageError(f"{_label(self.specs, i)} is not a shard of the set the others belong to")
         newest = max((r for _, r in present), key=lambda r: r.generation)
         if len(present) == len(records) and set(names) == set(newest.members):
             by_name = dict(zip(names, urls, strict=True))
@@ -312,11 +319,11 @@ class CliContext:
             self._shard_sets.pop().close()
 
 
-def _refuse_same_database(sources: Sequence[str]) -> None:
+def _refuse_same_database(specs: Sequence[DbSpec], sources: Sequence[str]) -> None:
     seen: dict[str, int] = {}
     for i, source in enumerate(sources):
         if source in seen:
-            raise click.UsageError(f"--db #{i + 1} is the same database as --db #{seen[source] + 1} "
+            raise click.UsageError(f"{_label(specs, i)} is the same database as {_label(specs, seen[source])} "
                                    "(one source id): give each store once")
         seen[source] = i
 
@@ -326,11 +333,11 @@ def _named(specs: Sequence[DbSpec], records: Sequence[Any]) -> list[str]:
     names: list[str] = []
     for i, (spec, rec) in enumerate(zip(specs, records, strict=True)):
         if rec is not None and spec.name is not None and spec.name != rec.shard_name:
-            raise click.UsageError(f"--db #{i + 1} is recorded as a shard under another name: "
+            raise click.UsageError(f"{_label(specs, i)} is recorded as a shard under another name: "
                                    "give its recorded name, or none")
         name = spec.name or (rec.shard_name if rec is not None else f"shard-{i}")
         if name in names:
-            raise click.UsageError(f"--db #{i + 1} has the same name as --db #{names.index(name) + 1}: "
+            raise click.UsageError(f"{_label(specs, i)} has the same name as {_label(specs, names.index(name))}: "
                                    "name the stores with --db NAME=URL")
         names.append(name)
     return names
