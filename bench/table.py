@@ -25,6 +25,10 @@ read the ratios. Rows (SQLite in WAL mode; PostgreSQL where the row exists there
   sending the statements a build cannot do without, page by page: the change page with its
   snapshots (one read transaction), then both upserts (the read model, the held revisions) and a
   COMMIT on the target. It shows how much of the first row's gap is the work itself.
+* ``raw writes of a first build only``: the target's side of that raw loop alone (both upserts and a
+  COMMIT per page, the pages read beforehand and not timed) vs the three-column copy, reads
+  included: the ceiling the read model's columns and index and the held revisions set on any build
+  (SQLite).
 
 Nothing is asserted: timing is for reading, never for CI.
 """
@@ -39,7 +43,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -403,6 +407,7 @@ class _BuildFloor:
 
     def timed(self, src: Any, dst: Any, marker: str) -> Sample:
         """``run`` timed; closes both connections."""
+        self.statements(marker)
         with Timer() as t:
             self.run(src, dst, marker)
         src.close()
@@ -410,54 +415,77 @@ class _BuildFloor:
         return t.rate(self.runs)
 
     def run(self, src: Any, dst: Any, marker: str) -> None:
+        done = 0
+        for model_rows, held_rows in self.pages(src, marker):
+            self.write(dst, marker, model_rows, held_rows)
+            done += len(model_rows)
+        assert done == self.runs, done
+
+    def writes_timed(self, pages: list[tuple[list, list]], dst: Any, marker: str) -> Sample:
+        """Only the target's side of ``run`` (both upserts and a COMMIT per page), timed, for pages
+        read beforehand; closes ``dst``."""
+        with Timer() as t:
+            for model_rows, held_rows in pages:
+                self.write(dst, marker, model_rows, held_rows)
+        dst.close()
+        return t.rate(self.runs)
+
+    def pages(self, src: Any, marker: str) -> Iterator[tuple[list, list]]:
+        """Each page of 500 changes with their snapshots, read in its own transaction, as the rows of
+        the read model and of the held revisions."""
         from fencepost.changefeed import _sql as feed_sql
-        from fencepost.projections import _sql as proj_sql
 
         sqlite = marker == "?"
         dialect = (sqlite_dialect if sqlite else pg_dialect).dialect(paramstyle="qmark" if sqlite else "format")
         page_sql = str(feed_sql.CHANGES_WITH_RUNS.stmt.compile(dialect=dialect,
                                                                compile_kwargs={"render_postcompile": True}))
-        model = self.projection.table
-        cols = [c.name for c in model.columns]
-        upserts = []
-        for table, key in ((model, ("run_id",)), (proj_sql.run_revisions, ("name", "run_id"))):
-            names = [c.name for c in table.columns]
-            sets = ", ".join(f"{c} = excluded.{c}" for c in names if c not in key)
-            if sqlite:
-                values = f"VALUES ({', '.join('?' * len(names))})"
-            else:
-                values = f"SELECT {', '.join(names)} FROM json_populate_recordset(NULL::{table.name}, %s::json)"
-            upserts.append(f"INSERT INTO {table.name} ({', '.join(names)}) {values} "
-                           f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET {sets}")
-        assert cols[:3] == ["run_id", "status", "flow_name"] and cols[-2:] == ["source", "revision"], cols
-        encode = msgspec.json.encode
         # SQLite's LIMIT comes with an OFFSET parameter, PostgreSQL's does not.
         n_params = page_sql.count(marker)
-        after, done = 0, 0
+        after = 0
         while True:
             if sqlite:
                 src.execute("BEGIN")
             rows = src.execute(page_sql, (after, 2**53 - 1, 501, 0)[:n_params]).fetchall()
             src.execute("COMMIT") if sqlite else src.commit()
             page = rows[:500]
-            model_rows = [(r[0], r[1], "bench", r[7], r[8], r[9], r[3], r[4], r[5], r[14], None, self.source_id, r[24])
-                          for r in page]
-            held_rows = [("runs_by_status", r[0], self.source_id, r[24]) for r in page]
-            if sqlite:
-                dst.execute("BEGIN IMMEDIATE")
-                dst.executemany(upserts[0], model_rows)
-                dst.executemany(upserts[1], held_rows)
-                dst.execute("COMMIT")
-            else:
-                dst.execute(upserts[0], (encode([dict(zip(cols, r, strict=True)) for r in model_rows]).decode(),))
-                dst.execute(upserts[1], (encode([{"name": r[0], "run_id": r[1], "source": r[2], "revision": r[3]}
-                                                 for r in held_rows]).decode(),))
-                dst.commit()
-            done += len(page)
+            yield ([(r[0], r[1], "bench", r[7], r[8], r[9], r[3], r[4], r[5], r[14], None, self.source_id, r[24])
+                    for r in page],
+                   [("runs_by_status", r[0], self.source_id, r[24]) for r in page])
             if len(rows) <= 500:
                 break
             after = page[-1][24]
-        assert done == self.runs, done
+
+    def write(self, dst: Any, marker: str, model_rows: list, held_rows: list) -> None:
+        if marker == "?":
+            dst.execute("BEGIN IMMEDIATE")
+            dst.executemany(self._upserts[0], model_rows)
+            dst.executemany(self._upserts[1], held_rows)
+            dst.execute("COMMIT")
+        else:
+            encode = msgspec.json.encode
+            dst.execute(self._upserts[0], (encode([dict(zip(self._cols, r, strict=True))
+                                                   for r in model_rows]).decode(),))
+            dst.execute(self._upserts[1], (encode([{"name": r[0], "run_id": r[1], "source": r[2], "revision": r[3]}
+                                                   for r in held_rows]).decode(),))
+            dst.commit()
+
+    def statements(self, marker: str) -> None:
+        """The two upserts for ``marker``'s driver (SQLite: executemany; PostgreSQL: one JSON text)."""
+        from fencepost.projections import _sql as proj_sql
+
+        model = self.projection.table
+        self._cols = [c.name for c in model.columns]
+        assert self._cols[:3] == ["run_id", "status", "flow_name"] and self._cols[-2:] == ["source", "revision"]
+        self._upserts = []
+        for table, key in ((model, ("run_id",)), (proj_sql.run_revisions, ("name", "run_id"))):
+            names = [c.name for c in table.columns]
+            sets = ", ".join(f"{c} = excluded.{c}" for c in names if c not in key)
+            if marker == "?":
+                values = f"VALUES ({', '.join('?' * len(names))})"
+            else:
+                values = f"SELECT {', '.join(names)} FROM json_populate_recordset(NULL::{table.name}, %s::json)"
+            self._upserts.append(f"INSERT INTO {table.name} ({', '.join(names)}) {values} "
+                                 f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET {sets}")
 
 
 def build_rows(tmp: Path, pg: ScratchSchemas | None, reps: int, runs: int) -> None:
@@ -518,6 +546,25 @@ def build_rows(tmp: Path, pg: ScratchSchemas | None, reps: int, runs: int) -> No
 
     a, b = interleaved(reps, ours_sqlite, floor_sqlite)
     record("RunsByStatus first build vs raw, same statements", "sqlite", "runs/s", a, b)
+    # The ceiling the two tables themselves set: only the target's writes of a build (pages read
+    # beforehand, untimed) against the whole three-column copy, reading included.
+    src = sqlite3.connect(source.db.path, isolation_level=None)
+    floor.statements("?")
+    pages = list(floor.pages(src, "?"))
+    src.close()
+
+    def writes_sqlite() -> Sample:
+        counter[0] += 1
+        target = Database(f"sqlite:///{tmp / f'build-writes-{counter[0]}.db'}")
+        floor.prepare(target)
+        path = target.path
+        target.dispose()
+        dst = sqlite3.connect(path, isolation_level=None)
+        dst.execute("PRAGMA synchronous = FULL")
+        return floor.writes_timed(pages, dst, "?")
+
+    a, b = interleaved(reps, writes_sqlite, base_sqlite)
+    record("raw writes of a first build only (no reads) vs raw read+insert", "sqlite", "runs/s", a, b)
     source.close()
     if pg is None:
         return
