@@ -64,16 +64,16 @@ def test_a_commit_reaches_the_database_file_through_the_store_s_thread(tmp_path:
     assert not checkpointer.running and not thread.is_alive()  # closing the store stops the thread
 
 
-def test_a_closed_store_that_writes_again_checkpoints_again(tmp_path: Path) -> None:
+def test_a_disposed_database_that_writes_again_checkpoints_again(tmp_path: Path) -> None:
     path = tmp_path / "flows.db"
     store = fencepost.open(f"sqlite:///{path}")
     store.runs.create("before-close", '{"n": 1}')
-    store.close()
+    store.db.dispose()  # connections and the checkpoint thread released (Store.close also refuses later calls)
     checkpointer = store.db.backend.checkpointer
     assert not checkpointer.running
     try:
         passes = checkpointer.passes
-        store.runs.create("after-close", '{"n": 1}')  # a closed store reconnects when used again
+        store.runs.create("after-close", '{"n": 1}')  # a disposed database reconnects when used again
         assert checkpointer.running
         assert wait_for(lambda: checkpointer.passes > passes)
         assert in_database_file(path, "after-close")

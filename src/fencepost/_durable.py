@@ -48,10 +48,20 @@ MAX_ATTEMPTS = 12
 class DbFailure(Exception):
     """A database failure, value-free: ``category`` is ``constraint`` or ``persistence_failed``."""
 
-    def __init__(self, category: str, code: str | None) -> None:
+    def __init__(self, category: str, code: str | None, reason: str | None = None) -> None:
         self.category = category
         self.code = code
+        self.reason = reason  # why, when fencepost knows it without the driver ("the store is closed")
         super().__init__(f"{category} ({code or 'no code'})")
+
+
+def failure_detail(subject: str, exc: DbFailure) -> str:
+    """``"<subject> persistence failed"``, with the reason when fencepost knows it."""
+    return f"{subject} persistence failed" + (f": {exc.reason}" if exc.reason else "")
+
+
+READ_ONLY = DbFailure("persistence_failed", "read_only", "the store is open read-only")
+CLOSED = DbFailure("persistence_failed", "closed", "the store is closed")
 
 
 class CommitUnknown(Exception):
@@ -286,7 +296,7 @@ class Database:
             try:
                 import psycopg  # noqa: F401 - the driver is the optional extra fencepost[postgres]
             except ImportError:
-                raise PersistenceError(
+                raise OpenError(
                     "driver_missing", "open",
                     "a PostgreSQL URL needs the psycopg driver: pip install 'fencepost[postgres]'",
                 ) from None
@@ -309,6 +319,7 @@ class Database:
         self._slots: weakref.WeakSet[_Slot] = weakref.WeakSet()
         self._slots_lock = threading.Lock()
         self._pid = os.getpid()
+        self.closed = False
         # Concurrent top-level writes of this process share one COMMIT (see _group.py).
         self._group = GroupCommit(self) if group_commit and not readonly else None
 
@@ -359,8 +370,10 @@ class Database:
         failures raise ``DbFailure``; a ``FencepostError`` raised by ``fn`` rolls back and
         propagates unchanged.
         """
+        if self.closed:
+            raise CLOSED  # each store maps it to its own error class
         if self.readonly:
-            raise DbFailure("persistence_failed", "read_only")  # each store maps it to its own error class
+            raise READ_ONLY
         txn = self._active()
         if txn is not None:
             if not txn.write:
@@ -385,6 +398,8 @@ class Database:
 
     def read(self, fn: Callable[[Connection], T]) -> T:
         """Run ``fn(conn)`` in one read-only snapshot (or inside the caller's open transaction)."""
+        if self.closed:
+            raise CLOSED
         txn = self._active()
         if txn is not None:
             return fn(txn.conn)
@@ -551,6 +566,8 @@ class Database:
 
     def connect(self) -> Connection:
         """A plain connection (autobegin) for migrations, tests and tools."""
+        if self.closed:
+            raise PersistenceError("persistence_failed", "connect", "the store is closed")
         return self.engine.connect()
 
     def _drop(self, write: bool) -> None:
@@ -559,8 +576,14 @@ class Database:
             setattr(self._local, "write" if write else "read", None)
             slot.release()
 
+    def close(self) -> None:
+        """``dispose``, and refuse every later ``read``, ``write`` and ``connect`` (``Store.close``)."""
+        self.closed = True
+        self.dispose()
+
     def dispose(self) -> None:
-        """Close every connection, including the ones threads keep between transactions."""
+        """Close every connection, including the ones threads keep between transactions (they are
+        opened again on the next call)."""
         with self._slots_lock:
             slots = list(self._slots)
             self._slots = weakref.WeakSet()
@@ -602,6 +625,6 @@ def open_detail(problem: str, where: str, *, mode: str = "writing", sqlite: bool
 
 def map_failure(exc: DbFailure, error_cls: type[FencepostError], method: str, subject: str) -> FencepostError:
     """Translate a ``DbFailure`` into a store error with a value-free message."""
-    err = error_cls(exc.category, method, f"{subject} persistence failed")
+    err = error_cls(exc.category, method, failure_detail(subject, exc))
     err.db_code = exc.code  # type: ignore[attr-defined]
     return err

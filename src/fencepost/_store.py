@@ -13,7 +13,7 @@ from fencepost.clock import Clock, SystemClock
 from fencepost.errors import OpenError
 from fencepost.journal.consensus import Consensus, SqlConsensus
 from fencepost.journal.journal import Journal
-from fencepost.runstore.attempts import AttemptStore
+from fencepost.runstore.attempts import AttemptStore, validate_policy
 from fencepost.runstore.store import RunStore
 
 
@@ -26,6 +26,28 @@ def _write_probe(conn: Connection) -> None:
     the log (a savepoint rolled back would still leave its pages to be written at COMMIT)."""
     conn.exec_driver_sql("INSERT INTO flows_migrations (migration_id, name) VALUES (-1, 'write-probe')")
     raise _Probed
+
+
+_CLOCK_METHODS = ("now_ms", "sleep")
+_CONSENSUS_METHODS = ("guard", "claim", "activate", "heartbeat", "reconfirm", "release", "steal", "recover")
+
+
+def _check_options(url: object, clock: object, attempt_policy: object, consensus: object, readonly: object,
+                   group_commit: object) -> None:
+    """Refuse a wrong argument of ``open`` before anything is created; messages name the argument
+    and the type given, never its value."""
+    if url is not None and not isinstance(url, str):
+        raise TypeError(f"fencepost.open: url must be a str or None, not {type(url).__name__}")
+    if isinstance(url, str) and not url.strip():
+        raise ValueError("fencepost.open: url is empty; give None for $FENCEPOST_DB or the default store")
+    for name, value in (("readonly", readonly), ("group_commit", group_commit)):
+        if type(value) is not bool:
+            raise TypeError(f"fencepost.open: {name} must be True or False, not {type(value).__name__}")
+    for name, value, methods in (("clock", clock, _CLOCK_METHODS), ("consensus", consensus, _CONSENSUS_METHODS)):
+        if value is not None and not all(callable(getattr(value, m, None)) for m in methods):
+            raise TypeError(f"fencepost.open: {name} must be None or an object with {', '.join(methods)} "
+                            f"methods, not {type(value).__name__}")
+    validate_policy(attempt_policy)
 
 
 class Store:
@@ -51,8 +73,9 @@ class Store:
         return self.db.url
 
     def close(self) -> None:
-        """Release every pooled connection."""
-        self.db.dispose()
+        """Release every pooled connection. A closed store refuses every later call (its error
+        says the store is closed); closing it again does nothing."""
+        self.db.close()
 
     def __enter__(self) -> Store:
         return self
@@ -77,7 +100,10 @@ def open(url: str | None = None, *, clock: Clock | None = None, attempt_policy: 
     ``group_commit`` (on by default) lets concurrent write calls of this process (threads, or
     asyncio tasks through threads) share one durable COMMIT, each call in its own savepoint with
     its own outcome; ``group_commit=False`` gives every call its own transaction.
+    Wrong arguments (a ``clock`` without ``now_ms``, ``readonly="yes"``, an invalid
+    ``attempt_policy``, an empty ``url``) are refused before anything is created.
     """
+    _check_options(url, clock, attempt_policy, consensus, readonly, group_commit)
     db = Database(url, readonly=readonly, group_commit=group_commit)
     try:
         failure: OpenError | None = None

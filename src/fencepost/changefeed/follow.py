@@ -305,8 +305,10 @@ def _make_waiter(feed: ChangeFeed) -> _Waiter:
 
 
 def _retryable(exc: FencepostError) -> bool:
-    # A failed read is worth retrying; a source change or a corrupt row is the caller's to handle.
-    return not isinstance(exc, SourceChanged) and exc.code == "persistence_failed"
+    # A failed read is worth retrying; a source change, a corrupt row or a closed store is the
+    # caller's to handle.
+    return (not isinstance(exc, SourceChanged) and exc.code == "persistence_failed"
+            and getattr(exc, "db_code", None) != "closed")
 
 
 def follow(

@@ -161,7 +161,8 @@ def _read(store: Store, method: str, body: Any) -> Any:
     except FencepostError:
         raise
     except DbFailure as exc:
-        err = RunStoreError("list_failed", method, f"listing failed ({exc.category})")
+        err = RunStoreError("list_failed", method, f"listing failed ({exc.category})"
+                            + (f": {exc.reason}" if exc.reason else ""))
         err.db_code = exc.code  # type: ignore[attr-defined]
         raise err from None
     except Corrupt as exc:

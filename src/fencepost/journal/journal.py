@@ -15,7 +15,7 @@ import msgspec
 from sqlalchemy import bindparam, select
 from sqlalchemy.engine import Connection
 
-from fencepost._durable import DbFailure
+from fencepost._durable import DbFailure, failure_detail
 from fencepost._schema import flows_journal_events as ev
 from fencepost._values import SAFE_MAX, identifier_problem, is_safe_int, text_problem
 from fencepost.errors import FencepostError, JournalError
@@ -308,7 +308,7 @@ class Journal:
         try:
             return self._store.db.write(body)
         except DbFailure as exc:
-            err = JournalError("sink_failed", method, "journal write persistence failed")
+            err = JournalError("sink_failed", method, failure_detail("journal write", exc))
             err.cause_code = exc.category  # type: ignore[attr-defined]
             err.db_code = exc.code  # type: ignore[attr-defined]
             raise err from None
@@ -435,7 +435,7 @@ class Journal:
         try:
             return self._store.db.read(fn)
         except DbFailure as exc:
-            err = JournalError("read_failed", method, "journal read persistence failed")
+            err = JournalError("read_failed", method, failure_detail("journal read", exc))
             err.db_code = exc.code  # type: ignore[attr-defined]
             raise err from None
 

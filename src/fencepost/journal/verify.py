@@ -18,7 +18,7 @@ import msgspec
 from sqlalchemy import bindparam, select
 from sqlalchemy.engine import Connection
 
-from fencepost._durable import DbFailure
+from fencepost._durable import DbFailure, failure_detail
 from fencepost._schema import flows_journal_events as ev
 from fencepost.errors import JournalError
 from fencepost.journal._append import ZERO_HASH, content_hash, entry_hash, event_id_for
@@ -167,8 +167,8 @@ def verify(store: Store, *, anchor: Head | None = None) -> VerifyReport:
 
     try:
         anchor_hash = store.db.read(run)
-    except DbFailure:
-        raise JournalError("read_failed", "verify", "journal read persistence failed") from None
+    except DbFailure as exc:
+        raise JournalError("read_failed", "verify", failure_detail("journal read", exc)) from None
     if anchor is not None and anchor_hash != anchor.entry_hash:
         checker.breaks += 1
         if checker.first is None:
@@ -189,6 +189,6 @@ def head(store: Store) -> Head | None:
     stmt = select(ev.c.position, ev.c.entry_hash).order_by(ev.c.position.desc()).limit(1)
     try:
         row = store.db.read(lambda conn: conn.execute(stmt).first())
-    except DbFailure:
-        raise JournalError("read_failed", "head", "journal read persistence failed") from None
+    except DbFailure as exc:
+        raise JournalError("read_failed", "head", failure_detail("journal read", exc)) from None
     return None if row is None else Head(position=int(row.position), entry_hash=row.entry_hash)
