@@ -119,6 +119,23 @@ def state_json(text: object, method: str, rid: str | None, field: str = "state_j
     return text  # type: ignore[return-value]
 
 
+def references(rid: str, parent: object, lineage: object, round_ordinal: object, method: str) -> None:
+    """A new row's ``parent_run_id``, ``lineage_id`` and ``round_ordinal``, by ``decode_run``'s rules.
+
+    Every rule the decoder applies to these columns is applied here first, so ``create`` cannot
+    store a row that every read path would then refuse as ``decode_failed``.
+    """
+    if parent is not None:
+        run_id(parent, method, "parent_run_id")
+        if parent == rid:
+            raise refuse(method, "parent_run_id names the run itself", {"field": "parent_run_id"})
+    if (lineage is None) != (round_ordinal is None):
+        raise refuse(method, "lineage_id and round_ordinal come together or not at all", {"field": "lineage_id"})
+    if lineage is not None:
+        run_id(lineage, method, "lineage_id")
+        timestamp(round_ordinal, method, "round_ordinal")
+
+
 def not_companion(rid: str, method: str) -> None:
     if rid.startswith(COMPANION_PREFIX):
         raise refuse(method, "run_id uses the reserved companion-stream prefix", {"field": "runId"})

@@ -82,23 +82,16 @@ class RunStore(Leases, Cancellation):
 
         ``created_at_ms`` comes from the store clock. ``lineage_id`` and ``round_ordinal`` come
         together or not at all. Raises ``invalid_run`` for bad input (including a run id with the
-        companion-stream prefix) and ``constraint`` for a duplicate id (as ``RunAlreadyExists``:
-        "a run with this id already exists"), a missing parent or a duplicate
-        ``(lineage_id, round_ordinal)``.
+        companion-stream prefix, or a ``parent_run_id`` that is the run itself) and ``constraint``
+        for a duplicate id (as ``RunAlreadyExists``: "a run with this id already exists"), a
+        missing parent or a duplicate ``(lineage_id, round_ordinal)``.
         """
         with m.Op("RunStore.create") as op:
             method = "create"
             check.run_id(run_id, method)
             check.not_companion(run_id, method)
             check.state_json(state_json, method, run_id)
-            if parent_run_id is not None:
-                check.run_id(parent_run_id, method, "parent_run_id")
-            if (lineage_id is None) != (round_ordinal is None):
-                raise check.refuse(method, "lineage_id and round_ordinal come together or not at all",
-                                   {"field": "lineage_id"})
-            if lineage_id is not None:
-                check.run_id(lineage_id, method, "lineage_id")
-                check.timestamp(round_ordinal, method, "round_ordinal")
+            check.references(run_id, parent_run_id, lineage_id, round_ordinal, method)
             op.identity(runId=run_id)
             params = {"run_id": run_id, "state_json": state_json, "now": self._clock.now_ms(),
                       "parent_run_id": parent_run_id, "lineage_id": lineage_id, "round_ordinal": round_ordinal}
