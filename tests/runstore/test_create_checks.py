@@ -12,8 +12,9 @@ import pytest
 
 import fencepost
 from fencepost import RunStoreError
+from fencepost.journal import COMPANION_PREFIX, companion_stream
 
-from .conftest import PENDING, A, count, revision
+from .conftest import PENDING, A, count, raw_exec, revision
 
 SECRET = "sk-live-review-0123456789abcdef"
 
@@ -69,3 +70,49 @@ def test_create_many_carries_no_parent_so_cannot_name_itself(store: fencepost.St
     err = _refused(lambda: store.runs.create_many([("ok", "{}"), ("loop", "{}", "loop")]), "invalid_run")
     assert "runs[1]" in err.detail
     assert _footprint(store) == before
+
+
+# ------------------------------------------------------------------ 2. the companion prefix
+
+@pytest.mark.parametrize("field", ["lineage_id", "parent_run_id"])
+def test_create_refuses_the_companion_prefix_in_lineage_and_parent(store: fencepost.Store, field: str) -> None:
+    """A reserved-prefix lineage_id made retry mint a reserved run id and journal onto a companion stream."""
+    store.runs.create("victim", "{}")
+    before = _footprint(store)
+    stream = companion_stream("victim")
+    kwargs: dict[str, Any] = {"lineage_id": stream, "round_ordinal": 1} if field == "lineage_id" else {
+        "parent_run_id": stream}
+    err = _refused(lambda: store.runs.create("x", "{}", **kwargs), "invalid_run")
+    assert field in err.detail and "reserved companion-stream prefix" in err.detail
+    assert err.cause == {"field": field}  # type: ignore[attr-defined]
+    assert COMPANION_PREFIX not in str(err) and "victim" not in str(err)
+    assert _footprint(store) == before
+    _refused(lambda: store.runs.get("x"), "not_found_row")
+
+
+def test_run_id_refusal_still_names_run_id(store: fencepost.Store) -> None:
+    err = _refused(lambda: store.runs.create(companion_stream("victim"), "{}"), "invalid_run")
+    assert "run_id uses the reserved companion-stream prefix" in err.detail
+    err = _refused(lambda: store.runs.create_many([("a", "{}"), (companion_stream("v"), "{}")]), "invalid_run")
+    assert "runs[1].run_id" in err.detail
+
+
+def test_retry_of_a_stored_companion_lineage_writes_nothing(store: fencepost.Store) -> None:
+    """A row written before the create-time check (raw SQL here) must not be retried onto a companion stream."""
+    store.runs.create("victim", "{}")
+    stream = companion_stream("victim")
+    raw_exec(store, "INSERT INTO flows_runs (run_id, status, state_json, created_at_ms, lineage_id, round_ordinal) "
+                    f"VALUES ('x', 'completed', '{{}}', 0, '{stream}', 1)")
+    before = _footprint(store)
+    for kwargs in ({}, {"new_run_id": "fresh"}):
+        err = _refused(lambda kw=kwargs: store.runs.retry("x", **kw), "refused")
+        assert "lineage_id" in err.detail and COMPANION_PREFIX not in str(err)
+    assert _footprint(store) == before
+    assert [r.run_id for r in store.runs.lineage("x")] == ["x"]
+
+
+def test_retry_still_works_for_an_ordinary_lineage(store: fencepost.Store) -> None:
+    store.runs.create("x", "{}", lineage_id="L", round_ordinal=1)
+    _settle(store, "x")
+    row = store.runs.retry("x")
+    assert (row.run_id, row.lineage_id, row.round_ordinal, row.parent_run_id) == ("L.retry-2", "L", 2, "x")

@@ -17,6 +17,7 @@ import msgspec
 from sqlalchemy.engine import Connection
 
 from fencepost.errors import RunAlreadyExists, RunStoreError
+from fencepost.journal import COMPANION_PREFIX
 from fencepost.journal import consensus as cs
 from fencepost.journal.owner import OwnerId
 from fencepost.runstore import _checks as check
@@ -81,10 +82,10 @@ class RunStore(Leases, Cancellation):
         """Insert a ``pending`` run with ``state_json`` stored byte for byte.
 
         ``created_at_ms`` comes from the store clock. ``lineage_id`` and ``round_ordinal`` come
-        together or not at all. Raises ``invalid_run`` for bad input (including a run id with the
-        companion-stream prefix, or a ``parent_run_id`` that is the run itself) and ``constraint``
-        for a duplicate id (as ``RunAlreadyExists``: "a run with this id already exists"), a
-        missing parent or a duplicate ``(lineage_id, round_ordinal)``.
+        together or not at all. Raises ``invalid_run`` for bad input (including a run, parent or
+        lineage id with the companion-stream prefix, or a ``parent_run_id`` that is the run itself)
+        and ``constraint`` for a duplicate id (as ``RunAlreadyExists``: "a run with this id already
+        exists"), a missing parent or a duplicate ``(lineage_id, round_ordinal)``.
         """
         with m.Op("RunStore.create") as op:
             method = "create"
@@ -116,7 +117,7 @@ class RunStore(Leases, Cancellation):
                                        {"field": f"runs[{i}]"})
                 run_id, state_json = item
                 check.run_id(run_id, method, f"runs[{i}].run_id")
-                check.not_companion(run_id, method)
+                check.not_companion(run_id, method, f"runs[{i}].run_id")
                 check.state_json(state_json, method, run_id, f"runs[{i}].state_json")
                 if run_id in seen:
                     raise check.refuse(method, f"runs[{i}]: a run with this id already exists (runs[{seen[run_id]}])",
@@ -200,8 +201,9 @@ class RunStore(Leases, Cancellation):
         checkpoint, or the state it settled with). Its id is ``new_run_id``, else
         ``"<lineage>.retry-<round>"``. One transaction reads the lineage, inserts the round and
         journals ``flows.run-store.retried`` on the lineage's stream. ``refused`` while the latest
-        round is live (pending, running, suspended) or while any round of the lineage carries a
-        cancellation request; ``not_found_row`` for an unknown id; ``RunAlreadyExists`` if the new
+        round is live (pending, running, suspended), while any round of the lineage carries a
+        cancellation request, or when the lineage id has the companion-stream prefix (a row stored
+        before ``create`` refused one); ``not_found_row`` for an unknown id; ``RunAlreadyExists`` if the new
         id is taken.
         """
         with m.Op("RunStore.retry") as op:
@@ -209,7 +211,7 @@ class RunStore(Leases, Cancellation):
             check.run_id(run_id, method)
             if new_run_id is not None:
                 check.run_id(new_run_id, method, "new_run_id")
-                check.not_companion(new_run_id, method)
+                check.not_companion(new_run_id, method, "new_run_id")
             op.identity(runId=run_id)
 
             def tx(conn: Connection) -> RunRow:
@@ -224,6 +226,11 @@ class RunStore(Leases, Cancellation):
                     raise check.refuse(method, f"the lineage's latest round is still live ({latest.status})",
                                        {"field": "runId", "status": latest.status}, code="refused")
                 lineage = latest.lineage_id or latest.run_id
+                if lineage.startswith(COMPANION_PREFIX):
+                    # A row stored before create refused such a lineage_id: retrying it would mint a
+                    # reserved run id and journal onto a companion stream.
+                    raise check.refuse(method, "the lineage's lineage_id uses the reserved companion-stream prefix",
+                                       {"field": "lineage_id"}, code="refused")
                 ordinal = (latest.round_ordinal or 0) + 1
                 rid = new_run_id if new_run_id is not None else f"{lineage}.retry-{ordinal}"
                 check.run_id(rid, method, "new_run_id")
