@@ -116,3 +116,21 @@ def test_retry_still_works_for_an_ordinary_lineage(store: fencepost.Store) -> No
     _settle(store, "x")
     row = store.runs.retry("x")
     assert (row.run_id, row.lineage_id, row.round_ordinal, row.parent_run_id) == ("L.retry-2", "L", 2, "x")
+
+
+# ------------------------------------------------------------------ 3. create_many's argument
+
+@pytest.mark.parametrize("bad", [None, 5, "ab", b"ab"])
+def test_create_many_refuses_a_non_iterable_as_invalid_run(store: fencepost.Store, bad: Any) -> None:
+    """create_many(None) / (5) raised a bare TypeError; a string is not a list of pairs either."""
+    before = _footprint(store)
+    err = _refused(lambda: store.runs.create_many(bad), "invalid_run")
+    assert "runs must be an iterable" in err.detail
+    assert err.cause == {"field": "runs"}  # type: ignore[attr-defined]
+    assert _footprint(store) == before
+
+
+def test_create_many_still_takes_any_iterable_of_pairs(store: fencepost.Store) -> None:
+    assert store.runs.create_many(iter([("g1", "{}"), ("g2", "[]")])) == 2
+    assert store.runs.create_many(()) == 0
+    assert store.runs.get("g2").state_json == "[]"

@@ -7,6 +7,7 @@ writes nothing.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
@@ -105,6 +106,13 @@ def evidence(value: object, method: str, *, required: bool) -> LivenessEvidence 
     if type(value.kind) is not str or value.kind not in EVIDENCE_KINDS:
         raise refuse(method, "evidence.kind is not a known evidence kind", {"field": "evidence.kind"})
     return value
+
+
+def many(value: object, method: str, field: str, what: str) -> list[Any]:
+    """A batch argument as a list: any iterable except a string or bytes (``invalid_run`` otherwise)."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise refuse(method, f"{field} must be an iterable of {what}", {"field": field})
+    return list(value)
 
 
 def state_json(text: object, method: str, rid: str | None, field: str = "state_json") -> str:

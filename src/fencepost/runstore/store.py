@@ -101,13 +101,14 @@ class RunStore(Leases, Cancellation):
     def create_many(self, runs: Iterable[tuple[str, str]]) -> int:
         """Insert ``(run_id, state_json)`` pairs as ``pending`` runs, all in one transaction, or none.
 
-        Every pair is validated first (``invalid_run`` naming ``runs[i].field``). A run id that
+        Every pair is validated first (``invalid_run`` naming ``runs[i].field``; ``runs`` itself when
+        it is not an iterable, or is a string). A run id that
         already exists, or appears twice, is refused naming ``runs[i]``; nothing is
         written then (``RunAlreadyExists``, code ``constraint``). Returns the number of runs created.
         """
         with m.Op("RunStore.createMany") as op:
             method = "create_many"
-            items = list(runs)
+            items = check.many(runs, method, "runs", "(run_id, state_json) pairs")
             now = self._clock.now_ms()
             params: list[dict[str, Any]] = []
             seen: dict[str, int] = {}
