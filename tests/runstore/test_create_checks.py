@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import fencepost
-from fencepost import RunStoreError
+from fencepost import RunAlreadyExists, RunStoreError
 from fencepost.journal import COMPANION_PREFIX, companion_stream
 
 from .conftest import PENDING, A, count, raw_exec, revision
@@ -134,3 +134,55 @@ def test_create_many_still_takes_any_iterable_of_pairs(store: fencepost.Store) -
     assert store.runs.create_many(iter([("g1", "{}"), ("g2", "[]")])) == 2
     assert store.runs.create_many(()) == 0
     assert store.runs.get("g2").state_json == "[]"
+
+
+# ------------------------------------------------------------------ 4. which constraint
+
+def test_a_missing_parent_is_a_constraint_that_says_so(store: fencepost.Store) -> None:
+    before = _footprint(store)
+    err = _refused(lambda: store.runs.create("n1", "{}", parent_run_id=SECRET), "constraint")
+    assert not isinstance(err, RunAlreadyExists)
+    assert err.detail == "parent_run_id names no run" and SECRET not in str(err)
+    assert err.cause["field"] == "parent_run_id"  # type: ignore[attr-defined]
+    assert _footprint(store) == before
+
+
+def test_a_duplicate_lineage_round_is_a_constraint_that_says_so(store: fencepost.Store) -> None:
+    store.runs.create("l1", "{}", lineage_id=SECRET, round_ordinal=3)
+    before = _footprint(store)
+    err = _refused(lambda: store.runs.create("l2", "{}", lineage_id=SECRET, round_ordinal=3), "constraint")
+    assert not isinstance(err, RunAlreadyExists)
+    assert err.detail == "lineage_id and round_ordinal: that round of the lineage already exists"
+    assert SECRET not in str(err) and "3" not in err.detail
+    assert err.cause["field"] == "lineage_id"  # type: ignore[attr-defined]
+    assert _footprint(store) == before
+    store.runs.create("l2", "{}", lineage_id=SECRET, round_ordinal=4)  # another round is fine
+
+
+def test_a_duplicate_id_is_still_run_already_exists_before_the_other_constraints(store: fencepost.Store) -> None:
+    store.runs.create("r", "{}", lineage_id="L", round_ordinal=0)
+    err = _refused(lambda: store.runs.create("r", "{}", parent_run_id="nope", lineage_id="L", round_ordinal=0),
+                   "constraint")
+    assert isinstance(err, RunAlreadyExists)
+
+
+def test_a_constraint_that_races_past_the_checks_is_still_named(store: fencepost.Store,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """If the in-transaction look-ups miss (a writer outside fencepost), the re-read after the rollback names it."""
+    from fencepost.runstore import store as store_mod
+
+    store.runs.create("l1", "{}", lineage_id="L", round_ordinal=0)
+    real = store_mod._taken
+    calls: list[int] = []
+
+    def first_look_misses(*args: Any) -> Any:  # the in-transaction look-up misses, the re-read does not
+        calls.append(1)
+        return None if len(calls) % 2 == 1 else real(*args)
+
+    monkeypatch.setattr(store_mod, "_taken", first_look_misses)
+    before = _footprint(store)
+    err = _refused(lambda: store.runs.create("n1", "{}", parent_run_id="nope"), "constraint")
+    assert err.detail == "parent_run_id names no run"
+    err = _refused(lambda: store.runs.create("l2", "{}", lineage_id="L", round_ordinal=0), "constraint")
+    assert err.detail == "lineage_id and round_ordinal: that round of the lineage already exists"
+    assert _footprint(store) == before

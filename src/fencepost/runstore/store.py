@@ -85,7 +85,8 @@ class RunStore(Leases, Cancellation):
         together or not at all. Raises ``invalid_run`` for bad input (including a run, parent or
         lineage id with the companion-stream prefix, or a ``parent_run_id`` that is the run itself)
         and ``constraint`` for a duplicate id (as ``RunAlreadyExists``: "a run with this id already
-        exists"), a missing parent or a duplicate ``(lineage_id, round_ordinal)``.
+        exists"), a missing parent ("parent_run_id names no run") or a duplicate
+        ``(lineage_id, round_ordinal)`` ("that round of the lineage already exists").
         """
         with m.Op("RunStore.create") as op:
             method = "create"
@@ -132,14 +133,14 @@ class RunStore(Leases, Cancellation):
             return len(params)
 
     def _insert(self, method: str, params: list[dict[str, Any]], *, single: bool) -> None:
-        # Duplicates are found inside the write transaction (under the writer lock) and reported as
-        # ``RunAlreadyExists``; a unique violation that still races past (another writer outside
-        # fencepost) is re-read after the rollback and reported the same way.
+        # The constraints (a taken id, a missing parent, a taken lineage round) are looked up inside
+        # the write transaction, under the writer lock, and refused by name (``constraint``). A
+        # violation that still races past (another writer outside fencepost) is looked up again
+        # after the rollback and named the same way.
         def tx(conn: Connection) -> None:
-            found = {r[0] for r in q.run(conn, q.EXISTING_IDS, {"ids": _json_ids([p["run_id"] for p in params])})}
-            for i, p in enumerate(params):
-                if p["run_id"] in found:
-                    raise _already_exists(method, None if single else i)
+            taken = _taken(conn, method, params, single)
+            if taken is not None:
+                raise taken
             for p in params:
                 q.run(conn, q.INSERT_RUN, p)
 
@@ -148,12 +149,9 @@ class RunStore(Leases, Cancellation):
         except RunStoreError as exc:
             if exc.code != "constraint" or isinstance(exc, RunAlreadyExists):
                 raise
-            ids = [p["run_id"] for p in params]
-            found = self._read(method, lambda conn: {r[0] for r in q.run(conn, q.EXISTING_IDS,
-                                                                             {"ids": _json_ids(ids)})})
-            for i, rid in enumerate(ids):
-                if rid in found:
-                    raise _already_exists(method, None if single else i) from None
+            taken = self._read(method, lambda conn: _taken(conn, method, params, single))
+            if taken is not None:
+                raise taken from None
             raise
 
     def get(self, run_id: str) -> RunRow:
@@ -625,6 +623,29 @@ def _count_throughput() -> None:
 
 def _json_ids(ids: list[str]) -> str:
     return msgspec.json.encode(ids).decode()
+
+
+def _taken(conn: Connection, method: str, params: list[dict[str, Any]], single: bool) -> RunStoreError | None:
+    """The first constraint the rows of ``params`` would break, as its ``constraint`` error, else None.
+
+    A taken run id (``RunAlreadyExists``) first, then per row a ``parent_run_id`` that names no run
+    and a ``(lineage_id, round_ordinal)`` already taken. The errors name fields, never values.
+    """
+    found = {r[0] for r in q.run(conn, q.EXISTING_IDS, {"ids": _json_ids([p["run_id"] for p in params])})}
+    for i, p in enumerate(params):
+        if p["run_id"] in found:
+            return _already_exists(method, None if single else i)
+    for i, p in enumerate(params):
+        where = "" if single else f"runs[{i}]."
+        if p["parent_run_id"] is not None and q.run(
+                conn, q.RUN_EXISTS, {"run_id": p["parent_run_id"]}).fetchone() is None:
+            return check.refuse(method, f"{where}parent_run_id names no run", {"field": f"{where}parent_run_id"},
+                                code="constraint")
+        if p["lineage_id"] is not None and q.run(conn, q.ROUND_EXISTS, {
+                "lineage_id": p["lineage_id"], "round_ordinal": p["round_ordinal"]}).fetchone() is not None:
+            return check.refuse(method, f"{where}lineage_id and round_ordinal: that round of the lineage already "
+                                "exists", {"field": f"{where}lineage_id"}, code="constraint")
+    return None
 
 
 def _already_exists(method: str, index: int | None) -> RunStoreError:
