@@ -7,6 +7,7 @@ writes nothing.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
@@ -107,6 +108,13 @@ def evidence(value: object, method: str, *, required: bool) -> LivenessEvidence 
     return value
 
 
+def many(value: object, method: str, field: str, what: str) -> list[Any]:
+    """A batch argument as a list: any iterable except a string or bytes (``invalid_run`` otherwise)."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise refuse(method, f"{field} must be an iterable of {what}", {"field": field})
+    return list(value)
+
+
 def state_json(text: object, method: str, rid: str | None, field: str = "state_json") -> str:
     _, problem = parse_json_text(text, max_depth=MAXIMUM_JSON_DEPTH, max_nodes=MAXIMUM_JSON_NODES)
     if problem:
@@ -119,9 +127,34 @@ def state_json(text: object, method: str, rid: str | None, field: str = "state_j
     return text  # type: ignore[return-value]
 
 
-def not_companion(rid: str, method: str) -> None:
+def references(rid: str, parent: object, lineage: object, round_ordinal: object, method: str) -> None:
+    """A new row's ``parent_run_id``, ``lineage_id`` and ``round_ordinal``, by ``decode_run``'s rules.
+
+    Every rule the decoder applies to these columns is applied here first, so ``create`` cannot
+    store a row that every read path would then refuse as ``decode_failed``; and neither id may use
+    the companion-stream prefix (see ``not_companion``).
+    """
+    if parent is not None:
+        not_companion(run_id(parent, method, "parent_run_id"), method, "parent_run_id")
+        if parent == rid:
+            raise refuse(method, "parent_run_id names the run itself", {"field": "parent_run_id"})
+    if (lineage is None) != (round_ordinal is None):
+        raise refuse(method, "lineage_id and round_ordinal come together or not at all", {"field": "lineage_id"})
+    if lineage is not None:
+        not_companion(run_id(lineage, method, "lineage_id"), method, "lineage_id")
+        timestamp(round_ordinal, method, "round_ordinal")
+
+
+def not_companion(rid: str, method: str, field: str = "run_id") -> None:
+    """Refuse an id in the journal's reserved companion-stream namespace (``flows.companion/``).
+
+    Run ids, and the ids a run names (its parent, its lineage: retry mints ``<lineage>.retry-<n>``
+    and journals onto the lineage's stream), must stay out of it.
+    """
     if rid.startswith(COMPANION_PREFIX):
-        raise refuse(method, "run_id uses the reserved companion-stream prefix", {"field": "runId"})
+        # The run id's cause keeps the name OT-08 gives it (runId).
+        raise refuse(method, f"{field} uses the reserved companion-stream prefix",
+                     {"field": "runId" if field == "run_id" else field})
 
 
 _GUARDS = {"absent": 1, "present": 2}

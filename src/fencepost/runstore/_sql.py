@@ -278,6 +278,12 @@ ATTEMPT_EXISTS = Sql(select(literal_column("1")).where(_attempt_pk))
 
 RUN_EXISTS = Sql(select(literal_column("1")).select_from(runs).where(runs.c.run_id == _txt("run_id")))
 
+# The unique (lineage_id, round_ordinal) index serves it: is this round of the lineage taken?
+ROUND_EXISTS = Sql(
+    select(literal_column("1")).select_from(runs)
+    .where(runs.c.lineage_id == _txt("lineage_id"), runs.c.round_ordinal == _int("round_ordinal"))
+)
+
 SELECT_FENCE_STATE = Sql(
     select(runs.c.status, runs.c.owner_host_id, runs.c.owner_pid, runs.c.owner_nonce, runs.c.cancel_requested_at_ms)
     .where(runs.c.run_id == _txt("run_id"))

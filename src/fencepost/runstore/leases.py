@@ -86,9 +86,7 @@ class Leases(StoreBase):
             method = "heartbeat_many"
             check.owner(owner, method)
             now = self._lease_now(now_ms, method)
-            if isinstance(run_ids, (str, bytes)) or not isinstance(run_ids, Iterable):
-                raise check.refuse(method, "run_ids must be an iterable of run ids", {"field": "run_ids"})
-            given = list(run_ids)
+            given = check.many(run_ids, method, "run_ids", "run ids")
             for rid in given:  # before de-duplicating: an unhashable id is invalid input, not a TypeError
                 check.run_id(rid, method, "run_ids[]")
             ids = list(dict.fromkeys(given))

@@ -17,6 +17,7 @@ import msgspec
 from sqlalchemy.engine import Connection
 
 from fencepost.errors import RunAlreadyExists, RunStoreError
+from fencepost.journal import COMPANION_PREFIX
 from fencepost.journal import consensus as cs
 from fencepost.journal.owner import OwnerId
 from fencepost.runstore import _checks as check
@@ -81,24 +82,18 @@ class RunStore(Leases, Cancellation):
         """Insert a ``pending`` run with ``state_json`` stored byte for byte.
 
         ``created_at_ms`` comes from the store clock. ``lineage_id`` and ``round_ordinal`` come
-        together or not at all. Raises ``invalid_run`` for bad input (including a run id with the
-        companion-stream prefix) and ``constraint`` for a duplicate id (as ``RunAlreadyExists``:
-        "a run with this id already exists"), a missing parent or a duplicate
-        ``(lineage_id, round_ordinal)``.
+        together or not at all. Raises ``invalid_run`` for bad input (including a run, parent or
+        lineage id with the companion-stream prefix, or a ``parent_run_id`` that is the run itself)
+        and ``constraint`` for a duplicate id (as ``RunAlreadyExists``: "a run with this id already
+        exists"), a missing parent ("parent_run_id names no run") or a duplicate
+        ``(lineage_id, round_ordinal)`` ("that round of the lineage already exists").
         """
         with m.Op("RunStore.create") as op:
             method = "create"
             check.run_id(run_id, method)
             check.not_companion(run_id, method)
             check.state_json(state_json, method, run_id)
-            if parent_run_id is not None:
-                check.run_id(parent_run_id, method, "parent_run_id")
-            if (lineage_id is None) != (round_ordinal is None):
-                raise check.refuse(method, "lineage_id and round_ordinal come together or not at all",
-                                   {"field": "lineage_id"})
-            if lineage_id is not None:
-                check.run_id(lineage_id, method, "lineage_id")
-                check.timestamp(round_ordinal, method, "round_ordinal")
+            check.references(run_id, parent_run_id, lineage_id, round_ordinal, method)
             op.identity(runId=run_id)
             params = {"run_id": run_id, "state_json": state_json, "now": self._clock.now_ms(),
                       "parent_run_id": parent_run_id, "lineage_id": lineage_id, "round_ordinal": round_ordinal}
@@ -107,13 +102,14 @@ class RunStore(Leases, Cancellation):
     def create_many(self, runs: Iterable[tuple[str, str]]) -> int:
         """Insert ``(run_id, state_json)`` pairs as ``pending`` runs, all in one transaction, or none.
 
-        Every pair is validated first (``invalid_run`` naming ``runs[i].field``). A run id that
+        Every pair is validated first (``invalid_run`` naming ``runs[i].field``; ``runs`` itself when
+        it is not an iterable, or is a string). A run id that
         already exists, or appears twice, is refused naming ``runs[i]``; nothing is
         written then (``RunAlreadyExists``, code ``constraint``). Returns the number of runs created.
         """
         with m.Op("RunStore.createMany") as op:
             method = "create_many"
-            items = list(runs)
+            items = check.many(runs, method, "runs", "(run_id, state_json) pairs")
             now = self._clock.now_ms()
             params: list[dict[str, Any]] = []
             seen: dict[str, int] = {}
@@ -123,7 +119,7 @@ class RunStore(Leases, Cancellation):
                                        {"field": f"runs[{i}]"})
                 run_id, state_json = item
                 check.run_id(run_id, method, f"runs[{i}].run_id")
-                check.not_companion(run_id, method)
+                check.not_companion(run_id, method, f"runs[{i}].run_id")
                 check.state_json(state_json, method, run_id, f"runs[{i}].state_json")
                 if run_id in seen:
                     raise check.refuse(method, f"runs[{i}]: a run with this id already exists (runs[{seen[run_id]}])",
@@ -137,14 +133,14 @@ class RunStore(Leases, Cancellation):
             return len(params)
 
     def _insert(self, method: str, params: list[dict[str, Any]], *, single: bool) -> None:
-        # Duplicates are found inside the write transaction (under the writer lock) and reported as
-        # ``RunAlreadyExists``; a unique violation that still races past (another writer outside
-        # fencepost) is re-read after the rollback and reported the same way.
+        # The constraints (a taken id, a missing parent, a taken lineage round) are looked up inside
+        # the write transaction, under the writer lock, and refused by name (``constraint``). A
+        # violation that still races past (another writer outside fencepost) is looked up again
+        # after the rollback and named the same way.
         def tx(conn: Connection) -> None:
-            found = {r[0] for r in q.run(conn, q.EXISTING_IDS, {"ids": _json_ids([p["run_id"] for p in params])})}
-            for i, p in enumerate(params):
-                if p["run_id"] in found:
-                    raise _already_exists(method, None if single else i)
+            taken = _taken(conn, method, params, single)
+            if taken is not None:
+                raise taken
             for p in params:
                 q.run(conn, q.INSERT_RUN, p)
 
@@ -153,12 +149,9 @@ class RunStore(Leases, Cancellation):
         except RunStoreError as exc:
             if exc.code != "constraint" or isinstance(exc, RunAlreadyExists):
                 raise
-            ids = [p["run_id"] for p in params]
-            found = self._read(method, lambda conn: {r[0] for r in q.run(conn, q.EXISTING_IDS,
-                                                                             {"ids": _json_ids(ids)})})
-            for i, rid in enumerate(ids):
-                if rid in found:
-                    raise _already_exists(method, None if single else i) from None
+            taken = self._read(method, lambda conn: _taken(conn, method, params, single))
+            if taken is not None:
+                raise taken from None
             raise
 
     def get(self, run_id: str) -> RunRow:
@@ -207,8 +200,9 @@ class RunStore(Leases, Cancellation):
         checkpoint, or the state it settled with). Its id is ``new_run_id``, else
         ``"<lineage>.retry-<round>"``. One transaction reads the lineage, inserts the round and
         journals ``flows.run-store.retried`` on the lineage's stream. ``refused`` while the latest
-        round is live (pending, running, suspended) or while any round of the lineage carries a
-        cancellation request; ``not_found_row`` for an unknown id; ``RunAlreadyExists`` if the new
+        round is live (pending, running, suspended), while any round of the lineage carries a
+        cancellation request, or when the lineage id has the companion-stream prefix (a row stored
+        before ``create`` refused one); ``not_found_row`` for an unknown id; ``RunAlreadyExists`` if the new
         id is taken.
         """
         with m.Op("RunStore.retry") as op:
@@ -216,7 +210,7 @@ class RunStore(Leases, Cancellation):
             check.run_id(run_id, method)
             if new_run_id is not None:
                 check.run_id(new_run_id, method, "new_run_id")
-                check.not_companion(new_run_id, method)
+                check.not_companion(new_run_id, method, "new_run_id")
             op.identity(runId=run_id)
 
             def tx(conn: Connection) -> RunRow:
@@ -231,6 +225,11 @@ class RunStore(Leases, Cancellation):
                     raise check.refuse(method, f"the lineage's latest round is still live ({latest.status})",
                                        {"field": "runId", "status": latest.status}, code="refused")
                 lineage = latest.lineage_id or latest.run_id
+                if lineage.startswith(COMPANION_PREFIX):
+                    # A row stored before create refused such a lineage_id: retrying it would mint a
+                    # reserved run id and journal onto a companion stream.
+                    raise check.refuse(method, "the lineage's lineage_id uses the reserved companion-stream prefix",
+                                       {"field": "lineage_id"}, code="refused")
                 ordinal = (latest.round_ordinal or 0) + 1
                 rid = new_run_id if new_run_id is not None else f"{lineage}.retry-{ordinal}"
                 check.run_id(rid, method, "new_run_id")
@@ -624,6 +623,29 @@ def _count_throughput() -> None:
 
 def _json_ids(ids: list[str]) -> str:
     return msgspec.json.encode(ids).decode()
+
+
+def _taken(conn: Connection, method: str, params: list[dict[str, Any]], single: bool) -> RunStoreError | None:
+    """The first constraint the rows of ``params`` would break, as its ``constraint`` error, else None.
+
+    A taken run id (``RunAlreadyExists``) first, then per row a ``parent_run_id`` that names no run
+    and a ``(lineage_id, round_ordinal)`` already taken. The errors name fields, never values.
+    """
+    found = {r[0] for r in q.run(conn, q.EXISTING_IDS, {"ids": _json_ids([p["run_id"] for p in params])})}
+    for i, p in enumerate(params):
+        if p["run_id"] in found:
+            return _already_exists(method, None if single else i)
+    for i, p in enumerate(params):
+        where = "" if single else f"runs[{i}]."
+        if p["parent_run_id"] is not None and q.run(
+                conn, q.RUN_EXISTS, {"run_id": p["parent_run_id"]}).fetchone() is None:
+            return check.refuse(method, f"{where}parent_run_id names no run", {"field": f"{where}parent_run_id"},
+                                code="constraint")
+        if p["lineage_id"] is not None and q.run(conn, q.ROUND_EXISTS, {
+                "lineage_id": p["lineage_id"], "round_ordinal": p["round_ordinal"]}).fetchone() is not None:
+            return check.refuse(method, f"{where}lineage_id and round_ordinal: that round of the lineage already "
+                                "exists", {"field": f"{where}lineage_id"}, code="constraint")
+    return None
 
 
 def _already_exists(method: str, index: int | None) -> RunStoreError:
