@@ -225,3 +225,32 @@ def json_equal(a: Any, b: Any) -> bool:
     if ta is list:
         return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
     return a == b
+
+
+# ---------------------------------------------------------------------------- call arguments
+# Arguments of long-running calls (workers, builders, followers), checked when the call is made so a
+# bad one is refused before anything is claimed or written. Each returns the broken rule (the caller
+# prefixes the argument's name and raises its own error class), never the value.
+
+STOP_RULE = "must be a threading.Event (anything with an is_set() method) or None"
+
+
+def stop_problem(value: object) -> str | None:
+    """Why ``value`` cannot be a ``stop`` signal, or None: it may be None or have a callable ``is_set``."""
+    if value is None or callable(getattr(value, "is_set", None)):
+        return None
+    return STOP_RULE
+
+
+def seconds_problem(value: object, *, allow_zero: bool, maximum: float | None = None) -> str | None:
+    """Why ``value`` is not a finite number of seconds (``> 0``, or ``>= 0`` with ``allow_zero``;
+    at most ``maximum`` when given), or None. ``bool`` is not a number here."""
+    low = ">= 0" if allow_zero else "> 0"
+    rule = f"must be a finite number of seconds {low}" + ("" if maximum is None else f" and <= {maximum:g}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return rule
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        return rule
+    if maximum is not None and value > maximum:
+        return rule
+    return None

@@ -35,7 +35,8 @@ from sqlalchemy import and_, select
 
 from fencepost import _gauges
 from fencepost._schema import flows_runs as runs_t
-from fencepost.journal.owner import OwnerId
+from fencepost._values import identifier_problem, stop_problem
+from fencepost.journal.owner import OwnerId, owner_problem
 from fencepost.journal.redaction import DEFAULT as DEFAULT_REDACTION
 from fencepost.runstore.heartbeat import HEARTBEAT_INTERVAL_MS as INTERVAL_MS
 from fencepost.runstore.heartbeat import STALE_AFTER_MS as STALE_MS
@@ -148,14 +149,18 @@ class Worker:
     type, message and traceback, redacted); ``LeaseLost`` abandons the run to whoever
     holds it now. ``liveness`` decides whether the owner of an expired lease is gone
     (default ``lease_liveness()``; pass ``same_host_pid_probe`` to ask the operating system too).
+
+    Every argument is checked here (``run`` and ``take`` check their own): a bad one raises
+    ``ValueError`` naming it, before anything is claimed.
     """
 
     def __init__(self, store: Any, fn: RunFunction, *, owner: OwnerId | None = None, concurrency: int = 4,
                  liveness: LivenessCheck | None = None, run_prefix: str | None = None) -> None:
+        _check_arguments(store, fn, owner, concurrency, liveness, run_prefix)
         self.store = store
         self.fn = fn
         self.owner = owner if owner is not None else default_owner()
-        self.concurrency = max(1, concurrency)
+        self.concurrency = concurrency
         self.liveness = liveness if liveness is not None else lease_liveness()
         self.run_prefix = run_prefix
         self.stats = WorkerStats()
@@ -179,6 +184,11 @@ class Worker:
         parked ``suspended`` (from their last checkpoint) when they next call ``check()``. A killed
         process instead leaves them ``running`` until their leases expire and a peer takes them over.
         """
+        problem = stop_problem(stop)
+        if problem:
+            raise ValueError(f"stop {problem}")
+        if type(until_idle) is not bool:
+            raise ValueError("until_idle must be True or False")
         stop = stop if stop is not None else threading.Event()
         self._stopping.clear()
         clock = self.store.clock
@@ -266,6 +276,8 @@ class Worker:
         Candidates are shuffled so that workers sweeping at once mostly pick different runs; a lost
         race is an outcome (``AlreadyClaimed``, ``SnapshotChanged`` ...) and the run is skipped.
         """
+        if type(limit) is not int or limit < 1:
+            raise ValueError("limit must be an integer >= 1")
         found = self._candidates(limit * 4)
         random.shuffle(found)
         taken: list[RunRow] = []
@@ -448,6 +460,29 @@ class Worker:
             # Acknowledge at once (within one interval of the request), before the function notices.
             self.store.runs.acknowledge_cancel(run_id, self.owner, now)
             held[run_id]._cancelled.set()
+
+
+def _check_arguments(store: Any, fn: Any, owner: Any, concurrency: Any, liveness: Any, run_prefix: Any) -> None:
+    """Refuse a bad ``Worker`` argument with a ``ValueError`` naming it (never its value)."""
+    from fencepost._store import Store
+    from fencepost.shards import ShardSet
+
+    if not isinstance(store, (Store, ShardSet)):
+        raise ValueError("store must be a fencepost Store or ShardSet")
+    if not callable(fn):
+        raise ValueError("fn must be callable (it is called with each run's RunContext)")
+    if owner is not None:
+        problem = owner_problem(owner)
+        if problem:
+            raise ValueError(f"owner {problem}")
+    if type(concurrency) is not int or concurrency < 1:
+        raise ValueError("concurrency must be an integer >= 1")
+    if liveness is not None and not callable(liveness):
+        raise ValueError("liveness must be callable or None")
+    if run_prefix is not None:
+        problem = identifier_problem(run_prefix)
+        if problem:
+            raise ValueError(f"run_prefix {problem}")
 
 
 def _members(store: Any) -> list[Any]:

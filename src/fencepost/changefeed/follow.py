@@ -29,6 +29,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from fencepost import _gauges
+from fencepost._values import seconds_problem, stop_problem
 from fencepost.changefeed.types import Change, ChangePage, Position
 from fencepost.errors import FencepostError, SourceChanged
 
@@ -311,12 +312,26 @@ def _retryable(exc: FencepostError) -> bool:
             and getattr(exc, "db_code", None) != "closed")
 
 
+MAX_POLL_INTERVAL = 3600.0
+
+
+def check_follow_arguments(stop: object, poll_interval: object) -> None:
+    """The one check of every follow's ``stop`` and ``poll_interval`` (``follow``, ``follow_batches``,
+    ``afollow`` and the merged follow of several stores), made when the follow is called: a
+    ``ValueError`` naming the argument."""
+    problem = stop_problem(stop)
+    if problem:
+        raise ValueError(f"stop {problem}")
+    problem = seconds_problem(poll_interval, allow_zero=False, maximum=MAX_POLL_INTERVAL)
+    if problem:
+        raise ValueError(f"poll_interval {problem}")
+
+
 def follow(
     feed: ChangeFeed, position: Position | None, *, stop: _Stop | None, poll_interval: float
 ) -> Iterator[Change]:
     """Generator behind ``ChangeFeed.follow`` (see its docstring for the contract)."""
-    if not (isinstance(poll_interval, (int, float)) and 0 < poll_interval <= 3600):
-        raise ValueError("poll_interval must be a number of seconds in (0, 3600]")
+    check_follow_arguments(stop, poll_interval)
     halt: _Stop = stop if stop is not None else _Never()
     if position is not None:
         # Refuse a malformed position now, not at the first page (decode_failed).
@@ -342,8 +357,7 @@ def follow_batches(
     feed: ChangeFeed, position: Position | None, *, stop: _Stop | None, poll_interval: float, limit: int
 ) -> Iterator[ChangePage]:
     """Generator behind ``ChangeFeed.follow_batches`` (see its docstring for the contract)."""
-    if not (isinstance(poll_interval, (int, float)) and 0 < poll_interval <= 3600):
-        raise ValueError("poll_interval must be a number of seconds in (0, 3600]")
+    check_follow_arguments(stop, poll_interval)
     from fencepost.changefeed.feed import MAX_CHANGES_LIMIT, _check_requested_position, _decode_failed
 
     if type(limit) is not int or not 1 <= limit <= MAX_CHANGES_LIMIT:
@@ -407,14 +421,26 @@ def _pages(feed: ChangeFeed, position: Position | None, stop: _Stop, poll_interv
 _END = object()
 
 
-async def afollow(
+def afollow(
     feed: ChangeFeed, position: Position | None, *, stop: Any, poll_interval: float
 ) -> AsyncIterator[Change]:
     """Async generator behind ``ChangeFeed.afollow``: the blocking follower runs in a worker thread.
 
     ``stop`` may be a ``threading.Event`` or an ``asyncio.Event``. Leaving the ``async for`` (break,
     cancellation) stops the worker within ``STOP_SLICE`` seconds and releases its connections.
+    Bad arguments are refused here, when ``afollow`` is called, not at the first iteration.
     """
+    check_follow_arguments(stop, poll_interval)
+    if position is not None:
+        from fencepost.changefeed.feed import _check_requested_position
+
+        _check_requested_position(position, "afollow")
+    return _afollow(feed, position, stop=stop, poll_interval=poll_interval)
+
+
+async def _afollow(
+    feed: ChangeFeed, position: Position | None, *, stop: Any, poll_interval: float
+) -> AsyncIterator[Change]:
     inner = threading.Event()
     halt = _Either(inner, stop) if stop is not None else inner
     it = follow(feed, position, stop=halt, poll_interval=poll_interval)

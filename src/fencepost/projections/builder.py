@@ -26,7 +26,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import msgspec
 from sqlalchemy import Table
@@ -35,7 +35,7 @@ from sqlalchemy.engine import Connection
 from fencepost import _gauges
 from fencepost._durable import Database, DbFailure, map_failure
 from fencepost._migrations import migrate, pending
-from fencepost._values import identifier_problem
+from fencepost._values import identifier_problem, is_safe_int, seconds_problem, stop_problem
 from fencepost.errors import FencepostError, ProjectionError, SourceChanged
 from fencepost.projections import _sources, _sql, checkpoints
 from fencepost.projections._feeds import Page
@@ -43,13 +43,19 @@ from fencepost.projections._lock import BuilderLock
 from fencepost.projections._shadow import ShadowTables
 from fencepost.projections._sources import SOURCE_COLUMN, Share
 from fencepost.projections.checkpoints import Checkpoint, CheckpointMoved, RebuildRecord
-from fencepost.projections.protocol import Projection, Target
+from fencepost.projections.protocol import ConsensusFact, Projection, Target
 
 if TYPE_CHECKING:
     from fencepost._store import Store
     from fencepost.shards import ShardSet
 
 T = TypeVar("T")
+
+
+class _Stop(Protocol):
+    def is_set(self) -> bool: ...
+
+
 log = logging.getLogger("fencepost.projections")
 
 MAX_PAGE = 1000  # changes_since refuses larger pages (REFERENCE 4)
@@ -105,7 +111,7 @@ class ProjectionBuilder:
     target:
         A database URL (or an open ``Database``): the source's own database or another one, on
         either backend. The builder's tables (migration block ``projections``) and the projection's
-        tables are created there if absent.
+        tables are created there if absent. An empty URL is refused (it never means the default).
     projection:
         The read model (``RunsByStatus``, ``OwnershipHistory`` or your own ``Projection``).
     batch_size:
@@ -113,8 +119,13 @@ class ProjectionBuilder:
     lock_timeout:
         Seconds to wait when another builder holds this projection name on this target: ``0``
         refuses at once with ``ProjectionError`` (code ``builder_busy``), ``None`` waits forever.
+        Otherwise a finite number ``>= 0``.
     poll_interval:
-        Seconds between safety-net polls in ``run`` (and the back-off after a failed catch-up).
+        Seconds between safety-net polls in ``run`` (and the back-off after a failed catch-up): a
+        finite number ``> 0``.
+
+    A bad argument (here, or ``run``'s ``stop`` and ``offer``'s updates at the call) raises
+    ``ProjectionError`` with code ``invalid_projection`` naming it, before anything is written.
     """
 
     def __init__(
@@ -151,6 +162,15 @@ class ProjectionBuilder:
                                   f"a projection keyed by {SOURCE_COLUMN} needs named sources")
         if type(batch_size) is not int or not 1 <= batch_size <= MAX_PAGE:
             raise ProjectionError("invalid_projection", "ProjectionBuilder", f"batch_size must be 1..{MAX_PAGE}")
+        if not (isinstance(target, Database) or (type(target) is str and target)):
+            raise ProjectionError("invalid_projection", "ProjectionBuilder",
+                                  "target must be a non-empty database URL or an open Database")
+        problem = None if lock_timeout is None else seconds_problem(lock_timeout, allow_zero=True)
+        if problem:
+            raise ProjectionError("invalid_projection", "ProjectionBuilder", f"lock_timeout {problem} (or None)")
+        problem = seconds_problem(poll_interval, allow_zero=False)
+        if problem:
+            raise ProjectionError("invalid_projection", "ProjectionBuilder", f"poll_interval {problem}")
         self.source = source
         self.sources: dict[str, Store] | None = named
         self.projection = projection
@@ -225,6 +245,9 @@ class ProjectionBuilder:
         named sources each source is followed by its own thread, so a source that is down or being
         rebuilt holds none of the others back; an error that propagates stops them all.
         """
+        problem = stop_problem(stop)
+        if problem:
+            raise ProjectionError("invalid_projection", "run", f"stop {problem}")
         stop = stop if stop is not None else threading.Event()
         with self._running:
             self._acquire()
@@ -233,7 +256,7 @@ class ProjectionBuilder:
             else:
                 self._follow_all(stop)
 
-    def _follow_all(self, stop: threading.Event) -> None:
+    def _follow_all(self, stop: _Stop) -> None:
         halt = threading.Event()  # set by the first share that fails, or once ``stop`` is set
         failures: list[BaseException] = []
 
@@ -250,7 +273,7 @@ class ProjectionBuilder:
             thread.start()
         try:
             while not halt.is_set() and not self._stopping(stop):
-                stop.wait(0.05)
+                halt.wait(0.05)  # ``stop`` need only answer is_set()
         finally:
             halt.set()
             for thread in threads:
@@ -258,7 +281,7 @@ class ProjectionBuilder:
         if failures:
             raise failures[0]
 
-    def _follow(self, share: Share, stop: threading.Event) -> None:
+    def _follow(self, share: Share, stop: _Stop) -> None:
         wake = threading.Event()
         quit_watch = threading.Event()
         watcher = threading.Thread(target=self._watch, args=(share, wake, quit_watch), daemon=True,
@@ -332,10 +355,12 @@ class ProjectionBuilder:
 
         The checkpoint does not move; stale or foreign-source updates are rejected and counted.
         With named sources, ``source_name`` says whose store the snapshots were read from.
+        ``updates`` must be an iterable of ``Observed``/``Missing`` snapshots (``ConsensusFact`` for a
+        consensus projection); anything else is refused before the target is touched.
         """
+        items = self._offered(updates)
         share = self._select(source_name, "offer", one=True)[0]
         self._acquire()
-        items = list(updates)
 
         def body(conn: Connection) -> tuple[int, int]:
             cp = self._load_in(conn, share)
@@ -352,6 +377,29 @@ class ProjectionBuilder:
 
         applied, rejected = self._write(body)
         return CatchUp(applied, rejected, False, self._read(lambda conn: self._load_in(conn, share)).revision)
+
+    def _offered(self, updates: object) -> list[Any]:
+        """``updates`` as a list, each one checked: the type the projection's feed delivers, with a
+        run id, a source and a revision a feed could have produced."""
+        from fencepost.changefeed.types import Missing, Observed
+
+        def refuse(detail: str) -> ProjectionError:
+            return ProjectionError("invalid_projection", "offer", f"updates {detail}")
+
+        if isinstance(updates, (str, bytes, Mapping)):
+            raise refuse("must be an iterable of snapshots")
+        try:
+            items = list(updates)  # type: ignore[call-overload]
+        except TypeError:
+            raise refuse("must be an iterable of snapshots") from None
+        kinds: tuple[type, ...] = (ConsensusFact,) if self._feed_kind == "consensus" else (Observed, Missing)
+        wanted = "ConsensusFact" if self._feed_kind == "consensus" else "Observed or Missing snapshot"
+        for index, item in enumerate(items):
+            if type(item) not in kinds:
+                raise refuse(f"#{index} must be a {wanted} (as this projection's feed delivers)")
+            if identifier_problem(item.run_id) or type(item.source) is not str or not is_safe_int(item.revision):
+                raise refuse(f"#{index} must carry a run_id, a source and a non-negative integer revision")
+        return items
 
     def close(self) -> None:
         """Stop ``run``, release the builder lock and the target's connections."""
@@ -660,10 +708,10 @@ class ProjectionBuilder:
     def _now(self, share: Share) -> int:
         return int(share.store.clock.now_ms())
 
-    def _stopping(self, stop: threading.Event) -> bool:
+    def _stopping(self, stop: _Stop) -> bool:
         return stop.is_set() or self._closed.is_set()
 
-    def _wait(self, wake: threading.Event, stop: threading.Event, timeout: float) -> None:
+    def _wait(self, wake: threading.Event, stop: _Stop, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while not self._stopping(stop):
             remaining = deadline - time.monotonic()

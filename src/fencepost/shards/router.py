@@ -207,8 +207,17 @@ def merged_follow(stores: Iterable[tuple[str, Store]], positions: Mapping[str, P
     """Follow several named stores at once (a thread each), yielding their changes labelled as they come.
 
     Each store's changes keep their order; between stores there is none. Ends when ``stop`` is set;
-    an error of any store's follow (``SourceChanged`` ...) stops the others and is raised.
+    an error of any store's follow (``SourceChanged`` ...) stops the others and is raised. A bad
+    ``stop`` or ``poll_interval`` raises ``ValueError`` here, when the follow is called.
     """
+    from fencepost.changefeed.follow import check_follow_arguments
+
+    check_follow_arguments(stop, poll_interval)
+    return _merged_follow(stores, positions, stop=stop, poll_interval=poll_interval)
+
+
+def _merged_follow(stores: Iterable[tuple[str, Store]], positions: Mapping[str, Position] | None, *,
+                   stop: threading.Event | None, poll_interval: float) -> Iterator[ShardChange]:
     stop = stop if stop is not None else threading.Event()
     inner = threading.Event()
     out: queue.Queue[Any] = queue.Queue(maxsize=1000)

@@ -1,0 +1,145 @@
+"""ProjectionBuilder refuses bad arguments with ProjectionError('invalid_projection') naming the
+argument, at construction or at the call, before anything is written to the target.
+
+Before: a None or non-URL target failed with AttributeError 'backend'; lock_timeout='5' failed in
+catch_up() and lock_timeout=nan waited forever on a held name; poll_interval '5', -1, 0, nan or None
+were accepted; offer(None)/offer('x')/offer([5]) and run('x') failed with raw TypeError or
+AttributeError; and an empty target URL was read as the default and created ./.flows/flows.db.
+Both backends.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from fencepost._migrations import pending
+from fencepost.changefeed import Observed
+from fencepost.errors import ProjectionError
+from fencepost.projections import OwnershipHistory, ProjectionBuilder, RunsByStatus
+from tests.projections import _runs
+
+
+def _refused(caught: pytest.ExceptionInfo, field: str) -> None:
+    assert caught.value.code == "invalid_projection"
+    assert caught.value.detail.startswith(f"{field} ")
+
+
+@pytest.mark.parametrize(("field", "target"), [
+    ("target", None),
+    ("target", 5),
+    ("target", ""),
+    ("target", b"sqlite:///x.db"),
+])
+def test_a_bad_target_is_refused_and_nothing_is_created(store, tmp_path, monkeypatch, field, target):
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    monkeypatch.delenv("FENCEPOST_DB", raising=False)
+    with pytest.raises(ProjectionError) as caught:
+        ProjectionBuilder(store, target, RunsByStatus())
+    _refused(caught, field)
+    assert list(cwd.iterdir()) == []  # no ./.flows/flows.db
+
+
+@pytest.mark.parametrize(("field", "kwargs"), [
+    ("lock_timeout", {"lock_timeout": "5"}),
+    ("lock_timeout", {"lock_timeout": float("nan")}),
+    ("lock_timeout", {"lock_timeout": float("inf")}),
+    ("lock_timeout", {"lock_timeout": -1}),
+    ("lock_timeout", {"lock_timeout": True}),
+    ("poll_interval", {"poll_interval": "5"}),
+    ("poll_interval", {"poll_interval": -1}),
+    ("poll_interval", {"poll_interval": 0}),
+    ("poll_interval", {"poll_interval": float("nan")}),
+    ("poll_interval", {"poll_interval": float("inf")}),
+    ("poll_interval", {"poll_interval": None}),
+    ("poll_interval", {"poll_interval": False}),
+])
+def test_a_bad_timing_argument_is_refused_at_construction(store, tmp_path, field, kwargs):
+    target = tmp_path / "never.db"
+    with pytest.raises(ProjectionError) as caught:
+        ProjectionBuilder(store, f"sqlite:///{target}", RunsByStatus(), **kwargs)
+    _refused(caught, field)
+    assert not target.exists()
+
+
+def test_good_timing_arguments_are_accepted(store, make_db_url):
+    for kwargs in ({"lock_timeout": None}, {"lock_timeout": 0}, {"lock_timeout": 2.5}, {"poll_interval": 0.01},
+                   {"poll_interval": 3}):
+        ProjectionBuilder(store, make_db_url(), RunsByStatus(), **kwargs).close()
+
+
+def _untouched(builder: ProjectionBuilder) -> None:
+    # The builder never took its lock, migrated or created a table on the target.
+    assert not builder._lock.held
+    assert pending(builder.target, ("projections",))
+
+
+def _snapshot(store, run_id: str):
+    snap = store.feed.read([run_id]).snapshots[0]
+    assert isinstance(snap, Observed)
+    return snap
+
+
+@pytest.mark.parametrize("updates", [None, "x", [5], 5, [{"run_id": "r"}], "fact"])
+def test_offer_refuses_what_is_not_a_list_of_snapshots_before_writing(store, make_db_url, updates):
+    store.db.write(lambda conn: _runs.create(conn, "r-1", 0))
+    good = _snapshot(store, "r-1")
+    builder = ProjectionBuilder(store, make_db_url(), RunsByStatus())
+    try:
+        with pytest.raises(ProjectionError) as caught:
+            builder.offer(updates if updates != "fact" else [good, object()])
+        _refused(caught, "updates")
+        _untouched(builder)
+    finally:
+        builder.close()
+
+
+def test_offer_to_a_consensus_projection_wants_consensus_facts(store, make_db_url):
+    store.db.write(lambda conn: _runs.create(conn, "r-1", 0))
+    builder = ProjectionBuilder(store, make_db_url(), OwnershipHistory())
+    try:
+        with pytest.raises(ProjectionError) as caught:
+            builder.offer([_snapshot(store, "r-1")])
+        _refused(caught, "updates")
+        _untouched(builder)
+    finally:
+        builder.close()
+
+
+def test_offer_still_applies_snapshots(store, make_db_url):
+    store.db.write(lambda conn: _runs.create(conn, "r-1", 0))
+    with ProjectionBuilder(store, make_db_url(), RunsByStatus()) as builder:
+        builder.catch_up()
+        assert builder.offer(iter([_snapshot(store, "r-1")])).rejected == 1  # a generator is fine too
+
+
+@pytest.mark.parametrize("stop", ["x", 5, object()])
+def test_run_refuses_a_stop_that_is_not_an_event_before_writing(store, make_db_url, stop):
+    builder = ProjectionBuilder(store, make_db_url(), RunsByStatus())
+    try:
+        with pytest.raises(ProjectionError) as caught:
+            builder.run(stop)
+        _refused(caught, "stop")
+        _untouched(builder)
+    finally:
+        builder.close()
+
+
+def test_run_takes_any_stop_with_is_set(store, make_db_url):
+    class Flag:
+        def __init__(self) -> None:
+            self.event = threading.Event()
+
+        def is_set(self) -> bool:
+            return self.event.is_set()
+
+    flag = Flag()
+    with ProjectionBuilder(store, make_db_url(), RunsByStatus(), poll_interval=0.05) as builder:
+        thread = threading.Thread(target=builder.run, args=(flag,), daemon=True)
+        thread.start()
+        flag.event.set()
+        thread.join(timeout=20)
+        assert not thread.is_alive()

@@ -1,0 +1,88 @@
+"""The worker refuses bad arguments at once, naming the argument, before it claims anything.
+
+A worker built with ``fn=None`` used to claim every pending run and settle each one ``failed``
+(``'NoneType' object is not callable`` recorded as the run's failure); other bad arguments failed
+deep inside ``run()`` with raw ``AttributeError``/``TypeError``. Every case here leaves a pending
+run pending and untouched. Both backends.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from fencepost.journal import companion_stream
+from fencepost.journal.owner import OwnerId
+from fencepost.worker import Worker
+
+
+def _fn(ctx):
+    return {"done": True}
+
+
+def _pending(store) -> tuple:
+    store.runs.create("keep", '{"n": 1}')
+    return _seen(store)
+
+
+def _seen(store) -> tuple:
+    row = store.runs.get("keep")
+    return row, store.feed.position(), len(store.journal.entries(companion_stream("keep")).entries)
+
+
+@pytest.mark.parametrize(("field", "kwargs"), [
+    ("fn", {"fn": None}),
+    ("fn", {"fn": "not callable"}),
+    ("store", {"store": None}),
+    ("store", {"store": "sqlite:///x.db"}),
+    ("owner", {"owner": "me"}),
+    ("owner", {"owner": OwnerId("", 1, "n")}),
+    ("concurrency", {"concurrency": "4"}),
+    ("concurrency", {"concurrency": 0}),
+    ("concurrency", {"concurrency": -2}),
+    ("concurrency", {"concurrency": 2.0}),
+    ("concurrency", {"concurrency": True}),
+    ("run_prefix", {"run_prefix": 5}),
+    ("run_prefix", {"run_prefix": ""}),
+    ("run_prefix", {"run_prefix": "a\x00b"}),
+    ("liveness", {"liveness": "lease"}),
+])
+def test_the_constructor_refuses_a_bad_argument_naming_it(store, field, kwargs):
+    before = _pending(store)
+    args = {"store": store, "fn": _fn, **kwargs}
+    s, fn = args.pop("store"), args.pop("fn")
+    with pytest.raises(ValueError, match=rf"^{field} ") as caught:
+        Worker(s, fn, **args)
+    assert "NoneType" not in str(caught.value)
+    assert _seen(store) == before
+
+
+@pytest.mark.parametrize(("field", "call"), [
+    ("stop", lambda w: w.run("x", until_idle=True)),
+    ("stop", lambda w: w.run(5, until_idle=True)),
+    ("until_idle", lambda w: w.run(until_idle="yes")),
+    ("limit", lambda w: w.take("5")),
+    ("limit", lambda w: w.take(0)),
+    ("limit", lambda w: w.take(-1)),
+    ("limit", lambda w: w.take(1.5)),
+])
+def test_run_and_take_refuse_a_bad_argument_before_any_claim(store, field, call):
+    before = _pending(store)
+    worker = Worker(store, _fn)
+    with pytest.raises(ValueError, match=rf"^{field} "):
+        call(worker)
+    assert _seen(store) == before
+    assert worker.stats.claimed == 0
+
+
+def test_good_arguments_still_work(store):
+    _pending(store)
+    owner = OwnerId("host-a", 1, "nonce-a")
+    stop = threading.Event()
+    worker = Worker(store, _fn, owner=owner, concurrency=1, run_prefix="ke", liveness=lambda o, c: False)
+    assert [r.run_id for r in worker.take(1)] == ["keep"]
+    # ``run`` settles what ``take`` handed it only through its own loop; a fresh worker picks up the rest.
+    store.runs.create("keep2", '{"n": 2}')
+    stats = Worker(store, _fn, run_prefix="keep2").run(stop, until_idle=True)
+    assert stats.completed == 1 and store.runs.get("keep2").status == "completed"
