@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.pool import NullPool
 
 import fencepost
 from fencepost.clock import ManualClock
+from fencepost.errors import FencepostError
 from fencepost.shards import ShardError
 from fencepost.shards import membership as ms
+from tests.conftest import require_postgres
 
 
 def _records(urls: list[str]) -> list[object]:
@@ -25,6 +31,20 @@ def _refused(urls, match: str, **kw) -> None:
     assert err.value.code == "membership_mismatch"
     assert match in str(err.value)
     assert _records([u for u in (urls.values() if isinstance(urls, dict) else urls)]) == before
+
+
+def _untouched(url: str) -> bool:
+    """The store was never created: no SQLite file, no PostgreSQL schema."""
+    if url.startswith("sqlite:"):
+        return not Path(url[len("sqlite:///"):]).exists()
+    schema = url.rsplit("schema=", 1)[1]
+    engine = create_engine(require_postgres(), poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            found = conn.execute(text("SELECT 1 FROM pg_namespace WHERE nspname = :s"), {"s": schema}).first()
+    finally:
+        engine.dispose()
+    return found is None
 
 
 def test_a_fresh_set_is_founded_and_reopens(shard_urls) -> None:
@@ -186,3 +206,111 @@ def test_a_set_whose_store_grew_meanwhile_refuses_creates(shard_urls, before: in
         assert all(shards.locate(f"late-{i}") == shards.place(f"late-{i}") for i in range(20))
         for name, store in shards.items():
             assert store.feed.list_runs().runs == [], name
+
+
+def _set_with_runs(a: str, b: str) -> list[str]:
+    """Found ``[a, b]`` and create 20 runs; the ids that landed on shard-1 (b)."""
+    with fencepost.open_shards([a, b]) as shards:
+        ids = [f"order-{i}" for i in range(20)]
+        for rid in ids:
+            shards.runs.create(rid, "{}")
+        on_b = [rid for rid in ids if shards.locate(rid) == "shard-1"]
+    assert on_b and len(on_b) < 20
+    return on_b
+
+
+def test_a_new_store_in_place_of_a_member_is_refused_and_never_created(shard_urls) -> None:
+    """A never-used database given where shard b was: refused, not adopted (b's runs would vanish)."""
+    a, b, fresh = shard_urls(3)
+    on_b = _set_with_runs(a, b)
+    before = _records([a])
+    with pytest.raises(ShardError) as err:
+        fencepost.open_shards([a, fresh])
+    assert err.value.code == "membership_mismatch"
+    assert "shard #1" in str(err.value) and fresh.split("?")[0] not in str(err.value)
+    assert _untouched(fresh)
+    assert _records([a]) == before
+    with fencepost.open_shards([a, b]) as shards:
+        assert shards.runs.get(on_b[0]).run_id == on_b[0]
+
+
+def test_an_empty_migrated_store_in_place_of_a_member_of_a_used_set_is_refused(shard_urls) -> None:
+    """An existing, empty store that records no set, given for a member of a set that holds runs:
+    no unfinished founding (runs exist only once a founding finished), so refused."""
+    a, b, blank = shard_urls(3)
+    on_b = _set_with_runs(a, b)
+    fencepost.open(blank).close()
+    _refused([a, blank], "shard #1 is not a member")
+    with fencepost.open_shards([a, b]) as shards:
+        assert shards.runs.get(on_b[0]).run_id == on_b[0]
+
+
+def test_an_unfinished_founding_is_finished_by_the_next_opener(shard_urls) -> None:
+    """The founder recorded the first store, then died before the others: the next open finishes it."""
+    urls = shard_urls(3)
+    for url in urls:
+        fencepost.open(url).close()
+    with fencepost.open(urls[0]) as s0:
+        ms._record(s0, ms.Membership("f" * 32, "shard-0", ("shard-0", "shard-1", "shard-2"), 1))
+    with fencepost.open_shards(urls) as shards:
+        assert shards.membership.set_id == "f" * 32
+        shards.runs.create("r-1", "{}")
+    recs = _records(urls)
+    assert {r.set_id for r in recs} == {"f" * 32}
+    assert [r.shard_name for r in recs] == ["shard-0", "shard-1", "shard-2"]
+
+
+def test_a_set_is_founded_on_empty_stores_only(shard_urls) -> None:
+    a, b = shard_urls(2)
+    with fencepost.open(b) as s:
+        s.runs.create("stray", "{}")
+    with pytest.raises(ShardError) as err:
+        fencepost.open_shards([a, b])
+    assert err.value.code == "membership_mismatch" and "shard #1 holds runs" in str(err.value)
+    assert _untouched(a)
+    assert _records([b]) == [None]
+
+
+def test_an_extra_new_store_is_refused_before_it_is_created(shard_urls) -> None:
+    a, b, new = shard_urls(3)
+    fencepost.open_shards([a, b]).close()
+    before = _records([a, b])
+    with pytest.raises(ShardError) as err:
+        fencepost.open_shards([a, b, new])
+    assert err.value.code == "membership_mismatch" and "shard #2" in str(err.value)
+    assert _untouched(new)
+    assert _records([a, b]) == before
+    with fencepost.open_shards([a, b, new], grow=True) as grown:  # growing still creates it
+        assert grown.names == ("shard-0", "shard-1", "shard-2")
+
+
+@pytest.mark.parametrize(("kw", "field"), [
+    ({"attempt_policy": {"in_progress_states": ["x"]}}, "attempt_policy"),
+    ({"readonly": "no"}, "readonly"),
+    ({"grow": 1}, "grow"),
+    ({"clock": 5}, "clock"),
+])
+def test_bad_options_are_refused_before_any_store_is_created(shard_urls, kw, field) -> None:
+    urls = shard_urls(2)
+    with pytest.raises(FencepostError) as err:
+        fencepost.open_shards(urls, **kw)
+    assert field in str(err.value)
+    assert all(_untouched(u) for u in urls)
+
+
+@pytest.mark.parametrize("blank_exists", [False, True])
+def test_a_grow_may_not_put_a_new_store_in_place_of_a_member(shard_urls, blank_exists: bool) -> None:
+    """``grow=True`` appends stores; a store given where a member was is no new shard."""
+    a, b, stand_in, c = shard_urls(4)
+    on_b = _set_with_runs(a, b)
+    if blank_exists:
+        fencepost.open(stand_in).close()
+    before = _records([a, b])
+    with pytest.raises(ShardError) as err:
+        fencepost.open_shards([a, stand_in, c], grow=True)
+    assert err.value.code == "membership_mismatch" and "shard #1 is not a member" in str(err.value)
+    assert _records([a, b]) == before
+    assert _untouched(c)
+    assert _untouched(stand_in) != blank_exists
+    with fencepost.open_shards([a, b]) as shards:
+        assert shards.runs.get(on_b[0]).run_id == on_b[0]

@@ -10,6 +10,7 @@ import fencepost
 from fencepost import Activated, Attempt, Inserted, OwnerId, RunSnapshot, Transitioned, Updated
 from fencepost.clock import ManualClock
 from fencepost.journal import companion_stream
+from fencepost.shards import ShardError
 from fencepost.worker import Worker
 
 A = OwnerId("host-a", 101, "owner-a")
@@ -179,3 +180,35 @@ def test_a_worker_sweeps_every_shard(shard_urls) -> None:
         for rid in ids:
             row = shards.runs.get(rid)
             assert row.status == "completed" and row.state_json == f'{{"done":"{rid}"}}'
+
+
+@pytest.mark.parametrize("call", [
+    lambda s: s.place(None),
+    lambda s: s.locate(5),
+    lambda s: s.store_for(""),
+    lambda s: s.locate("a\x00b"),
+])
+def test_lookups_refuse_a_bad_run_id(shards, call) -> None:
+    with pytest.raises(ShardError) as err:
+        call(shards)
+    assert err.value.code == "invalid_run" and "run_id" in str(err.value)
+
+
+@pytest.mark.parametrize("positions", ["S3CR3T", 5, {"zz": 5}, {"S3CR3T": None}, {"shard-0": 5}, {"shard-0": "S3CR3T"},
+                                       [("shard-0", None)]])
+@pytest.mark.parametrize("method", ["changes", "follow"])
+def test_merged_feeds_refuse_bad_positions_before_reading(shards, positions, method) -> None:
+    with pytest.raises(ShardError) as err:
+        getattr(shards, method)(positions)  # refused at the call, before the first change is read
+    assert err.value.code == "invalid_shards" and "positions" in str(err.value)
+    assert "S3CR3T" not in str(err.value) and "zz" not in str(err.value)
+
+
+def test_merged_changes_take_a_position_per_named_shard(shards) -> None:
+    shards.runs.create("p-1", "{}")
+    home = shards.locate("p-1")
+    after = shards.positions()
+    shards.runs.create("p-2", "{}")
+    seen = [(c.shard, c.change.run_id) for c in shards.changes(after)]
+    assert seen == [(shards.locate("p-2"), "p-2")]
+    assert [c.change.run_id for c in shards.changes({home: None})] != []

@@ -3,9 +3,16 @@
 Opening a set reads every store's record (table ``flows_shard_membership``, migration 4001) and
 refuses, naming the rule and the shard's position, a set that does not match what the stores
 recorded: a shard missing, an extra store, stores in another order or under other names, a store of
-another set, or members that disagree because a grow was interrupted. A fresh set (no store has a
-record) is founded by the first opener; an interrupted founding is finished by the next one.
-Growing a set (``grow=True``) appends names; it never removes or reorders them.
+another set, or members that disagree because a grow was interrupted. A fresh set (every store
+empty, none with a record) is founded by the first opener; an interrupted founding is finished by
+the next one. Growing a set (``grow=True``) appends names; it never removes or reorders them.
+
+Before anything is created, ``look_all`` reads every store that exists, read-only, and
+``check_before_creating`` makes the refusals ``reconcile`` would make, so a refused open creates
+and migrates no database. What tells an unfinished founding from a stand-in for a member: every
+store of a founding exists before the first record is written, and runs are created only once a
+founding has finished (every member recorded). So a store that does not exist yet, or an
+unrecorded store beside a set that already holds runs, is no unfinished founding.
 """
 
 from __future__ import annotations
@@ -19,13 +26,13 @@ import msgspec
 from sqlalchemy import select, update
 from sqlalchemy.engine import Connection
 
-from fencepost._durable import DbFailure, map_failure
+from fencepost._durable import Database, DbFailure, map_failure
 from fencepost._schema import flows_journal_events, flows_runs
 from fencepost._schema import flows_shard_membership as t
 from fencepost._store import Store
-from fencepost.errors import FencepostError
+from fencepost.errors import DatabaseMissing, FencepostError
 
-__all__ = ["Membership", "ShardError", "check_name", "read", "reconcile"]
+__all__ = ["Look", "Membership", "ShardError", "check_before_creating", "check_name", "look_all", "read", "reconcile"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
@@ -52,6 +59,18 @@ def check_name(name: object, index: int) -> str:
                          f"shard #{index} name must be 1..64 characters of A-Z a-z 0-9 . _ -, "
                          "starting with a letter or digit")
     return name
+
+
+class Look(msgspec.Struct, frozen=True):
+    """What a read-only look found at a URL before anything is created.
+
+    ``exists``: a fencepost store is there (its migration ledger). ``empty``: it holds no run and no
+    journal entry. ``record``: its membership record, if any.
+    """
+
+    exists: bool
+    empty: bool
+    record: Membership | None
 
 
 def _decode(row: Any) -> Membership:
@@ -117,6 +136,132 @@ def _empty_in(conn: Connection) -> bool:
     return runs is None and events is None
 
 
+def look_all(urls: Sequence[str]) -> list[Look]:
+    """Look at every store read-only (a missing SQLite file or PostgreSQL schema is no store): nothing
+    is created, migrated or written. Every store's emptiness is read before any store's record (see
+    ``_adoptable``). A store that cannot be read raises the ``OpenError`` its open would raise."""
+    dbs: list[Database | None] = []
+    try:
+        for url in urls:
+            try:
+                db: Database | None = Database(url, readonly=True, group_commit=False)
+            except DatabaseMissing:
+                db = None
+            dbs.append(db)
+            if db is not None:
+                db.probe()
+        empty = [True if db is None else _look(db, _look_empty) for db in dbs]
+        records = [None if db is None else _look(db, _look_record) for db in dbs]
+        return [Look(db is not None and _look(db, _look_exists), e, r)
+                for db, e, r in zip(dbs, empty, records, strict=True)]
+    finally:
+        for db in dbs:
+            if db is not None:
+                db.dispose()
+
+
+
+def _look(db: Database, fn: Any) -> Any:
+    try:
+        return db.read(lambda conn: fn(db, conn))
+    except DbFailure as exc:
+        raise db.open_error(exc) from None
+
+
+def _look_exists(db: Database, conn: Connection) -> bool:
+    return db.backend.has_table(conn, "flows_migrations")
+
+
+def _look_empty(db: Database, conn: Connection) -> bool:
+    has = db.backend.has_table
+    if not (has(conn, flows_runs.name) and has(conn, flows_journal_events.name)):
+        return True
+    return _empty_in(conn)
+
+
+def _look_record(db: Database, conn: Connection) -> Membership | None:
+    if not db.backend.has_table(conn, t.name):
+        return None
+    row = conn.execute(select(t).where(t.c.singleton == 1)).first()
+    return None if row is None else _decode(row)
+
+
+def _founding(empty: Sequence[bool]) -> None:
+    """A set is founded on empty stores only (runs in a store of no set would join it unplaced)."""
+    for i, is_empty in enumerate(empty):
+        if not is_empty:
+            raise _refuse(f"shard #{i} holds runs and records no shard set: "
+                          "a shard set is founded on empty stores only")
+
+
+def _adoptable(empty: Sequence[bool], generation: int) -> bool:
+    """Whether unrecorded stores beside recorded ones may be an unfinished founding, to be finished.
+
+    Only a first generation, and only while every given store is empty: runs are created only once
+    a founding has finished. ``empty`` must have been read before ``records``: a store found holding
+    runs then shows every record its finished founding wrote, so a record still missing is real.
+    """
+    return generation == 1 and all(empty)
+
+
+def _stands_for_a_member(i: int, records: Sequence[Membership | None], empty: Sequence[bool], *,
+                         grow: bool) -> bool:
+    """Whether unrecorded store #i stands where the set already has a member and is no unfinished
+    founding: then it is refused. A grow's appended positions (past every record's member list) are
+    new shards, not stand-ins."""
+    present = [r for r in records if r is not None]
+    if grow and i >= min(len(r.members) for r in present):
+        return False
+    return not _adoptable(empty, max(r.generation for r in present))
+
+
+def _not_a_member(i: int) -> ShardError:
+    return _refuse(f"shard #{i} is not a member of this set (a shard missing, or an extra store? "
+                   "grow the set to add a store)")
+
+
+def check_before_creating(names: Sequence[str], looks: Sequence[Look], *, grow: bool = False) -> None:
+    """Refuse, before any store is created or migrated, what ``reconcile`` would refuse.
+
+    A store that does not exist yet is never a member of a recorded set (only ``grow`` adds one).
+    """
+    records = [lk.record for lk in looks]
+    present = [r for r in records if r is not None]
+    empty = [lk.empty for lk in looks]
+    if not present:
+        _founding(empty)
+        return
+    _same_set(records)
+    newest = max(present, key=lambda r: r.generation)
+    if grow:
+        _prefixes(names, records)
+        for i, rec in enumerate(records):
+            if rec is not None and rec.shard_name != names[i]:
+                raise _refuse(f"shard #{i} is recorded under another name or position (stores in another order?)")
+    elif newest.members != tuple(names) or any(r.generation != newest.generation for r in present):
+        _verify(names, records)
+    for i, lk in enumerate(looks):
+        if lk.record is None and _stands_for_a_member(i, records, empty, grow=grow):
+            raise _not_a_member(i)
+        if lk.record is None and not lk.exists and not (grow and i >= len(newest.members)):
+            raise _refuse(f"shard #{i} is not a member of this set: it is a new store (a shard missing? "
+                          "grow the set to add a store)")
+
+
+def _same_set(records: Sequence[Membership | None]) -> None:
+    present = [r for r in records if r is not None]
+    if len({r.set_id for r in present}) > 1:
+        index = next(i for i, r in enumerate(records) if r is not None and r.set_id != present[0].set_id)
+        raise _refuse(f"shard #{index} belongs to another shard set")
+
+
+def _prefixes(names: Sequence[str], records: Sequence[Membership | None]) -> None:
+    for i, rec in enumerate(records):
+        if rec is not None and tuple(names[: len(rec.members)]) != rec.members:
+            raise _refuse(f"shard #{i} records members that are not a prefix of the given list "
+                          "(a grow only appends shards)")
+
+
 def _empty(store: Store) -> bool:
     """``_empty_in`` in a read transaction of its own."""
     return store.db.read(_empty_in)
@@ -131,7 +276,7 @@ def _verify(names: Sequence[str], records: Sequence[Membership | None]) -> Membe
     first = next(r for r in records if r is not None)
     for i, rec in enumerate(records):
         if rec is None:
-            raise _refuse(f"shard #{i} is not a member of this set (an extra store? grow the set to add it)")
+            raise _not_a_member(i)
         if rec.set_id != first.set_id:
             raise _refuse(f"shard #{i} belongs to another shard set")
     for i, rec in enumerate(records):
@@ -155,41 +300,44 @@ def reconcile(names: Sequence[str], stores: Sequence[Store], *, grow: bool = Fal
               readonly: bool = False) -> Membership:
     """Check (and, where allowed, record) the membership of ``stores`` named ``names``; return it.
 
-    No store has a record: the set is founded (not when ``readonly``). Some stores lack a record
-    while the others name exactly ``names``: an interrupted founding, finished here. ``grow``: the
-    recorded member list must be a prefix of ``names``; the new list is recorded in every store
-    under the next generation (re-running an interrupted grow finishes it).
+    No store has a record: the set is founded (not when ``readonly``), on empty stores only. Some
+    stores lack a record while the others name exactly ``names`` at the first generation and every
+    store is empty: an interrupted founding, finished here. ``grow``: the recorded member list must
+    be a prefix of ``names``; the new list is recorded in every store under the next generation
+    (re-running an interrupted grow finishes it).
     """
-    records = [read(s) for s in stores]
-    present = [r for r in records if r is not None]
     if readonly:
-        if not present:
+        records = [read(s) for s in stores]
+        if not any(r is not None for r in records):
             raise _refuse("no store of the given set records a membership (open it writable once)")
         return _verify(names, records)
+    empty = [_empty(s) for s in stores]  # before the records: see _adoptable
+    records = [read(s) for s in stores]
+    present = [r for r in records if r is not None]
     if not present:
+        _founding(empty)
         founder = Membership(secrets.token_hex(16), names[0], tuple(names), 1)
-        _record(stores[0], founder)
+        _record(stores[0], founder, adopt_only_if_empty=True)
         records[0] = read(stores[0])
+        if records[0] is None:  # runs reached the store since it was found empty
+            _founding([False])
         present = [r for r in records if r is not None]
-    if len({r.set_id for r in present}) > 1:
-        index = next(i for i, r in enumerate(records) if r is not None and r.set_id != present[0].set_id)
-        raise _refuse(f"shard #{index} belongs to another shard set")
+    _same_set(records)
     newest = max(present, key=lambda r: r.generation)
     if grow:
-        for i, rec in enumerate(records):
-            if rec is not None and tuple(names[: len(rec.members)]) != rec.members:
-                raise _refuse(f"shard #{i} records members that are not a prefix of the given list "
-                              "(a grow only appends shards)")
+        _prefixes(names, records)
         generation = newest.generation + (0 if tuple(names) == newest.members else 1)
         target = tuple(names)
     else:
         generation, target = newest.generation, newest.members
         if target != tuple(names) or any(r.generation != generation for r in present):
             return _verify(names, records)  # refuses, naming the first broken rule
-    for i, (store, rec) in enumerate(zip(stores, records, strict=True)):
-        if rec is None and not grow and generation != 1:
-            # A blank store standing in for a member of a grown set is no unfinished founding.
-            return _verify(names, records)
+    found = list(records)  # as read: the loop below replaces entries as it records them
+    for i, (store, rec) in enumerate(zip(stores, found, strict=True)):
+        if rec is None and _stands_for_a_member(i, found, empty, grow=grow):
+            # A blank store standing in for a member (of a grown set, or of a set that holds runs)
+            # is no unfinished founding.
+            raise _not_a_member(i)
         if rec is None or (grow and rec.generation < generation):
             if rec is not None and rec.shard_name != names[i]:
                 raise _refuse(f"shard #{i} is recorded under another name or position (stores in another order?)")

@@ -42,6 +42,7 @@ from fencepost.clock import Clock, SystemClock
 from fencepost.journal.owner import OwnerId
 from fencepost.runstore import _checks as check
 from fencepost.runstore.rows import Attempt
+from fencepost.shards import _checks
 from fencepost.shards import membership as ms
 from fencepost.shards.membership import Membership, ShardError
 from fencepost.shards.placement import place
@@ -104,21 +105,32 @@ class ShardSet:
 
     # ------------------------------------------------------------------ placement and lookup
     def place(self, run_id: str) -> str:
-        """The shard a NEW run with this id is created on (rendezvous hashing over the names)."""
-        return place(run_id, self.names)
+        """The shard a NEW run with this id is created on (rendezvous hashing over the names).
+
+        A ``run_id`` that is no valid run id raises ``ShardError('invalid_run')``.
+        """
+        return place(_checks.run_id(run_id, "place"), self.names)
 
     def locate(self, run_id: str) -> str:
-        """The shard holding ``run_id`` (its run row or journal stream), else the one it would be placed on."""
+        """The shard holding ``run_id`` (its run row or journal stream), else the one it would be placed on.
+
+        A ``run_id`` that is no valid run id raises ``ShardError('invalid_run')``.
+        """
+        return self._route(_checks.run_id(run_id, "locate"))
+
+    def _route(self, run_id: Any) -> str:
+        """``locate`` for a routed call: an invalid id goes to the first shard, whose store refuses
+        it exactly as it refuses it alone (with the routed call's own method name)."""
         if len(self.names) == 1 or identifier_problem(run_id):
             return self.names[0]
         found = self._find(run_id)
-        return found if found is not None else self.place(run_id)
+        return found if found is not None else place(run_id, self.names)
 
     def _find(self, run_id: str) -> str | None:
         known = self._where.get(run_id)
         if known is not None:
             return known
-        placed = self.place(run_id)
+        placed = place(run_id, self.names)
         for name in [placed, *(n for n in self.names if n != placed)]:
             if self._holds(self._stores[name], run_id):
                 self._remember(run_id, name)
@@ -126,8 +138,8 @@ class ShardSet:
         return None
 
     def store_for(self, run_id: str) -> Store:
-        """The member store that holds (or would hold) ``run_id``."""
-        return self._stores[self.locate(run_id)]
+        """The member store that holds (or would hold) ``run_id`` (``ShardError('invalid_run')`` for an invalid id)."""
+        return self._stores[self._route(_checks.run_id(run_id, "store_for"))]
 
     @staticmethod
     def _holds(store: Store, run_id: str) -> bool:
@@ -157,9 +169,11 @@ class ShardSet:
         """Every change after ``positions`` (per shard; missing shards start at revision 0), labelled.
 
         Shard by shard, each in revision order up to its watermark at the time it is read. A
-        position of another source raises ``SourceChanged`` as a single store would.
+        position of another source raises ``SourceChanged`` as a single store would. ``positions``
+        other than ``None`` or a mapping of this set's shard names to a ``Position`` (or ``None``)
+        raises ``ShardError('invalid_shards')`` at the call.
         """
-        return merged_changes(self.items(), positions, limit=limit)
+        return merged_changes(self.items(), _checks.positions(positions, self.names, "changes"), limit=limit)
 
     def follow(self, positions: Mapping[str, Position] | None = None, *, stop: threading.Event | None = None,
                poll_interval: float = 2.0) -> Iterator[ShardChange]:
@@ -167,8 +181,10 @@ class ShardSet:
 
         Each shard's changes keep their order; between shards there is none. Ends when ``stop`` is
         set; an error of any shard's follow (``SourceChanged`` ...) stops the others and is raised.
+        ``positions`` are checked at the call, as ``changes`` checks them.
         """
-        return merged_follow(self.items(), positions, stop=stop, poll_interval=poll_interval)
+        return merged_follow(self.items(), _checks.positions(positions, self.names, "follow"), stop=stop,
+                             poll_interval=poll_interval)
 
     # ------------------------------------------------------------------ lifecycle
     def close(self) -> None:
@@ -268,7 +284,7 @@ class _Routed:
         self._shards = shards
 
     def _on(self, run_id: Any) -> Store:
-        return self._shards.store_for(run_id)
+        return self._shards[self._shards._route(run_id)]
 
 
 class ShardedRuns(_Routed):
@@ -284,7 +300,7 @@ class ShardedRuns(_Routed):
         anchor = lineage_id if lineage_id is not None else parent_run_id
         name = s._find(run_id)  # an id that exists anywhere is refused by the store that holds it
         if name is None:
-            name = s.locate(anchor) if anchor is not None and not identifier_problem(anchor) else s.place(run_id)
+            name = s._route(anchor) if anchor is not None and not identifier_problem(anchor) else s.place(run_id)
         store = s[name]
 
         def body(conn: Connection) -> None:
@@ -352,7 +368,7 @@ class ShardedRuns(_Routed):
         ids = list(dict.fromkeys(given))
         groups: dict[str, list[str]] = {}
         for rid in ids:
-            groups.setdefault(s.locate(rid), []).append(rid)
+            groups.setdefault(s._route(rid), []).append(rid)
         answers: dict[str, Any] = {}
         for name, group in groups.items():
             answers.update(s[name].runs.heartbeat_many(owner, group, now_ms))
@@ -430,12 +446,19 @@ def open_shards(urls: Sequence[str] | Mapping[str, str], *, clock: Clock | None 
     """Open (creating and migrating each store if needed) a shard set and check its recorded membership.
 
     ``urls`` is a list (shards named ``shard-0``, ``shard-1`` ... by position) or a mapping of
-    name to URL, in member order. A fresh set is founded on first open. A set that does not match
-    what its stores recorded — a shard missing, an extra store, another order or name, a store of
-    another set — raises ``ShardError('membership_mismatch')`` and changes nothing. ``grow=True``
-    appends the new names to the set (every store records the longer list); existing runs stay.
+    name to URL, in member order. A fresh set (every store empty, none recording a set) is founded
+    on first open. A set that does not match what its stores recorded — a shard missing, a new or
+    extra store, another order or name, a store of another set — raises
+    ``ShardError('membership_mismatch')`` and changes nothing. ``grow=True`` appends the new names
+    to the set (every store records the longer list); existing runs stay.
+
+    The arguments are checked first, then every store that exists is read read-only; only an open
+    that passes both creates and migrates the stores that need it.
     """
     named = _named(urls)
+    _checks.open_options(clock=clock, attempt_policy=attempt_policy, readonly=readonly, grow=grow)
+    if not readonly:
+        ms.check_before_creating(list(named), ms.look_all(list(named.values())), grow=grow)
     clock = clock if clock is not None else SystemClock()
     stores: dict[str, Store] = {}
     try:

@@ -1,0 +1,53 @@
+"""Argument checks of the shard set: every refusal names the argument, never its value.
+
+``open_shards`` checks its own arguments, and the options it hands to every store's open, before it
+looks at or creates any store, so a bad argument changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from fencepost._values import identifier_problem
+from fencepost.changefeed.types import Position
+from fencepost.runstore.attempts import validate_policy
+from fencepost.shards.membership import ShardError
+
+__all__ = ["open_options", "positions", "run_id"]
+
+
+def open_options(*, clock: Any, attempt_policy: Any, readonly: Any, grow: Any) -> None:
+    """``open_shards``'s options: ``attempt_policy`` as a store's open checks it (``invalid_attempt``),
+    the others ``invalid_shards``."""
+    for field, value in (("readonly", readonly), ("grow", grow)):
+        if type(value) is not bool:
+            raise ShardError("invalid_shards", "open_shards", f"{field} must be True or False")
+    if clock is not None and not callable(getattr(clock, "now_ms", None)):
+        raise ShardError("invalid_shards", "open_shards", "clock must be a Clock (an object with now_ms())")
+    validate_policy(attempt_policy)
+
+
+def run_id(value: object, method: str) -> str:
+    """A run id for a lookup of the set (``place``, ``locate``, ``store_for``): ``invalid_run``."""
+    problem = identifier_problem(value)
+    if problem:
+        raise ShardError("invalid_run", method, f"run_id {problem}")
+    return value  # type: ignore[return-value]
+
+
+def positions(value: object, names: tuple[str, ...], method: str) -> dict[str, Position | None]:
+    """A merged feed's ``positions``: ``None``, or a mapping of this set's shard names to a ``Position``
+    (or ``None``: that shard starts at revision 0). ``invalid_shards`` otherwise."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ShardError("invalid_shards", method, "positions must be a mapping of shard name to Position")
+    out: dict[str, Position | None] = {}
+    for i, (name, pos) in enumerate(value.items()):
+        if type(name) is not str or name not in names:
+            raise ShardError("invalid_shards", method, f"positions key #{i} is not a shard of this set")
+        if pos is not None and type(pos) is not Position:
+            raise ShardError("invalid_shards", method, f"positions entry #{i} must be a Position or None")
+        out[name] = pos
+    return out
