@@ -37,15 +37,15 @@ def _check_options(url: object, clock: object, attempt_policy: object, consensus
     """Refuse a wrong argument of ``open`` before anything is created; messages name the argument
     and the type given, never its value."""
     if url is not None and not isinstance(url, str):
-        raise TypeError(f"fencepost.open: url must be a str or None, not {type(url).__name__}")
+        raise ValueError(f"fencepost.open: url must be a str or None, not {type(url).__name__}")
     if isinstance(url, str) and not url.strip():
         raise ValueError("fencepost.open: url is empty; give None for $FENCEPOST_DB or the default store")
     for name, value in (("readonly", readonly), ("group_commit", group_commit)):
         if type(value) is not bool:
-            raise TypeError(f"fencepost.open: {name} must be True or False, not {type(value).__name__}")
+            raise ValueError(f"fencepost.open: {name} must be True or False, not {type(value).__name__}")
     for name, value, methods in (("clock", clock, _CLOCK_METHODS), ("consensus", consensus, _CONSENSUS_METHODS)):
         if value is not None and not all(callable(getattr(value, m, None)) for m in methods):
-            raise TypeError(f"fencepost.open: {name} must be None or an object with {', '.join(methods)} "
+            raise ValueError(f"fencepost.open: {name} must be None or an object with {', '.join(methods)} "
                             f"methods, not {type(value).__name__}")
     validate_policy(attempt_policy)
 
