@@ -533,16 +533,20 @@ def build_rows(tmp: Path, pg: ScratchSchemas | None, reps: int, runs: int) -> No
     record("RunsByStatus first build vs raw read+insert", "sqlite", "runs/s", a, b)
     floor = _BuildFloor(source, runs)
 
-    def floor_sqlite() -> Sample:
+    def floor_target(kind: str) -> sqlite3.Connection:
+        """A fresh target file with the builder's tables, as a raw FULL-synchronous connection."""
         counter[0] += 1
-        target = Database(f"sqlite:///{tmp / f'build-floor-{counter[0]}.db'}")
+        target = Database(f"sqlite:///{tmp / f'build-{kind}-{counter[0]}.db'}")
         floor.prepare(target)
         path = target.path
         target.dispose()
-        src = sqlite3.connect(source.db.path, isolation_level=None)
         dst = sqlite3.connect(path, isolation_level=None)
         dst.execute("PRAGMA synchronous = FULL")
-        return floor.timed(src, dst, "?")
+        return dst
+
+    def floor_sqlite() -> Sample:
+        dst = floor_target("floor")
+        return floor.timed(sqlite3.connect(source.db.path, isolation_level=None), dst, "?")
 
     a, b = interleaved(reps, ours_sqlite, floor_sqlite)
     record("RunsByStatus first build vs raw, same statements", "sqlite", "runs/s", a, b)
@@ -554,14 +558,7 @@ def build_rows(tmp: Path, pg: ScratchSchemas | None, reps: int, runs: int) -> No
     src.close()
 
     def writes_sqlite() -> Sample:
-        counter[0] += 1
-        target = Database(f"sqlite:///{tmp / f'build-writes-{counter[0]}.db'}")
-        floor.prepare(target)
-        path = target.path
-        target.dispose()
-        dst = sqlite3.connect(path, isolation_level=None)
-        dst.execute("PRAGMA synchronous = FULL")
-        return floor.writes_timed(pages, dst, "?")
+        return floor.writes_timed(pages, floor_target("writes"), "?")
 
     a, b = interleaved(reps, writes_sqlite, base_sqlite)
     record("raw writes of a first build only (no reads) vs raw read+insert", "sqlite", "runs/s", a, b)

@@ -12,9 +12,10 @@ import sys
 import threading
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine
+from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
 import fencepost
@@ -84,6 +85,20 @@ def require_postgres() -> str:
 def _with_schema(url: str, schema: str) -> str:
     sep = "&" if "?" in url else "?"
     return f"{url}{sep}schema={schema}"
+
+
+def store_exists(url: str) -> bool:
+    """Whether the store at a test URL was created: its SQLite file, or its PostgreSQL schema."""
+    if url.startswith("sqlite:"):
+        return Path(url[len("sqlite:///"):]).exists()
+    schema = url.rsplit("schema=", 1)[1]
+    engine = create_engine(require_postgres(), poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            found = conn.execute(text("SELECT 1 FROM pg_namespace WHERE nspname = :s"), {"s": schema}).first()
+    finally:
+        engine.dispose()
+    return found is not None
 
 
 def drop_schema(base_url: str, schema: str) -> None:

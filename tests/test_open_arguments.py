@@ -15,27 +15,12 @@ import threading
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
-from sqlalchemy.pool import NullPool
 
 import fencepost
 from fencepost.runstore.attempts import AttemptPolicy
+from tests.conftest import store_exists
 
 SECRET = "S3CR3T-xyz"
-
-
-def _exists(url: str) -> bool:
-    """Whether the database (SQLite file) or schema (PostgreSQL) at ``url`` exists."""
-    if url.startswith("sqlite"):
-        return Path(url.removeprefix("sqlite:///")).exists()
-    base, _, schema = url.rpartition("?schema=")
-    engine = create_engine(base, poolclass=NullPool)
-    try:
-        with engine.connect() as conn:
-            return conn.execute(text("SELECT 1 FROM information_schema.schemata WHERE schema_name = :s"),
-                                {"s": schema}).first() is not None
-    finally:
-        engine.dispose()
 
 
 class _NotAClock:
@@ -61,7 +46,7 @@ def test_a_bad_option_is_refused_before_the_database_is_created(db_url: str, opt
         fencepost.open(db_url, **{option: value})
     assert words in str(err.value)
     assert SECRET not in str(err.value)
-    assert not _exists(db_url), "the refused open created the database"
+    assert not store_exists(db_url), "the refused open created the database"
     # The same URL opens once the option is right.
     with fencepost.open(db_url) as store:
         store.runs.create("r", "{}")

@@ -6,25 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
-from sqlalchemy.pool import NullPool
 
 import fencepost
 from tests.cli.conftest import assert_one_line_error
-from tests.conftest import require_postgres
+from tests.conftest import store_exists
 
 TASK = "def work(ctx):\n    return {'done': True}\n"
-
-
-def _schema_exists(url: str) -> bool:
-    schema = url.rsplit("schema=", 1)[1]
-    engine = create_engine(require_postgres(), poolclass=NullPool)
-    try:
-        with engine.connect() as conn:
-            found = conn.execute(text("SELECT 1 FROM pg_namespace WHERE nspname = :s"), {"s": schema}).first()
-    finally:
-        engine.dispose()
-    return found is not None
 
 
 @pytest.fixture
@@ -33,14 +20,14 @@ def missing_url(backend: str, db_url: str, tmp_path: Path) -> str:
     PostgreSQL schema nobody created (``db_url`` gives it a unique name and drops it afterwards)."""
     if backend == "sqlite":
         return f"sqlite:///{tmp_path / 'tpyo' / 'flows.db'}"
-    assert not _schema_exists(db_url)
+    assert not store_exists(db_url)
     return db_url
 
 
 def _nothing_created(backend: str, url: str, tmp_path: Path) -> bool:
     if backend == "sqlite":
         return not (tmp_path / "tpyo").exists()
-    return not _schema_exists(url)
+    return not store_exists(url)
 
 
 def test_worker_on_a_missing_database_fails_and_creates_nothing(run_cli, backend, missing_url, tmp_path):

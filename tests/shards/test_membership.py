@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-from sqlalchemy import create_engine, text
-from sqlalchemy.pool import NullPool
 
 import fencepost
 from fencepost.clock import ManualClock
 from fencepost.errors import FencepostError
 from fencepost.shards import ShardError
 from fencepost.shards import membership as ms
-from tests.conftest import require_postgres
+from tests.conftest import store_exists
 
 
 def _records(urls: list[str]) -> list[object]:
@@ -35,16 +31,7 @@ def _refused(urls, match: str, **kw) -> None:
 
 def _untouched(url: str) -> bool:
     """The store was never created: no SQLite file, no PostgreSQL schema."""
-    if url.startswith("sqlite:"):
-        return not Path(url[len("sqlite:///"):]).exists()
-    schema = url.rsplit("schema=", 1)[1]
-    engine = create_engine(require_postgres(), poolclass=NullPool)
-    try:
-        with engine.connect() as conn:
-            found = conn.execute(text("SELECT 1 FROM pg_namespace WHERE nspname = :s"), {"s": schema}).first()
-    finally:
-        engine.dispose()
-    return found is None
+    return not store_exists(url)
 
 
 def test_a_fresh_set_is_founded_and_reopens(shard_urls) -> None:
