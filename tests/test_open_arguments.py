@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -116,3 +117,71 @@ def test_a_postgresql_url_without_the_driver_is_an_open_error(monkeypatch: pytes
         fencepost.open(f"postgresql+psycopg://app:{SECRET}@127.0.0.1:1/db")
     assert err.value.code == "driver_missing"
     assert "fencepost[postgres]" in str(err.value) and SECRET not in str(err.value)
+
+
+class _OnlyNow:
+    """A clock as the library uses it: ``now_ms`` alone."""
+
+    def now_ms(self) -> int:
+        return 1_000_000
+
+
+def test_a_clock_with_only_now_ms_is_accepted(db_url: str) -> None:
+    with fencepost.open(db_url, clock=_OnlyNow()) as store:
+        store.runs.create("r", "{}")
+        assert store.runs.get("r").created_at_ms == 1_000_000
+
+
+def test_each_refused_write_raises_its_own_exception(db_url: str) -> None:
+    """One shared exception object would gather the traceback (and the frames) of every refusal."""
+    fencepost.open(db_url).close()
+    with fencepost.open(db_url, readonly=True) as ro:
+        seen = []
+        for i in range(3):
+            try:
+                ro.runs.create(f"r{i}", "{}")
+            except fencepost.RunStoreError as exc:
+                seen.append(exc.__context__)
+    assert len(seen) == 3 and len({id(e) for e in seen}) == 3
+
+
+def _ends_with_closed(target) -> BaseException:
+    """Run ``target`` in a thread, close the store meanwhile (by the caller), and give what it raised."""
+    raised: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            target()
+        except BaseException as exc:  # recorded for the assertion
+            raised.append(exc)
+
+    t = threading.Thread(target=work, daemon=True)
+    t.start()
+    return t, raised
+
+
+def test_long_running_calls_end_when_their_store_is_closed(db_url: str, make_db_url) -> None:
+    """A caught-up follower, a projection builder following the store and a worker waiting for runs
+    each end with the closed error (a caught-up SQLite follower waited for a write that never came,
+    the builder retried forever, the worker raised an internal exception)."""
+    from fencepost.projections import ProjectionBuilder, RunsByStatus
+    from fencepost.worker import Worker
+
+    store = fencepost.open(db_url)
+    store.runs.create("r", "{}")
+    builder = ProjectionBuilder(store, make_db_url(), RunsByStatus(), poll_interval=0.1)
+    started = [
+        _ends_with_closed(lambda: [None for _ in store.feed.follow(None, poll_interval=0.2)]),
+        _ends_with_closed(builder.run),
+        _ends_with_closed(lambda: Worker(store, lambda ctx: None, run_prefix="none-").run()),
+    ]
+    time.sleep(1.0)  # each is waiting: caught up, or no run to take
+    store.close()
+    try:
+        for (t, raised), what in zip(started, ("follow", "ProjectionBuilder.run", "Worker.run"), strict=True):
+            t.join(15)
+            assert not t.is_alive(), f"{what} kept going on a closed store"
+            assert raised and isinstance(raised[0], fencepost.FencepostError), (what, raised)
+            assert "closed" in str(raised[0]), (what, raised[0])
+    finally:
+        builder.close()

@@ -60,8 +60,13 @@ def failure_detail(subject: str, exc: DbFailure) -> str:
     return f"{subject} persistence failed" + (f": {exc.reason}" if exc.reason else "")
 
 
-READ_ONLY = DbFailure("persistence_failed", "read_only", "the store is open read-only")
-CLOSED = DbFailure("persistence_failed", "closed", "the store is closed")
+def _read_only() -> DbFailure:
+    return DbFailure("persistence_failed", "read_only", "the store is open read-only")
+
+
+def _closed() -> DbFailure:
+    # A new exception each time: one shared instance would gather every raise's traceback.
+    return DbFailure("persistence_failed", "closed", "the store is closed")
 
 
 class CommitUnknown(Exception):
@@ -371,9 +376,9 @@ class Database:
         propagates unchanged.
         """
         if self.closed:
-            raise CLOSED  # each store maps it to its own error class
+            raise _closed()  # each store maps it to its own error class
         if self.readonly:
-            raise READ_ONLY
+            raise _read_only()
         txn = self._active()
         if txn is not None:
             if not txn.write:
@@ -399,7 +404,7 @@ class Database:
     def read(self, fn: Callable[[Connection], T]) -> T:
         """Run ``fn(conn)`` in one read-only snapshot (or inside the caller's open transaction)."""
         if self.closed:
-            raise CLOSED
+            raise _closed()
         txn = self._active()
         if txn is not None:
             return fn(txn.conn)

@@ -28,7 +28,7 @@ def _write_probe(conn: Connection) -> None:
     raise _Probed
 
 
-_CLOCK_METHODS = ("now_ms", "sleep")
+_CLOCK_METHODS = ("now_ms",)
 _CONSENSUS_METHODS = ("guard", "claim", "activate", "heartbeat", "reconfirm", "release", "steal", "recover")
 
 

@@ -34,8 +34,10 @@ import msgspec
 from sqlalchemy import and_, select
 
 from fencepost import _gauges
+from fencepost._durable import DbFailure, map_failure
 from fencepost._schema import flows_runs as runs_t
 from fencepost._values import identifier_problem, stop_problem
+from fencepost.errors import RunStoreError
 from fencepost.journal.owner import OwnerId, owner_problem
 from fencepost.journal.redaction import DEFAULT as DEFAULT_REDACTION
 from fencepost.runstore.heartbeat import HEARTBEAT_INTERVAL_MS as INTERVAL_MS
@@ -265,7 +267,7 @@ class Worker:
             stmt = select(*_CANDIDATE_COLUMNS).where(where).order_by(runs_t.c.created_at_ms, runs_t.c.run_id)
             return [dict(r._mapping) for r in conn.execute(stmt.limit(limit))]
 
-        found = [c for member in _members(self.store) for c in member.db.read(read)]
+        found = [c for member in _members(self.store) for c in _read(member, read, "worker_candidates")]
         if len(found) > limit:  # several shards: the oldest ``limit`` of them all
             found = sorted(found, key=lambda c: (c["created_at_ms"], c["run_id"]))[:limit]
         return found
@@ -456,7 +458,7 @@ class Worker:
             return [r[0] for r in conn.execute(stmt)]
 
         now = self.store.clock.now_ms()
-        for run_id in [r for member in _members(self.store) for r in member.db.read(read)]:
+        for run_id in [r for member in _members(self.store) for r in _read(member, read, "worker_cancellations")]:
             # Acknowledge at once (within one interval of the request), before the function notices.
             self.store.runs.acknowledge_cancel(run_id, self.owner, now)
             held[run_id]._cancelled.set()
@@ -496,6 +498,14 @@ _CANDIDATE_COLUMNS = (
     runs_t.c.owner_host_id, runs_t.c.owner_pid, runs_t.c.owner_nonce,
     runs_t.c.claim_host_id, runs_t.c.claim_pid, runs_t.c.claim_nonce, runs_t.c.claimed_at_ms,
 )
+
+
+def _read(store: Any, fn: Callable[[Any], Any], method: str) -> Any:
+    """``store.db.read(fn)``, a database failure raised as the run store's error (as its own reads do)."""
+    try:
+        return store.db.read(fn)
+    except DbFailure as exc:
+        raise map_failure(exc, RunStoreError, method, "run") from None
 
 
 def _owner(cand: dict[str, Any], prefix: str) -> OwnerId | None:

@@ -135,6 +135,7 @@ class _SqliteWaiter(_Waiter):
     def __init__(self, feed: ChangeFeed) -> None:
         super().__init__()
         db = feed._store.db
+        self._db = db
         self._engine = db.engine
         self._conn: Any = None
         self._version: int | None = None
@@ -214,7 +215,8 @@ class _SqliteWaiter(_Waiter):
     def changed(self) -> bool:
         # A replaced file raises no data_version change on the old file's connection: wake up, and
         # ``check_source`` before the next query reports it.
-        if self._version is None or self._replaced():
+        # A closed store: page again, and the page reports it (the follower ends).
+        if self._version is None or self._db.closed or self._replaced():
             return True
         return self._data_version() != self._version
 

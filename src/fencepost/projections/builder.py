@@ -293,8 +293,11 @@ class ProjectionBuilder:
                 try:
                     self._catch_up(share)
                 except (DbFailure, FencepostError) as exc:
-                    # Only an unavailable database is waited out; every other error is a defect.
+                    # Only an unavailable database is waited out; every other error is a defect,
+                    # and a closed store does not come back.
                     if isinstance(exc, FencepostError) and exc.code != "persistence_failed":
+                        raise
+                    if (exc.code if isinstance(exc, DbFailure) else getattr(exc, "db_code", None)) == "closed":
                         raise
                     log.warning("projection %s: catch-up failed (%s); retrying", share.checkpoint,
                                 type(exc).__name__)
