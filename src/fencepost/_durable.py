@@ -69,6 +69,13 @@ def _closed() -> DbFailure:
     return DbFailure("persistence_failed", "closed", "the store is closed")
 
 
+def store_closed(exc: BaseException) -> bool:
+    """Whether ``exc`` (a ``DbFailure``, or the store error it was mapped to) says the store is
+    closed: a failure that never goes away, so no caller retries it."""
+    code = exc.code if isinstance(exc, DbFailure) else getattr(exc, "db_code", None)
+    return code == "closed"
+
+
 class CommitUnknown(Exception):
     """The connection failed during COMMIT: the transaction may or may not have committed."""
 

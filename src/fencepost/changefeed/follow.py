@@ -29,6 +29,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from fencepost import _gauges
+from fencepost._durable import store_closed
 from fencepost._values import seconds_problem, stop_problem
 from fencepost.changefeed.types import Change, ChangePage, Position
 from fencepost.errors import FencepostError, SourceChanged
@@ -310,8 +311,7 @@ def _make_waiter(feed: ChangeFeed) -> _Waiter:
 def _retryable(exc: FencepostError) -> bool:
     # A failed read is worth retrying; a source change, a corrupt row or a closed store is the
     # caller's to handle.
-    return (not isinstance(exc, SourceChanged) and exc.code == "persistence_failed"
-            and getattr(exc, "db_code", None) != "closed")
+    return not isinstance(exc, SourceChanged) and exc.code == "persistence_failed" and not store_closed(exc)
 
 
 MAX_POLL_INTERVAL = 3600.0

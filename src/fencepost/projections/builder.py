@@ -33,7 +33,7 @@ from sqlalchemy import Table
 from sqlalchemy.engine import Connection
 
 from fencepost import _gauges
-from fencepost._durable import Database, DbFailure, map_failure
+from fencepost._durable import Database, DbFailure, map_failure, store_closed
 from fencepost._migrations import migrate, pending
 from fencepost._values import identifier_problem, is_safe_int, seconds_problem, stop_problem
 from fencepost.errors import FencepostError, ProjectionError, SourceChanged
@@ -295,9 +295,7 @@ class ProjectionBuilder:
                 except (DbFailure, FencepostError) as exc:
                     # Only an unavailable database is waited out; every other error is a defect,
                     # and a closed store does not come back.
-                    if isinstance(exc, FencepostError) and exc.code != "persistence_failed":
-                        raise
-                    if (exc.code if isinstance(exc, DbFailure) else getattr(exc, "db_code", None)) == "closed":
+                    if (isinstance(exc, FencepostError) and exc.code != "persistence_failed") or store_closed(exc):
                         raise
                     log.warning("projection %s: catch-up failed (%s); retrying", share.checkpoint,
                                 type(exc).__name__)

@@ -160,7 +160,6 @@ def look_all(urls: Sequence[str]) -> list[Look]:
                 db.dispose()
 
 
-
 def _look(db: Database, fn: Any) -> Any:
     try:
         return db.read(lambda conn: fn(db, conn))
