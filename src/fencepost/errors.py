@@ -60,6 +60,9 @@ class FencepostError(Exception):
     """Base class of every error fencepost raises on purpose."""
 
     code: str = "unknown"
+    #: The name of the store that raised it, when a call across several named stores did
+    #: (``merged_changes``, ``merged_follow``); ``None`` otherwise.
+    store: str | None = None
 
     def __init__(self, code: str, method: str, detail: str) -> None:
         self.code = code
@@ -93,6 +96,10 @@ class JournalError(FencepostError):
 
 class SourceChanged(RunStoreError):
     """A change-feed position or cursor belongs to another source, or is ahead of it: rebuild."""
+
+    #: True when the position's source is not the store's current one (``rotate_source``, or
+    #: another database at the same URL); False when it is ahead of the source, or the cause is other.
+    rotated: bool = False
 
     def __init__(self, code: str = "invalid_run", method: str = "changesSince",
                  detail: str = "change cursor requires an explicit source rebuild") -> None:

@@ -135,3 +135,25 @@ def test_projection_name_is_accepted_as_projection_status_shows_it(run_cli, thre
         assert status["name"] == name and status["lag"] == 0
     bad = run_cli("--db", three_runs, "projection", "status", "--name", "nope")
     assert bad.code == 2 and "runs_by_status" in bad.err
+
+
+@pytest.mark.slow
+def test_feed_tail_follow_ends_with_a_clear_error_when_the_source_rotates(three_runs):
+    """A rotated source ended the tailer with the store's internal words ("invalid_run:
+    RunStore.changes_with_snapshots: change position belongs to another source: rebuild"). It now
+    says the source rotated, names the new source, and says how to start again; exit 1."""
+    proc = _start("--db", three_runs, "feed", "tail", "--follow", "--format", "jsonl")
+    try:
+        assert [json.loads(proc.stdout.readline())["run_id"] for _ in range(3)] == ["r1", "r2", "r3"]
+        with fencepost.open(three_runs) as store:
+            rotated = store.feed.rotate_source()
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "source rotated" in lines[0] and rotated.source in lines[0] and "--from 0" in lines[0], err
+    assert "invalid_run" not in err and "Traceback" not in err

@@ -497,3 +497,28 @@ def test_projection_run_follow_across_stores_prints_a_status_line_per_store(mixe
             if proc.poll() is None:
                 proc.kill()
     assert proc.returncode == 0, err
+
+
+@pytest.mark.slow
+def test_feed_tail_follow_across_stores_names_the_store_whose_source_rotated(two_stores):
+    """Across stores, a rotated source ended the tailer with the store's internal words and no
+    store name. It now says which store's source rotated and how to start again; exit 1."""
+    env = {k: v for k, v in os.environ.items() if k != "FENCEPOST_DB"}
+    proc = subprocess.Popen([fencepost_exe(), *_db_args(two_stores), "feed", "tail", "--follow", "--format", "jsonl"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=_like_a_terminal)
+    try:
+        assert len([json.loads(proc.stdout.readline()) for _ in range(5)]) == 5
+        with fencepost.open(two_stores["central"]) as store:
+            rotated = store.feed.rotate_source()
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "central" in lines[0] and "source rotated" in lines[0] and rotated.source in lines[0], err
+    assert "--from central=0" in lines[0], err
+    assert "invalid_run" not in err and "Traceback" not in err

@@ -212,3 +212,21 @@ def test_merged_changes_take_a_position_per_named_shard(shards) -> None:
     seen = [(c.shard, c.change.run_id) for c in shards.changes(after)]
     assert seen == [(shards.locate("p-2"), "p-2")]
     assert [c.change.run_id for c in shards.changes({home: None})] != []
+
+
+@pytest.mark.parametrize("method", ["changes", "follow"])
+def test_a_rotated_source_is_raised_with_the_name_of_its_shard(shards, method) -> None:
+    """Across shards, a position of a rotated source raised ``SourceChanged`` with nothing saying
+    which shard rotated; its ``store`` now names the shard (merged_changes and merged_follow)."""
+    from fencepost.errors import SourceChanged
+
+    shards.runs.create("q-1", "{}")
+    home = shards.locate("q-1")
+    before = shards.positions()
+    shards[home].feed.rotate_source()
+    stop = threading.Event()
+    calls = {"changes": lambda: shards.changes(before), "follow": lambda: shards.follow(before, stop=stop)}
+    with pytest.raises(SourceChanged) as err:
+        for _ in calls[method]():
+            pass
+    assert err.value.store == home

@@ -326,7 +326,9 @@ def _current_for(conn: Connection, wanted: Position, method: str) -> Position:
     """The source's current position, refusing a ``wanted`` position of another source or ahead of it."""
     current = read_position(conn)
     if wanted.source != current.source:
-        raise SourceChanged("invalid_run", method, "change position belongs to another source: rebuild")
+        rotated = SourceChanged("invalid_run", method, "change position belongs to another source: rebuild")
+        rotated.rotated = True
+        raise rotated
     if wanted.revision > current.revision:
         raise SourceChanged("invalid_run", method, "change position is ahead of the source revision: rebuild")
     return current

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import click
@@ -11,6 +12,8 @@ from fencepost.cli._common import (
     MAX_SAFE_INTEGER,
     CliContext,
     RunIdType,
+    error_text,
+    fail,
     owner_text,
     read_store,
     stop_on_signals,
@@ -82,20 +85,45 @@ def feed_tail(starts: tuple[tuple[str | None, int], ...], follow: bool, limit: i
     head = store.feed.position()
     start = Position(head.source, starts[0][1] if starts else 0)
     _refuse_ahead(start.revision, head.revision)
-    if follow:
-        emit = out.stream(CHANGE_COLUMNS)
-        with stop_on_signals() as stop:
-            # Pages of changes, each read with its runs' snapshots in one query.
-            for page in store.feed.follow_batches(start, stop=stop, limit=limit):
-                for change in page.changes:
-                    emit(to_data(change))
-        return
-    if out.format == "json":  # one document: the array of every change
-        out.rows([to_data(c) for c in _pages(store, start, limit)], CHANGE_COLUMNS)
-        return
-    emit = out.stream(CHANGE_COLUMNS)  # page by page, never the whole feed in memory
-    for change in _pages(store, start, limit):
-        emit(to_data(change))
+    with _rotation_explained({None: store}):
+        if follow:
+            emit = out.stream(CHANGE_COLUMNS)
+            with stop_on_signals() as stop:
+                # Pages of changes, each read with its runs' snapshots in one query.
+                for page in store.feed.follow_batches(start, stop=stop, limit=limit):
+                    for change in page.changes:
+                        emit(to_data(change))
+            return
+        if out.format == "json":  # one document: the array of every change
+            out.rows([to_data(c) for c in _pages(store, start, limit)], CHANGE_COLUMNS)
+            return
+        emit = out.stream(CHANGE_COLUMNS)  # page by page, never the whole feed in memory
+        for change in _pages(store, start, limit):
+            emit(to_data(change))
+
+
+@contextmanager
+def _rotation_explained(stores: Mapping[str | None, Any]) -> Iterator[None]:
+    """A source rotated while the changes were read: say so, with the new source and how to start
+    again, instead of the store's own words (exit 1). ``stores`` by name (``None`` for one store);
+    across several stores any other error names its store."""
+    from fencepost.errors import FencepostError, SourceChanged
+
+    try:
+        yield
+    except FencepostError as exc:
+        name = exc.store
+        store = stores.get(name)
+        if isinstance(exc, SourceChanged) and exc.rotated and store is not None:
+            now = store.feed.position()
+            which = "the store's source" if name is None else f"store {name}: its source"
+            again = "--from 0" if name is None else f"--from {name}=0"
+            raise fail(f"{which} rotated while its changes were read (now {now.source} at revision "
+                       f"{now.revision}); positions of the old source mean nothing in the new one: start again "
+                       f"with {again} to see every run and tombstone") from None
+        if name is None:
+            raise
+        raise fail(f"store {name}: {error_text(exc)}") from exc
 
 
 LABELLED_CHANGE_COLUMNS = [Column("store", "store", wrap=False), *CHANGE_COLUMNS]
@@ -125,19 +153,20 @@ def _tail_across(stores: dict[str, Any], starts: tuple[tuple[str | None, int], .
     def record(item: Any) -> dict[str, Any]:
         return {"store": item.shard, **to_data(item.change)}
 
-    if follow:
+    with _rotation_explained(stores):
+        if follow:
+            emit = out.stream(LABELLED_CHANGE_COLUMNS)
+            with stop_on_signals() as stop:
+                for item in merged_follow(list(stores.items()), positions, stop=stop):
+                    emit(record(item))
+            return
+        changes = merged_changes(list(stores.items()), positions, limit=limit)
+        if out.format == "json":
+            out.rows([record(c) for c in changes], LABELLED_CHANGE_COLUMNS)
+            return
         emit = out.stream(LABELLED_CHANGE_COLUMNS)
-        with stop_on_signals() as stop:
-            for item in merged_follow(list(stores.items()), positions, stop=stop):
-                emit(record(item))
-        return
-    changes = merged_changes(list(stores.items()), positions, limit=limit)
-    if out.format == "json":
-        out.rows([record(c) for c in changes], LABELLED_CHANGE_COLUMNS)
-        return
-    emit = out.stream(LABELLED_CHANGE_COLUMNS)
-    for item in changes:
-        emit(record(item))
+        for item in changes:
+            emit(record(item))
 
 
 def _refuse_ahead(start: int, head: int, store: str | None = None) -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import msgspec
@@ -39,6 +40,7 @@ from fencepost._store import open as open_store
 from fencepost._values import identifier_problem
 from fencepost.changefeed.types import Change, Position
 from fencepost.clock import Clock, SystemClock
+from fencepost.errors import FencepostError
 from fencepost.journal.owner import OwnerId
 from fencepost.runstore import _checks as check
 from fencepost.runstore.rows import Attempt
@@ -180,7 +182,8 @@ class ShardSet:
         """Follow every shard at once (one thread each) and yield their changes as they come, labelled.
 
         Each shard's changes keep their order; between shards there is none. Ends when ``stop`` is
-        set; an error of any shard's follow (``SourceChanged`` ...) stops the others and is raised.
+        set; an error of any shard's follow (``SourceChanged`` ...) stops the others and is raised, its
+        ``store`` naming that shard.
         ``positions`` are checked at the call, as ``changes`` checks them.
         """
         return merged_follow(self.items(), _checks.positions(positions, self.names, "follow"), stop=stop,
@@ -208,9 +211,11 @@ def merged_changes(stores: Iterable[tuple[str, Store]], positions: Mapping[str, 
     """
     positions = dict(positions or {})
     for name, store in stores:
-        pos = positions.get(name) or Position(store.feed.position().source, 0)
+        with _named_errors(name):
+            pos = positions.get(name) or Position(store.feed.position().source, 0)
         while True:
-            batch = store.feed.changes_since(pos, limit)
+            with _named_errors(name):
+                batch = store.feed.changes_since(pos, limit)
             for change in batch.changes:
                 yield ShardChange(name, change)
             pos = Position(batch.source, batch.next_revision)
@@ -218,12 +223,23 @@ def merged_changes(stores: Iterable[tuple[str, Store]], positions: Mapping[str, 
                 break
 
 
+@contextmanager
+def _named_errors(name: str) -> Iterator[None]:
+    """A fencepost error raised inside carries the name of the store it came from (``store``)."""
+    try:
+        yield
+    except FencepostError as exc:
+        exc.store = name
+        raise
+
+
 def merged_follow(stores: Iterable[tuple[str, Store]], positions: Mapping[str, Position] | None = None, *,
                   stop: threading.Event | None = None, poll_interval: float = 2.0) -> Iterator[ShardChange]:
     """Follow several named stores at once (a thread each), yielding their changes labelled as they come.
 
     Each store's changes keep their order; between stores there is none. Ends when ``stop`` is set;
-    an error of any store's follow (``SourceChanged`` ...) stops the others and is raised. A bad
+    an error of any store's follow (``SourceChanged`` ...) stops the others and is raised, its
+    ``store`` set to that store's name (as ``merged_changes`` does). A bad
     ``stop`` or ``poll_interval`` raises ``ValueError`` here, when the follow is called.
     """
     from fencepost.changefeed.follow import check_follow_arguments
@@ -250,6 +266,8 @@ def _merged_follow(stores: Iterable[tuple[str, Store]], positions: Mapping[str, 
                     except queue.Full:
                         continue
         except BaseException as exc:  # handed to the consumer, which raises it
+            if isinstance(exc, FencepostError):
+                exc.store = name
             out.put(exc)
         finally:
             out.put(done)
