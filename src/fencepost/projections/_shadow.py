@@ -22,7 +22,7 @@ from fencepost.projections.protocol import Projection, Target
 if TYPE_CHECKING:
     from fencepost.projections._sources import Share
 
-_PARKED = "fencepost_projection_swap"  # a live table's name for the moment of a swap
+_PARKED = _sql.SWAP_PARKING
 
 
 def _shadow_of(table: Table, metadata: MetaData) -> Table:

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import msgspec
-from sqlalchemy import Table
+from sqlalchemy import Table, select
 from sqlalchemy.engine import Connection
 
 from fencepost import _gauges
@@ -157,6 +157,11 @@ class ProjectionBuilder:
                 raise ProjectionError("invalid_projection", "ProjectionBuilder",
                                       f"fed by several sources, every table needs a {SOURCE_COLUMN} column "
                                       "in its primary key")
+        reserved = next((t.name for t in ShadowTables(projection, tables).all() if _sql.reserved_table(t.name)), None)
+        if reserved is not None:
+            raise ProjectionError("invalid_projection", "ProjectionBuilder",
+                                  f"table {reserved!r} is named like one of fencepost's own tables "
+                                  f"(names starting with {_sql.RESERVED_PREFIX!r} and the builder's tables are taken)")
         if named is None and getattr(projection, "by_source", False) is True:
             raise ProjectionError("invalid_projection", "ProjectionBuilder",
                                   f"a projection keyed by {SOURCE_COLUMN} needs named sources")
@@ -643,6 +648,7 @@ class ProjectionBuilder:
             raise self._target_failure(exc, "prepare") from None
 
         def body(conn: Connection) -> None:
+            self._claim_tables(conn)
             for table in self._tables.all():
                 table.create(conn, checkfirst=True)
             for share in self._shares:
@@ -650,6 +656,22 @@ class ProjectionBuilder:
 
         self._write(body)
         self._prepared = True
+
+    def _claim_tables(self, conn: Connection) -> None:
+        """Record this projection as the keeper of its tables (live and shadow) on the target,
+        refusing a table another projection name keeps: both would write, reset and swap its rows."""
+        names = [table.name for table in self._tables.all()]
+        owners = _sql.table_owners
+        conn.execute(self.target.backend.insert(owners).values(
+            [{"table_name": name, "projection": self.name} for name in names]
+        ).on_conflict_do_nothing(index_elements=["table_name"]))
+        kept = dict(conn.execute(select(owners.c.table_name, owners.c.projection).where(
+            owners.c.table_name.in_(names))).all())
+        for name in names:
+            if kept.get(name) != self.name:
+                raise ProjectionError("invalid_projection", "prepare",
+                                      f"table {name!r} belongs to the projection {kept.get(name)!r} on the target; "
+                                      "give this projection tables of its own")
 
     def _claim_checkpoint(self, conn: Connection, share: Share) -> None:
         """Create the share's checkpoint row, refusing a row or name that belongs to another builder.
