@@ -22,6 +22,7 @@ exactly the rows keyed by its name) while the other sources keep being applied.
 from __future__ import annotations
 
 import logging
+import os
 import random
 import threading
 import time
@@ -36,6 +37,7 @@ from fencepost import _gauges
 from fencepost._durable import Database, DbFailure, map_failure, store_closed
 from fencepost._migrations import migrate, pending
 from fencepost._values import identifier_problem, is_safe_int, seconds_problem, stop_problem
+from fencepost.changefeed.follow import _file_identity as file_identity
 from fencepost.errors import FencepostError, ProjectionError, SourceChanged
 from fencepost.projections import _sources, _sql, checkpoints
 from fencepost.projections._feeds import Page
@@ -94,6 +96,16 @@ class ProjectionStatus(msgspec.Struct, frozen=True):
     rebuilds: int
     pending_rebuild: str | None
     last_rebuild: RebuildRecord | None
+
+
+def _replacement_check(store: Store) -> Callable[[], bool]:
+    """Whether the SQLite file at ``store``'s path is no longer the one it was when this was called
+    (always False on PostgreSQL, whose store's next connection sees a recreated schema)."""
+    if store.db.backend.name != "sqlite" or store.db.path is None:
+        return lambda: False
+    path = os.path.abspath(str(store.db.path))
+    identity = file_identity(path)
+    return lambda: file_identity(path) != identity
 
 
 class ProjectionBuilder:
@@ -246,7 +258,9 @@ class ProjectionBuilder:
 
         Wake-ups come from the change feed's ``follow`` (watchfiles or LISTEN/NOTIFY); a poll every
         ``poll_interval`` seconds is the safety net. A database that is briefly unavailable is
-        retried after ``poll_interval``; ``builder_busy`` and invalid projections propagate. With
+        retried after ``poll_interval``; ``builder_busy`` and invalid projections propagate, and a
+        SQLite source file replaced or removed at its path ends the run (``projection_failed``:
+        reopen the store, the builder then rebuilds). With
         named sources each source is followed by its own thread, so a source that is down or being
         rebuilt holds none of the others back; an error that propagates stops them all.
         """
@@ -292,9 +306,16 @@ class ProjectionBuilder:
         watcher = threading.Thread(target=self._watch, args=(share, wake, quit_watch), daemon=True,
                                    name=f"projection-{share.checkpoint}-watch")
         watcher.start()
+        replaced = _replacement_check(share.store)
         try:
             while not self._stopping(stop):
                 wake.clear()
+                if replaced():
+                    # The store's connections keep the old SQLite file open: following on would
+                    # project a database that no longer exists at its path, as if caught up.
+                    raise ProjectionError(
+                        "projection_failed", "run", "the source database file was replaced or removed under "
+                        "the builder: reopen the store at its path (the builder then rebuilds onto it)")
                 try:
                     self._catch_up(share)
                 except (DbFailure, FencepostError) as exc:
