@@ -60,6 +60,16 @@ class ShadowTables:
         rs = _sql.run_revisions_shadow
         conn.execute(delete(rs).where(rs.c.name == share.checkpoint))
 
+    def reset_live(self, conn: Connection, backend: Backend, share: Share) -> None:
+        """Empty ``share``'s live rows and its held revisions (the projection is built again)."""
+        if share.label is None:
+            self.projection.reset(Target(conn, backend, self.live, False))
+        else:
+            for live in self.live.values():
+                conn.execute(delete(live).where(live.c[SOURCE_COLUMN] == share.label))
+        rl = _sql.run_revisions
+        conn.execute(delete(rl).where(rl.c.name == share.checkpoint))
+
     def swap(self, conn: Connection, backend: Backend, share: Share) -> None:
         """Make ``share``'s filled shadow live, with its held revisions, and empty the shadow again."""
         if share.label is None:

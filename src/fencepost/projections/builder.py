@@ -205,6 +205,7 @@ class ProjectionBuilder:
         self._tables = ShadowTables(projection, tables)
         self._lock = BuilderLock(self.target, self.name)
         self._prepared = False
+        self._recheck_tables = False  # set by a failed target write: the next call checks the tables
         self._reached = False
         self._closed = threading.Event()
         self._running = threading.Lock()
@@ -317,6 +318,7 @@ class ProjectionBuilder:
                         "projection_failed", "run", "the source database file was replaced or removed under "
                         "the builder: reopen the store at its path (the builder then rebuilds onto it)")
                 try:
+                    self._prepare()
                     self._catch_up(share)
                 except (DbFailure, FencepostError) as exc:
                     # Only an unavailable database is waited out; every other error is a defect,
@@ -660,23 +662,47 @@ class ProjectionBuilder:
         return map_failure(exc, ProjectionError, method, "projection target")  # type: ignore[return-value]
 
     def _prepare(self) -> None:
-        if self._prepared:
+        if self._prepared and not self._recheck_tables:
             return
-        self._reach_target("prepare")
-        try:
-            migrate(self.target, ("projections",))
-        except DbFailure as exc:
-            raise self._target_failure(exc, "prepare") from None
+        if not self._prepared:
+            self._reach_target("prepare")
+            try:
+                migrate(self.target, ("projections",))
+            except DbFailure as exc:
+                raise self._target_failure(exc, "prepare") from None
 
         def body(conn: Connection) -> None:
             self._claim_tables(conn)
+            backend = self.target.backend
+            live_missing = any(not backend.has_table(conn, t.name) for t in self._tables.live.values())
+            shadow_missing = any(not backend.has_table(conn, t.name) for t in self._tables.shadow.values())
             for table in self._tables.all():
                 table.create(conn, checkfirst=True)
             for share in self._shares:
                 self._claim_checkpoint(conn, share)
+                if live_missing or shadow_missing:
+                    self._start_over(conn, share, live=live_missing)
 
         self._write(body)
         self._prepared = True
+        self._recheck_tables = False
+
+    def _start_over(self, conn: Connection, share: Share, *, live: bool) -> None:
+        """Tables of the projection were missing (dropped on the target) and have just been created
+        empty: a checkpoint that still counts their rows would report an empty read model as caught
+        up, and a shadow fill would resume without its earlier pages. Build the share again from
+        revision 0 (``live``), or restart its shadow fill."""
+        cp = self._load_in(conn, share)
+        backend, now = self.target.backend, self._now(share)
+        if live and cp.source is not None:
+            log.warning("projection %s: a table of the projection is missing on the target; building it again",
+                        share.checkpoint)
+            self._tables.reset_live(conn, backend, share)
+            self._tables.reset(conn, backend, share)
+            checkpoints.restart(conn, cp, now_ms=now)
+        elif cp.shadow_source is not None and cp.shadow_reason is not None:
+            self._tables.reset(conn, backend, share)
+            checkpoints.start_shadow(conn, cp, source=cp.shadow_source, reason=cp.shadow_reason, now_ms=now)
 
     def _claim_tables(self, conn: Connection) -> None:
         """Record this projection as the keeper of its tables (live and shadow) on the target,
@@ -741,6 +767,9 @@ class ProjectionBuilder:
         try:
             return self.target.write(fn)
         except DbFailure as exc:
+            # The next call looks at the projection's tables again: a table dropped under the
+            # builder is found (and built again) there instead of failing every page.
+            self._recheck_tables = True
             raise map_failure(exc, ProjectionError, "apply", "projection target") from None
 
     def _read(self, fn: Callable[[Connection], T]) -> T:
