@@ -750,6 +750,9 @@ class ProjectionBuilder:
     def _target_ready(self) -> bool:
         if self._prepared:
             return True
+        path = self.target.path
+        if path is not None and not self._reached and not path.exists():
+            return False  # never built; connecting would create the file
         self._reach_target("status")
         try:
             # The checkpoint tables (3001) are what a read needs; later migrations add columns only.
