@@ -384,8 +384,9 @@ class ProjectionBuilder:
 
         The checkpoint does not move; stale or foreign-source updates are rejected and counted.
         With named sources, ``source_name`` says whose store the snapshots were read from.
-        ``updates`` must be an iterable of ``Observed``/``Missing`` snapshots (``ConsensusFact`` for a
-        consensus projection); anything else is refused before the target is touched.
+        ``updates`` must be an iterable of ``Observed``/``Missing`` snapshots, or the ``Batch``
+        ``store.feed.read`` returns (``ConsensusFact``s for a consensus projection); anything else is
+        refused before the target is touched.
         """
         items = self._offered(updates)
         share = self._select(source_name, "offer", one=True)[0]
@@ -410,10 +411,13 @@ class ProjectionBuilder:
     def _offered(self, updates: object) -> list[Any]:
         """``updates`` as a list, each one checked: the type the projection's feed delivers, with a
         run id, a source and a revision a feed could have produced."""
-        from fencepost.changefeed.types import Missing, Observed
+        from fencepost.changefeed.types import Batch, Missing, Observed
 
         def refuse(detail: str) -> ProjectionError:
             return ProjectionError("invalid_projection", "offer", f"updates {detail}")
+
+        if isinstance(updates, Batch):  # what ``store.feed.read`` returns
+            updates = updates.snapshots
 
         if isinstance(updates, (str, bytes, Mapping)):
             raise refuse("must be an iterable of snapshots")
