@@ -202,6 +202,27 @@ def test_projection_status_is_read_only_on_a_target_never_built(run_cli, tmp_pat
     assert names == []
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_projection_status_on_a_missing_target_database_names_the_target(run_cli, tmp_path, backend):
+    """A SQLite target file that is not there was reported as the store's ("Store.open: no database
+    at ...; create it with `fencepost init`"), advice that makes a store of the read model's file."""
+    from tests.conftest import require_postgres
+
+    assert run_cli("init").code == 0
+    if backend == "sqlite":
+        target = f"sqlite:///{tmp_path / 'read-model.db'}"
+    else:
+        target = require_postgres().rsplit("/", 1)[0] + "/fencepost_no_such_database"
+    result = run_cli("projection", "status", "--target", target)
+    assert_one_line_error(result)
+    assert result.code == 1
+    assert "database_missing: Projection.status: projection target: no database at" in result.err, result.err
+    assert "Store.open" not in result.err and "fencepost init" not in result.err
+    if backend == "sqlite":
+        assert "fencepost projection run --target" in result.err
+    assert not (tmp_path / "read-model.db").exists()
+
+
 @pytest.mark.parametrize("args", [["runs", "cancel", "r1"], ["source", "rotate"]], ids=["runs cancel", "source rotate"])
 def test_write_commands_on_a_missing_database_do_not_create_one(run_cli, tmp_path, args):
     result = run_cli(*args)

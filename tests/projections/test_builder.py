@@ -229,6 +229,20 @@ def test_status_of_a_never_built_projection_writes_nothing(store, backend, make_
         assert builder.target.read(tables) == []
 
 
+def test_status_of_a_missing_sqlite_target_creates_no_file(store, make_db_url):
+    """status() and rebuilds() on a SQLite target file that is not there created an empty database
+    file (PostgreSQL created nothing): "never built", and the file is still not there."""
+    from pathlib import Path
+
+    _seed(store, 3)
+    target_url = make_db_url("sqlite")
+    with ProjectionBuilder(store, target_url, RunsByStatus()) as builder:
+        status = builder.status()
+        assert (status.source, status.applied_revision, status.lag) == (None, 0, 3)
+        assert builder.rebuilds() == []
+    assert not Path(target_url[len("sqlite:///"):]).exists()
+
+
 def test_run_follows_the_source_until_stopped(store, target_url):
     _seed(store, 3)
     stop = threading.Event()

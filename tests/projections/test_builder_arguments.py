@@ -116,6 +116,17 @@ def test_offer_still_applies_snapshots(store, make_db_url):
         assert builder.offer(iter([_snapshot(store, "r-1")])).rejected == 1  # a generator is fine too
 
 
+def test_offer_takes_what_feed_read_returns(store, make_db_url):
+    """``offer(store.feed.read(ids))``, as the docs put it, was refused ("updates must be an iterable
+    of snapshots"): ``read`` returns a ``Batch``, and only its ``snapshots`` list was accepted."""
+    store.db.write(lambda conn: _runs.create(conn, "r-1", 0))
+    with ProjectionBuilder(store, make_db_url(), RunsByStatus()) as builder:
+        builder.catch_up()
+        store.db.write(lambda conn: _runs.start(conn, "r-1", 1))
+        assert builder.offer(store.feed.read(["r-1"])).applied == 1
+        assert builder.offer(store.feed.read(["r-1"])).rejected == 1
+
+
 @pytest.mark.parametrize("stop", ["x", 5, object()])
 def test_run_refuses_a_stop_that_is_not_an_event_before_writing(store, make_db_url, stop):
     builder = ProjectionBuilder(store, make_db_url(), RunsByStatus())

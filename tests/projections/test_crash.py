@@ -30,7 +30,8 @@ _spawned: list[subprocess.Popen[str]] = []
 
 
 def _spawn(source_url: str, target_url: str) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # ROOT for the tests package; the PYTHONPATH given to pytest (if any) still decides which fencepost runs.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.projections._crash_child", source_url, target_url, "7"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

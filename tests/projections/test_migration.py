@@ -1,4 +1,4 @@
-"""Migrations 3001 to 3003 create exactly the builder tables ``projections._sql`` declares, on both backends."""
+"""Migrations 3001 to 3004 create exactly the builder tables ``projections._sql`` declares, on both backends."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from fencepost.projections import _sql
 def test_projection_migration_matches_the_declared_tables(db_url):
     db = Database(db_url)
     try:
-        assert migrate(db, ("projections",)) == [3001, 3002, 3003]
+        assert migrate(db, ("projections",)) == [3001, 3002, 3003, 3004]
         assert migrate(db, ("projections",)) == []  # idempotent
 
         def reflect(conn):

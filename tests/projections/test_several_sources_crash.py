@@ -35,7 +35,8 @@ _spawned: list[subprocess.Popen[str]] = []
 
 
 def _spawn(target_url: str, urls: dict[str, str]) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # ROOT for the tests package; the PYTHONPATH given to pytest (if any) still decides which fencepost runs.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.projections._several_crash_child", target_url, "7",
          *(f"{name}={url}" for name, url in urls.items())],

@@ -50,7 +50,6 @@ def _options(fn):
 def _builder(obj: CliContext, which: str, target: str | None, *, readonly_target: bool = False) -> Any:
     """One store: the builder of today. Several ``--db`` (or one named ``NAME=URL``): one read model
     fed by every store, one checkpoint per store, rows keyed by the store's name."""
-    from fencepost._durable import Database
     from fencepost.projections import ProjectionBuilder
 
     if obj.labelled:
@@ -61,8 +60,25 @@ def _builder(obj: CliContext, which: str, target: str | None, *, readonly_target
     else:
         source = read_store()
         url = target or obj.resolved_url
-    target_db: Any = Database(url, readonly=True) if readonly_target else url
+    target_db: Any = _readonly_target(url) if readonly_target else url
     return ProjectionBuilder(source, target_db, make_projection(which), lock_timeout=5.0)
+
+
+def _readonly_target(url: str) -> Any:
+    """The target opened read-only; a SQLite file that is not there is named as the projection's
+    target (the store's advice, ``fencepost init``, would make a store of it)."""
+    from pathlib import Path
+
+    from fencepost._durable import Database, open_detail, parse_url
+    from fencepost.errors import DatabaseMissing, ProjectionError
+
+    try:
+        return Database(url, readonly=True)
+    except DatabaseMissing:
+        where = str(Path(parse_url(url)[0].database or ""))
+        raise ProjectionError("database_missing", "status", "projection target: " + open_detail(
+            "database_missing", where, sqlite=False) + "; build the projection there first "
+            "(`fencepost projection run --target URL`)") from None
 
 
 def _per_store(result: Any) -> list[dict[str, Any]]:

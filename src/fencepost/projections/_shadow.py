@@ -22,7 +22,7 @@ from fencepost.projections.protocol import Projection, Target
 if TYPE_CHECKING:
     from fencepost.projections._sources import Share
 
-_PARKED = "fencepost_projection_swap"  # a live table's name for the moment of a swap
+_PARKED = _sql.SWAP_PARKING
 
 
 def _shadow_of(table: Table, metadata: MetaData) -> Table:
@@ -59,6 +59,16 @@ class ShadowTables:
                 conn.execute(delete(shadow).where(shadow.c[SOURCE_COLUMN] == share.label))
         rs = _sql.run_revisions_shadow
         conn.execute(delete(rs).where(rs.c.name == share.checkpoint))
+
+    def reset_live(self, conn: Connection, backend: Backend, share: Share) -> None:
+        """Empty ``share``'s live rows and its held revisions (the projection is built again)."""
+        if share.label is None:
+            self.projection.reset(Target(conn, backend, self.live, False))
+        else:
+            for live in self.live.values():
+                conn.execute(delete(live).where(live.c[SOURCE_COLUMN] == share.label))
+        rl = _sql.run_revisions
+        conn.execute(delete(rl).where(rl.c.name == share.checkpoint))
 
     def swap(self, conn: Connection, backend: Backend, share: Share) -> None:
         """Make ``share``'s filled shadow live, with its held revisions, and empty the shadow again."""

@@ -58,6 +58,15 @@ rebuilds = Table(
 )
 
 
+# Migration 3004: which projection keeps each table (live and shadow) on the target.
+table_owners = Table(
+    "projection_tables",
+    metadata,
+    Column("table_name", Text, primary_key=True),
+    Column("projection", Text, nullable=False),
+)
+
+
 def _revisions_table(name: str) -> Table:
     return Table(
         name,
@@ -72,6 +81,17 @@ def _revisions_table(name: str) -> Table:
 
 run_revisions = _revisions_table("projection_run_revisions")
 run_revisions_shadow = _revisions_table("projection_run_revisions_shadow")
+
+# Table names a projection may not declare: the store's tables (and any later ``flows_`` table) and
+# the builder's own, on a target that may be the store's own database.
+RESERVED_PREFIX = "flows_"
+SWAP_PARKING = "fencepost_projection_swap"  # a live table's name for the moment of a swap
+
+
+def reserved_table(name: str) -> bool:
+    """Whether a projection table may not be called ``name``: fencepost keeps a table of that name."""
+    return name.startswith(RESERVED_PREFIX) or name == SWAP_PARKING or name in metadata.tables
+
 
 # The columns of 3001 only: a read-only status works on a target whose 3002 is not applied yet.
 _CHECKPOINT_COLUMNS = [c for c in checkpoints.columns if c.name not in ("projection", "source_name")]

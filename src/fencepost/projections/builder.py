@@ -22,6 +22,7 @@ exactly the rows keyed by its name) while the other sources keep being applied.
 from __future__ import annotations
 
 import logging
+import os
 import random
 import threading
 import time
@@ -29,13 +30,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import msgspec
-from sqlalchemy import Table
+from sqlalchemy import Table, select
 from sqlalchemy.engine import Connection
 
 from fencepost import _gauges
 from fencepost._durable import Database, DbFailure, map_failure, store_closed
 from fencepost._migrations import migrate, pending
 from fencepost._values import identifier_problem, is_safe_int, seconds_problem, stop_problem
+from fencepost.changefeed.follow import _file_identity as file_identity
 from fencepost.errors import FencepostError, ProjectionError, SourceChanged
 from fencepost.projections import _sources, _sql, checkpoints
 from fencepost.projections._feeds import Page
@@ -94,6 +96,16 @@ class ProjectionStatus(msgspec.Struct, frozen=True):
     rebuilds: int
     pending_rebuild: str | None
     last_rebuild: RebuildRecord | None
+
+
+def _replacement_check(store: Store) -> Callable[[], bool]:
+    """Whether the SQLite file at ``store``'s path is no longer the one it was when this was called
+    (always False on PostgreSQL, whose store's next connection sees a recreated schema)."""
+    if store.db.backend.name != "sqlite" or store.db.path is None:
+        return lambda: False
+    path = os.path.abspath(str(store.db.path))
+    identity = file_identity(path)
+    return lambda: file_identity(path) != identity
 
 
 class ProjectionBuilder:
@@ -157,6 +169,11 @@ class ProjectionBuilder:
                 raise ProjectionError("invalid_projection", "ProjectionBuilder",
                                       f"fed by several sources, every table needs a {SOURCE_COLUMN} column "
                                       "in its primary key")
+        reserved = next((t.name for t in ShadowTables(projection, tables).all() if _sql.reserved_table(t.name)), None)
+        if reserved is not None:
+            raise ProjectionError("invalid_projection", "ProjectionBuilder",
+                                  f"table {reserved!r} is named like one of fencepost's own tables "
+                                  f"(names starting with {_sql.RESERVED_PREFIX!r} and the builder's tables are taken)")
         if named is None and getattr(projection, "by_source", False) is True:
             raise ProjectionError("invalid_projection", "ProjectionBuilder",
                                   f"a projection keyed by {SOURCE_COLUMN} needs named sources")
@@ -188,6 +205,7 @@ class ProjectionBuilder:
         self._tables = ShadowTables(projection, tables)
         self._lock = BuilderLock(self.target, self.name)
         self._prepared = False
+        self._recheck_tables = False  # set by a failed target write: the next call checks the tables
         self._reached = False
         self._closed = threading.Event()
         self._running = threading.Lock()
@@ -241,7 +259,9 @@ class ProjectionBuilder:
 
         Wake-ups come from the change feed's ``follow`` (watchfiles or LISTEN/NOTIFY); a poll every
         ``poll_interval`` seconds is the safety net. A database that is briefly unavailable is
-        retried after ``poll_interval``; ``builder_busy`` and invalid projections propagate. With
+        retried after ``poll_interval``; ``builder_busy`` and invalid projections propagate, and a
+        SQLite source file replaced or removed at its path ends the run (``projection_failed``:
+        reopen the store, the builder then rebuilds). With
         named sources each source is followed by its own thread, so a source that is down or being
         rebuilt holds none of the others back; an error that propagates stops them all.
         """
@@ -287,10 +307,18 @@ class ProjectionBuilder:
         watcher = threading.Thread(target=self._watch, args=(share, wake, quit_watch), daemon=True,
                                    name=f"projection-{share.checkpoint}-watch")
         watcher.start()
+        replaced = _replacement_check(share.store)
         try:
             while not self._stopping(stop):
                 wake.clear()
+                if replaced():
+                    # The store's connections keep the old SQLite file open: following on would
+                    # project a database that no longer exists at its path, as if caught up.
+                    raise ProjectionError(
+                        "projection_failed", "run", "the source database file was replaced or removed under "
+                        "the builder: reopen the store at its path (the builder then rebuilds onto it)")
                 try:
+                    self._prepare()
                     self._catch_up(share)
                 except (DbFailure, FencepostError) as exc:
                     # Only an unavailable database is waited out; every other error is a defect,
@@ -356,8 +384,9 @@ class ProjectionBuilder:
 
         The checkpoint does not move; stale or foreign-source updates are rejected and counted.
         With named sources, ``source_name`` says whose store the snapshots were read from.
-        ``updates`` must be an iterable of ``Observed``/``Missing`` snapshots (``ConsensusFact`` for a
-        consensus projection); anything else is refused before the target is touched.
+        ``updates`` must be an iterable of ``Observed``/``Missing`` snapshots, or the ``Batch``
+        ``store.feed.read`` returns (``ConsensusFact``s for a consensus projection); anything else is
+        refused before the target is touched.
         """
         items = self._offered(updates)
         share = self._select(source_name, "offer", one=True)[0]
@@ -382,10 +411,13 @@ class ProjectionBuilder:
     def _offered(self, updates: object) -> list[Any]:
         """``updates`` as a list, each one checked: the type the projection's feed delivers, with a
         run id, a source and a revision a feed could have produced."""
-        from fencepost.changefeed.types import Missing, Observed
+        from fencepost.changefeed.types import Batch, Missing, Observed
 
         def refuse(detail: str) -> ProjectionError:
             return ProjectionError("invalid_projection", "offer", f"updates {detail}")
+
+        if isinstance(updates, Batch):  # what ``store.feed.read`` returns
+            updates = updates.snapshots
 
         if isinstance(updates, (str, bytes, Mapping)):
             raise refuse("must be an iterable of snapshots")
@@ -634,22 +666,63 @@ class ProjectionBuilder:
         return map_failure(exc, ProjectionError, method, "projection target")  # type: ignore[return-value]
 
     def _prepare(self) -> None:
-        if self._prepared:
+        if self._prepared and not self._recheck_tables:
             return
-        self._reach_target("prepare")
-        try:
-            migrate(self.target, ("projections",))
-        except DbFailure as exc:
-            raise self._target_failure(exc, "prepare") from None
+        if not self._prepared:
+            self._reach_target("prepare")
+            try:
+                migrate(self.target, ("projections",))
+            except DbFailure as exc:
+                raise self._target_failure(exc, "prepare") from None
 
         def body(conn: Connection) -> None:
+            self._claim_tables(conn)
+            backend = self.target.backend
+            live_missing = any(not backend.has_table(conn, t.name) for t in self._tables.live.values())
+            shadow_missing = any(not backend.has_table(conn, t.name) for t in self._tables.shadow.values())
             for table in self._tables.all():
                 table.create(conn, checkfirst=True)
             for share in self._shares:
                 self._claim_checkpoint(conn, share)
+                if live_missing or shadow_missing:
+                    self._start_over(conn, share, live=live_missing)
 
         self._write(body)
         self._prepared = True
+        self._recheck_tables = False
+
+    def _start_over(self, conn: Connection, share: Share, *, live: bool) -> None:
+        """Tables of the projection were missing (dropped on the target) and have just been created
+        empty: a checkpoint that still counts their rows would report an empty read model as caught
+        up, and a shadow fill would resume without its earlier pages. Build the share again from
+        revision 0 (``live``), or restart its shadow fill."""
+        cp = self._load_in(conn, share)
+        backend, now = self.target.backend, self._now(share)
+        if live and cp.source is not None:
+            log.warning("projection %s: a table of the projection is missing on the target; building it again",
+                        share.checkpoint)
+            self._tables.reset_live(conn, backend, share)
+            self._tables.reset(conn, backend, share)
+            checkpoints.restart(conn, cp, now_ms=now)
+        elif cp.shadow_source is not None and cp.shadow_reason is not None:
+            self._tables.reset(conn, backend, share)
+            checkpoints.start_shadow(conn, cp, source=cp.shadow_source, reason=cp.shadow_reason, now_ms=now)
+
+    def _claim_tables(self, conn: Connection) -> None:
+        """Record this projection as the keeper of its tables (live and shadow) on the target,
+        refusing a table another projection name keeps: both would write, reset and swap its rows."""
+        names = [table.name for table in self._tables.all()]
+        owners = _sql.table_owners
+        conn.execute(self.target.backend.insert(owners).values(
+            [{"table_name": name, "projection": self.name} for name in names]
+        ).on_conflict_do_nothing(index_elements=["table_name"]))
+        kept = dict(conn.execute(select(owners.c.table_name, owners.c.projection).where(
+            owners.c.table_name.in_(names))).all())
+        for name in names:
+            if kept.get(name) != self.name:
+                raise ProjectionError("invalid_projection", "prepare",
+                                      f"table {name!r} belongs to the projection {kept.get(name)!r} on the target; "
+                                      "give this projection tables of its own")
 
     def _claim_checkpoint(self, conn: Connection, share: Share) -> None:
         """Create the share's checkpoint row, refusing a row or name that belongs to another builder.
@@ -681,6 +754,9 @@ class ProjectionBuilder:
     def _target_ready(self) -> bool:
         if self._prepared:
             return True
+        path = self.target.path
+        if path is not None and not self._reached and not path.exists():
+            return False  # never built; connecting would create the file
         self._reach_target("status")
         try:
             # The checkpoint tables (3001) are what a read needs; later migrations add columns only.
@@ -698,6 +774,9 @@ class ProjectionBuilder:
         try:
             return self.target.write(fn)
         except DbFailure as exc:
+            # The next call looks at the projection's tables again: a table dropped under the
+            # builder is found (and built again) there instead of failing every page.
+            self._recheck_tables = True
             raise map_failure(exc, ProjectionError, "apply", "projection target") from None
 
     def _read(self, fn: Callable[[Connection], T]) -> T:

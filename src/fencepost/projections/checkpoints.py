@@ -156,6 +156,21 @@ def start_shadow(conn: Connection, cp: Checkpoint, *, source: str, reason: str, 
         raise CheckpointMoved()
 
 
+def restart(conn: Connection, cp: Checkpoint, *, now_ms: int) -> None:
+    """Move ``cp`` back to before its first page (no source, revision 0, no shadow): the projection
+    is built again from the start. The totals are kept."""
+    c = cp_table.c
+    src = c.source.is_(None) if cp.source is None else c.source == cp.source
+    result = conn.execute(
+        update(cp_table).where(and_(c.name == cp.name, src, c.revision == cp.revision)).values(
+            source=None, revision=0, anchor=None, shadow_source=None, shadow_revision=None, shadow_anchor=None,
+            shadow_applied=None, shadow_reason=None, shadow_started_at_ms=None, updated_at_ms=now_ms,
+        )
+    )
+    if result.rowcount != 1:
+        raise CheckpointMoved()
+
+
 def advance_shadow(conn: Connection, cp: Checkpoint, *, revision: int, anchor: str | None, applied: int,
                    rejected: int, now_ms: int) -> None:
     """Move the shadow checkpoint from ``cp`` to ``revision``; raise CheckpointMoved if it moved."""

@@ -1,0 +1,102 @@
+"""A projection table dropped on the target is built again, never left empty behind a caught-up checkpoint.
+
+Defect: dropping a projection's table (a common way to start a read model over) left its checkpoint
+as it was. The next builder recreated the table empty and reported lag 0 for ever: every run was
+missing from the read model and nothing said so. A builder following in ``run()`` when the table was
+dropped failed each page with ``persistence_failed`` and retried for ever. A dropped shadow table was
+recreated empty while the shadow checkpoint kept its position, so the rebuild resumed and swapped in
+a read model without the rows of its earlier pages. Now a builder that finds a live table missing
+builds the projection again from revision 0 (its remaining tables emptied, its held revisions
+forgotten), and a missing shadow table restarts the shadow fill.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from sqlalchemy import text
+
+from fencepost.projections import ProjectionBuilder, RunsByStatus
+from tests.projections import _runs
+
+TABLE = "projection_runs_by_status"
+
+
+def _seed(store, n: int, prefix: str = "run") -> None:
+    store.db.write(lambda conn: [_runs.create(conn, f"{prefix}-{i}", i) for i in range(n)])
+
+
+def _drop(builder: ProjectionBuilder, table: str) -> None:
+    builder.target.write(lambda conn: conn.execute(text(f"DROP TABLE {table}")))
+
+
+def test_a_dropped_projection_table_is_built_again_from_the_start(store, target_url):
+    _seed(store, 6)
+    with ProjectionBuilder(store, target_url, RunsByStatus(), batch_size=4) as builder:
+        builder.catch_up()
+        _drop(builder, TABLE)
+    with ProjectionBuilder(store, target_url, RunsByStatus(), batch_size=4) as builder:
+        done = builder.catch_up()
+        assert done.applied == 6 and done.revision == 6
+        assert builder.target.read(_runs.projected_rows) == store.db.read(_runs.live_rows)
+        status = builder.status()
+        assert (status.lag, status.applied_revision) == (0, 6)
+
+
+def test_a_table_dropped_while_the_builder_follows_is_built_again(store, target_url):
+    _seed(store, 3)
+    stop = threading.Event()
+    failure: list[BaseException] = []
+    with ProjectionBuilder(store, target_url, RunsByStatus(), poll_interval=0.1) as builder:
+        def follow() -> None:
+            try:
+                builder.run(stop)
+            except BaseException as exc:
+                failure.append(exc)
+
+        thread = threading.Thread(target=follow)
+        thread.start()
+        try:
+            deadline = time.monotonic() + 20
+            while builder.status().lag and time.monotonic() < deadline:
+                time.sleep(0.05)
+            _drop(builder, TABLE)
+            _seed(store, 2, "after")
+            want = store.db.read(_runs.live_rows)
+
+            def projected() -> dict | None:
+                try:
+                    return builder.target.read(_runs.projected_rows)
+                except Exception:  # the table is missing until the builder recreates it
+                    return None
+
+            while projected() != want and time.monotonic() < deadline and not failure:
+                time.sleep(0.05)
+            assert projected() == want and not failure
+        finally:
+            stop.set()
+            thread.join(timeout=20)
+    assert not failure
+
+
+def test_a_shadow_table_dropped_mid_rebuild_restarts_the_fill(store, target_url):
+    _seed(store, 9)
+    with ProjectionBuilder(store, target_url, RunsByStatus(), batch_size=3) as builder:
+        builder.catch_up()
+        pages = []
+
+        def interrupt(shadow: bool, page) -> None:
+            pages.append(page)
+            if shadow and len(pages) == 2:
+                raise KeyboardInterrupt  # a crash after the second shadow page committed
+
+        builder._after_page = interrupt
+        try:
+            builder.rebuild()
+        except KeyboardInterrupt:
+            pass
+        _drop(builder, f"{TABLE}__shadow")
+    with ProjectionBuilder(store, target_url, RunsByStatus(), batch_size=3) as builder:
+        assert builder.catch_up().rebuilt
+        assert builder.target.read(_runs.projected_rows) == store.db.read(_runs.live_rows)
