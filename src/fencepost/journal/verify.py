@@ -150,9 +150,11 @@ def verify(store: Store, *, anchor: Head | None = None) -> VerifyReport:
     """
     if anchor is not None and type(anchor) is not Head:
         raise JournalError("invalid_event", "verify", "anchor must be a Head")
-    checker = _Checker()
 
-    def run(conn: Connection) -> str | None:
+    def run(conn: Connection) -> tuple[_Checker, str | None]:
+        # Everything a pass learns is made here: the store retries this whole read after a
+        # transient failure (a dropped connection), and a retry must start from a clean checker.
+        checker = _Checker()
         after = 0
         anchor_hash: str | None = None
         while True:
@@ -162,11 +164,11 @@ def verify(store: Store, *, anchor: Head | None = None) -> VerifyReport:
                 if anchor is not None and int(row.position) == anchor.position:
                     anchor_hash = row.entry_hash
             if len(rows) < PAGE:
-                return anchor_hash
+                return checker, anchor_hash
             after = int(rows[-1].position)
 
     try:
-        anchor_hash = store.db.read(run)
+        checker, anchor_hash = store.db.read(run)
     except DbFailure as exc:
         raise JournalError("read_failed", "verify", failure_detail("journal read", exc)) from None
     if anchor is not None and anchor_hash != anchor.entry_hash:
