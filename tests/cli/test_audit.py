@@ -182,3 +182,27 @@ def test_verify_anchor_with_a_mistyped_hash_names_the_anchor_not_a_seq(run_cli, 
     assert f"first at the anchor (position {head['position']}): the anchored entry has another hash" \
         in mistyped.out, mistyped
     assert "seq" not in mistyped.out
+
+
+def test_an_undecodable_stored_entry_is_named_by_position_on_every_read(run_cli, settled):
+    """Defect: a stored entry that passes the table's JSON check but cannot be decoded (a number
+    out of range, written by someone with database access) made ``journal show``, ``journal replay``
+    and ``journal replay --all`` fail with "stored payload or meta is not valid JSON" and no hint of
+    which entry: the auditor could not find it. The error names its position (as verify does), and
+    never the stored value."""
+    with fencepost.open(settled) as store, store.db.connect() as conn:
+        _drop_append_only_guard(store, conn)
+        conn.execute(update(events).where(events.c.run_id == companion_stream("r1"), events.c.seq == 1)
+                     .values(payload_json='{"password":"hunter2-LEAK","n":1e400}'))
+        conn.commit()
+        position = conn.execute(events.select().with_only_columns(events.c.position)
+                                .where(events.c.run_id == companion_stream("r1"), events.c.seq == 1)).scalar()
+    for args in (("journal", "show", "r1", "--companion"), ("journal", "replay", "r1"),
+                 ("journal", "replay", "--all", "--json")):
+        result = run_cli("--db", settled, *args)
+        assert_one_line_error(result)
+        assert result.code == 1 and "decode_failed" in result.err, result
+        assert f"position {position}" in result.err, result
+        assert "hunter2-LEAK" not in result.err + result.out
+    broken = run_cli("--db", settled, "journal", "verify")
+    assert broken.code == 1 and f"(position {position})" in broken.out and "hunter2-LEAK" not in broken.out
