@@ -163,7 +163,10 @@ def test_verify_anchor_proves_the_newest_entries_were_not_removed(run_cli, settl
     # ... the anchor does.
     anchored = run_cli("--db", settled, "journal", "verify", "--anchor", anchor)
     assert anchored.code == 1 and "first at the anchor" in anchored.out, anchored
-    for bad in ("12", "x:" + "0" * 64, "3:abc", "3:" + "G" * 64, "3:" + "0" * 63):
+    # Positions no entry can have (0, beyond 2**53-1) and digits other than ASCII ("²" made int()
+    # raise: a ValueError line instead of a usage error) are mistakes in the argument, not breaks.
+    for bad in ("12", "x:" + "0" * 64, "3:abc", "3:" + "G" * 64, "3:" + "0" * 63, "0:" + "0" * 64,
+                f"{2**53}:" + "0" * 64, "\u00b2:" + "0" * 64, "\u0661\u0662:" + "0" * 64):
         result = run_cli("--db", settled, "journal", "verify", "--anchor", bad)
         assert_one_line_error(result)
         assert result.code == 2 and "--anchor" in result.err

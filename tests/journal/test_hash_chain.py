@@ -207,3 +207,30 @@ def test_verify_retried_after_a_dropped_connection_reports_no_false_break(store:
     assert report.ok, report.first_break
     assert (report.entries_checked, report.streams_checked, report.breaks) == (12, 1, 0)
     assert report.head == head(store)
+
+
+def test_a_malformed_anchor_is_refused_naming_the_field_not_reported_as_a_break(store: fencepost.Store) -> None:
+    """Defect: ``verify`` checked only that ``anchor`` is a ``Head``. A head read back from where the
+    auditor kept it with its position as text (``Head("9", ...)``), a position no entry can have, or
+    the hash upper-cased reported an intact journal as broken at the anchor ("the anchored entry is
+    missing" / "has another hash"): a false tamper alarm. A malformed anchor is ``invalid_event``
+    naming the field; the hash is compared case-insensitively, as the command line does."""
+    from fencepost.errors import JournalError
+
+    _fill(store)
+    good = head(store)
+    assert good is not None
+    bad = {
+        "position": [Head(position=str(good.position), entry_hash=good.entry_hash),  # type: ignore[arg-type]
+                     Head(position=0, entry_hash=good.entry_hash), Head(position=2**53, entry_hash=good.entry_hash),
+                     Head(position=True, entry_hash=good.entry_hash), Head(position=9.0, entry_hash=good.entry_hash)],  # type: ignore[arg-type]
+        "entry_hash": [Head(position=9, entry_hash="xyz"), Head(position=9, entry_hash=good.entry_hash + "0"),
+                       Head(position=9, entry_hash=None)],  # type: ignore[arg-type]
+    }
+    for field, anchors in bad.items():
+        for anchor in anchors:
+            with pytest.raises(JournalError) as caught:
+                verify(store, anchor=anchor)
+            assert caught.value.code == "invalid_event" and f"anchor.{field}" in str(caught.value), anchor
+    upper = verify(store, anchor=Head(position=good.position, entry_hash=good.entry_hash.upper()))
+    assert upper.ok, upper.first_break

@@ -143,14 +143,19 @@ def _fields(struct: Any) -> tuple[str, ...]:
 def _anchor(value: str | None) -> Any:
     if value is None:
         return None
+    from fencepost.errors import JournalError
     from fencepost.journal import Head
+    from fencepost.journal.verify import checked_anchor
 
+    expected = "expected POSITION:HASH (a journal position and its 64-hex entry hash)"
     position, sep, digest = value.strip().partition(":")
-    digest = digest.lower()  # the hash as printed is lower case; an upper-cased copy is the same hash
-    if not sep or not position.isdigit() or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
-        raise click.BadParameter("expected POSITION:HASH (a journal position and its 64-hex entry hash)",
-                                 param_hint="--anchor")
-    return Head(position=int(position), entry_hash=digest)
+    # ASCII digits only ("²" is a digit to str.isdigit and not to int), and few enough for int().
+    if not sep or not (position.isascii() and position.isdigit()) or len(position) > 16:
+        raise click.BadParameter(expected, param_hint="--anchor")
+    try:
+        return checked_anchor(Head(position=int(position), entry_hash=digest))
+    except JournalError as exc:
+        raise click.BadParameter(f"{expected}: {exc.detail}", param_hint="--anchor") from None
 
 
 @journal.command("verify")
