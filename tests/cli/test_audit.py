@@ -209,3 +209,26 @@ def test_an_undecodable_stored_entry_is_named_by_position_on_every_read(run_cli,
         assert "hunter2-LEAK" not in result.err + result.out
     broken = run_cli("--db", settled, "journal", "verify")
     assert broken.code == 1 and f"(position {position})" in broken.out and "hunter2-LEAK" not in broken.out
+
+
+def test_journal_show_of_an_id_with_no_run_and_no_entries_is_an_error(run_cli, settled):
+    """Defect: a mistyped run id given to ``journal show`` printed an empty table and exited 0 (on a
+    pipe not even the title), so an auditor read "no entries" for a run that has them under
+    another id. As ``journal replay`` does: an id that names neither a run nor any entries is an
+    error (exit 1, one line). A run without entries, and a deleted run's kept stream, still show."""
+    for args in (("journal", "show", "r-1"), ("journal", "show", "r-1", "--companion"),
+                 ("journal", "show", "r-1", "--json")):
+        result = run_cli("--db", settled, *args)
+        assert_one_line_error(result)
+        assert result.code == 1 and result.out == "" and "no run" in result.err, result
+    with fencepost.open(settled) as store:
+        store.runs.create("never-claimed", "{}")
+        store.runs.create("gone", "{}")
+        store.runs.delete("gone")
+    empty = run_cli("--db", settled, "journal", "show", "never-claimed", "--json")
+    assert empty.code == 0 and json.loads(empty.out)["entries"] == [], empty
+    kept = run_cli("--db", settled, "journal", "show", "gone", "--json")
+    assert kept.code == 0 and [e["event_type"] for e in json.loads(kept.out)["entries"]] == [
+        "flows.run-store.deleted"], kept
+    past_the_end = run_cli("--db", settled, "journal", "show", "r1", "--companion", "--after", "50")
+    assert past_the_end.code == 0, past_the_end

@@ -37,7 +37,7 @@ def journal_show(run_id: str, companion: bool, after: int | None, limit: int, ou
     The table cuts a payload or meta longer than 160 characters (ending it with "..."); json,
     jsonl and csv print them exactly as they were recorded (the hash chain covers them). With
     --format json, prints the page {"entries": [...], "has_more": ...}; jsonl and csv print the
-    entries alone.
+    entries alone. Exits 1 when RUN_ID names neither a run nor any journal entries.
 
     Example: fencepost journal show demo-0001 --companion
     """
@@ -46,6 +46,10 @@ def journal_show(run_id: str, companion: bool, after: int | None, limit: int, ou
     store = read_store()
     stream = companion_stream(run_id) if companion else run_id
     page = store.journal.entries(stream, after=after, limit=limit)
+    if not page.entries and not run_exists(store, run_id) and not any(
+            store.journal.entries(s, limit=1).entries for s in (run_id, companion_stream(run_id))):
+        # A mistyped id is not an empty stream (journal replay refuses it the same way).
+        raise fail("journal show: no run and no journal entries with this run id")
     entries = to_data(page.entries)
     more = [f"more entries follow: --after {page.entries[-1].seq}"] if page.has_more and page.entries else []
     out.rows(entries, ENTRY_COLUMNS, footer=more, document=to_data(page),
