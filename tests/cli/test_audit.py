@@ -163,7 +163,10 @@ def test_verify_anchor_proves_the_newest_entries_were_not_removed(run_cli, settl
     # ... the anchor does.
     anchored = run_cli("--db", settled, "journal", "verify", "--anchor", anchor)
     assert anchored.code == 1 and "first at the anchor" in anchored.out, anchored
-    for bad in ("12", "x:" + "0" * 64, "3:abc", "3:" + "G" * 64, "3:" + "0" * 63):
+    # Positions no entry can have (0, beyond 2**53-1) and digits other than ASCII ("²" made int()
+    # raise: a ValueError line instead of a usage error) are mistakes in the argument, not breaks.
+    for bad in ("12", "x:" + "0" * 64, "3:abc", "3:" + "G" * 64, "3:" + "0" * 63, "0:" + "0" * 64,
+                f"{2**53}:" + "0" * 64, "\u00b2:" + "0" * 64, "\u0661\u0662:" + "0" * 64):
         result = run_cli("--db", settled, "journal", "verify", "--anchor", bad)
         assert_one_line_error(result)
         assert result.code == 2 and "--anchor" in result.err
@@ -182,3 +185,50 @@ def test_verify_anchor_with_a_mistyped_hash_names_the_anchor_not_a_seq(run_cli, 
     assert f"first at the anchor (position {head['position']}): the anchored entry has another hash" \
         in mistyped.out, mistyped
     assert "seq" not in mistyped.out
+
+
+def test_an_undecodable_stored_entry_is_named_by_position_on_every_read(run_cli, settled):
+    """Defect: a stored entry that passes the table's JSON check but cannot be decoded (a number
+    out of range, written by someone with database access) made ``journal show``, ``journal replay``
+    and ``journal replay --all`` fail with "stored payload or meta is not valid JSON" and no hint of
+    which entry: the auditor could not find it. The error names its position (as verify does), and
+    never the stored value."""
+    with fencepost.open(settled) as store, store.db.connect() as conn:
+        _drop_append_only_guard(store, conn)
+        conn.execute(update(events).where(events.c.run_id == companion_stream("r1"), events.c.seq == 1)
+                     .values(payload_json='{"password":"hunter2-LEAK","n":1e400}'))
+        conn.commit()
+        position = conn.execute(events.select().with_only_columns(events.c.position)
+                                .where(events.c.run_id == companion_stream("r1"), events.c.seq == 1)).scalar()
+    for args in (("journal", "show", "r1", "--companion"), ("journal", "replay", "r1"),
+                 ("journal", "replay", "--all", "--json")):
+        result = run_cli("--db", settled, *args)
+        assert_one_line_error(result)
+        assert result.code == 1 and "decode_failed" in result.err, result
+        assert f"position {position}" in result.err, result
+        assert "hunter2-LEAK" not in result.err + result.out
+    broken = run_cli("--db", settled, "journal", "verify")
+    assert broken.code == 1 and f"(position {position})" in broken.out and "hunter2-LEAK" not in broken.out
+
+
+def test_journal_show_of_an_id_with_no_run_and_no_entries_is_an_error(run_cli, settled):
+    """Defect: a mistyped run id given to ``journal show`` printed an empty table and exited 0 (on a
+    pipe not even the title), so an auditor read "no entries" for a run that has them under
+    another id. As ``journal replay`` does: an id that names neither a run nor any entries is an
+    error (exit 1, one line). A run without entries, and a deleted run's kept stream, still show."""
+    for args in (("journal", "show", "r-1"), ("journal", "show", "r-1", "--companion"),
+                 ("journal", "show", "r-1", "--json")):
+        result = run_cli("--db", settled, *args)
+        assert_one_line_error(result)
+        assert result.code == 1 and result.out == "" and "no run" in result.err, result
+    with fencepost.open(settled) as store:
+        store.runs.create("never-claimed", "{}")
+        store.runs.create("gone", "{}")
+        store.runs.delete("gone")
+    empty = run_cli("--db", settled, "journal", "show", "never-claimed", "--json")
+    assert empty.code == 0 and json.loads(empty.out)["entries"] == [], empty
+    kept = run_cli("--db", settled, "journal", "show", "gone", "--json")
+    assert kept.code == 0 and [e["event_type"] for e in json.loads(kept.out)["entries"]] == [
+        "flows.run-store.deleted"], kept
+    past_the_end = run_cli("--db", settled, "journal", "show", "r1", "--companion", "--after", "50")
+    assert past_the_end.code == 0, past_the_end

@@ -251,3 +251,37 @@ def test_upstream_ownership_sequences_replay_clean_and_the_projection_agrees(sto
         assert history.ok, (rid, history.violations)
         assert [(i.owner, i.ended_by) for i in history.intervals] == intervals, rid
         assert projected(store, rid) == replayed(history), rid
+
+
+def forge(store: fencepost.Store, run_id: str, kind: str, payload: dict) -> None:
+    """A fact no store operation writes, on the run's companion stream (as someone with access could)."""
+    store.db.write(lambda conn: store.journal.append_in(
+        conn, companion_stream(run_id), f"flows.consensus.{kind}", payload, source_id="flows.run-store",
+        meta={"runId": run_id}))
+
+
+def test_the_projection_applies_no_fact_that_replay_reports_as_malformed(store: fencepost.Store) -> None:
+    """Defect: replay skips a fact whose ``grantedAtMs`` or evidence members are malformed
+    (``malformed_fact``) or whose payload names no run (``wrong_run``), but the ``OwnershipHistory``
+    projection applied the first two (a malformed grant read as ``None``: a forged activation opened
+    a second interval, a forged release closed the owner's) and stopped with ``decode_failed`` on the
+    third, for good. The projection now applies exactly the facts replay applies, and keeps going."""
+    t0 = store.clock.now_ms()
+    forged = {
+        "grant-text": [("activated", {"runId": "grant-text", "owner": B.to_json(), "grantedAtMs": "5"})],
+        "grant-float": [("released", {"runId": "grant-float", "owner": A.to_json(), "grantedAtMs": 1.5})],
+        "bad-evidence": [("stolen", {"runId": "bad-evidence", "owner": B.to_json(), "grantedAtMs": t0 + 1,
+                                     "holderHeartbeatAtMs": "x"})],
+        "no-run-id": [("released", {"owner": A.to_json(), "grantedAtMs": None})],
+    }
+    for rid, facts_ in forged.items():
+        own(store, rid, A, t0)
+        for kind, payload in facts_:
+            forge(store, rid, kind, payload)
+    own(store, "after", C, t0)  # a run whose facts come after every forged one: the projection gets there
+    for rid in [*forged, "after"]:
+        history = ownership_history(store, rid)
+        assert [(i.owner, i.ended_by) for i in history.intervals] == [(C if rid == "after" else A, None)], rid
+        assert projected(store, rid) == replayed(history), rid
+    assert {v.rule for rid in forged for v in ownership_history(store, rid).violations} == {
+        "malformed_fact", "wrong_run"}

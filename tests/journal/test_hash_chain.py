@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
+import time
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 import fencepost
 from fencepost.journal import Head, NewEntry, head, verify
@@ -169,3 +171,66 @@ def test_entry_hash_follows_the_documented_recipe_on_every_backend(store: fencep
     material = ["run", 0, "flows:event:3:run1:p0", "p", 0, 0, "t", payload_json, meta_json, 1, "0" * 64, "0" * 64]
     expected = hashlib.sha256(json.dumps(material, separators=(",", ":")).encode()).hexdigest()
     assert entry.entry_hash == expected
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])
+def test_verify_retried_after_a_dropped_connection_reports_no_false_break(store: fencepost.Store, monkeypatch) -> None:
+    """Defect: ``verify`` kept its checker outside the read it hands to the store, so when a dropped
+    connection made the store retry that read, the second pass continued from the first pass's
+    state and reported an intact journal as broken (``position``: expected 6, found 1), a false
+    tamper alarm. The connection is dropped for real (``pg_terminate_backend``) after the first page;
+    SQLite has no connection to lose mid-read."""
+    store.journal.append_many_unfenced("run", [NewEntry("step", {"i": i}) for i in range(12)], source_id="w")
+    monkeypatch.setattr(sys.modules["fencepost.journal.verify"], "PAGE", 5)
+    killed: list[int] = []
+
+    def drop_after_first_page(conn, cursor, statement, params, context, executemany) -> None:
+        if killed or "FROM flows_journal_events" not in statement or "LIMIT" not in statement.upper():
+            return
+        pid = int(conn.exec_driver_sql("SELECT pg_backend_pid()").scalar())
+        killed.append(pid)
+        with store.db.connect() as other:
+            assert other.exec_driver_sql(f"SELECT pg_terminate_backend({pid})").scalar() is True
+            other.commit()
+            deadline = time.monotonic() + 20
+            while other.exec_driver_sql(f"SELECT count(*) FROM pg_stat_activity WHERE pid = {pid}").scalar():
+                other.rollback()
+                assert time.monotonic() < deadline, "the terminated backend never went away"
+                time.sleep(0.01)
+
+    event.listen(store.db.engine, "after_cursor_execute", drop_after_first_page)
+    try:
+        report = verify(store)
+    finally:
+        event.remove(store.db.engine, "after_cursor_execute", drop_after_first_page)
+    assert killed, "the fault was never injected"
+    assert report.ok, report.first_break
+    assert (report.entries_checked, report.streams_checked, report.breaks) == (12, 1, 0)
+    assert report.head == head(store)
+
+
+def test_a_malformed_anchor_is_refused_naming_the_field_not_reported_as_a_break(store: fencepost.Store) -> None:
+    """Defect: ``verify`` checked only that ``anchor`` is a ``Head``. A head read back from where the
+    auditor kept it with its position as text (``Head("9", ...)``), a position no entry can have, or
+    the hash upper-cased reported an intact journal as broken at the anchor ("the anchored entry is
+    missing" / "has another hash"): a false tamper alarm. A malformed anchor is ``invalid_event``
+    naming the field; the hash is compared case-insensitively, as the command line does."""
+    from fencepost.errors import JournalError
+
+    _fill(store)
+    good = head(store)
+    assert good is not None
+    bad = {
+        "position": [Head(position=str(good.position), entry_hash=good.entry_hash),  # type: ignore[arg-type]
+                     Head(position=0, entry_hash=good.entry_hash), Head(position=2**53, entry_hash=good.entry_hash),
+                     Head(position=True, entry_hash=good.entry_hash), Head(position=9.0, entry_hash=good.entry_hash)],  # type: ignore[arg-type]
+        "entry_hash": [Head(position=9, entry_hash="xyz"), Head(position=9, entry_hash=good.entry_hash + "0"),
+                       Head(position=9, entry_hash=None)],  # type: ignore[arg-type]
+    }
+    for field, anchors in bad.items():
+        for anchor in anchors:
+            with pytest.raises(JournalError) as caught:
+                verify(store, anchor=anchor)
+            assert caught.value.code == "invalid_event" and f"anchor.{field}" in str(caught.value), anchor
+    upper = verify(store, anchor=Head(position=good.position, entry_hash=good.entry_hash.upper()))
+    assert upper.ok, upper.first_break

@@ -37,7 +37,7 @@ def journal_show(run_id: str, companion: bool, after: int | None, limit: int, ou
     The table cuts a payload or meta longer than 160 characters (ending it with "..."); json,
     jsonl and csv print them exactly as they were recorded (the hash chain covers them). With
     --format json, prints the page {"entries": [...], "has_more": ...}; jsonl and csv print the
-    entries alone.
+    entries alone. Exits 1 when RUN_ID names neither a run nor any journal entries.
 
     Example: fencepost journal show demo-0001 --companion
     """
@@ -46,6 +46,10 @@ def journal_show(run_id: str, companion: bool, after: int | None, limit: int, ou
     store = read_store()
     stream = companion_stream(run_id) if companion else run_id
     page = store.journal.entries(stream, after=after, limit=limit)
+    if not page.entries and not run_exists(store, run_id) and not any(
+            store.journal.entries(s, limit=1).entries for s in (run_id, companion_stream(run_id))):
+        # A mistyped id is not an empty stream (journal replay refuses it the same way).
+        raise fail("journal show: no run and no journal entries with this run id")
     entries = to_data(page.entries)
     more = [f"more entries follow: --after {page.entries[-1].seq}"] if page.has_more and page.entries else []
     out.rows(entries, ENTRY_COLUMNS, footer=more, document=to_data(page),
@@ -143,14 +147,19 @@ def _fields(struct: Any) -> tuple[str, ...]:
 def _anchor(value: str | None) -> Any:
     if value is None:
         return None
+    from fencepost.errors import JournalError
     from fencepost.journal import Head
+    from fencepost.journal.verify import checked_anchor
 
+    expected = "expected POSITION:HASH (a journal position and its 64-hex entry hash)"
     position, sep, digest = value.strip().partition(":")
-    digest = digest.lower()  # the hash as printed is lower case; an upper-cased copy is the same hash
-    if not sep or not position.isdigit() or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
-        raise click.BadParameter("expected POSITION:HASH (a journal position and its 64-hex entry hash)",
-                                 param_hint="--anchor")
-    return Head(position=int(position), entry_hash=digest)
+    # ASCII digits only ("²" is a digit to str.isdigit and not to int), and few enough for int().
+    if not sep or not (position.isascii() and position.isdigit()) or len(position) > 16:
+        raise click.BadParameter(expected, param_hint="--anchor")
+    try:
+        return checked_anchor(Head(position=int(position), entry_hash=digest))
+    except JournalError as exc:
+        raise click.BadParameter(f"{expected}: {exc.detail}", param_hint="--anchor") from None
 
 
 @journal.command("verify")

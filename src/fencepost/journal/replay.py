@@ -209,7 +209,14 @@ _EVIDENCE_FIELDS = {
 _EVIDENCE_KINDS = ("lease-expired", "same-host-pid-dead", "cross-host-unreachable-stale")
 
 
-def _evidence_problem(kind: str, payload: dict[str, Any]) -> str | None:
+def fact_problem(kind: str, payload: Any) -> str | None:
+    """Why replay reports a fact of ``kind`` with this payload as ``malformed_fact`` and applies
+    nothing (None: well-formed). The ``OwnershipHistory`` projection skips the same facts."""
+    if type(payload) is not dict:
+        payload = {}
+    grant = payload.get("grantedAtMs")
+    if owner_of(payload.get("owner")) is None or not (grant is None or is_safe_int(grant)):
+        return "payload lacks a well-formed owner or grantedAtMs"
     for name in _EVIDENCE_FIELDS.get(kind, ()):
         if name not in payload:
             continue
@@ -221,7 +228,7 @@ def _evidence_problem(kind: str, payload: dict[str, Any]) -> str | None:
         else:
             ok = is_safe_int(v)
         if not ok:
-            return f"{name} is malformed"
+            return f"payload {name} is malformed"
     return None
 
 
@@ -251,15 +258,13 @@ class _Replay:
         kind = e.event_type[len(FACT_PREFIX):]
         self.facts += 1
         payload = e.payload if type(e.payload) is dict else {}
-        owner = owner_of(payload.get("owner"))
-        grant = payload.get("grantedAtMs")
-        if owner is None or not (grant is None or is_safe_int(grant)):
-            self.violate(e, "malformed_fact", "payload lacks a well-formed owner or grantedAtMs")
-            return
-        problem = _evidence_problem(kind, payload)
+        problem = fact_problem(kind, payload)
         if problem is not None:
-            self.violate(e, "malformed_fact", f"payload {problem}")
+            self.violate(e, "malformed_fact", problem)
             return
+        owner = owner_of(payload.get("owner"))
+        assert owner is not None  # fact_problem checked it
+        grant = payload.get("grantedAtMs")
         if payload.get("runId") != self.run_id:
             # A fact about another run does not change this run's history.
             self.violate(e, "wrong_run", "payload runId names another run")

@@ -20,6 +20,7 @@ from sqlalchemy.engine import Connection
 
 from fencepost._durable import DbFailure, failure_detail
 from fencepost._schema import flows_journal_events as ev
+from fencepost._values import is_safe_int
 from fencepost.errors import JournalError
 from fencepost.journal._append import ZERO_HASH, content_hash, entry_hash, event_id_for
 
@@ -142,17 +143,40 @@ def _run_of(row: Any) -> str | None:
     return None
 
 
+_HEX = frozenset("0123456789abcdef")
+
+
+def checked_anchor(anchor: object) -> Head:
+    """``anchor`` as verify compares it, or ``invalid_event`` naming the field (never its value).
+
+    A malformed anchor must not read as a broken journal: it would be a false tamper alarm. The
+    hash is compared in lower case, as printed (an upper-cased copy is the same hash).
+    """
+    if type(anchor) is not Head:
+        raise JournalError("invalid_event", "verify", "anchor must be a Head")
+    if not (is_safe_int(anchor.position) and anchor.position >= 1):
+        raise JournalError("invalid_event", "verify", "anchor.position must be an integer in 1..2**53-1")
+    digest = anchor.entry_hash.lower() if type(anchor.entry_hash) is str else ""
+    if len(digest) != 64 or not _HEX.issuperset(digest):
+        raise JournalError("invalid_event", "verify", "anchor.entry_hash must be 64 hex digits")
+    return Head(position=anchor.position, entry_hash=digest)
+
+
 def verify(store: Store, *, anchor: Head | None = None) -> VerifyReport:
     """Check every link of the journal's hash chains and return a report (never raises on a break).
 
     Reads the whole log in ``position`` order inside one read snapshot. With ``anchor`` (a ``Head``
-    recorded earlier), also checks that the entry at that position still carries that hash.
+    recorded earlier), also checks that the entry at that position still carries that hash (in any
+    letter case); an anchor that no entry could match (a position that is not an integer >= 1, a
+    hash that is not 64 hex digits) is ``invalid_event`` naming the field, never a break.
     """
-    if anchor is not None and type(anchor) is not Head:
-        raise JournalError("invalid_event", "verify", "anchor must be a Head")
-    checker = _Checker()
+    if anchor is not None:
+        anchor = checked_anchor(anchor)
 
-    def run(conn: Connection) -> str | None:
+    def run(conn: Connection) -> tuple[_Checker, str | None]:
+        # Everything a pass learns is made here: the store retries this whole read after a
+        # transient failure (a dropped connection), and a retry must start from a clean checker.
+        checker = _Checker()
         after = 0
         anchor_hash: str | None = None
         while True:
@@ -162,11 +186,11 @@ def verify(store: Store, *, anchor: Head | None = None) -> VerifyReport:
                 if anchor is not None and int(row.position) == anchor.position:
                     anchor_hash = row.entry_hash
             if len(rows) < PAGE:
-                return anchor_hash
+                return checker, anchor_hash
             after = int(rows[-1].position)
 
     try:
-        anchor_hash = store.db.read(run)
+        checker, anchor_hash = store.db.read(run)
     except DbFailure as exc:
         raise JournalError("read_failed", "verify", failure_detail("journal read", exc)) from None
     if anchor is not None and anchor_hash != anchor.entry_hash:

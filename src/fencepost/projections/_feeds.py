@@ -15,7 +15,7 @@ from sqlalchemy.engine import Connection
 
 from fencepost._schema import flows_journal_events as ev
 from fencepost._schema import flows_run_source as src
-from fencepost.errors import ProjectionError, SourceChanged
+from fencepost.errors import SourceChanged
 from fencepost.projections.protocol import ConsensusFact
 
 if TYPE_CHECKING:
@@ -111,20 +111,27 @@ class ConsensusFeed:
 
 
 def _fact(row: Any, source: str) -> ConsensusFact | None:
+    """The fact as projections receive it, or None for an entry replay applies to no run: one
+    that names no run or another run than its stream's (``wrong_run``), or a malformed one
+    (``malformed_fact``, see ``fact_problem``). Projections and replay thus apply the same facts."""
     from fencepost.journal import companion_stream
+    from fencepost.journal.replay import fact_problem
 
     payload = _payload.decode(row.payload_json)
     if type(payload) is not dict or type(payload.get("runId")) is not str or not payload["runId"]:
-        raise ProjectionError("decode_failed", "catchUp", "consensus fact payload has no runId string")
+        return None  # names no run (replay: wrong_run or malformed_fact on its stream)
     if row.run_id != companion_stream(payload["runId"]):
         return None  # not on the named run's companion stream: not a fact about that run
+    kind = row.event_type[len(_FACT_PREFIX):]
+    if fact_problem(kind, payload) is not None:
+        return None  # replay reports it as malformed_fact and applies nothing
     owner = payload.get("owner")
     granted = payload.get("grantedAtMs")
     return ConsensusFact(
         run_id=payload["runId"],
         source=source,
         revision=int(row.position),
-        kind=row.event_type[len(_FACT_PREFIX):],
+        kind=kind,
         owner=owner if isinstance(owner, dict) else None,
         granted_at_ms=granted if type(granted) is int else None,
         emitted_at_ms=int(row.emitted_at_ms),

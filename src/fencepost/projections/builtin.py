@@ -152,7 +152,8 @@ class OwnershipHistory:
     rebuilds: both apply ``fencepost.journal.replay.ownership_step`` fact by fact. A steal is a
     claim, so it changes no owner until the thief activates; a ``released`` ends only the
     releaser's claim or interval. Contradictions in the facts are recorded as they come
-    (verifying them is replay's job); facts without a well-formed owner are skipped, as replay does.
+    (verifying them is replay's job); a fact replay applies to no run (``malformed_fact``,
+    ``wrong_run``) never reaches ``apply``: the consensus feed leaves it out.
 
     ``by_source=True`` (what ``keyed_by_source()`` returns, and what a builder fed by several named
     sources uses) adds ``source_name`` before ``run_id`` in the primary key: a run id names a run
