@@ -130,6 +130,10 @@ def test_replay_all_summarises_every_run_and_exits_1_on_any_violation(run_cli, s
     as_json = run_cli("--db", settled, "journal", "replay", "--all", "--json")
     assert as_json.code == 1
     assert json.loads(as_json.out)["violations"] == {"activated_without_claim": 1, "two_owners": 1}
+    # Like `replay RUN_ID` and `verify`, a failing replay says so on stderr (it used to exit 1 with
+    # nothing there, so a script checking only stderr saw no reason).
+    for result in (broken, as_json):
+        assert result.err.strip() == "Error: 1 of 2 run(s) break the ownership rules (2 violation(s))", result
 
 
 def test_verify_names_the_run_of_a_broken_companion_entry(run_cli, settled):

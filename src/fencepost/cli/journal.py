@@ -137,7 +137,12 @@ def _replay_all(store: Any, out: Output) -> None:
         if summary.ok:
             click.echo("every ownership history is consistent")
     if not summary.ok:
-        raise SystemExit(1)
+        broken_runs = sum(1 for h in summary.histories if h.violations)
+        problems = [f"{broken_runs} of {summary.runs} run(s) break the ownership rules "
+                    f"({sum(summary.violations.values())} violation(s))"] if broken_runs else []
+        if summary.unattributed_streams:
+            problems.append(f"{len(summary.unattributed_streams)} stream(s) of ownership facts name no run")
+        raise fail("; ".join(problems) or "the ownership histories are not consistent")
 
 
 def _fields(struct: Any) -> tuple[str, ...]:
