@@ -191,7 +191,7 @@ def test_verify_anchor_with_a_mistyped_hash_names_the_anchor_not_a_seq(run_cli, 
     assert "seq" not in mistyped.out
 
 
-def test_an_undecodable_stored_entry_is_named_by_position_on_every_read(run_cli, settled):
+def test_an_undecodable_stored_entry_is_named_by_position_on_every_read(run_cli, settled, tmp_path):
     """Defect: a stored entry that passes the table's JSON check but cannot be decoded (a number
     out of range, written by someone with database access) made ``journal show``, ``journal replay``
     and ``journal replay --all`` fail with "stored payload or meta is not valid JSON" and no hint of
@@ -213,6 +213,13 @@ def test_an_undecodable_stored_entry_is_named_by_position_on_every_read(run_cli,
         assert "hunter2-LEAK" not in result.err + result.out
     broken = run_cli("--db", settled, "journal", "verify")
     assert broken.code == 1 and f"(position {position})" in broken.out and "hunter2-LEAK" not in broken.out
+    # The ownership-history projection reads the same facts: it stopped with only the decoder's
+    # "ValidationError: Number out of range", naming no entry.
+    built = run_cli("--db", settled, "projection", "run", "--name", "ownership_history",
+                    "--target", f"sqlite:///{tmp_path / 'history.db'}")
+    assert_one_line_error(built)
+    assert built.code == 1 and "decode_failed" in built.err and f"position {position}" in built.err, built
+    assert "hunter2-LEAK" not in built.err + built.out
 
 
 def test_journal_show_of_an_id_with_no_run_and_no_entries_is_an_error(run_cli, settled):

@@ -15,7 +15,8 @@ from sqlalchemy.engine import Connection
 
 from fencepost._schema import flows_journal_events as ev
 from fencepost._schema import flows_run_source as src
-from fencepost.errors import SourceChanged
+from fencepost._values import is_safe_int
+from fencepost.errors import JournalError, SourceChanged
 from fencepost.projections.protocol import ConsensusFact
 
 if TYPE_CHECKING:
@@ -117,7 +118,13 @@ def _fact(row: Any, source: str) -> ConsensusFact | None:
     from fencepost.journal import companion_stream
     from fencepost.journal.replay import fact_problem
 
-    payload = _payload.decode(row.payload_json)
+    try:
+        payload = _payload.decode(row.payload_json)
+    except (msgspec.DecodeError, TypeError):
+        # Where the entry is (its position, as journal reads and verify name it); never what it holds.
+        where = f" (the entry at position {row.position})" if is_safe_int(row.position) else ""
+        raise JournalError("decode_failed", "consensusFacts",
+                           f"stored payload cannot be decoded as JSON{where}") from None
     if type(payload) is not dict or type(payload.get("runId")) is not str or not payload["runId"]:
         return None  # names no run (replay: wrong_run or malformed_fact on its stream)
     if row.run_id != companion_stream(payload["runId"]):
