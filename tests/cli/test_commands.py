@@ -233,3 +233,17 @@ def test_worker_command_on_sigterm_parks_runs_in_hand_as_suspended(db_url, tmp_p
     with fencepost.open(db_url, readonly=True) as store:
         rows = [store.runs.get(f"s{i}") for i in range(3)]
     assert {r.status for r in rows} == {"suspended"} and all(r.owner is None for r in rows)
+
+
+def test_python_dash_m_fencepost_runs_the_command(tmp_path):
+    """``python -m fencepost`` had no ``__main__`` ("No module named fencepost.__main__"): where the
+    console script is not on PATH there was no way to run the CLI."""
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "FENCEPOST_DB"}
+    ok = subprocess.run([sys.executable, "-m", "fencepost", "--db", f"sqlite:///{tmp_path / 'm.db'}", "init"],
+                        capture_output=True, text=True, env=env, timeout=60)
+    assert ok.returncode == 0 and (tmp_path / "m.db").exists(), ok
+    bad = subprocess.run([sys.executable, "-m", "fencepost", "no-such-command"], capture_output=True, text=True,
+                         env=env, timeout=60)
+    assert bad.returncode == 2 and "No such command" in bad.stderr, bad
