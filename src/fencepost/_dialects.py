@@ -47,6 +47,46 @@ _SQLITE_TRANSIENT = {
 # Transient on PostgreSQL: serialization failure, deadlock, and the connection/operator classes.
 _PG_TRANSIENT_CODES = {"40001", "40P01", "55P03", "57P01", "57P02", "57P03"}
 _PG_TRANSIENT_CLASSES = {"08"}
+# The server ended the session (terminated, shutting down, not yet accepting): the connection is gone.
+_PG_LOST_CODES = {"57P01", "57P02", "57P03"}
+
+# What a failure's code means, added to its message (value-free: a rule or a setting, never SQL or
+# values). SQLite: by ``sqlite_errorname`` prefix. PostgreSQL: by SQLSTATE, else by its class.
+_WRITE_LOCK_HELD = "another connection held the write lock"
+_SQLITE_REASONS = {
+    "SQLITE_BUSY": f"{_WRITE_LOCK_HELD} past the busy timeout (busy_timeout_ms) on every retry",
+    "SQLITE_LOCKED": f"{_WRITE_LOCK_HELD} on every retry",
+    "SQLITE_FULL": "the disk is full",
+    "SQLITE_READONLY": "the database file or its directory is read-only",
+    "SQLITE_IOERR": "disk I/O error",
+    "SQLITE_CORRUPT": "the database file is corrupt",
+    "SQLITE_NOTADB": "the file is not a SQLite database",
+    "SQLITE_CANTOPEN": "the database file or its log cannot be opened",
+    "SQLITE_PERM": "permission denied",
+    "SQLITE_AUTH": "permission denied",
+}
+_PG_REASONS = {
+    "55P03": f"{_WRITE_LOCK_HELD} (or a row lock) past lock_timeout on every retry",
+    "57014": "a statement was cancelled (statement_timeout, or a cancel request)",
+    "40001": "a serialization failure on every retry",
+    "40P01": "a deadlock on every retry",
+    "25006": "the server only allows reads (a standby, or default_transaction_read_only)",
+    "42501": "permission denied",
+    "53100": "the disk is full",
+    "53200": "the server is out of memory",
+    "53300": "the server has no free connection slot (max_connections)",
+    "08": "the connection to the server was lost",
+}
+
+
+def _by_prefix(reasons: dict[str, str], code: str | None) -> str | None:
+    """The entry of ``reasons`` whose key is ``code`` or the start of an extended code (``SQLITE_BUSY_TIMEOUT``)."""
+    if not code:
+        return None
+    for prefix, reason in reasons.items():
+        if code == prefix or code.startswith(prefix + "_"):
+            return reason
+    return None
 
 # SQLite codes after which a connection is replaced rather than reused (the file's state at open
 # time is baked into the connection).
@@ -112,6 +152,16 @@ class Backend:
     def classify(self, exc: BaseException) -> tuple[str, str | None]:
         """Return ``(category, code)``: category is ``constraint`` or ``persistence_failed``."""
         raise NotImplementedError
+
+    def reason(self, exc: BaseException, code: str | None) -> str | None:
+        """What the failure ``exc`` (driver code ``code``) means, as a value-free sentence for the
+        error message, when the code says something a caller can act on; else None."""
+        return None
+
+    def commit_unknown(self, exc: BaseException) -> bool:
+        """Whether ``exc``, raised by COMMIT, leaves the outcome unknown (the transaction may have
+        committed): the connection was lost, so the database's answer never arrived."""
+        return isinstance(exc, DBAPIError) and exc.connection_invalidated
 
     def open_problem(self, code: str | None) -> str | None:
         """The ``OpenError`` code a driver code explains when opening a store fails, if any."""
@@ -287,6 +337,15 @@ class SqliteBackend(Backend):
             return "constraint", name
         return "persistence_failed", name
 
+    def reason(self, exc: BaseException, code: str | None) -> str | None:
+        return _by_prefix(_SQLITE_REASONS, code)
+
+    def commit_unknown(self, exc: BaseException) -> bool:
+        # An I/O error at COMMIT may come after the commit record reached the log (a failed sync):
+        # the next open's recovery can find it there.
+        name = getattr(getattr(exc, "orig", None), "sqlite_errorname", None) or ""
+        return super().commit_unknown(exc) or name.startswith("SQLITE_IOERR")
+
     def open_problem(self, code: str | None) -> str | None:
         for prefix, problem in _SQLITE_OPEN.items():
             if code == prefix or (code or "").startswith(prefix + "_"):
@@ -378,14 +437,33 @@ class PostgresBackend(Backend):
 
     def is_transient(self, exc: BaseException) -> bool:
         if isinstance(exc, DBAPIError):
-            if exc.connection_invalidated:
+            if self._lost(exc):
                 return True
             code = getattr(exc.orig, "sqlstate", None)
-            if code is None:
-                # psycopg raises OperationalError without a sqlstate when the socket drops.
-                return type(exc.orig).__name__ in {"OperationalError", "InterfaceError"}
-            return code in _PG_TRANSIENT_CODES or code[:2] in _PG_TRANSIENT_CLASSES
+            return code is not None and code in _PG_TRANSIENT_CODES
         return False
+
+    @staticmethod
+    def _lost(exc: DBAPIError) -> bool:
+        """The connection is gone: invalidated, a connection-class code, the server ending the
+        session (``pg_terminate_backend``, shutdown), or a dropped socket (no code at all)."""
+        if exc.connection_invalidated:
+            return True
+        code = getattr(exc.orig, "sqlstate", None)
+        if code is None:
+            # psycopg raises OperationalError without a sqlstate when the socket drops.
+            return type(exc.orig).__name__ in {"OperationalError", "InterfaceError"}
+        return code in _PG_LOST_CODES or code[:2] in _PG_TRANSIENT_CLASSES
+
+    def commit_unknown(self, exc: BaseException) -> bool:
+        return isinstance(exc, DBAPIError) and self._lost(exc)
+
+    def reason(self, exc: BaseException, code: str | None) -> str | None:
+        if isinstance(exc, DBAPIError) and self._lost(exc):
+            return "the connection to the server was lost"
+        if code is None:
+            return None
+        return _PG_REASONS.get(code) or _PG_REASONS.get(code[:2])
 
     def classify(self, exc: BaseException) -> tuple[str, str | None]:
         code = getattr(getattr(exc, "orig", None), "sqlstate", None)
