@@ -10,6 +10,7 @@ module-level statements, compiled once per dialect, render differently: ``greate
 
 from __future__ import annotations
 
+import os
 import random
 import re
 import sqlite3
@@ -223,6 +224,30 @@ class Backend:
         return True
 
 
+#: ``db_code`` of a write refused because the SQLite file was deleted or replaced under the store.
+FILE_REPLACED = "file_replaced"
+
+
+def file_identity(path: str) -> tuple[int, int] | None:
+    """``(device, inode)`` of the database file, or None when there is no file at ``path``."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _check_file(file: list[Any]) -> None:
+    """Refuse (``DbFailure`` ``file_replaced``) when a store's path ``file[0]`` no longer names the
+    file ``file[1]`` it opened: deleted, or another file moved over it."""
+    if file[1] is not None and file_identity(file[0]) != file[1]:
+        from fencepost._durable import DbFailure
+
+        raise DbFailure("persistence_failed", FILE_REPLACED,
+                        "the database file was deleted or replaced after the store opened it; "
+                        "nothing was written (open the store again to use the file now at its path)")
+
+
 def _ensure_wal(cur: sqlite3.Cursor, busy_ms: int) -> None:
     """Switch a fresh file to WAL. The switch needs the file to itself and SQLite does not wait
     for it (no busy handler): when several processes open one new file at once, a switch that
@@ -261,6 +286,10 @@ class SqliteBackend(Backend):
         self._writers: weakref.WeakSet[Any] = weakref.WeakSet()
         # Writable stores checkpoint the log on a thread of their own (see _checkpoint.py).
         self.checkpointer: Checkpointer | None = None
+        # A writable store's file: [its path, (device, inode) once the first connection opened it].
+        # A list the engine's listeners share, so they hold no reference to the backend (a store
+        # dropped without ``close`` must be collectable, its checkpoint thread stopped).
+        self._file: list[Any] = [None, None]
 
     def configure(self, engine: Engine, *, readonly: bool, options: dict[str, str]) -> None:
         # Options were validated by parse_url before anything was created.
@@ -285,14 +314,36 @@ class SqliteBackend(Backend):
                 cur.execute(f"PRAGMA wal_autocheckpoint = {WRITER_BACKSTOP_PAGES}")
             cur.close()
 
+        if not readonly and engine.url.database:
+            # The file the store opened, kept to: its connections hold that file open, so once it is
+            # deleted (or another file is moved over its path) a kept connection would commit into a
+            # file nobody can open again, and a new one would create an empty database at the path
+            # (or write into the other file). Checked before each new connection and each write.
+            file = self._file
+            file[0] = os.path.abspath(engine.url.database)
+
+            @event.listens_for(engine, "do_connect")
+            def _same_file(_dialect: Any, _record: Any, _cargs: Any, _cparams: Any) -> None:
+                _check_file(file)
+
+            @event.listens_for(engine, "connect")
+            def _remember_file(_dbapi_connection: Any, _record: Any) -> None:
+                if file[1] is None:
+                    file[1] = file_identity(file[0])  # the file the first connection opened (or created)
+
         # BEGIN (IMMEDIATE on a write connection) from the dialect's own begin step, straight to
         # the driver: no "begin" event listener, so SQLAlchemy (and the statement executor) skip
         # event dispatch entirely while nobody listens. Driver errors are wrapped by SQLAlchemy
         # as for any statement, so busy still classifies as transient.
         writers = self._writers
+        file = self._file
 
         def do_begin(dbapi_connection: Any) -> None:
-            dbapi_connection.driver_connection.execute("BEGIN IMMEDIATE" if dbapi_connection in writers else "BEGIN")
+            if dbapi_connection in writers:
+                _check_file(file)
+                dbapi_connection.driver_connection.execute("BEGIN IMMEDIATE")
+            else:
+                dbapi_connection.driver_connection.execute("BEGIN")
 
         engine.dialect.do_begin = do_begin  # type: ignore[method-assign]
         if not readonly and background and engine.url.database:
@@ -317,7 +368,10 @@ class SqliteBackend(Backend):
 
     def discard_after(self, exc: BaseException | None) -> bool:
         # A file opened while it was read-only stays read-only on that connection; a file that
-        # could not be opened, or failed I/O, may be fine on a new one.
+        # could not be opened, or failed I/O, may be fine on a new one. A connection to a deleted
+        # file keeps its disk space in use while it is open.
+        if getattr(exc, "code", None) == FILE_REPLACED:
+            return True
         name = getattr(getattr(exc, "orig", None), "sqlite_errorname", None) or ""
         return name.startswith(_SQLITE_REOPEN)
 
