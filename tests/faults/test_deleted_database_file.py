@@ -103,3 +103,28 @@ def test_a_store_whose_file_stays_put_writes_from_every_thread(tmp_path: Path, c
         assert {r.run_id for r in store.feed.iter_runs()} == {"a", "b", "c", "d"}
     finally:
         store.close()
+
+
+def test_the_checkpoint_thread_does_not_create_a_database_where_the_file_was_deleted(
+        tmp_path: Path, clock, monkeypatch) -> None:
+    """The background checkpoint thread connected to the store's path with a plain connect, which
+    creates a missing file: a file deleted before the thread's first pass (or before it reconnected
+    after a failed one) came back as an empty database at the path. It now opens the file only if
+    it exists, and the pass fails instead."""
+    from fencepost import _checkpoint
+
+    monkeypatch.setattr(_checkpoint, "INTERVAL_S", 0.5)  # the first pass connects this long after the write
+    path = tmp_path / "flows.db"
+    store = fencepost.open(f"sqlite:///{path}", clock=clock)
+    try:
+        checkpointer = store.db.backend.checkpointer
+        store.runs.create("before", "{}")  # starts the thread; its first pass comes 0.5 s later
+        assert checkpointer.passes == 0 and checkpointer.failures == 0
+        _remove_database(path)
+        from tests.test_checkpoint import wait_for
+
+        assert wait_for(lambda: checkpointer.passes + checkpointer.failures > 0, timeout=10)
+        assert checkpointer.failures == 1 and checkpointer.passes == 0
+        assert not path.exists()
+    finally:
+        store.close()
