@@ -19,8 +19,10 @@ starts over once a checkpoint has caught up).
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
 import threading
+from pathlib import Path
 
 from opentelemetry import metrics
 
@@ -42,6 +44,7 @@ class Checkpointer:
 
     def __init__(self, path: str, synchronous: str) -> None:
         self._path = path
+        self._uri = Path(os.path.abspath(path)).as_uri() + "?mode=rw"
         self._synchronous = synchronous
         self._reset()
         #: Checkpoints run and failed (read by tests and diagnostics).
@@ -108,7 +111,9 @@ class Checkpointer:
                 wake.clear()  # before the checkpoint: a commit during it asks for the next one
                 try:
                     if conn is None:
-                        conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+                        # Never creates the file: one deleted under the store must not come back
+                        # as an empty database at its path (the pass fails instead).
+                        conn = sqlite3.connect(self._uri, uri=True, isolation_level=None, check_same_thread=False)
                         conn.execute(f"PRAGMA synchronous = {self._synchronous}")
                     busy = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[0]
                     self.passes += 1

@@ -10,6 +10,7 @@ module-level statements, compiled once per dialect, render differently: ``greate
 
 from __future__ import annotations
 
+import os
 import random
 import re
 import sqlite3
@@ -47,6 +48,46 @@ _SQLITE_TRANSIENT = {
 # Transient on PostgreSQL: serialization failure, deadlock, and the connection/operator classes.
 _PG_TRANSIENT_CODES = {"40001", "40P01", "55P03", "57P01", "57P02", "57P03"}
 _PG_TRANSIENT_CLASSES = {"08"}
+# The server ended the session (terminated, shutting down, not yet accepting): the connection is gone.
+_PG_LOST_CODES = {"57P01", "57P02", "57P03"}
+
+# What a failure's code means, added to its message (value-free: a rule or a setting, never SQL or
+# values). SQLite: by ``sqlite_errorname`` prefix. PostgreSQL: by SQLSTATE, else by its class.
+_WRITE_LOCK_HELD = "another connection held the write lock"
+_SQLITE_REASONS = {
+    "SQLITE_BUSY": f"{_WRITE_LOCK_HELD} past the busy timeout (busy_timeout_ms) on every retry",
+    "SQLITE_LOCKED": f"{_WRITE_LOCK_HELD} on every retry",
+    "SQLITE_FULL": "the disk is full",
+    "SQLITE_READONLY": "the database file or its directory is read-only",
+    "SQLITE_IOERR": "disk I/O error",
+    "SQLITE_CORRUPT": "the database file is corrupt",
+    "SQLITE_NOTADB": "the file is not a SQLite database",
+    "SQLITE_CANTOPEN": "the database file or its log cannot be opened",
+    "SQLITE_PERM": "permission denied",
+    "SQLITE_AUTH": "permission denied",
+}
+_PG_REASONS = {
+    "55P03": f"{_WRITE_LOCK_HELD} (or a row lock) past lock_timeout on every retry",
+    "57014": "a statement was cancelled (statement_timeout, or a cancel request)",
+    "40001": "a serialization failure on every retry",
+    "40P01": "a deadlock on every retry",
+    "25006": "the server only allows reads (a standby, or default_transaction_read_only)",
+    "42501": "permission denied",
+    "53100": "the disk is full",
+    "53200": "the server is out of memory",
+    "53300": "the server has no free connection slot (max_connections)",
+    "08": "the connection to the server was lost",
+}
+
+
+def _by_prefix(reasons: dict[str, str], code: str | None) -> str | None:
+    """The entry of ``reasons`` whose key is ``code`` or the start of an extended code (``SQLITE_BUSY_TIMEOUT``)."""
+    if not code:
+        return None
+    for prefix, reason in reasons.items():
+        if code == prefix or code.startswith(prefix + "_"):
+            return reason
+    return None
 
 # SQLite codes after which a connection is replaced rather than reused (the file's state at open
 # time is baked into the connection).
@@ -113,6 +154,16 @@ class Backend:
         """Return ``(category, code)``: category is ``constraint`` or ``persistence_failed``."""
         raise NotImplementedError
 
+    def reason(self, exc: BaseException, code: str | None) -> str | None:
+        """What the failure ``exc`` (driver code ``code``) means, as a value-free sentence for the
+        error message, when the code says something a caller can act on; else None."""
+        return None
+
+    def commit_unknown(self, exc: BaseException) -> bool:
+        """Whether ``exc``, raised by COMMIT, leaves the outcome unknown (the transaction may have
+        committed): the connection was lost, so the database's answer never arrived."""
+        return isinstance(exc, DBAPIError) and exc.connection_invalidated
+
     def open_problem(self, code: str | None) -> str | None:
         """The ``OpenError`` code a driver code explains when opening a store fails, if any."""
         raise NotImplementedError
@@ -173,6 +224,30 @@ class Backend:
         return True
 
 
+#: ``db_code`` of a write refused because the SQLite file was deleted or replaced under the store.
+FILE_REPLACED = "file_replaced"
+
+
+def file_identity(path: str) -> tuple[int, int] | None:
+    """``(device, inode)`` of the database file, or None when there is no file at ``path``."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _check_file(file: list[Any]) -> None:
+    """Refuse (``DbFailure`` ``file_replaced``) when a store's path ``file[0]`` no longer names the
+    file ``file[1]`` it opened: deleted, or another file moved over it."""
+    if file[1] is not None and file_identity(file[0]) != file[1]:
+        from fencepost._durable import DbFailure
+
+        raise DbFailure("persistence_failed", FILE_REPLACED,
+                        "the database file was deleted or replaced after the store opened it; "
+                        "nothing was written (open the store again to use the file now at its path)")
+
+
 def _ensure_wal(cur: sqlite3.Cursor, busy_ms: int) -> None:
     """Switch a fresh file to WAL. The switch needs the file to itself and SQLite does not wait
     for it (no busy handler): when several processes open one new file at once, a switch that
@@ -211,6 +286,10 @@ class SqliteBackend(Backend):
         self._writers: weakref.WeakSet[Any] = weakref.WeakSet()
         # Writable stores checkpoint the log on a thread of their own (see _checkpoint.py).
         self.checkpointer: Checkpointer | None = None
+        # A writable store's file: [its path, (device, inode) once the first connection opened it].
+        # A list the engine's listeners share, so they hold no reference to the backend (a store
+        # dropped without ``close`` must be collectable, its checkpoint thread stopped).
+        self._file: list[Any] = [None, None]
 
     def configure(self, engine: Engine, *, readonly: bool, options: dict[str, str]) -> None:
         # Options were validated by parse_url before anything was created.
@@ -235,14 +314,36 @@ class SqliteBackend(Backend):
                 cur.execute(f"PRAGMA wal_autocheckpoint = {WRITER_BACKSTOP_PAGES}")
             cur.close()
 
+        if not readonly and engine.url.database:
+            # The file the store opened, kept to: its connections hold that file open, so once it is
+            # deleted (or another file is moved over its path) a kept connection would commit into a
+            # file nobody can open again, and a new one would create an empty database at the path
+            # (or write into the other file). Checked before each new connection and each write.
+            file = self._file
+            file[0] = os.path.abspath(engine.url.database)
+
+            @event.listens_for(engine, "do_connect")
+            def _same_file(_dialect: Any, _record: Any, _cargs: Any, _cparams: Any) -> None:
+                _check_file(file)
+
+            @event.listens_for(engine, "connect")
+            def _remember_file(_dbapi_connection: Any, _record: Any) -> None:
+                if file[1] is None:
+                    file[1] = file_identity(file[0])  # the file the first connection opened (or created)
+
         # BEGIN (IMMEDIATE on a write connection) from the dialect's own begin step, straight to
         # the driver: no "begin" event listener, so SQLAlchemy (and the statement executor) skip
         # event dispatch entirely while nobody listens. Driver errors are wrapped by SQLAlchemy
         # as for any statement, so busy still classifies as transient.
         writers = self._writers
+        file = self._file
 
         def do_begin(dbapi_connection: Any) -> None:
-            dbapi_connection.driver_connection.execute("BEGIN IMMEDIATE" if dbapi_connection in writers else "BEGIN")
+            if dbapi_connection in writers:
+                _check_file(file)
+                dbapi_connection.driver_connection.execute("BEGIN IMMEDIATE")
+            else:
+                dbapi_connection.driver_connection.execute("BEGIN")
 
         engine.dialect.do_begin = do_begin  # type: ignore[method-assign]
         if not readonly and background and engine.url.database:
@@ -267,7 +368,10 @@ class SqliteBackend(Backend):
 
     def discard_after(self, exc: BaseException | None) -> bool:
         # A file opened while it was read-only stays read-only on that connection; a file that
-        # could not be opened, or failed I/O, may be fine on a new one.
+        # could not be opened, or failed I/O, may be fine on a new one. A connection to a deleted
+        # file keeps its disk space in use while it is open.
+        if getattr(exc, "code", None) == FILE_REPLACED:
+            return True
         name = getattr(getattr(exc, "orig", None), "sqlite_errorname", None) or ""
         return name.startswith(_SQLITE_REOPEN)
 
@@ -286,6 +390,15 @@ class SqliteBackend(Backend):
         if name and name.startswith("SQLITE_CONSTRAINT"):
             return "constraint", name
         return "persistence_failed", name
+
+    def reason(self, exc: BaseException, code: str | None) -> str | None:
+        return _by_prefix(_SQLITE_REASONS, code)
+
+    def commit_unknown(self, exc: BaseException) -> bool:
+        # An I/O error at COMMIT may come after the commit record reached the log (a failed sync):
+        # the next open's recovery can find it there.
+        name = getattr(getattr(exc, "orig", None), "sqlite_errorname", None) or ""
+        return super().commit_unknown(exc) or name.startswith("SQLITE_IOERR")
 
     def open_problem(self, code: str | None) -> str | None:
         for prefix, problem in _SQLITE_OPEN.items():
@@ -378,14 +491,33 @@ class PostgresBackend(Backend):
 
     def is_transient(self, exc: BaseException) -> bool:
         if isinstance(exc, DBAPIError):
-            if exc.connection_invalidated:
+            if self._lost(exc):
                 return True
             code = getattr(exc.orig, "sqlstate", None)
-            if code is None:
-                # psycopg raises OperationalError without a sqlstate when the socket drops.
-                return type(exc.orig).__name__ in {"OperationalError", "InterfaceError"}
-            return code in _PG_TRANSIENT_CODES or code[:2] in _PG_TRANSIENT_CLASSES
+            return code is not None and code in _PG_TRANSIENT_CODES
         return False
+
+    @staticmethod
+    def _lost(exc: DBAPIError) -> bool:
+        """The connection is gone: invalidated, a connection-class code, the server ending the
+        session (``pg_terminate_backend``, shutdown), or a dropped socket (no code at all)."""
+        if exc.connection_invalidated:
+            return True
+        code = getattr(exc.orig, "sqlstate", None)
+        if code is None:
+            # psycopg raises OperationalError without a sqlstate when the socket drops.
+            return type(exc.orig).__name__ in {"OperationalError", "InterfaceError"}
+        return code in _PG_LOST_CODES or code[:2] in _PG_TRANSIENT_CLASSES
+
+    def commit_unknown(self, exc: BaseException) -> bool:
+        return isinstance(exc, DBAPIError) and self._lost(exc)
+
+    def reason(self, exc: BaseException, code: str | None) -> str | None:
+        if isinstance(exc, DBAPIError) and self._lost(exc):
+            return "the connection to the server was lost"
+        if code is None:
+            return None
+        return _PG_REASONS.get(code) or _PG_REASONS.get(code[:2])
 
     def classify(self, exc: BaseException) -> tuple[str, str | None]:
         code = getattr(getattr(exc, "orig", None), "sqlstate", None)

@@ -60,6 +60,11 @@ def failure_detail(subject: str, exc: DbFailure) -> str:
     return f"{subject} persistence failed" + (f": {exc.reason}" if exc.reason else "")
 
 
+# The reason of a COMMIT that got no answer: nothing may repeat it blindly (see CommitUnknown).
+COMMIT_UNKNOWN = ("COMMIT got no definite answer (the connection or the disk failed), so the write "
+                  "may have committed: check before repeating it")
+
+
 def _read_only() -> DbFailure:
     return DbFailure("persistence_failed", "read_only", "the store is open read-only")
 
@@ -361,8 +366,10 @@ class Database:
         return None
 
     def open_error(self, exc: DbFailure) -> OpenError:
-        """The public error for a database failure while opening the store."""
-        return self._open_error(self.backend.open_problem(exc.code) or "open_failed", exc.code)
+        """The public error for a database failure while opening the store (an ``open_failed``
+        one says why, when the failure's code does: another writer's lock, a timeout ...)."""
+        problem = self.backend.open_problem(exc.code) or "open_failed"
+        return self._open_error(problem, exc.code, exc.reason if problem == "open_failed" else None)
 
     def _open_error(self, problem: str, code: str | None, note: str | None = None) -> OpenError:
         return OpenError(problem, "open", self.open_detail(problem, note), db_code=code)
@@ -537,7 +544,7 @@ class Database:
                     raise
                 if not (exc.connection_invalidated or not self.backend.is_transient(exc)):
                     raise
-                unknown = self._failure(exc)
+                unknown = self._failure(exc, at_commit=True)
         except DBAPIError as exc:
             if exc.connection_invalidated or conn.invalidated:
                 self._drop(write)
@@ -572,9 +579,13 @@ class Database:
             pass
         self._drop(write)
 
-    def _failure(self, exc: BaseException) -> DbFailure:
+    def _failure(self, exc: BaseException, *, at_commit: bool = False) -> DbFailure:
+        """The value-free failure for the driver's ``exc``, its cause in words when the code says
+        one (``at_commit``: ``exc`` was raised by COMMIT, whose outcome it may leave unknown)."""
         category, code = self.backend.classify(exc)
-        return DbFailure(category, code)
+        if at_commit and self.backend.commit_unknown(exc):
+            return DbFailure(category, code, COMMIT_UNKNOWN)
+        return DbFailure(category, code, self.backend.reason(exc, code))
 
     def connect(self) -> Connection:
         """A plain connection (autobegin) for migrations, tests and tools."""

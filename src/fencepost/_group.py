@@ -267,7 +267,7 @@ class GroupCommit:
                         # every call runs again alone, so the culprit fails alone.
                         return (_ALONE, None, [])
                     # The outcome is unknown: no member whose body succeeded may run again.
-                    unknown = db._failure(exc) if isinstance(exc, SQLAlchemyError) else _unknown()
+                    unknown = db._failure(exc, at_commit=True) if isinstance(exc, SQLAlchemyError) else _unknown()
                     for call in taken:
                         call.outcome = (_RAISED, unknown, []) if call.outcome[0] == _OK else (_ALONE, None, [])
                     self._answer_all(taken)
@@ -359,6 +359,7 @@ def _refused(db: Database, exc: BaseException) -> bool:
 
 
 def _unknown() -> Any:
-    from fencepost._durable import DbFailure
+    """The failure of a COMMIT interrupted by something other than the driver: its outcome is unknown."""
+    from fencepost._durable import COMMIT_UNKNOWN, DbFailure
 
-    return DbFailure("persistence_failed", None)
+    return DbFailure("persistence_failed", None, COMMIT_UNKNOWN)

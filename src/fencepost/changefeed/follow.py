@@ -29,6 +29,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from fencepost import _gauges
+from fencepost._dialects import file_identity as _file_identity
 from fencepost._durable import store_closed
 from fencepost._values import seconds_problem, stop_problem
 from fencepost.changefeed.types import Change, ChangePage, Position
@@ -288,15 +289,6 @@ class _PostgresWaiter(_Waiter):
     def close(self) -> None:
         self._closed.set()
         self._thread.join(timeout=5)
-
-
-def _file_identity(path: str) -> tuple[int, int] | None:
-    """``(device, inode)`` of the database file, or None when there is no file at ``path``."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
 
 
 def _make_waiter(feed: ChangeFeed) -> _Waiter:

@@ -1,0 +1,135 @@
+"""A database failure's message says what went wrong, not only "persistence failed".
+
+Defect: apart from a closed or read-only store, every database failure read "<subject> persistence
+failed" (at open: "<path> could not be opened"), the cause in ``db_code`` alone. So:
+
+- a COMMIT whose connection died (its outcome unknown: it may have committed, and the documented
+  advice is to check before repeating it) read exactly like a failure where nothing committed (a
+  server down through every retry, a full disk at COMMIT): the caller could not tell which it had;
+- a write lock another process held past the wait (SQLite's busy timeout, PostgreSQL's
+  ``lock_timeout``) made ``fencepost.open`` say the database "could not be opened", as if the file
+  were damaged, and a write say only "persistence failed";
+- a full disk and a ``statement_timeout`` read the same as each other.
+
+Now the message adds the cause, value-free (a rule or a setting, never SQL or values), and the code
+stays in ``db_code``. The faults are real: a writer process holding the lock, a terminated backend
+during COMMIT, a full tmpfs, a statement over ``statement_timeout``.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import fencepost
+from tests.faults.conftest import assert_nothing_of, assert_value_free, composite
+from tests.faults.test_writer_pg_terminate import _backend_pid, _terminate, _wait_state
+from tests.faults.test_writer_sigkill import Holder
+
+pytestmark = pytest.mark.slow
+
+UNKNOWN = "may have committed"
+BUSY_CODE = {"sqlite": "SQLITE_BUSY", "postgresql": "55P03"}
+
+
+def _with_option(url: str, option: str) -> str:
+    return url + ("&" if "?" in url else "?") + option
+
+
+def _short_wait(url: str, backend: str) -> str:
+    """``url`` with a 20 ms wait for another writer's lock (the retries still apply)."""
+    if backend == "sqlite":
+        return _with_option(url, "busy_timeout_ms=20")
+    return _with_option(url, "options=-c%20lock_timeout%3D20")
+
+
+def test_a_write_lock_held_past_the_wait_is_named_by_the_write_and_by_open(db_url: str, backend: str) -> None:
+    store = fencepost.open(_short_wait(db_url, backend))
+    holder = Holder(db_url, "held")
+    try:
+        assert holder.line().startswith("holding")
+        with pytest.raises(fencepost.RunStoreError) as err:
+            store.runs.create("blocked", "{}")
+        assert (err.value.code, err.value.db_code) == ("persistence_failed", BUSY_CODE[backend])  # type: ignore[attr-defined]
+        assert "write lock" in str(err.value) and UNKNOWN not in str(err.value), str(err.value)
+        assert_value_free(err.value)
+
+        with pytest.raises(fencepost.OpenError) as opened:
+            fencepost.open(_short_wait(db_url, backend))
+        assert (opened.value.code, opened.value.db_code) == ("open_failed", BUSY_CODE[backend])
+        assert "write lock" in str(opened.value), str(opened.value)
+
+        holder.proc.stdin.write(b"go\n")
+        holder.proc.stdin.flush()
+        assert holder.line() == "done 1"
+        store.runs.create("after", "{}")  # the same store writes once the lock is free
+        assert store.runs.get("after").status == "pending"
+        with pytest.raises(fencepost.RunStoreError):
+            store.runs.get("blocked")
+    finally:
+        holder.close()
+        store.close()
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])
+@pytest.mark.parametrize("group_commit", [True, False], ids=["group", "single"])
+def test_a_commit_lost_with_its_connection_says_it_may_have_committed(db_url: str, group_commit: bool) -> None:
+    """The backend is terminated while COMMIT is in flight: the outcome is unknown, and the message
+    says so (with group commit the lone caller leads its group; without, it writes alone)."""
+    store = fencepost.open(db_url, group_commit=group_commit)
+    try:
+        store.db.write(lambda c: c.exec_driver_sql(
+            "CREATE FUNCTION fault_slow_commit() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN PERFORM pg_sleep(3); RETURN NULL; END $$"))
+        store.db.write(lambda c: c.exec_driver_sql(
+            "CREATE CONSTRAINT TRIGGER fault_slow AFTER INSERT ON flows_runs DEFERRABLE INITIALLY DEFERRED "
+            "FOR EACH ROW WHEN (NEW.run_id LIKE 'slow%%') EXECUTE FUNCTION fault_slow_commit()"))
+        since = store.feed.position()
+        pid = _backend_pid(store)
+        killer = threading.Thread(target=lambda: (_wait_state(store, pid, "COMMIT"), _terminate(store, pid)))
+        killer.start()
+        with pytest.raises(fencepost.JournalError) as err:
+            composite(store, "slow-1")
+        killer.join(timeout=30)
+        assert (err.value.code, err.value.cause_code) == ("sink_failed", "persistence_failed")  # type: ignore[attr-defined]
+        assert UNKNOWN in str(err.value) and "COMMIT" in str(err.value), str(err.value)
+        assert_value_free(err.value)
+        assert_nothing_of(store, "slow-1", since)  # here it did not commit; the message said it might have
+        store.runs.create("after", "{}")
+    finally:
+        store.close()
+
+
+def test_a_full_disk_is_named_and_is_not_called_an_unknown_outcome(small_disk) -> None:
+    """A COMMIT (or, under the page cap, an INSERT) refused for space: nothing committed, and the
+    message says the disk is full, not that the write may have landed."""
+    from tests.faults.conftest import BIG_STATE
+
+    store = fencepost.open(small_disk.url())
+    try:
+        small_disk.fill(store)
+        with pytest.raises((fencepost.JournalError, fencepost.RunStoreError)) as err:
+            composite(store, "doomed", state=BIG_STATE)
+        assert err.value.db_code == "SQLITE_FULL"  # type: ignore[attr-defined]
+        assert "disk is full" in str(err.value) and UNKNOWN not in str(err.value), str(err.value)
+        small_disk.free()
+        store.runs.create("after", "{}")
+    finally:
+        small_disk.free()
+        store.close()
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])
+def test_a_statement_timeout_is_named(db_url: str) -> None:
+    store = fencepost.open(_with_option(db_url, "options=-c%20statement_timeout%3D100"))
+    try:
+        since = store.feed.position()
+        with pytest.raises(fencepost.JournalError) as err:
+            composite(store, "slow", extra=lambda conn: conn.exec_driver_sql("SELECT pg_sleep(2)"))
+        assert err.value.db_code == "57014"  # type: ignore[attr-defined]
+        assert "statement_timeout" in str(err.value) and UNKNOWN not in str(err.value), str(err.value)
+        assert_nothing_of(store, "slow", since)
+        store.runs.create("after", "{}")  # the same store goes on
+    finally:
+        store.close()
