@@ -34,10 +34,10 @@ from sqlalchemy import Table, select
 from sqlalchemy.engine import Connection
 
 from fencepost import _gauges
+from fencepost._dialects import file_identity
 from fencepost._durable import Database, DbFailure, map_failure, store_closed
 from fencepost._migrations import migrate, pending
 from fencepost._values import identifier_problem, is_safe_int, seconds_problem, stop_problem
-from fencepost.changefeed.follow import _file_identity as file_identity
 from fencepost.errors import FencepostError, ProjectionError, SourceChanged
 from fencepost.projections import _sources, _sql, checkpoints
 from fencepost.projections._feeds import Page
