@@ -73,7 +73,9 @@ class FencepostError(Exception):
     component = "fencepost"
 
     def __reduce__(self):  # keep errors picklable across worker processes
-        return (type(self), (self.code, self.method, self.detail))
+        # The attributes set after construction (``db_code``, ``store``, ``rotated`` ...) travel as
+        # the instance's state.
+        return (type(self), (self.code, self.method, self.detail), dict(self.__dict__))
 
 
 class RunStoreError(FencepostError):
@@ -135,7 +137,7 @@ class OpenError(FencepostError):
         self.db_code = db_code
 
     def __reduce__(self):
-        return (type(self), (self.code, self.method, self.detail, self.db_code))
+        return (type(self), (self.code, self.method, self.detail, self.db_code), dict(self.__dict__))
 
 
 class DatabaseMissing(OpenError):
