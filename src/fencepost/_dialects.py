@@ -55,7 +55,7 @@ _PG_LOST_CODES = {"57P01", "57P02", "57P03"}
 # values). SQLite: by ``sqlite_errorname`` prefix. PostgreSQL: by SQLSTATE, else by its class.
 _WRITE_LOCK_HELD = "another connection held the write lock"
 _SQLITE_REASONS = {
-    "SQLITE_BUSY": f"{_WRITE_LOCK_HELD} past the busy timeout (busy_timeout_ms) on every retry",
+    "SQLITE_BUSY": f"{_WRITE_LOCK_HELD} past the busy timeout (busy_timeout_ms)",
     "SQLITE_LOCKED": f"{_WRITE_LOCK_HELD} on every retry",
     "SQLITE_FULL": "the disk is full",
     "SQLITE_READONLY": "the database file or its directory is read-only",
@@ -149,6 +149,11 @@ class Backend:
 
     def is_transient(self, exc: BaseException) -> bool:
         raise NotImplementedError
+
+    def waited_out(self, exc: BaseException, elapsed_s: float) -> bool:
+        """Whether the transient failure ``exc``, ``elapsed_s`` seconds into a call, means the call has
+        already waited as long as the store was told to wait for a lock: then it is not retried."""
+        return False
 
     def classify(self, exc: BaseException) -> tuple[str, str | None]:
         """Return ``(category, code)``: category is ``constraint`` or ``persistence_failed``."""
@@ -290,6 +295,8 @@ class SqliteBackend(Backend):
         # A list the engine's listeners share, so they hold no reference to the backend (a store
         # dropped without ``close`` must be collectable, its checkpoint thread stopped).
         self._file: list[Any] = [None, None]
+        #: Seconds SQLite waits for another connection's lock (``busy_timeout_ms``).
+        self.busy_wait_s = 10.0
 
     def configure(self, engine: Engine, *, readonly: bool, options: dict[str, str]) -> None:
         # Options were validated by parse_url before anything was created.
@@ -297,6 +304,7 @@ class SqliteBackend(Backend):
         # "writer": SQLite's own default, the commit that fills the log checkpoints it; no thread.
         background = options.get("checkpoints", "background") == "background"
         busy_ms = int(options.get("busy_timeout_ms", "10000"))
+        self.busy_wait_s = busy_ms / 1000
 
         @event.listens_for(engine, "connect")
         def _connect(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
@@ -383,6 +391,13 @@ class SqliteBackend(Backend):
             name = getattr(orig, "sqlite_errorname", None)
             return name in _SQLITE_TRANSIENT
         return False
+
+    def waited_out(self, exc: BaseException, elapsed_s: float) -> bool:
+        # SQLite answers busy once its busy handler has waited busy_timeout_ms for the lock: that
+        # option bounds the whole call's wait, not each attempt's. A busy answer that comes sooner
+        # (the handler is not asked when waiting could deadlock) is retried as before.
+        name = getattr(getattr(exc, "orig", None), "sqlite_errorname", None) or ""
+        return name.startswith("SQLITE_BUSY") and elapsed_s >= self.busy_wait_s
 
     def classify(self, exc: BaseException) -> tuple[str, str | None]:
         orig = getattr(exc, "orig", None)

@@ -446,6 +446,7 @@ class Database:
 
     def _run(self, fn: Callable[[Connection], T], *, write: bool) -> T:
         delay = 0.005
+        started = time.monotonic()
         for attempt in range(1, MAX_ATTEMPTS + 1):
             failure: DbFailure | None = None
             try:
@@ -453,7 +454,8 @@ class Database:
             except CommitUnknown as unknown:
                 failure = unknown.failure
             except DBAPIError as exc:
-                if self.backend.is_transient(exc) and attempt < MAX_ATTEMPTS:
+                if (self.backend.is_transient(exc) and attempt < MAX_ATTEMPTS
+                        and not self.backend.waited_out(exc, time.monotonic() - started)):
                     time.sleep(delay * (0.5 + random.random()))
                     delay = min(delay * 2, 0.5)
                     continue

@@ -133,3 +133,34 @@ def test_a_statement_timeout_is_named(db_url: str) -> None:
         store.runs.create("after", "{}")  # the same store goes on
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+def test_busy_timeout_ms_bounds_the_whole_wait_for_a_held_write_lock(db_url: str) -> None:
+    """Defect: a write blocked by another process's write lock waited ``busy_timeout_ms`` on each of
+    its twelve attempts (about two minutes with the default 10 s) before failing. SQLite has already
+    waited the whole budget when it answers busy, so the call now fails once that wait is spent;
+    a busy answer that comes sooner is still retried. Nothing is written, and the store writes again
+    once the lock is free."""
+    import time
+
+    store = fencepost.open(_with_option(db_url, "busy_timeout_ms=500"))
+    holder = Holder(db_url, "held")
+    try:
+        assert holder.line().startswith("holding")
+        started = time.monotonic()
+        with pytest.raises(fencepost.RunStoreError) as err:
+            store.runs.create("blocked", "{}")
+        waited = time.monotonic() - started
+        assert err.value.db_code == "SQLITE_BUSY"  # type: ignore[attr-defined]
+        # One 0.5 s wait, not twelve (over 6 s before): generous for a loaded machine.
+        assert 0.4 <= waited < 3.0, waited
+        holder.proc.stdin.write(b"go\n")
+        holder.proc.stdin.flush()
+        assert holder.line() == "done 1"
+        store.runs.create("after", "{}")
+        with pytest.raises(fencepost.RunStoreError):
+            store.runs.get("blocked")
+    finally:
+        holder.close()
+        store.close()
