@@ -258,3 +258,13 @@ def test_a_bad_option_in_fencepost_db_is_a_usage_error_naming_it(run_cli, tmp_pa
 def test_help_still_works_under_a_bad_fencepost_db(run_cli, tmp_path):
     result = run_cli("runs", "--help", env={"FENCEPOST_DB": f"sqlite:///{tmp_path / 'x.db'}?checkpoints=sometimes"})
     assert result.code == 0 and "Usage:" in result.out
+
+
+def test_projection_run_interval_without_follow_is_a_usage_error(run_cli, tmp_path):
+    """--interval without --follow was silently ignored (a single catch-up prints one result): the
+    user who meant to follow got one catch-up and an exit."""
+    db = tmp_path / "flows.db"
+    result = run_cli("--db", f"sqlite:///{db}", "projection", "run", "--interval", "5")
+    assert_one_line_error(result)
+    assert result.code == 2 and "--interval needs --follow" in result.err, result
+    assert not db.exists()

@@ -116,6 +116,9 @@ def projection_run(obj: CliContext, which: str, target: str | None, follow: bool
 
     Example: fencepost projection run --name runs_by_status --follow
     """
+    ctx = click.get_current_context()
+    if not follow and ctx.get_parameter_source("interval") is click.core.ParameterSource.COMMANDLINE:
+        raise click.UsageError("--interval needs --follow (a single catch-up prints one result)")
     with _builder(obj, which, target) as builder:
         if follow:
             _follow(obj, builder, which, target, interval, out)
