@@ -513,8 +513,9 @@ def _check_arguments(store: Any, fn: Any, owner: Any, concurrency: Any, liveness
 
     if not isinstance(store, (Store, ShardSet)):
         raise ValueError("store must be a fencepost Store or ShardSet")
-    if not callable(fn):
-        raise ValueError("fn must be callable (it is called with each run's RunContext)")
+    problem = fn_problem(fn)
+    if problem:
+        raise ValueError(f"fn {problem}")
     if owner is not None:
         problem = owner_problem(owner)
         if problem:
@@ -527,6 +528,15 @@ def _check_arguments(store: Any, fn: Any, owner: Any, concurrency: Any, liveness
         problem = identifier_problem(run_prefix)
         if problem:
             raise ValueError(f"run_prefix {problem}")
+
+
+def fn_problem(fn: Any) -> str | None:
+    """Why ``fn`` cannot be a run function, or None (the CLI's ``--task`` check shares it)."""
+    if not callable(fn):
+        return "must be callable (it is called with each run's RunContext)"
+    if inspect.iscoroutinefunction(fn):
+        return "must be a plain function, not async def (the worker calls it synchronously, on its threads)"
+    return None
 
 
 def _members(store: Any) -> list[Any]:
