@@ -20,6 +20,7 @@ simply skips, never a second execution. What the worker adds on top of the store
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import random
@@ -36,7 +37,7 @@ from sqlalchemy import and_, select
 from fencepost import _gauges
 from fencepost._durable import DbFailure, map_failure
 from fencepost._schema import flows_runs as runs_t
-from fencepost._values import identifier_problem, stop_problem
+from fencepost._values import identifier_problem, parse_json_text, stop_problem
 from fencepost.errors import RunStoreError
 from fencepost.journal.owner import OwnerId, owner_problem
 from fencepost.journal.redaction import DEFAULT as DEFAULT_REDACTION
@@ -47,7 +48,8 @@ from fencepost.runstore.outcomes import Activated, Claimed, GuardFailed, Recover
 from fencepost.runstore.ownership import Lease, LeaseLost, Supervisor
 from fencepost.runstore.rows import LivenessEvidence, RunFailure, RunRow, RunSnapshot
 
-__all__ = ["Cancelled", "RunContext", "Stopping", "Suspend", "Worker", "WorkerStats", "default_owner"]
+__all__ = ["Cancelled", "RunContext", "Stopping", "Suspend", "UnstorableResult", "Worker", "WorkerStats",
+           "default_owner"]
 
 log = logging.getLogger("fencepost.worker")
 
@@ -69,6 +71,35 @@ class Suspend(Exception):
     def __init__(self, state: Any = None) -> None:
         super().__init__("suspend")
         self.state = state
+
+
+class UnstorableResult(Exception):
+    """The run function returned (or suspended with) a value the store cannot hold; the run settles
+    ``failed`` with this as its recorded reason."""
+
+
+def _state_text(value: Any, what: str) -> str | None:
+    """``value`` as the state_json text a settlement writes (None keeps the last checkpoint).
+
+    A value JSON cannot encode, or whose text breaks the durable-value rules the store enforces, raises
+    ``UnstorableResult`` naming the rule, so the caller settles the run ``failed`` instead of leaving it
+    ``running`` to be taken over and run again.
+    """
+    if value is None:
+        return None
+    if inspect.isawaitable(value):
+        if inspect.iscoroutine(value):
+            value.close()  # never awaited: close it so Python does not warn about it later
+        raise UnstorableResult(f"{what} cannot be stored: it is a coroutine or awaitable; the worker calls "
+                               "the run function synchronously, so it must be a plain function, not async def")
+    try:
+        text = _json.encode(value).decode()
+    except Exception as exc:  # msgspec's TypeError/EncodeError for a type JSON has no form for
+        raise UnstorableResult(f"{what} cannot be stored as JSON: {exc}") from None
+    _, problem = parse_json_text(text)
+    if problem:
+        raise UnstorableResult(f"{what} cannot be stored: as JSON text it {problem}")
+    return text
 
 
 class WorkerStats(msgspec.Struct):
@@ -147,7 +178,8 @@ class Worker:
 
     ``fn(ctx)`` returns the final state (``None`` keeps the last checkpoint) to settle ``completed``;
     raising ``Cancelled`` (or returning after a request) settles ``cancelled``; ``Suspend(state)``
-    parks the run; any other exception settles ``failed`` and records why (``RunRow.failure``:
+    parks the run; any other exception (``SystemExit`` too), or a result JSON cannot store
+    (``UnstorableResult``), settles ``failed`` and records why (``RunRow.failure``:
     type, message and traceback, redacted); ``LeaseLost`` abandons the run to whoever
     holds it now. ``liveness`` decides whether the owner of an expired lease is gone
     (default ``lease_liveness()``; pass ``same_host_pid_probe`` to ask the operating system too).
@@ -362,8 +394,11 @@ class Worker:
             return
         except (Suspend, Stopping) as s:
             ctx.lease.check()
-            state = s.state if isinstance(s, Suspend) else None
-            text = None if state is None else _json.encode(state).decode()
+            try:
+                text = _state_text(s.state if isinstance(s, Suspend) else None, "the state given to Suspend")
+            except UnstorableResult as exc:
+                self._settle_failed(ctx, exc)
+                return
             outcome = runs.transition_owned(ctx.run_id, self.owner, "suspended", state_json=text,
                                             guard={"cancel_requested": "absent"})
             if isinstance(outcome, GuardFailed):
@@ -374,22 +409,15 @@ class Worker:
             return
         except LeaseLost:
             raise
-        except Exception as exc:
-            ctx.lease.check()
-            # The reason rides the same UPDATE as the settlement (redacted by the store).
-            failure = RunFailure.from_exception(exc)
-            outcome = runs.transition_owned(ctx.run_id, self.owner, "failed", failure=failure)
-            if isinstance(outcome, Transitioned):
-                self._count("failed")
-                log.warning("run %s settled failed: %s\n%s", ctx.run_id, type(exc).__name__,
-                            self._log_traceback(ctx.run_id, exc, failure), extra={"run_id": ctx.run_id})
-            else:
-                log.warning("run %s raised but could not be settled failed (%s)\n%s", ctx.run_id,
-                            type(outcome).__name__, self._log_traceback(ctx.run_id, exc, failure),
-                            extra={"run_id": ctx.run_id})
+        except BaseException as exc:  # sys.exit() in a run function fails the run, like any exception
+            self._settle_failed(ctx, exc)
             return
         ctx.lease.check()
-        text = None if result is None else _json.encode(result).decode()
+        try:
+            text = _state_text(result, "the run function's return value")
+        except UnstorableResult as exc:
+            self._settle_failed(ctx, exc)
+            return
         outcome = runs.transition_owned(ctx.run_id, self.owner, "completed", state_json=text,
                                         guard={"cancel_requested": "absent"})
         if isinstance(outcome, GuardFailed):
@@ -399,6 +427,20 @@ class Worker:
             log.info("run %s settled completed", ctx.run_id, extra={"run_id": ctx.run_id})
         else:
             raise LeaseLost(ctx.run_id, type(outcome).__name__)
+
+    def _settle_failed(self, ctx: RunContext, exc: BaseException) -> None:
+        ctx.lease.check()
+        # The reason rides the same UPDATE as the settlement (redacted by the store).
+        failure = RunFailure.from_exception(exc)
+        outcome = self.store.runs.transition_owned(ctx.run_id, self.owner, "failed", failure=failure)
+        if isinstance(outcome, Transitioned):
+            self._count("failed")
+            log.warning("run %s settled failed: %s\n%s", ctx.run_id, type(exc).__name__,
+                        self._log_traceback(ctx.run_id, exc, failure), extra={"run_id": ctx.run_id})
+        else:
+            log.warning("run %s raised but could not be settled failed (%s)\n%s", ctx.run_id,
+                        type(outcome).__name__, self._log_traceback(ctx.run_id, exc, failure),
+                        extra={"run_id": ctx.run_id})
 
     def _log_traceback(self, run_id: str, exc: BaseException, failure: RunFailure | None = None) -> str:
         """``exc``'s traceback for a log line: frames and every message (chained causes too) redacted
@@ -471,8 +513,9 @@ def _check_arguments(store: Any, fn: Any, owner: Any, concurrency: Any, liveness
 
     if not isinstance(store, (Store, ShardSet)):
         raise ValueError("store must be a fencepost Store or ShardSet")
-    if not callable(fn):
-        raise ValueError("fn must be callable (it is called with each run's RunContext)")
+    problem = fn_problem(fn)
+    if problem:
+        raise ValueError(f"fn {problem}")
     if owner is not None:
         problem = owner_problem(owner)
         if problem:
@@ -485,6 +528,15 @@ def _check_arguments(store: Any, fn: Any, owner: Any, concurrency: Any, liveness
         problem = identifier_problem(run_prefix)
         if problem:
             raise ValueError(f"run_prefix {problem}")
+
+
+def fn_problem(fn: Any) -> str | None:
+    """Why ``fn`` cannot be a run function, or None (the CLI's ``--task`` check shares it)."""
+    if not callable(fn):
+        return "must be callable (it is called with each run's RunContext)"
+    if inspect.iscoroutinefunction(fn):
+        return "must be a plain function, not async def (the worker calls it synchronously, on its threads)"
+    return None
 
 
 def _members(store: Any) -> list[Any]:

@@ -81,6 +81,19 @@ def test_a_missing_function_names_the_module_and_the_attribute(run_cli, tmp_path
     assert result.code == 2 and "fewtasks" in result.err and "work" in result.err
 
 
+def test_an_async_def_task_is_a_usage_error_and_changes_nothing(run_cli, db_url, tmp_path):
+    """An ``async def`` task passed the import check, then each worker process died with a
+    traceback (or, before that, every run it took was failed): the worker calls the function
+    synchronously. It is refused up front, like a task that is not callable."""
+    (tmp_path / "asynctasks.py").write_text("async def work(ctx):\n    return {}\n")
+    _create(db_url, ["a1"])
+    result = run_cli("--db", db_url, "worker", "-n", "1", "--task", "asynctasks:work", "--until-idle",
+                     cwd=tmp_path, timeout=90)
+    assert_one_line_error(result)
+    assert result.code == 2 and "--task" in result.err and "async def" in result.err
+    assert _statuses(db_url, ["a1"]) == {"a1": "pending"}
+
+
 def test_why_a_run_failed_is_shown_by_runs_show_and_its_json(run_cli, db_url, tmp_path):
     (tmp_path / "failtasks.py").write_text(
         "def parse(text):\n"

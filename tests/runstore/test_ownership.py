@@ -112,6 +112,21 @@ def test_pulse_every_interval_with_updated_keeps_the_lease(fake, clock):
         assert not keeper.lost
 
 
+def test_a_supervisor_stopped_and_started_again_pulses_again(fake, clock):
+    """``start()`` after ``stop()`` did nothing (the ended thread still counted as started), so a
+    lease held afterwards was never renewed and never lapsed either."""
+    sup = Supervisor(fake, A)
+    first = sup.hold("r1")
+    sup.settle()
+    first.release()
+    sup.stop()
+    sup.start()
+    sup.hold("r2")
+    advance_to(sup, clock, 2000)
+    assert [t for _, t in fake.runs.calls] == [1000, 2000]
+    sup.stop()
+
+
 @pytest.mark.parametrize("mode,tag", [("lost", "FenceLost"), ("notfound", "NotFound")], ids=["FenceLost", "NotFound"])
 def test_any_outcome_other_than_updated_interrupts_without_on_lapse(fake, clock, mode, tag):
     lapses: list[int] = []

@@ -21,6 +21,10 @@ def _fn(ctx):
     return {"done": True}
 
 
+async def _async_fn(ctx):
+    return {"done": True}
+
+
 def _pending(store) -> tuple:
     store.runs.create("keep", '{"n": 1}')
     return _seen(store)
@@ -34,6 +38,7 @@ def _seen(store) -> tuple:
 @pytest.mark.parametrize(("field", "kwargs"), [
     ("fn", {"fn": None}),
     ("fn", {"fn": "not callable"}),
+    ("fn", {"fn": _async_fn}),  # it would return a coroutine the worker never awaits
     ("store", {"store": None}),
     ("store", {"store": "sqlite:///x.db"}),
     ("owner", {"owner": "me"}),

@@ -4,6 +4,7 @@ redacted like journal text, in the same transaction as the ``failed`` transition
 from __future__ import annotations
 
 import logging
+import threading
 
 import pytest
 from sqlalchemy.exc import IntegrityError
@@ -12,7 +13,7 @@ from fencepost.errors import RunStoreError
 from fencepost.journal.owner import OwnerId
 from fencepost.runstore.outcomes import Claimed, FenceLost, Transitioned
 from fencepost.runstore.rows import RunFailure
-from fencepost.worker import RunContext, Worker
+from fencepost.worker import RunContext, Suspend, Worker
 
 SECRET = "hunter2-sup3r-s3cret-value"
 
@@ -151,3 +152,82 @@ def test_a_redaction_that_fails_is_a_clear_error_that_quotes_nothing_and_changes
     assert err.value.__cause__ is None and err.value.__context__ is None
     row = store.runs.get("direct")
     assert row.status == "running" and row.failure is None
+
+
+def _run_bounded(store, fn) -> Worker:
+    """Run a worker until idle; stop it (and fail) if it is still busy after 20 s."""
+    worker = Worker(store, fn, concurrency=1)
+    stop = threading.Event()
+    t = threading.Thread(target=worker.run, args=(stop,), kwargs={"until_idle": True})
+    t.start()
+    t.join(20)
+    stop.set()
+    t.join(20)
+    assert not t.is_alive()
+    return worker
+
+
+class _Opaque:
+    """Not JSON: msgspec cannot encode it."""
+
+
+@pytest.mark.parametrize(("ending", "rule"), [
+    (lambda ctx: _Opaque(), "Encoding objects of type"),
+    (lambda ctx: {"text": "a\x00b"}, "contains NUL"),
+    (lambda ctx: _raise(Suspend(_Opaque())), "Encoding objects of type"),
+    (lambda ctx: _raise(Suspend({"text": "a\x00b"})), "contains NUL"),
+], ids=["return-object", "return-nul", "suspend-object", "suspend-nul"])
+def test_a_result_that_cannot_be_stored_settles_failed_saying_why(store, ending, rule):
+    """A run function that returned (or suspended with) a value the store cannot hold left the run
+    ``running`` with its lease dropped: the settlement raised inside the worker ("settling a run
+    failed"), so every 30 s the lease expired, the run was taken over and the function ran again,
+    forever (``--until-idle`` never ended). It now settles ``failed``, the reason recorded."""
+    store.runs.create("bad-result", '{"step": 1}')
+    ran: list[str] = []
+
+    def fn(ctx: RunContext):
+        ran.append(ctx.run_id)
+        return ending(ctx)
+
+    worker = _run_bounded(store, fn)
+    row = store.runs.get("bad-result")
+    assert row.status == "failed" and row.owner is None
+    assert row.failure.type == "fencepost.worker.UnstorableResult"
+    assert "cannot be stored" in row.failure.message and rule in row.failure.message
+    assert row.state_json == '{"step": 1}'  # the last durable state is kept
+    assert ran == ["bad-result"] and worker.stats.failed == 1
+
+
+def test_a_coroutine_returned_by_the_run_function_settles_failed_naming_async_def(store):
+    """A run function that returned a coroutine (an ``async def`` reached the worker some other
+    way, e.g. a wrapper) fell into the same endless retake loop; it now settles ``failed``."""
+    store.runs.create("coro", "{}")
+
+    async def work(ctx):
+        return {"ok": True}
+
+    worker = _run_bounded(store, lambda ctx: work(ctx))
+    row = store.runs.get("coro")
+    assert row.status == "failed" and "coroutine" in row.failure.message
+    assert worker.stats.failed == 1
+
+
+@pytest.mark.parametrize("exc", [SystemExit(3), KeyboardInterrupt(), GeneratorExit()],
+                         ids=["SystemExit", "KeyboardInterrupt", "GeneratorExit"])
+def test_a_run_function_raising_a_base_exception_settles_failed(store, exc):
+    """``sys.exit()`` in a run function (a BaseException, not an Exception) escaped the worker's
+    handling: the run stayed ``running`` with its lease dropped and was run again after every
+    lease expiry. It now settles ``failed`` like any other exception."""
+    store.runs.create("exits", "{}")
+
+    def fn(ctx: RunContext):
+        raise exc
+
+    worker = _run_bounded(store, fn)
+    row = store.runs.get("exits")
+    assert row.status == "failed" and row.failure.type == type(exc).__name__
+    assert worker.stats.failed == 1
+
+
+def _raise(exc: BaseException):
+    raise exc

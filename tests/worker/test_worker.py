@@ -248,6 +248,41 @@ def test_held_runs_are_renewed_together_by_one_heartbeat_many(store, clock):
         t.join(10)
 
 
+def test_a_worker_run_again_after_it_returned_still_renews_its_leases(store, clock):
+    """A ``Worker`` whose ``run()`` had returned (``until_idle``, or ``stop`` set) and was run again
+    never renewed a lease in the second run: its supervisor's thread had stopped and ``start()``
+    saw a thread object and did nothing, so after 30 s a peer could take over a run still running.
+    The second run renews its leases like the first."""
+    _create(store, 1, prefix="first")
+    worker = Worker(store, lambda ctx: {"ok": True})
+    assert worker.run(until_idle=True).completed == 1
+
+    _create(store, 1, prefix="second")
+    inside, release = threading.Event(), threading.Event()
+
+    def fn(ctx: RunContext):
+        inside.set()
+        release.wait(10)
+        return {"ok": True}
+
+    worker.fn = fn
+    t = threading.Thread(target=worker.run, kwargs={"until_idle": True})
+    t.start()
+    try:
+        assert inside.wait(10)
+        clock.set(1000)
+        worker.supervisor.settle()
+        assert store.runs.get("second000").heartbeat_at_ms == 1000
+        clock.set(2000)
+        worker.supervisor.settle()
+        assert store.runs.get("second000").heartbeat_at_ms == 2000
+    finally:
+        release.set()
+        t.join(10)
+    assert not t.is_alive()
+    assert store.runs.get("second000").status == "completed" and worker.stats.completed == 2
+
+
 @pytest.mark.slow
 def test_several_workers_on_one_database_run_each_run_exactly_once(db_url, clock):
     """A race as a race: four workers, each with its own store (own connections), start at a barrier."""

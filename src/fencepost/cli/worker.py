@@ -39,8 +39,11 @@ def load_task(ref: str, import_dir: str | None = None) -> Any:
         fn = getattr(module, attr)
     except AttributeError:
         raise click.BadParameter(f"module {module_name!r} has no attribute {attr!r}", param_hint="--task") from None
-    if not callable(fn):
-        raise click.BadParameter(f"{ref!r} is not callable", param_hint="--task")
+    from fencepost.worker import fn_problem
+
+    problem = fn_problem(fn)
+    if problem:
+        raise click.BadParameter(f"{ref!r} {problem}", param_hint="--task")
     return fn
 
 

@@ -175,7 +175,16 @@ class Supervisor:
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> Supervisor:
-        """Start the loop thread (idempotent)."""
+        """Start the loop thread (idempotent). A stopped supervisor starts again: ``hold`` after
+        ``stop`` (a ``Worker`` run again) pulses as before, never silently not at all."""
+        if self._thread is not None and self._stop.is_set():
+            if self._thread is threading.current_thread():  # a callback on the loop: it keeps running
+                self._stop.clear()
+                return self
+            # The old loop is ending (or ended): wait for it, so two loops never pulse at once.
+            self._thread.join()
+            self._thread = None
+            self._stop.clear()
         if self._thread is None:
             self._thread = threading.Thread(target=self._loop, name="fencepost-supervisor", daemon=True)
             self._thread.start()
