@@ -127,6 +127,22 @@ def test_a_supervisor_stopped_and_started_again_pulses_again(fake, clock):
     sup.stop()
 
 
+def test_a_lease_keeper_entered_again_after_it_stopped_pulses_and_fences_again(fake, clock):
+    """Entering a ``LeaseKeeper`` a second time kept the first, released lease: nothing renewed the
+    run, and ``check()`` could never raise ``LeaseLost`` (a thief's takeover went unnoticed)."""
+    keeper = LeaseKeeper(fake, "r1", A)
+    with keeper:
+        advance_to(keeper, clock, 1000)
+    assert [t for _, t in fake.runs.calls] == [1000]
+    with keeper:
+        advance_to(keeper, clock, 2000)
+        assert [t for _, t in fake.runs.calls] == [1000, 2000]  # pulsed again
+        fake.runs.heartbeat_mode = "lost"
+        advance_to(keeper, clock, 3000)
+        with pytest.raises(LeaseLost):
+            keeper.check()
+
+
 @pytest.mark.parametrize("mode,tag", [("lost", "FenceLost"), ("notfound", "NotFound")], ids=["FenceLost", "NotFound"])
 def test_any_outcome_other_than_updated_interrupts_without_on_lapse(fake, clock, mode, tag):
     lapses: list[int] = []

@@ -449,8 +449,8 @@ class LeaseKeeper:
         self.lease: Lease | None = None
 
     def start(self) -> LeaseKeeper:
-        """Begin pulsing (the budget starts now)."""
-        if self.lease is None:
+        """Begin pulsing (the budget starts now); after ``stop()``, with a new lease."""
+        if self.lease is None or self.lease.released:
             self.lease = self.supervisor.hold(self.run_id, on_lapse=self._on_lapse, on_reconfirm=self._on_reconfirm)
         return self
 
