@@ -12,13 +12,11 @@ forgotten), and a missing shadow table restarts the shadow fill.
 
 from __future__ import annotations
 
-import threading
-import time
-
 from sqlalchemy import text
 
 from fencepost.projections import ProjectionBuilder, RunsByStatus
 from tests.projections import _runs
+from tests.projections._following import Following
 
 TABLE = "projection_runs_by_status"
 
@@ -46,21 +44,9 @@ def test_a_dropped_projection_table_is_built_again_from_the_start(store, target_
 
 def test_a_table_dropped_while_the_builder_follows_is_built_again(store, target_url):
     _seed(store, 3)
-    stop = threading.Event()
-    failure: list[BaseException] = []
     with ProjectionBuilder(store, target_url, RunsByStatus(), poll_interval=0.1) as builder:
-        def follow() -> None:
-            try:
-                builder.run(stop)
-            except BaseException as exc:
-                failure.append(exc)
-
-        thread = threading.Thread(target=follow)
-        thread.start()
-        try:
-            deadline = time.monotonic() + 20
-            while builder.status().lag and time.monotonic() < deadline:
-                time.sleep(0.05)
+        with Following(builder) as following:
+            assert following.wait(lambda: not builder.status().lag)
             _drop(builder, TABLE)
             _seed(store, 2, "after")
             want = store.db.read(_runs.live_rows)
@@ -71,13 +57,8 @@ def test_a_table_dropped_while_the_builder_follows_is_built_again(store, target_
                 except Exception:  # the table is missing until the builder recreates it
                     return None
 
-            while projected() != want and time.monotonic() < deadline and not failure:
-                time.sleep(0.05)
-            assert projected() == want and not failure
-        finally:
-            stop.set()
-            thread.join(timeout=20)
-    assert not failure
+            assert following.wait(lambda: projected() == want) and not following.failure
+    assert not following.failure
 
 
 def test_a_shadow_table_dropped_mid_rebuild_restarts_the_fill(store, target_url):

@@ -13,8 +13,6 @@ follows.
 from __future__ import annotations
 
 import os
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +22,7 @@ from fencepost.errors import ProjectionError
 from fencepost.projections import ProjectionBuilder, RunsByStatus
 from tests.conftest import drop_schema, require_postgres
 from tests.projections import _runs
+from tests.projections._following import Following
 
 
 def _replace_source(url: str) -> None:
@@ -48,44 +47,28 @@ def test_a_builder_following_a_replaced_source_database_never_goes_on_with_the_o
     store = fencepost.open(db_url)
     store.db.write(lambda conn: [_runs.create(conn, f"old-{i}", i) for i in range(5)])
     builder = ProjectionBuilder(store, target_url, RunsByStatus(), poll_interval=0.2)
-    failure: list[BaseException] = []
-    stop = threading.Event()
-
-    def follow() -> None:
-        try:
-            builder.run(stop)
-        except BaseException as exc:
-            failure.append(exc)
-
-    thread = threading.Thread(target=follow)
-    thread.start()
     try:
-        deadline = time.monotonic() + 20
-        while builder.status().applied_revision < 5 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert builder.status().applied_revision == 5
-        _replace_source(db_url)
-        if backend == "sqlite":
-            thread.join(timeout=20)
-            assert not thread.is_alive()
-            [error] = failure
-            assert isinstance(error, ProjectionError) and error.code == "projection_failed", error
-            assert "replaced" in str(error) and str(Path(db_url[len("sqlite:///"):])) not in str(error)
-            # Reopened at its path, the store is the new database and a builder rebuilds onto it.
-            builder.close()
-            store.close()
-            store = fencepost.open(db_url)
-            builder = ProjectionBuilder(store, target_url, RunsByStatus())
-            assert builder.catch_up().rebuilt
-        else:
-            while time.monotonic() < deadline and set(builder.target.read(_runs.projected_rows)) != {
-                    "new-0", "new-1", "new-2"}:
-                time.sleep(0.05)
-            assert builder.status().rebuilds == 1
-        assert set(builder.target.read(_runs.projected_rows)) == {"new-0", "new-1", "new-2"}
+        with Following(builder) as following:
+            assert following.wait(lambda: builder.status().applied_revision >= 5)
+            assert builder.status().applied_revision == 5
+            _replace_source(db_url)
+            if backend == "sqlite":
+                following.thread.join(timeout=20)
+                assert not following.thread.is_alive()
+                [error] = following.failure
+                assert isinstance(error, ProjectionError) and error.code == "projection_failed", error
+                assert "replaced" in str(error) and str(Path(db_url[len("sqlite:///"):])) not in str(error)
+                # Reopened at its path, the store is the new database and a builder rebuilds onto it.
+                builder.close()
+                store.close()
+                store = fencepost.open(db_url)
+                builder = ProjectionBuilder(store, target_url, RunsByStatus())
+                assert builder.catch_up().rebuilt
+            else:
+                following.wait(lambda: set(builder.target.read(_runs.projected_rows)) == {"new-0", "new-1", "new-2"})
+                assert builder.status().rebuilds == 1
+            assert set(builder.target.read(_runs.projected_rows)) == {"new-0", "new-1", "new-2"}
     finally:
-        stop.set()
-        thread.join(timeout=20)
         builder.close()
         store.close()
 
@@ -94,26 +77,11 @@ def test_a_builder_following_a_replaced_source_database_never_goes_on_with_the_o
 def test_an_untouched_sqlite_source_keeps_being_followed(db_url, make_db_url):
     """The file check does not fire on ordinary commits: the builder keeps following."""
     store = fencepost.open(db_url)
-    stop = threading.Event()
-    failure: list[BaseException] = []
     with ProjectionBuilder(store, make_db_url(), RunsByStatus(), poll_interval=0.2) as builder:
-        def follow() -> None:
-            try:
-                builder.run(stop)
-            except BaseException as exc:
-                failure.append(exc)
-
-        thread = threading.Thread(target=follow)
-        thread.start()
-        try:
+        with Following(builder) as following:
             for i in range(5):
                 store.runs.create(f"r{i}", "{}")
-            deadline = time.monotonic() + 20
-            while builder.status().applied_revision < 5 and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert builder.status().lag == 0 and thread.is_alive() and not failure
-        finally:
-            stop.set()
-            thread.join(timeout=20)
-            store.close()
-    assert not failure
+            following.wait(lambda: builder.status().applied_revision >= 5)
+            assert builder.status().lag == 0 and following.thread.is_alive() and not following.failure
+    store.close()
+    assert not following.failure
