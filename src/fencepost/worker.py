@@ -26,6 +26,7 @@ import os
 import random
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -48,8 +49,8 @@ from fencepost.runstore.outcomes import Activated, Claimed, GuardFailed, Recover
 from fencepost.runstore.ownership import Lease, LeaseLost, Supervisor
 from fencepost.runstore.rows import LivenessEvidence, RunFailure, RunRow, RunSnapshot
 
-__all__ = ["Cancelled", "RunContext", "Stopping", "Suspend", "UnstorableResult", "Worker", "WorkerStats",
-           "default_owner"]
+__all__ = ["SUSPEND_BACKOFF_S", "Cancelled", "RunContext", "Stopping", "Suspend", "UnstorableResult", "Worker",
+           "WorkerStats", "default_owner"]
 
 log = logging.getLogger("fencepost.worker")
 
@@ -65,8 +66,15 @@ class Stopping(Exception):
     """The worker is shutting down; raised from ``check()`` so the run is parked ``suspended``."""
 
 
+#: Seconds a worker leaves a run it suspended (``Suspend``) before taking it again itself; other
+#: runs are taken meanwhile. Without it a run that keeps suspending is claimed again at once, in a
+#: loop that writes three journal entries each time.
+SUSPEND_BACKOFF_S = 1.0
+
+
 class Suspend(Exception):
-    """Raise from a run function to park the run as ``suspended`` (claimable again later)."""
+    """Raise from a run function to park the run as ``suspended`` (claimable again later: this
+    worker takes it again after ``SUSPEND_BACKOFF_S``)."""
 
     def __init__(self, state: Any = None) -> None:
         super().__init__("suspend")
@@ -201,6 +209,8 @@ class Worker:
         self.supervisor = Supervisor(store, self.owner)
         self._contexts: dict[str, RunContext] = {}
         self._futures: dict[str, Future] = {}
+        # Runs this worker suspended, by run id: the monotonic time before which it leaves them.
+        self._resting: dict[str, float] = {}
         self._lock = threading.Lock()
         self._done = threading.Event()
         self._stopping = threading.Event()
@@ -242,7 +252,8 @@ class Worker:
                 if now >= next_cancel_check:
                     self._observe_cancellations()
                     next_cancel_check = now + INTERVAL_MS
-                if until_idle and took == 0 and not self._futures and not self._waiting_for_leases():
+                if (until_idle and took == 0 and not self._futures and not self._rests()
+                        and not self._waiting_for_leases()):
                     break
                 if took == 0 or not free:
                     self._done.wait(0.1)
@@ -257,6 +268,14 @@ class Worker:
             self.supervisor.stop()
             _gauges.worker_in_flight.discard(**self._gauge_attrs)
         return self.stats
+
+    def _rests(self) -> bool:
+        """Whether a run this worker suspended is still resting (forgetting those whose time is up)."""
+        now = time.monotonic()
+        with self._lock:
+            for run_id in [r for r, until in self._resting.items() if until <= now]:
+                del self._resting[run_id]
+            return bool(self._resting)
 
     def _waiting_for_leases(self) -> bool:
         # With until_idle, a run held by a live peer keeps us waiting; one held by an expired lease
@@ -312,7 +331,11 @@ class Worker:
         """
         if type(limit) is not int or limit < 1:
             raise ValueError("limit must be an integer >= 1")
-        found = self._candidates(limit * 4)
+        self._rests()
+        with self._lock:
+            resting = set(self._resting)
+        # Runs this worker suspended are left alone for a while; read enough for the others.
+        found = [c for c in self._candidates(limit * 4 + len(resting)) if c["run_id"] not in resting]
         random.shuffle(found)
         taken: list[RunRow] = []
         for cand in found:
@@ -399,6 +422,10 @@ class Worker:
             except UnstorableResult as exc:
                 self._settle_failed(ctx, exc)
                 return
+            if isinstance(s, Suspend):
+                # Before the run is claimable again: this worker's sweep must not take it back at once.
+                with self._lock:
+                    self._resting[ctx.run_id] = time.monotonic() + SUSPEND_BACKOFF_S
             outcome = runs.transition_owned(ctx.run_id, self.owner, "suspended", state_json=text,
                                             guard={"cancel_requested": "absent"})
             if isinstance(outcome, GuardFailed):

@@ -412,3 +412,32 @@ def test_pid_probe_liveness_takes_over_a_dead_same_host_owner_and_spares_a_live_
     assert [r.run_id for r in taken] == ["r000"]
     assert store.runs.get("r001").owner.nonce == "alive"
     assert _facts(store, "r000")[-2:] == ["stolen", "activated"]
+
+
+def test_a_run_that_suspends_itself_is_not_taken_again_at_once(store):
+    """A run function that raised ``Suspend`` had its run taken again by the same worker at once: a
+    run that keeps suspending (waiting for something outside) was claimed, activated and released
+    about 170 times a second, three journal entries each, the journal growing without bound. The
+    worker now leaves a run it suspended for ``SUSPEND_BACKOFF_S`` before taking it again (other
+    runs meanwhile), and ``until_idle`` still waits for it."""
+    import time
+
+    from fencepost.worker import SUSPEND_BACKOFF_S
+
+    store.runs.create("waits", "{}")
+    store.runs.create("other", "{}")
+    calls: list[tuple[str, float]] = []
+
+    def fn(ctx: RunContext):
+        calls.append((ctx.run_id, time.monotonic()))
+        if ctx.run_id == "waits" and sum(1 for r, _ in calls if r == "waits") < 3:
+            raise Suspend({"tries": len(calls)})
+        return {"done": True}
+
+    stats = Worker(store, fn).run(until_idle=True)
+    waits = [t for r, t in calls if r == "waits"]
+    assert len(waits) == 3 and stats.suspended == 2 and stats.completed == 2
+    assert all(b - a >= SUSPEND_BACKOFF_S * 0.9 for a, b in zip(waits, waits[1:])), waits
+    assert store.runs.get("waits").status == "completed" and store.runs.get("other").status == "completed"
+    # The other run was not held back by the one resting.
+    assert [r for r, _ in calls].index("other") < 3
