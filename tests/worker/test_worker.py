@@ -420,6 +420,7 @@ def test_a_run_that_suspends_itself_is_not_taken_again_at_once(store):
     about 170 times a second, three journal entries each, the journal growing without bound. The
     worker now leaves a run it suspended for ``SUSPEND_BACKOFF_S`` before taking it again (other
     runs meanwhile), and ``until_idle`` still waits for it."""
+    import itertools
     import time
 
     from fencepost.worker import SUSPEND_BACKOFF_S
@@ -437,7 +438,7 @@ def test_a_run_that_suspends_itself_is_not_taken_again_at_once(store):
     stats = Worker(store, fn).run(until_idle=True)
     waits = [t for r, t in calls if r == "waits"]
     assert len(waits) == 3 and stats.suspended == 2 and stats.completed == 2
-    assert all(b - a >= SUSPEND_BACKOFF_S * 0.9 for a, b in zip(waits, waits[1:])), waits
+    assert all(b - a >= SUSPEND_BACKOFF_S * 0.9 for a, b in itertools.pairwise(waits)), waits
     assert store.runs.get("waits").status == "completed" and store.runs.get("other").status == "completed"
     # The other run was not held back by the one resting.
     assert [r for r, _ in calls].index("other") < 3
