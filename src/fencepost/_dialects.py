@@ -80,6 +80,11 @@ _PG_REASONS = {
 }
 
 
+def _sqlite_name(exc: BaseException) -> str:
+    """The SQLite error name (``SQLITE_BUSY`` ...) of a driver error wrapped by SQLAlchemy, or ''."""
+    return getattr(getattr(exc, "orig", None), "sqlite_errorname", None) or ""
+
+
 def _by_prefix(reasons: dict[str, str], code: str | None) -> str | None:
     """The entry of ``reasons`` whose key is ``code`` or the start of an extended code (``SQLITE_BUSY_TIMEOUT``)."""
     if not code:
@@ -380,28 +385,21 @@ class SqliteBackend(Backend):
         # file keeps its disk space in use while it is open.
         if getattr(exc, "code", None) == FILE_REPLACED:
             return True
-        name = getattr(getattr(exc, "orig", None), "sqlite_errorname", None) or ""
-        return name.startswith(_SQLITE_REOPEN)
+        return _sqlite_name(exc).startswith(_SQLITE_REOPEN)
 
     def is_transient(self, exc: BaseException) -> bool:
         if isinstance(exc, DBAPIError):
-            if exc.connection_invalidated:
-                return True
-            orig = exc.orig
-            name = getattr(orig, "sqlite_errorname", None)
-            return name in _SQLITE_TRANSIENT
+            return exc.connection_invalidated or _sqlite_name(exc) in _SQLITE_TRANSIENT
         return False
 
     def waited_out(self, exc: BaseException, elapsed_s: float) -> bool:
         # SQLite answers busy once its busy handler has waited busy_timeout_ms for the lock: that
         # option bounds the whole call's wait, not each attempt's. A busy answer that comes sooner
         # (the handler is not asked when waiting could deadlock) is retried as before.
-        name = getattr(getattr(exc, "orig", None), "sqlite_errorname", None) or ""
-        return name.startswith("SQLITE_BUSY") and elapsed_s >= self.busy_wait_s
+        return _sqlite_name(exc).startswith("SQLITE_BUSY") and elapsed_s >= self.busy_wait_s
 
     def classify(self, exc: BaseException) -> tuple[str, str | None]:
-        orig = getattr(exc, "orig", None)
-        name = getattr(orig, "sqlite_errorname", None)
+        name = _sqlite_name(exc) or None
         if name and name.startswith("SQLITE_CONSTRAINT"):
             return "constraint", name
         return "persistence_failed", name
@@ -412,14 +410,10 @@ class SqliteBackend(Backend):
     def commit_unknown(self, exc: BaseException) -> bool:
         # An I/O error at COMMIT may come after the commit record reached the log (a failed sync):
         # the next open's recovery can find it there.
-        name = getattr(getattr(exc, "orig", None), "sqlite_errorname", None) or ""
-        return super().commit_unknown(exc) or name.startswith("SQLITE_IOERR")
+        return super().commit_unknown(exc) or _sqlite_name(exc).startswith("SQLITE_IOERR")
 
     def open_problem(self, code: str | None) -> str | None:
-        for prefix, problem in _SQLITE_OPEN.items():
-            if code == prefix or (code or "").startswith(prefix + "_"):
-                return problem
-        return None
+        return _by_prefix(_SQLITE_OPEN, code)
 
     @staticmethod
     def insert(table: Any) -> Any:

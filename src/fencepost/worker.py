@@ -252,7 +252,7 @@ class Worker:
                 if now >= next_cancel_check:
                     self._observe_cancellations()
                     next_cancel_check = now + INTERVAL_MS
-                if (until_idle and took == 0 and not self._futures and not self._rests()
+                if (until_idle and took == 0 and not self._futures and not self._resting_now()
                         and not self._waiting_for_leases()):
                     break
                 if took == 0 or not free:
@@ -269,13 +269,13 @@ class Worker:
             _gauges.worker_in_flight.discard(**self._gauge_attrs)
         return self.stats
 
-    def _rests(self) -> bool:
-        """Whether a run this worker suspended is still resting (forgetting those whose time is up)."""
+    def _resting_now(self) -> set[str]:
+        """The runs this worker suspended that are still resting (forgetting those whose time is up)."""
         now = time.monotonic()
         with self._lock:
             for run_id in [r for r, until in self._resting.items() if until <= now]:
                 del self._resting[run_id]
-            return bool(self._resting)
+            return set(self._resting)
 
     def _waiting_for_leases(self) -> bool:
         # With until_idle, a run held by a live peer keeps us waiting; one held by an expired lease
@@ -331,9 +331,7 @@ class Worker:
         """
         if type(limit) is not int or limit < 1:
             raise ValueError("limit must be an integer >= 1")
-        self._rests()
-        with self._lock:
-            resting = set(self._resting)
+        resting = self._resting_now()
         # Runs this worker suspended are left alone for a while; read enough for the others.
         found = [c for c in self._candidates(limit * 4 + len(resting)) if c["run_id"] not in resting]
         random.shuffle(found)

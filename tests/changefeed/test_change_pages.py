@@ -79,10 +79,12 @@ def test_one_page_is_one_statement_after_the_watermark_whatever_its_size(store):
 def test_refuses_another_source_a_position_ahead_and_bad_limits(store):
     _seed(store, 3)
     position = store.feed.position()
-    with pytest.raises(SourceChanged):
+    with pytest.raises(SourceChanged) as other:
         store.feed.changes_with_snapshots(Position("0" * 32, 0))
-    with pytest.raises(SourceChanged):
+    assert other.value.rotated is True  # the position's source is not the store's current one
+    with pytest.raises(SourceChanged) as ahead:
         store.feed.changes_with_snapshots(Position(position.source, position.revision + 1))
+    assert ahead.value.rotated is False
     for limit in (0, 1001, "5", True):
         with pytest.raises(RunStoreError) as err:
             store.feed.changes_with_snapshots(Position(position.source, 0), limit)

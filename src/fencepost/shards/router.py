@@ -258,16 +258,15 @@ def _merged_follow(stores: Iterable[tuple[str, Store]], positions: Mapping[str, 
 
     def pump(name: str, store: Store) -> None:
         try:
-            for change in store.feed.follow(positions.get(name), stop=inner, poll_interval=poll_interval):
-                while not inner.is_set():
-                    try:
-                        out.put(ShardChange(name, change), timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
+            with _named_errors(name):
+                for change in store.feed.follow(positions.get(name), stop=inner, poll_interval=poll_interval):
+                    while not inner.is_set():
+                        try:
+                            out.put(ShardChange(name, change), timeout=0.1)
+                            break
+                        except queue.Full:
+                            continue
         except BaseException as exc:  # handed to the consumer, which raises it
-            if isinstance(exc, FencepostError):
-                exc.store = name
             out.put(exc)
         finally:
             out.put(done)
