@@ -331,9 +331,12 @@ class Worker:
         """
         if type(limit) is not int or limit < 1:
             raise ValueError("limit must be an integer >= 1")
+        # Runs this worker suspended are left alone for a while; read enough for the others. Which
+        # runs rest is asked again after the read: a run may have been suspended during it (its
+        # rest begins before it is claimable, so a read that sees it claimable sees it resting).
+        found = self._candidates(limit * 4 + len(self._resting_now()))
         resting = self._resting_now()
-        # Runs this worker suspended are left alone for a while; read enough for the others.
-        found = [c for c in self._candidates(limit * 4 + len(resting)) if c["run_id"] not in resting]
+        found = [c for c in found if c["run_id"] not in resting]
         random.shuffle(found)
         taken: list[RunRow] = []
         for cand in found:

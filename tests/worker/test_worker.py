@@ -442,3 +442,28 @@ def test_a_run_that_suspends_itself_is_not_taken_again_at_once(store):
     assert store.runs.get("waits").status == "completed" and store.runs.get("other").status == "completed"
     # The other run was not held back by the one resting.
     assert [r for r, _ in calls].index("other") < 3
+
+
+def test_a_run_suspended_while_the_sweep_reads_is_left_to_rest(store):
+    """The sweep asked which runs rest before it read the candidates: a run suspended by another of
+    this worker's threads between the two (its rest begun, then settled ``suspended``) was read as
+    claimable and taken back at once, the rest skipped (seen as a flaky rest test). The resting
+    runs are now asked after the read."""
+    import time
+
+    store.runs.create("waits", "{}")
+    store.runs.create("other", "{}")
+    worker = Worker(store, lambda ctx: {"ok": True})
+    read = worker._candidates
+
+    def read_while_a_run_suspends(limit, **kw):
+        found = read(limit, **kw)
+        # What the run thread does between the sweep's two questions: its rest begins.
+        with worker._lock:
+            worker._resting["waits"] = time.monotonic() + 60
+        return found
+
+    worker._candidates = read_while_a_run_suspends
+    taken = worker.take(5)
+    assert [r.run_id for r in taken] == ["other"]
+    assert store.runs.get("waits").status == "pending"
