@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import logging
 from collections.abc import AsyncIterator, Mapping
 from importlib import resources
 from typing import Any, NamedTuple
@@ -29,6 +30,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from fencepost.errors import FencepostError
 from fencepost.ui import views
 from fencepost.ui.hub import FeedHub, MultiFeedHub, sse
+
+log = logging.getLogger("fencepost.ui")
 
 #: Longest query string accepted (bytes); a listing cursor is far shorter.
 MAX_QUERY_BYTES = 4096
@@ -374,7 +377,9 @@ def create_app(url: str | Mapping[str, str] | None = None, *, store: Any = None,
                     position = hub.position
                     yield sse("hello", {"source": position.source if position else None,
                                         "revision": position.revision if position else None})
-                if hub.last_stats is not None:
+                if hub.unavailable is not None:
+                    yield sse("unavailable", {"error": hub.unavailable})
+                elif hub.last_stats is not None:
                     yield sse("stats", hub.last_stats)
                 while True:
                     try:
@@ -407,9 +412,15 @@ def create_app(url: str | Mapping[str, str] | None = None, *, store: Any = None,
     async def method_not_allowed(request: Request, exc: Exception) -> Response:
         return error(request, 405, "read_only", "the console is read-only: only GET and HEAD are served")
 
-    async def failure(request: Request, exc: Exception) -> Response:
+    async def store_failure(request: Request, exc: Exception) -> Response:
+        # The store refused or failed (a database that went away, say): a page naming the code and
+        # one line on stderr, not a traceback per request. Anything else is a bug: ``failure``.
         code = exc.code if isinstance(exc, FencepostError) else "internal_error"
+        log.warning("console: the store could not answer a page (%s)", code)
         return error(request, 500, code, "the store could not answer this page")
+
+    async def failure(request: Request, exc: Exception) -> Response:
+        return error(request, 500, "internal_error", "the store could not answer this page")
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -434,7 +445,8 @@ def create_app(url: str | Mapping[str, str] | None = None, *, store: Any = None,
             Route("/events", events, methods=get),
             Route("/static/{name}", static, methods=get),
         ],
-        exception_handlers={404: not_found, 405: method_not_allowed, Exception: failure},
+        exception_handlers={404: not_found, 405: method_not_allowed, FencepostError: store_failure,
+                            Exception: failure},
         lifespan=lifespan,
     )
     app.state.hub = hub

@@ -95,6 +95,10 @@ class FeedHub:
         self.position: Any = None
         self.last_stats: Any = None
         self.error: str | None = None
+        #: The error code while the store cannot answer the stats (the database went away), else None.
+        self.unavailable: str | None = None
+        self._logged_error: str | None = None
+        self._logged_at = 0.0
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -165,7 +169,7 @@ class FeedHub:
                 for change in feed.follow(self.position, stop=self._stop, poll_interval=self._poll_interval):
                     data = run_event(feed, change)
                     self.position = change.position
-                    self.error = None
+                    self.error = self._logged_error = None
                     self.publish("run", data, str(change.revision))
                     self._dirty.set()
             except SourceChanged:
@@ -174,14 +178,22 @@ class FeedHub:
                 with self._lock:
                     self._samples.clear()
                 self.publish("reset", {"reason": "source_changed"})
-            except FencepostError as exc:
-                self.error = exc.code
-                log.warning("console feed follower: %s; retrying", exc.code)
-                self._stop.wait(1.0)
             except Exception as exc:  # never let the follower die silently
-                self.error = type(exc).__name__
-                log.warning("console feed follower failed (%s); retrying", type(exc).__name__)
-                self._stop.wait(1.0)
+                self._follower_failed(exc)
+
+    def _follower_failed(self, exc: Exception) -> None:
+        """Note why the follower stopped and wait a second before it follows again.
+
+        Logged once per error code (and at most once a minute while it lasts), not on every retry:
+        a database that is gone for an hour is one line, not 3600.
+        """
+        code = exc.code if isinstance(exc, FencepostError) else type(exc).__name__
+        now = time.monotonic()
+        if code != self._logged_error or now - self._logged_at >= 60.0:
+            log.warning("console feed follower: %s; retrying", code)
+            self._logged_error, self._logged_at = code, now
+        self.error = code
+        self._stop.wait(1.0)
 
     # ------------------------------------------------------------------ ticker
     def _sample(self) -> None:
@@ -216,8 +228,14 @@ class FeedHub:
             try:
                 self.last_stats = self._stats_fn(self)
             except Exception as exc:
-                log.warning("console stats failed (%s)", type(exc).__name__)
+                code = exc.code if isinstance(exc, FencepostError) else type(exc).__name__
+                if self.unavailable is None:  # once per outage, to the log and to every page
+                    log.warning("console stats failed (%s)", code)
+                    self.unavailable = code
+                    self.publish("unavailable", {"error": code})
+                last_stats = 0.0  # try again next tick: pages learn within a second that it is back
                 continue
+            self.unavailable = None
             self.publish("stats", self.last_stats)
 
 
@@ -228,15 +246,17 @@ def _owner_text(owner: Any) -> str | None:
 
 
 def run_event(feed: Any, change: Any) -> dict[str, Any]:
-    """The ``run`` event of one change: the run's snapshot read once (no state: nothing to redact)."""
+    """The ``run`` event of one change: the run's snapshot read once, without its state; the flow name,
+    which comes from the state, redacted as the pages show it."""
     from fencepost.changefeed import Missing
+    from fencepost.ui.views import flow_text
 
     snap = feed.read([change.run_id]).snapshots[0]
     if isinstance(snap, Missing):
         return {"run_id": change.run_id, "revision": change.revision, "deleted": True}
     return {
         "run_id": snap.run_id, "revision": change.revision, "deleted": False,
-        "status": snap.status, "flow_name": snap.flow_name,
+        "status": snap.status, "flow_name": flow_text(snap.flow_name),
         "owner": _owner_text(snap.owner), "created_at_ms": snap.created_at_ms,
         "cancel_requested": snap.cancellation is not None,
     }
@@ -296,7 +316,7 @@ class MultiFeedHub(FeedHub):
                     name, change = item.shard, item.change
                     data = {"store": name, **run_event(self.stores[name].feed, change)}
                     self.positions[name] = change.position
-                    self.error = None
+                    self.error = self._logged_error = None
                     self.publish("run", data, f"{name}:{change.revision}")
                     self._dirty.set()
             except SourceChanged:
@@ -308,14 +328,8 @@ class MultiFeedHub(FeedHub):
                         with self._lock:
                             self._store_samples[name].clear()
                 self.publish("reset", {"reason": "source_changed"})
-            except FencepostError as exc:
-                self.error = exc.code
-                log.warning("console feed follower: %s; retrying", exc.code)
-                self._stop.wait(1.0)
             except Exception as exc:  # never let the follower die silently
-                self.error = type(exc).__name__
-                log.warning("console feed follower failed (%s); retrying", type(exc).__name__)
-                self._stop.wait(1.0)
+                self._follower_failed(exc)
 
     def _sample(self) -> None:
         from fencepost.journal import head

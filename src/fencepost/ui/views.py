@@ -79,6 +79,11 @@ def redacted_json_text(text: str | None) -> str:
     return pretty(redacted(value))
 
 
+def flow_text(flow_name: str | None) -> str | None:
+    """A run's flow name (its state's ``flowName``) with the journal's textual redaction applied."""
+    return None if flow_name is None else _redaction.text(flow_name)
+
+
 def pretty(value: Any) -> str:
     return msgspec.json.format(_encoder.encode(value), indent=2).decode()
 
@@ -131,7 +136,7 @@ def _bad_listing(exc: RunStoreError) -> BadInput | None:
 
 def _row(r: Any) -> dict[str, Any]:
     return {
-        "run_id": r.run_id, "status": r.status, "flow": r.flow_name or "-", "owner": owner_text(r.owner),
+        "run_id": r.run_id, "status": r.status, "flow": flow_text(r.flow_name) or "-", "owner": owner_text(r.owner),
         "created": when(r.created_at_ms), "started": when(r.started_at_ms), "finished": when(r.finished_at_ms),
         "cancel": "requested" if r.cancellation is not None else "-",
         "lineage": r.lineage_id if r.lineage_id != r.run_id else "-", "round": r.round_ordinal,
@@ -389,10 +394,15 @@ def projections(store: Store) -> list[dict[str, Any]]:
 
     Uses ``ProjectionBuilder.status()`` / ``rebuilds()``, both read-only, on the store's own database.
     """
-    from fencepost._migrations import pending
+    from fencepost._migrations import applied, pending
+    from fencepost.errors import PersistenceError
     from fencepost.projections import ProjectionBuilder
     from fencepost.projections._sql import checkpoints as cp_table
 
+    if not applied(store.db):
+        # The store was open and migrated: no ledger now means its tables went away (a dropped
+        # schema, say), not "no projections". Fail as every other page does then.
+        raise PersistenceError("persistence_failed", "projections", "the store's tables are not there")
     waiting = {m.id for m in pending(store.db, ("projections",))}
     if 3001 in waiting:
         return []

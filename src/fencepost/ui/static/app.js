@@ -181,8 +181,11 @@
     else if (page === "run" && ev.run_id === document.body.dataset.runId
              && (ev.store || "") === (document.body.dataset.store || "")) refreshRun();
   });
+  // The database stopped answering (gone, renamed, unreachable): say so until stats flow again.
+  source.addEventListener("unavailable", () => setLive(false, "database unavailable"));
   source.addEventListener("stats", (msg) => {
     const stats = JSON.parse(msg.data);
+    setLive(true, "live");
     if (page === "runs") onStatsRuns(stats);
     else if (page === "projections") onStatsProjections(stats);
     else if (page === "health") onStatsHealth(stats);

@@ -1,0 +1,144 @@
+"""What a new user met walking through the console, on both backends: a credential in a flow name,
+and a database that goes away while the console is open."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from html import unescape
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import text
+
+import fencepost
+from fencepost.ui import create_app
+from fencepost.ui.server import UiServer
+
+from .conftest import EventStream
+from .test_browser import _until, browser  # noqa: F401  (the browser fixture)
+
+SECRET = "hunter2-never-shown"
+
+
+def error_code(r: httpx.Response) -> str:
+    m = re.search(r'<code id="error-code">([^<]*)</code>', r.text)
+    assert m, r.text[:500]
+    return m.group(1)
+
+
+@contextmanager
+def database_gone(store: fencepost.Store) -> Iterator[None]:
+    """The store's tables out of reach of every connection (a dropped or renamed PostgreSQL schema, a
+    SQLite file whose tables were renamed away), then put back."""
+    if store.db.name == "postgresql":
+        schema = store.db.schema
+        moves = [(f"ALTER SCHEMA {schema} RENAME TO {schema}_gone", f"ALTER SCHEMA {schema}_gone RENAME TO {schema}")]
+    else:
+        tables = store.db.read(lambda c: [r[0] for r in c.exec_driver_sql(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")])
+        moves = [(f'ALTER TABLE "{t}" RENAME TO "gone_{t}"', f'ALTER TABLE "gone_{t}" RENAME TO "{t}"') for t in tables]
+
+    def run(statements: list[str]) -> None:
+        conn = store.db.connect()
+        try:
+            for s in statements:
+                conn.execute(text(s))
+            conn.commit()
+        finally:
+            conn.close()
+
+    run([away for away, _ in moves])
+    try:
+        yield
+    finally:
+        run([back for _, back in moves])
+
+
+def test_a_credential_in_the_flow_name_is_redacted_in_the_listing_and_the_stream(db_url: str) -> None:
+    """The flow name is the run state's ``flowName``: the run page showed it redacted, but the runs
+    listing and the live ``run`` event showed it as stored, ``password=...`` included."""
+    with fencepost.open(db_url) as store:
+        store.runs.create("before", f'{{"flowName": "sync password={SECRET}"}}')
+        with UiServer(create_app(db_url, tick=0.2, poll_interval=0.5)) as console:
+            stream = EventStream(console.url)
+            try:
+                store.runs.create("live", f'{{"flowName": "sync password={SECRET}", "n": 1}}')
+                _, event, _ = stream.wait(lambda n, d: n == "run" and d["run_id"] == "live", 10)
+            finally:
+                stream.close()
+            listing = httpx.get(console.url + "/", timeout=10).text
+            run_page = httpx.get(console.url + "/runs/before", timeout=10).text
+            plain = httpx.get(console.url + "/", params={"flow": "demo"}, timeout=10)
+    assert SECRET not in json.dumps(event) and event["flow_name"] == "sync password=[REDACTED]"
+    assert SECRET not in listing and unescape(listing).count("<td>sync password=[REDACTED]</td>") == 2
+    assert SECRET not in run_page and "sync password=[REDACTED]" in unescape(run_page)
+    assert plain.status_code == 200  # filtering by a flow name still works
+
+
+def test_a_database_gone_gives_error_pages_without_tracebacks(db_url: str, capfd: pytest.CaptureFixture[str]) -> None:
+    """Its tables gone while the console is open: every page is a 500 with the store's error code,
+    the projections page included (it said "no projection has a checkpoint on this database"), and
+    the console's stderr is not flooded with a traceback per request. Back, and the pages are back."""
+    from fencepost.projections import ProjectionBuilder, RunsByStatus
+
+    with fencepost.open(db_url) as store:
+        store.runs.create("r-1", '{"flowName": "f"}')
+        with ProjectionBuilder(store, store.url, RunsByStatus()) as builder:
+            builder.catch_up()
+        pages = ("/", "/runs/r-1", "/journal", "/projections", "/health", "/health.json")
+        with UiServer(create_app(db_url, tick=0.2, poll_interval=0.5)) as console:
+            capfd.readouterr()
+            with database_gone(store):
+                for path in pages:
+                    r = httpx.get(console.url + path, timeout=10)
+                    assert r.status_code == 500, (path, r.status_code, r.text[-500:])
+                    assert error_code(r) != "internal_error", path
+                    assert "no projection has a checkpoint" not in r.text
+                time.sleep(3)  # the follower retries every second meanwhile
+                err = capfd.readouterr().err
+            for path in pages:
+                assert httpx.get(console.url + path, timeout=10).status_code == 200, path
+    assert "Traceback" not in err, err[-2000:]
+    # One line per page, one for the follower and one for the stats, however long the outage lasts.
+    assert err.count("\n") <= len(pages) + 2, err
+
+
+def test_the_stream_says_when_the_database_is_unreachable_and_when_it_is_back(db_url: str) -> None:
+    """While the database is out of reach the pages kept saying "live" with nothing arriving: now
+    the stream sends ``unavailable`` (with the store's error code, no URL) and ``stats`` again once
+    the database answers."""
+    with fencepost.open(db_url) as store:
+        store.runs.create("r-1", "{}")
+        with UiServer(create_app(db_url, tick=0.2, poll_interval=0.5)) as console:
+            stream = EventStream(console.url)
+            try:
+                with database_gone(store):
+                    _, down, _ = stream.wait(lambda n, d: n == "unavailable", 10)
+                _, up, _ = stream.wait(lambda n, d: n == "stats", 10)
+            finally:
+                stream.close()
+    assert isinstance(down["error"], str) and down["error"] and "://" not in json.dumps(down)
+    assert up["counts"]["pending"] == 1
+
+
+
+def test_an_open_page_says_the_database_is_unavailable_then_live_again(db_url: str, browser: Any) -> None:  # noqa: F811
+    """The badge of an open page said "live" all through an outage; now it says the database is
+    unavailable, and "live" again once the database answers, without a reload."""
+    with fencepost.open(db_url) as store:
+        store.runs.create("r-1", "{}")
+        with UiServer(create_app(db_url, tick=0.2, poll_interval=0.5)) as console:
+            browser.get(console.url + "/")
+            browser.execute_script("window.notReloaded = true;")
+            badge = "return document.getElementById('live').textContent;"
+            _until(browser, "the page is live", lambda d: d.execute_script(badge) == "live")
+            with database_gone(store):
+                _until(browser, "the page says the database is unavailable",
+                       lambda d: d.execute_script(badge) == "database unavailable")
+            _until(browser, "the page is live again", lambda d: d.execute_script(badge) == "live")
+            assert browser.execute_script("return window.notReloaded === true;")
