@@ -142,3 +142,26 @@ def test_an_open_page_says_the_database_is_unavailable_then_live_again(db_url: s
                        lambda d: d.execute_script(badge) == "database unavailable")
             _until(browser, "the page is live again", lambda d: d.execute_script(badge) == "live")
             assert browser.execute_script("return window.notReloaded === true;")
+
+
+def test_an_open_run_page_says_when_its_run_is_deleted(db_url: str, browser: Any) -> None:  # noqa: F811
+    """A run deleted while its page was open: the runs listing struck the row through, but the run's
+    page kept saying "pending" (its refresh got a 404 and ignored it). Now its badge says "deleted"
+    and a note says that what is shown is the run's last state; a run created again under the same
+    id brings the page back."""
+    with fencepost.open(db_url) as store:
+        store.runs.create("doomed", '{"flowName": "d"}')
+        with UiServer(create_app(db_url, tick=0.2, poll_interval=0.5)) as console:
+            browser.get(console.url + "/runs/doomed")
+            browser.execute_script("window.notReloaded = true;")
+            _until(browser, "the page is live", lambda d: d.execute_script(
+                "return document.getElementById('live').textContent === 'live';"))
+            store.runs.delete("doomed")
+            status = "return document.getElementById('run-status').textContent;"
+            _until(browser, "the badge says deleted", lambda d: d.execute_script(status) == "deleted")
+            note = browser.execute_script("const n = document.getElementById('run-gone'); return n && n.textContent;")
+            assert note and "deleted" in note
+            store.runs.create("doomed", '{"flowName": "again"}')
+            _until(browser, "the run is back", lambda d: d.execute_script(status) == "pending"
+                   and d.execute_script("return document.getElementById('run-gone') === null;"))
+            assert browser.execute_script("return window.notReloaded === true;")

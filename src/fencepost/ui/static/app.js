@@ -94,13 +94,31 @@
   }
 
   // ---------------------------------------------------------------- run page
+  // The run was deleted (its page is a 404 now): keep its last state on screen, say so. Refreshes
+  // run one at a time, the last after the last event, so the page ends as the run ends.
+  function markRunGone() {
+    const badgeEl = document.getElementById("run-status");
+    if (badgeEl) { badgeEl.className = "badge status-deleted"; badgeEl.textContent = "deleted"; }
+    const box = document.getElementById("run-body");
+    if (!box || document.getElementById("run-gone")) return;
+    const note = document.createElement("p");
+    note.id = "run-gone";
+    note.className = "gone";
+    note.textContent = "this run was deleted: what follows is its last state";
+    box.insertBefore(note, box.firstChild);
+    flash(note);
+  }
+
   let refreshing = false, again = false;
   function refreshRun() {
     if (refreshing) { again = true; return; }
     refreshing = true;
     const href = runHref(document.body.dataset.store, document.body.dataset.runId);
     fetch(href + (href.includes("?") ? "&" : "?") + "fragment=1", { headers: { "accept": "text/html" } })
-      .then((r) => (r.ok ? r.text() : null))
+      .then((r) => {
+        if (r.status === 404) markRunGone();
+        return r.ok ? r.text() : null;
+      })
       .then((html) => {
         if (html === null) return;
         // The fragment is the server's own autoescaped template: parse it inertly, then swap it in.
