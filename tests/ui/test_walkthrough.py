@@ -165,3 +165,17 @@ def test_an_open_run_page_says_when_its_run_is_deleted(db_url: str, browser: Any
             _until(browser, "the run is back", lambda d: d.execute_script(status) == "pending"
                    and d.execute_script("return document.getElementById('run-gone') === null;"))
             assert browser.execute_script("return window.notReloaded === true;")
+
+
+@pytest.mark.parametrize("given", ["9999999999999999", "0001-01-01", "1969-12-31T23:59"])
+def test_a_created_bound_out_of_range_names_the_query_parameter(db_url: str, given: str) -> None:
+    """A created bound the store cannot take (past 2**53 - 1 ms, or before 1970) was refused naming
+    ``created_after_ms``, a field the page's user never typed; it names ``created_after`` now."""
+    fencepost.open(db_url).close()
+    with UiServer(create_app(db_url)) as console:
+        for name in ("created_after", "created_before"):
+            r = httpx.get(console.url + "/", params={name: given}, timeout=10)
+            assert r.status_code == 400 and error_code(r) == "invalid_options", (name, r.status_code)
+            detail = unescape(re.search(r'</code>: ([^<]*)</p>', r.text).group(1))
+            assert detail.startswith(f"{name} ") and f"{name}_ms" not in detail, detail
+            assert given not in detail

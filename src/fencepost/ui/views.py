@@ -19,6 +19,7 @@ import msgspec
 from sqlalchemy import func, select
 
 from fencepost._schema import flows_runs
+from fencepost._values import SAFE_MAX, is_safe_int
 from fencepost.errors import FencepostError, RunStoreError
 from fencepost.journal.redaction import Redaction, RedactionError
 
@@ -93,17 +94,25 @@ _DATE = re.compile(r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,6})?)
 
 
 def _instant(name: str, text: str) -> int:
-    """``created_after`` / ``created_before``: milliseconds, or an ISO date/time read as UTC."""
+    """``created_after`` / ``created_before``: milliseconds, or an ISO date/time read as UTC.
+
+    Checked here against the store's range (0 .. 2**53 - 1 ms, from 1970 on), so that a refusal
+    names the query parameter, not the listing filter behind it.
+    """
     text = text.strip()
     if text.isdigit() and len(text) <= 16:
-        return int(text)
-    if not _DATE.fullmatch(text):
+        ms = int(text)
+    elif not _DATE.fullmatch(text):
         raise BadInput("invalid_options", f"{name} must be milliseconds or an ISO date/time")
-    try:
-        parsed = datetime.fromisoformat(text.removesuffix("Z"))
-    except ValueError:
-        raise BadInput("invalid_options", f"{name} must be milliseconds or an ISO date/time") from None
-    return int(parsed.replace(tzinfo=UTC).timestamp() * 1000)
+    else:
+        try:
+            parsed = datetime.fromisoformat(text.removesuffix("Z"))
+        except ValueError:
+            raise BadInput("invalid_options", f"{name} must be milliseconds or an ISO date/time") from None
+        ms = int(parsed.replace(tzinfo=UTC).timestamp() * 1000)
+    if not is_safe_int(ms):
+        raise BadInput("invalid_options", f"{name} must be from 1970-01-01 on and at most {SAFE_MAX} milliseconds")
+    return ms
 
 
 def listing_filters(query: Mapping[str, str]) -> dict[str, Any]:
