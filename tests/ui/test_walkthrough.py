@@ -179,3 +179,39 @@ def test_a_created_bound_out_of_range_names_the_query_parameter(db_url: str, giv
             detail = unescape(re.search(r'</code>: ([^<]*)</p>', r.text).group(1))
             assert detail.startswith(f"{name} ") and f"{name}_ms" not in detail, detail
             assert given not in detail
+
+
+def test_pages_catch_up_with_what_changed_while_the_console_was_down(db_url: str, browser: Any) -> None:  # noqa: F811
+    """The console restarted (Ctrl-C, then ``fencepost ui`` again) while pages were open: they
+    reconnected and said "live", but what changed meanwhile never reached them (a run shown pending
+    that was running, a new run missing) until a manual reload. A page that reconnects to a feed
+    that moved now catches up: the runs page reloads itself, a run page refreshes."""
+    from .conftest import PENDING, TESTER
+
+    with fencepost.open(db_url) as store:
+        store.runs.create("gap-1", "{}")
+        first = UiServer(create_app(db_url, tick=0.2, poll_interval=0.5)).start()
+        port = int(first.url.rsplit(":", 1)[1])
+        try:
+            browser.get(first.url + "/")
+            runs_tab = browser.current_window_handle
+            browser.switch_to.new_window("tab")
+            browser.get(first.url + "/runs/gap-1")
+            run_tab = browser.current_window_handle
+            live = "return document.getElementById('live').textContent === 'live';"
+            for tab in (runs_tab, run_tab):
+                browser.switch_to.window(tab)
+                _until(browser, "the page is live", lambda d: d.execute_script(live))
+        finally:
+            first.stop()
+        store.runs.claim_and_own("gap-1", PENDING, TESTER, store.clock.now_ms())
+        store.runs.create("gap-2", "{}")
+        with UiServer(create_app(db_url, tick=0.2, poll_interval=0.5), port=port):
+            browser.switch_to.window(runs_tab)
+            _until(browser, "the runs page shows what changed", lambda d: d.execute_script(
+                "const ids = {}; for (const tr of document.querySelectorAll('#runs tr[data-run-id]'))"
+                "  ids[tr.dataset.runId] = tr.querySelector('.status').textContent.trim();"
+                "return ids['gap-1'] === 'running' && ids['gap-2'] === 'pending';"))
+            browser.switch_to.window(run_tab)
+            _until(browser, "the run page shows what changed", lambda d: d.execute_script(
+                "return document.getElementById('run-status').textContent === 'running';"))

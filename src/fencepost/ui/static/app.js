@@ -191,10 +191,33 @@
   const source = new EventSource("/events");
   source.addEventListener("open", () => setLive(true, "live"));
   source.addEventListener("error", () => setLive(false, "reconnecting"));
-  source.addEventListener("hello", () => setLive(true, "live"));
+  // The feed position this page has seen: the one its stream opened at, then each run event's. A
+  // stream that opens again (the console restarted, the network dropped) at another position
+  // missed what changed meanwhile: the runs page reloads, a run page refreshes; the other pages
+  // get fresh stats on connect.
+  let position = null;
+  function seen(ev) {
+    if (position === null) return;
+    if (position.stores) {
+      const p = position.stores[ev.store || ""];
+      if (p) p.revision = ev.revision;
+    } else {
+      position.revision = ev.revision;
+    }
+  }
+  source.addEventListener("hello", (msg) => {
+    const hello = JSON.parse(msg.data);
+    setLive(true, "live");
+    const missed = position !== null && JSON.stringify(hello) !== JSON.stringify(position);
+    position = hello;
+    if (!missed) return;
+    if (page === "runs") { source.close(); window.location.reload(); }
+    else if (page === "run") refreshRun();
+  });
   source.addEventListener("reset", () => { source.close(); window.location.reload(); });
   source.addEventListener("run", (msg) => {
     const ev = JSON.parse(msg.data);
+    seen(ev);
     if (page === "runs") onRunRuns(ev);
     else if (page === "run" && ev.run_id === document.body.dataset.runId
              && (ev.store || "") === (document.body.dataset.store || "")) refreshRun();
