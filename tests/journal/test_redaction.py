@@ -241,6 +241,8 @@ def test_every_default_rule_replaces_all_matches_and_is_a_fixed_point() -> None:
         "api-key": "sk-abcdefgh1 pk-abcdefgh2", "cookie-session-assignment": "session=abc1; sid=abc2",
         "embedded-json-credential": '{"token":"a1"} {"password":"a2"}', "assignment": "TOKEN=a1 SECRET=a2",
         "cli-flag": "--token a1 --password a2",
+        "authorization-header": "Authorization: Token a1\nProxy-Authorization: a2",
+        "cookie-header": "Cookie: x=a1; y=a2\nSet-Cookie: z=a1; Path=/", "query-parameter": "?token=a1&pwd=a2",
         "private-key-block": "-----BEGIN PRIVATE KEY-----\nQUJD\n-----END PRIVATE KEY-----\n"
                              "-----BEGIN RSA PRIVATE KEY-----\nREVG\n-----END RSA PRIVATE KEY-----",
     }
@@ -269,6 +271,10 @@ def test_linear_time_on_hostile_inputs() -> None:
         ("eyJabcdefghijk-" * 8_000 + ".payload", lambda out: out == "eyJabcdefghijk-" * 8_000 + ".payload"),
         ("-----BEGIN PRIVATE KEY-----\nQUJD\n-----END PRIVATE KEY-----\n" * 2,
          lambda out: out.count(REDACTED) == 2),
+        ("Authorization: x " * 40_000, lambda out: out == f"Authorization: x {REDACTED_TOKEN} "),
+        ("Cookie: " + "a=b; " * 40_000, lambda out: out.count(REDACTED) == 40_000),
+        ("?" + "token=x&" * 40_000, lambda out: out.count(REDACTED) == 40_000),
+        ("&" * 100_000 + "=", lambda out: out == "&" * 100_000 + "="),
     ]
     for text_in, check in cases:
         start = time.perf_counter()

@@ -107,6 +107,83 @@ class Consensus(Protocol):
                 observer: OwnerId, now_ms: int, evidence: Any) -> Recovered | Rejected: ...
 
 
+class StrategyAnswerError(TypeError):
+    """A strategy answered with a value its method may not return (the message names types only)."""
+
+
+def _expect(strategy: Any, method: str, value: Any, kinds: tuple[type, ...]) -> Any:
+    if type(value) in kinds or (bool not in kinds and isinstance(value, kinds)):
+        return value
+    expected = " or ".join(k.__name__ for k in kinds)
+    raise StrategyAnswerError(f"consensus strategy {type(strategy).__name__}.{method} returned "
+                              f"{type(value).__name__}, expected {expected}")
+
+
+class CheckedConsensus:
+    """An injected strategy, asked method by method, with every answer's type checked.
+
+    The run store and the journal ask a strategy passed to ``fencepost.open(consensus=...)``
+    through this: an answer of the wrong type (``guard`` answering ``Lost()`` or ``"False"``,
+    ``claim`` answering ``True``) raises ``StrategyAnswerError`` instead of being read as a
+    grant or a refusal. The built-in ``SqlConsensus`` is asked directly.
+    """
+
+    def __init__(self, strategy: Consensus) -> None:
+        self.strategy = strategy
+        if getattr(strategy, "heartbeat_many", None) is None:
+            self.heartbeat_many = None
+
+    def guard(self, conn: Connection, run_id: str, owner: OwnerId) -> bool:
+        return _expect(self.strategy, "guard", self.strategy.guard(conn, run_id, owner), (bool,))
+
+    def claim(self, conn: Connection, run_id: str, claimant: OwnerId, now_ms: int) -> Claimed | Rejected:
+        return _expect(self.strategy, "claim", self.strategy.claim(conn, run_id, claimant, now_ms),
+                       (Claimed, Rejected))
+
+    def activate(self, conn: Connection, run_id: str, owner: OwnerId, granted_at_ms: int,
+                 now_ms: int) -> Activated | Lost:
+        return _expect(self.strategy, "activate",
+                       self.strategy.activate(conn, run_id, owner, granted_at_ms, now_ms), (Activated, Lost))
+
+    def heartbeat(self, conn: Connection, run_id: str, owner: OwnerId, now_ms: int) -> Renewed | Lost:
+        return _expect(self.strategy, "heartbeat", self.strategy.heartbeat(conn, run_id, owner, now_ms),
+                       (Renewed, Lost))
+
+    def heartbeat_many(self, conn: Connection, owner: OwnerId, run_ids: Iterable[str], now_ms: int,
+                       ids_json: str | None = None) -> dict[str, int]:
+        out = self.strategy.heartbeat_many(conn, owner, run_ids, now_ms, ids_json)  # type: ignore[attr-defined]
+        _expect(self.strategy, "heartbeat_many", out, (dict,))
+        for rid, stamp in out.items():
+            if type(rid) is not str or type(stamp) is not int:
+                raise StrategyAnswerError(f"consensus strategy {type(self.strategy).__name__}.heartbeat_many "
+                                          f"returned a {type(rid).__name__}: {type(stamp).__name__} member, "
+                                          "expected str: int")
+        return out
+
+    def reconfirm(self, conn: Connection, run_id: str, owner: OwnerId, now_ms: int) -> Renewed | Lost:
+        return _expect(self.strategy, "reconfirm", self.strategy.reconfirm(conn, run_id, owner, now_ms),
+                       (Renewed, Lost))
+
+    def release(self, conn: Connection, run_id: str, owner: OwnerId) -> None:
+        self.strategy.release(conn, run_id, owner)
+
+    def steal(self, conn: Connection, run_id: str, claimant: OwnerId, now_ms: int,
+              evidence: Any) -> Claimed | Rejected:
+        return _expect(self.strategy, "steal", self.strategy.steal(conn, run_id, claimant, now_ms, evidence),
+                       (Claimed, Rejected))
+
+    def recover(self, conn: Connection, run_id: str, stale_claimant: OwnerId, granted_at_ms: int,
+                observer: OwnerId, now_ms: int, evidence: Any) -> Recovered | Rejected:
+        return _expect(self.strategy, "recover",
+                       self.strategy.recover(conn, run_id, stale_claimant, granted_at_ms, observer, now_ms, evidence),
+                       (Recovered, Rejected))
+
+
+def checked(strategy: Consensus) -> Any:
+    """``strategy`` itself when it is the built-in one, else ``CheckedConsensus(strategy)``."""
+    return strategy if type(strategy) is SqlConsensus else CheckedConsensus(strategy)
+
+
 # --------------------------------------------------------------------------- statements
 
 def _t(name: str) -> Any:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import msgspec
 from sqlalchemy import bindparam, select
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import SQLAlchemyError
 
 from fencepost._durable import DbFailure, failure_detail
 from fencepost._schema import flows_journal_events as ev
@@ -21,7 +22,7 @@ from fencepost._values import SAFE_MAX, identifier_problem, is_safe_int, text_pr
 from fencepost.errors import FencepostError, JournalError
 from fencepost.journal import _append
 from fencepost.journal._sql import ENTRY_COLUMNS
-from fencepost.journal.consensus import SqlConsensus
+from fencepost.journal.consensus import CheckedConsensus, SqlConsensus, StrategyAnswerError
 from fencepost.journal.entries import Accepted, Duplicate, EntriesPage, Entry, NewEntry
 from fencepost.journal.owner import OwnerId
 from fencepost.journal.redaction import DEFAULT, Redaction
@@ -289,20 +290,35 @@ class Journal:
                 # The built-in strategy answers the fence check and the heads in one statement.
                 held, heads = consensus.guard_and_heads(conn, run_id, owner, source_id)
             else:
-                try:
-                    held = consensus.guard(conn, run_id, owner)
-                except JournalError:
-                    raise
-                except FencepostError as err:
-                    if err.code != "fence_lost":
-                        raise
-                    held = False  # a strategy that raises fence_lost instead of answering False
+                held = self._ask_guard(consensus, conn, run_id, owner, method)
             if not held:
                 raise JournalError("fence_lost", method, "owner does not hold the run")
         return _append.append_prepared(
             conn, run_id=run_id, source_id=source_id, emitted_at_ms=now, items=items, dedupe=dedupe, method=method,
             heads=heads,
         )
+
+    @staticmethod
+    def _ask_guard(consensus: Any, conn: Connection, run_id: str, owner: OwnerId, method: str) -> bool:
+        """An injected strategy's ``guard``, its answer checked; its failures never carry its text."""
+        failure = None
+        try:
+            return CheckedConsensus(consensus).guard(conn, run_id, owner)
+        except JournalError:
+            raise
+        except FencepostError as err:
+            if err.code != "fence_lost":
+                raise
+            return False  # a strategy that raises fence_lost instead of answering False
+        except (SQLAlchemyError, DbFailure):
+            raise  # the database's own failure: the write maps it (sink_failed) or retries
+        except StrategyAnswerError as exc:
+            failure = str(exc)  # names the method and types only
+        except Exception as exc:
+            failure = f"consensus strategy {type(consensus).__name__}.guard raised {type(exc).__name__}"
+        # Raised outside the handler: the strategy's exception (its text may quote values) is
+        # neither the cause nor the context.
+        raise JournalError("persistence_failed", method, failure)
 
     def _write(self, body: Callable[[Connection], T], method: str) -> T:
         try:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 import datetime as _dt
+import json
 import math
 import re
 from collections.abc import Callable, Iterable
@@ -49,7 +50,7 @@ class NotDurable(RedactionError):
 
 # ----------------------------------------------------------------------------- sensitive keys
 _SENSITIVE_SUFFIXES = (
-    "auth", "authorization", "cookie", "apikey", "token", "password", "passphrase", "secret",
+    "auth", "authorization", "cookie", "apikey", "token", "password", "passwd", "pwd", "passphrase", "secret",
     "secretaccesskey", "credential", "dsn", "connection", "connectionstring", "connectionuri",
     "connectionurl", "secretkey", "privatekey", "sshkey", "signingkey", "signature", "encryptionkey",
     "session", "sessionkey",
@@ -114,7 +115,7 @@ class FunctionRule:
 
 TextRule = Rule | FunctionRule
 
-_SECRET_WORD = r"(?:key|keys|token|tokens|secret|secrets|password|passwords|passwd|passphrase|credentials?)"
+_SECRET_WORD = r"(?:key|keys|token|tokens|secret|secrets|password|passwords|passwd|pwd|passphrase|credentials?)"
 # ``value`` forms: a quoted string (double, single, backtick) or a run without spaces, ``;`` or ``,``.
 _VALUE = r"""(?:"(?:[^"\\\n]|\\.)*"|'[^'\n]*'|`[^`\n]*`|[^\s;,'"`]+)"""
 
@@ -137,15 +138,16 @@ def _flag(m: re.Match[str]) -> str:
     return f"{dashes}{name}{sep}{REDACTED}"
 
 
-_JSON_MEMBER = re.compile(r'(?P<q>\\{0,7}")(?P<key>[A-Za-z0-9_.\-]{1,128})(?P=q)(?P<sep>\s*:\s*)')
+_JSON_MEMBER = re.compile(r'(?P<q>\\{0,7}"|\')(?P<key>[A-Za-z0-9_.\-]{1,128})(?P=q)(?P<sep>\s*:\s*)')
 _OPENERS = {"{": "}", "[": "]"}
 
 
 def _embedded_json(text: str) -> str:
-    # ``{"apiToken":"x"}`` inside text, at any escaping depth; a container opened by a credential
-    # name (``"credentials": {...}``) is replaced whole. A scanner, not one regex: the value end
-    # depends on the escaping depth of the key's quote.
-    if '"' not in text:
+    # ``{"apiToken":"x"}`` inside text, at any escaping depth, and the Python repr form
+    # ``{'apiToken': 'x'}``; a container opened by a credential name (``"credentials": {...}``) is
+    # replaced whole. A scanner, not one regex: the value end depends on the escaping depth of the
+    # key's quote.
+    if '"' not in text and "'" not in text:
         return text
     out: list[str] = []
     i = 0
@@ -244,10 +246,74 @@ def _private_key_blocks(text: str) -> str:
 _A = re.ASCII
 _I = re.IGNORECASE | re.ASCII
 
+# ``Authorization: <scheme> <credentials>`` and ``Cookie: a=1; b=2`` as header lines inside text. The
+# value runs to the end of the line, or to a quote or backslash (a header quoted in a command line,
+# an escaped line break in JSON text).
+_HEADER_VALUE = r"""([^\r\n"'\\]+)"""
+_AUTH_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9!#$%&*+.^_`|~\-]*)[ \t]+(?=\S)", _A)
+
+
+def _authorization_header(m: re.Match[str]) -> str:
+    name, sep, value = m.group(1), m.group(2), m.group(3)
+    body = value.rstrip()
+    if not body or body == REDACTED:
+        return m.group(0)
+    tail = value[len(body):]
+    scheme = _AUTH_SCHEME.match(body)
+    if scheme is None:
+        return f"{name}{sep}{REDACTED}{tail}"
+    return f"{name}{sep}{scheme.group(1)} {REDACTED_TOKEN}{tail}"
+
+
+#: ``Set-Cookie`` attributes: their values are not cookie values.
+_COOKIE_ATTRIBUTES = frozenset({"path", "domain", "expires", "max-age", "samesite", "priority", "version",
+                                "comment", "httponly", "secure", "partitioned"})
+
+
+def _cookie_pair(segment: str) -> str:
+    stripped = segment.lstrip()
+    lead = segment[:len(segment) - len(stripped)]
+    name, eq, value = stripped.partition("=")
+    if not eq:
+        if not stripped.strip() or stripped.strip().lower() in _COOKIE_ATTRIBUTES or stripped.strip() == REDACTED:
+            return segment
+        return f"{lead}{REDACTED}"
+    if name.strip().lower() in _COOKIE_ATTRIBUTES or value in ("", REDACTED):
+        return segment
+    return f"{lead}{name}={REDACTED}"
+
+
+def _cookie_header(m: re.Match[str]) -> str:
+    name, sep, value = m.group(1), m.group(2), m.group(3)
+    body = value.rstrip()
+    if not body:
+        return m.group(0)
+    return name + sep + ";".join(_cookie_pair(part) for part in body.split(";")) + value[len(body):]
+
+
+_SESSION_NAME = re.compile(r"[A-Za-z0-9_\-]*sess(?:ion)?(?:[_-]?id)?|sid|sig", _I)
+
+
+def _query_parameter(m: re.Match[str]) -> str:
+    # ``?token=x&access_token=y``: each credential parameter's value up to the next ``&`` or ``#``,
+    # the other parameters kept. ``sig`` is the signature of a shared-access URL.
+    name, value = m.group(2), m.group(3)
+    if value == REDACTED or not (is_sensitive_key(name) or _SESSION_NAME.fullmatch(name)):
+        return m.group(0)
+    if value.isdigit() and _NON_ALNUM.sub("", name.lower()).endswith("tokens"):
+        return m.group(0)
+    return f"{m.group(1)}{name}={REDACTED}"
+
+
 DEFAULT_RULES: tuple[TextRule, ...] = (
     FunctionRule("private-key-block", _private_key_blocks),
-    Rule("url-credentials", re.compile(r"([A-Za-z][A-Za-z0-9+.\-]{0,31}://[^\s:/@]{1,256}):[^\s@/]{1,1024}@", _A),
+    Rule("url-credentials", re.compile(r"([A-Za-z][A-Za-z0-9+.\-]{0,31}://[^\s:/@]{0,256}):[^\s@/]{1,1024}@", _A),
          rf"\1:{REDACTED}@"),
+    Rule("authorization-header",
+         re.compile(r"\b((?:proxy-)?authorization)([ \t]*:[ \t]*)" + _HEADER_VALUE, _I), _authorization_header),
+    Rule("cookie-header", re.compile(r"\b((?:set-)?cookie2?)([ \t]*:[ \t]*)" + _HEADER_VALUE, _I), _cookie_header),
+    Rule("query-parameter",
+         re.compile(r"""([?&])([A-Za-z0-9_.\-]{1,128})=([^&#\s"'<>\\]+)""", _A), _query_parameter),
     Rule("bearer-token", re.compile(r"\b(Bearer)[ \t]+(?!\[REDACTED)[A-Za-z0-9\-._~+/]{4,}+=*", _I),
          rf"\1 {REDACTED_TOKEN}"),
     Rule("basic-authorization",
@@ -263,23 +329,41 @@ DEFAULT_RULES: tuple[TextRule, ...] = (
     Rule("google-api-key", re.compile(r"(?<![A-Za-z0-9])AIza[A-Za-z0-9_\-]{35,}+", _A), REDACTED),
     Rule("api-key", re.compile(r"(?<![A-Za-z0-9_\-])(?:sk|pk)-[A-Za-z0-9_\-]{8,}+", _A), REDACTED_API_KEY),
     Rule("cookie-session-assignment",
-         re.compile(r"(?<![A-Za-z0-9_\-])([A-Za-z0-9_\-]*sess(?:ion)?(?:[_-]?id)?|sid)=[^;\s,]+", _I),
+         re.compile(r"(?<![A-Za-z0-9_\-?&])([A-Za-z0-9_\-]*sess(?:ion)?(?:[_-]?id)?|sid)=[^;\s,]+", _I),
          rf"\1={REDACTED}"),
     FunctionRule("embedded-json-credential", _embedded_json),
     Rule("cli-flag", re.compile(rf"(?<![A-Za-z0-9_\-])(--?)([A-Za-z0-9_\-]*{_SECRET_WORD})([ \t]+)({_VALUE})", _I),
          _flag),
     Rule("assignment",
-         re.compile(rf"(?<![A-Za-z0-9_.\-])(?<!://)([A-Za-z0-9_.\-]*{_SECRET_WORD})([ \t]*[:=][ \t]*)({_VALUE})", _I),
+         re.compile(rf"(?<![A-Za-z0-9_.\-?&])(?<!://)([A-Za-z0-9_.\-]*{_SECRET_WORD})([ \t]*[:=][ \t]*)({_VALUE})", _I),
          _assignment),
 )
 
 # A string that contains none of these cannot match a default rule: skip the rules entirely.
 _DEFAULT_TRIGGER = re.compile(
     r"://|bearer|basic|eyJ|PRIVATE KEY|sk-|pk-|gh[pousr]_|github_pat_|AKIA|ASIA|xox|AIza|sess|sid="
-    r"|key|token|secret|passw|passphrase|credential|auth|cookie|dsn|connection|signature",
+    r"|key|token|secret|passw|pwd|passphrase|credential|auth|cookie|dsn|connection|signature|sig=",
     re.IGNORECASE,
 )
 _FLAG_ELEMENT = re.compile(r"^--?([A-Za-z][A-Za-z0-9_\-]*)$")
+#: A record ``{"name": "password", "value": x}`` (environment lists, HAR headers, AWS and
+#: Kubernetes shapes): the member holding the value, and the members that name it.
+_VALUE_MEMBERS = ("value", "Value", "VALUE")
+_NAME_MEMBERS = ("name", "Name", "NAME", "key", "Key", "KEY", "header", "field", "variable", "param", "parameter")
+
+
+def _name_value(d: dict[Any, Any]) -> tuple[str, str, bool] | None:
+    """``(value member, name member, whether the name is a credential's)`` of a name/value record."""
+    for vk in _VALUE_MEMBERS:
+        if dict.__contains__(d, vk):
+            for nk in _NAME_MEMBERS:
+                name = dict.get(d, nk)
+                if type(name) is str:
+                    return vk, nk, is_sensitive_key(name) and not _is_token_counter(name, dict.__getitem__(d, vk))
+            return None
+    return None
+
+
 
 
 class _Walk:
@@ -379,12 +463,34 @@ class Redaction:
             problem = text_problem(value)
             if problem:
                 raise NotDurable(f"string {problem}")
-            found = self.text(value)
+            found = self._json_text(value) if value[:1] in ("{", "[") else None
+            if found is None:
+                found = self.text(value)
             if len(value) <= _CACHED_LENGTH:
                 if len(self._strings) >= _CACHE_SIZE:
                     self._strings.clear()
                 self._strings[value] = found
         return found
+
+    def _json_text(self, value: str) -> str | None:
+        """A string that is a JSON object or array is redacted as the value it encodes.
+
+        ``None`` when ``value`` is not JSON text (or could not be walked): the textual rules apply.
+        Unchanged text is returned as it was; changed text is re-encoded (``json.dumps``).
+        """
+        if not self.structural or len(value) < 2:
+            return None
+        first, last = value[0], value[-1]  # JSON text with surrounding blanks is left to the text rules
+        if not ((first == "{" and last == "}") or (first == "[" and last == "]")):
+            return None
+        if self._trigger is not None and self._trigger.search(value) is None:
+            return None
+        try:
+            parsed = json.loads(value)
+            out = self._walk(parsed, 0, _Walk())
+        except (ValueError, RecursionError):  # RedactionError is a ValueError
+            return None
+        return value if out == parsed else json.dumps(out, ensure_ascii=False)
 
     def _walk(self, value: Any, depth: int, st: _Walk) -> Any:
         # One walk both redacts and checks durability, so the journal's write path walks once.
@@ -426,10 +532,19 @@ class Redaction:
     def _walk_dict(self, value: dict[Any, Any], depth: int, st: _Walk) -> dict[Any, Any]:
         out: dict[Any, Any] = {}
         keys, strings = self._keys, self._strings
+        record = None
+        if self.structural and ("value" in value or "Value" in value or "VALUE" in value
+                                if type(value) is dict else True):
+            record = _name_value(value)
         for k, v in dict.items(value):
             if type(k) is not str:
                 raise NotDurable("has a key that is not a string")
             new_key, sensitive = keys.get(k) or self._key(k)
+            if record is not None:
+                if k == record[0] and record[2]:
+                    sensitive = True
+                elif k == record[1]:
+                    sensitive = False  # ``{"key": "region", "value": ...}``: the record's name
             if sensitive and not _is_token_counter(k, v):
                 st.nodes += 2
                 out[new_key] = REDACTED
@@ -459,8 +574,14 @@ class Redaction:
                 redact_next = False
                 continue
             redact_next = False
-            out.append(self._walk(item, depth + 1, st))
-            if self.structural and type(item) is str:
+            new = self._walk(item, depth + 1, st)
+            t = type(item)
+            if ((t is list or t is tuple) and len(item) == 2 and type(item[0]) is str and self.structural
+                    and is_sensitive_key(item[0]) and not _is_token_counter(item[0], item[1]) and new != CIRCULAR):
+                # ``["Authorization", "Bearer x"]`` in a list: a (name, value) pair, such as a header.
+                new[1] = REDACTED
+            out.append(new)
+            if self.structural and t is str:
                 m = _FLAG_ELEMENT.match(item)
                 redact_next = bool(m and is_sensitive_key(m.group(1)))
         return out

@@ -15,6 +15,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from fencepost._durable import DbFailure, map_failure
 from fencepost.errors import FencepostError, RunStoreError
 from fencepost.journal import companion_stream
+from fencepost.journal import consensus as cs
 from fencepost.journal.owner import OwnerId
 from fencepost.runstore import _checks as check
 from fencepost.runstore.heartbeat import STALE_AFTER_MS
@@ -118,7 +119,7 @@ class StoreBase:
     # ------------------------------------------------------------------ plumbing
     @property
     def _consensus(self) -> Any:
-        return self._store.consensus
+        return cs.checked(self._store.consensus)
 
     def _write(self, method: str, fn: Callable[[Connection], Any]) -> Any:
         try:
@@ -129,6 +130,11 @@ class StoreBase:
             raise err from None
         except (FencepostError, SQLAlchemyError):
             raise  # ours, or a transient driver error an outer write must see to retry
+        except cs.StrategyAnswerError as exc:
+            # Its message names the strategy's method and types only.
+            err = check.refuse(method, str(exc), {"category": "persistence_failed", "reason": type(exc).__name__},
+                               code="persistence_failed")
+            raise err from None
         except Exception as exc:
             # A defect inside an injected strategy: persistence_failed, its type kept, never its text
             # (it may quote values).
