@@ -476,6 +476,7 @@ class LeaseKeeper:
 
     def __init__(self, store: Any, run_id: str, owner: OwnerId, *, on_lapse: LapseCallback | None = None,
                  on_reconfirm: LapseCallback | None = None, clock: Any = None) -> None:
+        check.owner(owner, "LeaseKeeper")
         _check_hold(run_id, on_lapse, on_reconfirm, None, "LeaseKeeper")
         self.supervisor = Supervisor(store, owner, clock=clock)
         self.run_id = run_id
