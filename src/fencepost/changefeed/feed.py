@@ -316,7 +316,12 @@ class ChangeFeed:
         stop: threading.Event | asyncio.Event | None = None,
         poll_interval: float = 2.0,
     ) -> AsyncIterator[Change]:
-        """The asyncio variant of ``follow``: an async iterator of the same changes."""
+        """The asyncio variant of ``follow``: an async iterator of the same changes.
+
+        The follower waits on a thread of its own (never the loop, never its default executor);
+        leaving the ``async for`` stops that thread and releases its connections without blocking
+        the loop. ``stop`` may be a ``threading.Event`` or an ``asyncio.Event``.
+        """
         from fencepost.changefeed.follow import afollow
 
         return afollow(self, position, stop=stop, poll_interval=poll_interval)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import queue
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -82,9 +83,10 @@ class _Waiter:
     # Re-confirmation delays after a hint that ``changed()`` did not confirm (SQLite only).
     settle: tuple[float, ...] = ()
 
-    def __init__(self) -> None:
+    def __init__(self, db: Any = None) -> None:
         self.hint = threading.Event()
         self.hint_at = float("-inf")
+        self._db = db  # the store's database: a closed store ends the wait (its next page says so)
 
     def note_hint(self) -> None:
         """Called by the hint source (a watcher thread): something may have committed."""
@@ -107,6 +109,8 @@ class _Waiter:
         # visible to it: keep confirming for a moment after every hint, not only after new ones.
         rechecks = self._rechecks(time.monotonic())
         while not stop.is_set():
+            if self._db is not None and self._db.closed:
+                return
             now = time.monotonic()
             if now >= deadline:
                 if self.changed():
@@ -135,9 +139,8 @@ class _SqliteWaiter(_Waiter):
     settle = SETTLE
 
     def __init__(self, feed: ChangeFeed) -> None:
-        super().__init__()
         db = feed._store.db
-        self._db = db
+        super().__init__(db)
         self._engine = db.engine
         self._conn: Any = None
         self._version: int | None = None
@@ -235,8 +238,8 @@ class _SqliteWaiter(_Waiter):
 
 class _PostgresWaiter(_Waiter):
     def __init__(self, feed: ChangeFeed) -> None:
-        super().__init__()
         db = feed._store.db
+        super().__init__(db)
         self._schema = db.schema
         self._conninfo = db.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
         self.application_name = f"fencepost-follow-{self._schema}"[:63]
@@ -418,10 +421,12 @@ _END = object()
 def afollow(
     feed: ChangeFeed, position: Position | None, *, stop: Any, poll_interval: float
 ) -> AsyncIterator[Change]:
-    """Async generator behind ``ChangeFeed.afollow``: the blocking follower runs in a worker thread.
+    """Async generator behind ``ChangeFeed.afollow``: the blocking follower runs on a thread of its own.
 
     ``stop`` may be a ``threading.Event`` or an ``asyncio.Event``. Leaving the ``async for`` (break,
-    cancellation) stops the worker within ``STOP_SLICE`` seconds and releases its connections.
+    cancellation) stops the thread within ``STOP_SLICE`` seconds and releases its connections; the
+    event loop never waits for that, and the loop's default executor is never used, so any number
+    of followers leave ``asyncio.to_thread`` free for the rest of the program.
     Bad arguments are refused here, when ``afollow`` is called, not at the first iteration.
     """
     check_follow_arguments(stop, poll_interval)
@@ -432,23 +437,73 @@ def afollow(
     return _afollow(feed, position, stop=stop, poll_interval=poll_interval)
 
 
+def _settle(future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
+    if future.cancelled():  # the consumer left while the thread was waiting: nothing to hand over
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(value)
+
+
+class _Pump:
+    """One daemon thread that takes items from a blocking iterator, one per request of the loop.
+
+    The thread, not the loop, runs the iterator's ``close()`` (which joins the follower's watcher or
+    listener thread), and it ends once the iterator is exhausted, has failed or was closed: its
+    per-thread database connections then return to the pool.
+    """
+
+    def __init__(self, it: Iterator[Any]) -> None:
+        self._it = it
+        self._requests: queue.SimpleQueue[tuple[asyncio.AbstractEventLoop, asyncio.Future[Any]] | None] = (
+            queue.SimpleQueue())
+        threading.Thread(target=self._run, name="fencepost-afollow", daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            while True:
+                request = self._requests.get()
+                if request is None:
+                    return
+                loop, future = request
+                error: BaseException | None = None
+                try:
+                    value = next(self._it, _END)
+                except BaseException as exc:  # handed to the consumer, raised from its ``async for``
+                    value, error = None, exc
+                try:
+                    loop.call_soon_threadsafe(_settle, future, value, error)
+                except RuntimeError:  # the loop is closed: nobody is waiting any more
+                    return
+                if value is _END or error is not None:
+                    return
+        finally:
+            self._it.close()
+
+    async def next(self) -> Any:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        self._requests.put((loop, future))
+        return await future
+
+    def close(self) -> None:
+        self._requests.put(None)
+
+
 async def _afollow(
     feed: ChangeFeed, position: Position | None, *, stop: Any, poll_interval: float
 ) -> AsyncIterator[Change]:
     inner = threading.Event()
     halt = _Either(inner, stop) if stop is not None else inner
-    it = follow(feed, position, stop=halt, poll_interval=poll_interval)
-    running = False
+    pump = _Pump(follow(feed, position, stop=halt, poll_interval=poll_interval))
     try:
         while True:
-            running = True
-            change = await asyncio.to_thread(next, it, _END)
-            running = False
+            change = await pump.next()
             if change is _END:
                 return
-            yield change  # type: ignore[misc]
+            yield change
     finally:
+        # The thread sees ``inner`` within STOP_SLICE, returns from the wait and closes the follower.
         inner.set()
-        if not running:
-            it.close()
-        # else: the worker thread sees ``inner`` within STOP_SLICE, returns and runs its cleanup.
+        pump.close()

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import threading
 import time
@@ -35,6 +36,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fencepost.journal.owner import OwnerId
+from fencepost.runstore import _checks as check
 from fencepost.runstore.heartbeat import HEARTBEAT_INTERVAL, STALE_AFTER, WRITE_TOLERANCE
 from fencepost.runstore.liveness import LivenessContext, lease_liveness, same_host_pid_probe
 from fencepost.runstore.outcomes import Updated
@@ -67,6 +69,30 @@ _POLL_S = 0.005
 _HUNG_S = 0.2
 
 LapseCallback = Callable[[int], Any]
+
+
+def _is_async(fn: object) -> bool:
+    # An object whose class defines ``async def __call__`` is a coroutine function too.
+    return inspect.iscoroutinefunction(fn) or (callable(fn) and inspect.iscoroutinefunction(type(fn).__call__))
+
+
+def _check_hook(value: object, method: str, field: str, *, coroutines: bool = False) -> None:
+    """A hook is ``None`` or a callable; a coroutine function only where a loop will await it."""
+    if value is None:
+        return
+    if not callable(value):
+        raise check.refuse(method, f"{field} must be a callable or None", {"field": field})
+    if not coroutines and _is_async(value):
+        raise check.refuse(method, f"{field} must be a plain function: a coroutine function is never awaited "
+                           "on the supervisor thread (supervise() awaits one on its event loop)", {"field": field})
+
+
+def _check_hold(run_id: object, on_lapse: object, on_reconfirm: object, on_lost: object, method: str, *,
+                coroutines: bool = False) -> None:
+    check.run_id(run_id, method)
+    _check_hook(on_lapse, method, "on_lapse", coroutines=coroutines)
+    _check_hook(on_reconfirm, method, "on_reconfirm", coroutines=coroutines)
+    _check_hook(on_lost, method, "on_lost")
 
 
 class LeaseLost(Exception):
@@ -154,6 +180,7 @@ class Supervisor:
     """
 
     def __init__(self, store: Any, owner: OwnerId, *, clock: Any = None, journal_reconfirm: bool = True) -> None:
+        check.owner(owner, "Supervisor")
         self.store = store
         self.owner = owner
         self.clock = clock if clock is not None else store.clock
@@ -211,8 +238,11 @@ class Supervisor:
         ``on_lapse(unconfirmed_ms)`` runs when write failures outlast ``WRITE_TOLERANCE`` and reconfirm
         fails; ``on_reconfirm(unconfirmed_ms)`` after a successful reconfirm (it must finish within the
         renewed budget, or the lease lapses); ``on_lost(lease)`` whenever the lease is gone, for either
-        cause. Callbacks run on the supervisor thread.
+        cause. Callbacks run on the supervisor thread, so they are plain functions: a bad run id or a
+        hook that is not callable (or a coroutine function) is ``RunStoreError`` ``invalid_run``
+        before anything starts.
         """
+        _check_hold(run_id, on_lapse, on_reconfirm, on_lost, "Supervisor.hold")
         lease = Lease(self, run_id, on_lapse, on_reconfirm, on_lost, self.clock.now_ms())
         with self._lock:
             self._leases[run_id] = lease
@@ -421,9 +451,13 @@ class Supervisor:
 
 def _call_quietly(fn: Callable[..., Any], *args: Any) -> None:
     try:
-        fn(*args)
+        result = fn(*args)
     except Exception:  # a failing user hook must not stop the loop that keeps other leases alive
         log.exception("supervision callback failed")
+        return
+    if inspect.iscoroutine(result):  # a plain function that returned a coroutine: nothing awaits it here
+        result.close()
+        log.error("supervision callback returned a coroutine, which was not awaited")
 
 
 def _as_mapping(run_ids: list[str], result: Any) -> dict[str, Any]:
@@ -442,6 +476,8 @@ class LeaseKeeper:
 
     def __init__(self, store: Any, run_id: str, owner: OwnerId, *, on_lapse: LapseCallback | None = None,
                  on_reconfirm: LapseCallback | None = None, clock: Any = None) -> None:
+        check.owner(owner, "LeaseKeeper")
+        _check_hold(run_id, on_lapse, on_reconfirm, None, "LeaseKeeper")
         self.supervisor = Supervisor(store, owner, clock=clock)
         self.run_id = run_id
         self._on_lapse = on_lapse
@@ -486,34 +522,74 @@ async def supervise(store: Any, run_id: str, owner: OwnerId, on_lapse: LapseCall
                     supervisor: Supervisor | None = None) -> AsyncIterator[Lease]:
     """Supervise ``run_id`` while the body runs; cancel the current task if the lease is lost.
 
-    The cancellation surfaces as ``LeaseLost`` from the ``async with`` block. A lost fence (any pulse
-    outcome other than ``Updated``) interrupts at once without ``on_lapse``; a lapse after
+    The cancellation surfaces as ``LeaseLost`` from the ``async with`` block; so does a loss while the
+    body ran without awaiting (the block ends with ``LeaseLost`` instead of normally). A lost fence
+    (any pulse outcome other than ``Updated``) interrupts at once without ``on_lapse``; a lapse after
     ``WRITE_TOLERANCE`` of write failures and a failed reconfirm calls ``on_lapse(unconfirmed_ms)``
-    first. Pass a shared ``supervisor`` to renew many runs with one ``heartbeat_many`` per interval.
+    first. Either hook may be a coroutine function: an async ``on_lapse`` is awaited by the block
+    after the body was interrupted, before ``LeaseLost`` is raised; an async ``on_reconfirm`` runs on
+    this event loop while the body goes on, and must finish within the renewed budget. Plain hooks
+    run on the supervisor thread. Pass a shared ``supervisor`` (of the same ``owner``) to renew many
+    runs with one ``heartbeat_many`` per interval. Bad arguments are ``RunStoreError`` ``invalid_run``
+    on entry, before the body runs or anything is pulsed.
     """
+    method = "supervise"
+    check.owner(owner, method)
+    _check_hold(run_id, on_lapse, on_reconfirm, None, method, coroutines=True)
+    if supervisor is not None and supervisor.owner != owner:
+        raise check.refuse(method, "owner must be the supervisor's owner", {"field": "owner"})
     task = asyncio.current_task()
     if task is None:
         raise RuntimeError("supervise() must run inside an asyncio task")
     loop = asyncio.get_running_loop()
     inside = True
+    cancelled = False
 
     def cancel_if_inside() -> None:
-        if inside:
+        nonlocal cancelled
+        if inside and not cancelled:
+            cancelled = True
             task.cancel()
 
     def on_lost(lease: Lease) -> None:
         loop.call_soon_threadsafe(cancel_if_inside)
 
+    lapse_hook = None if _is_async(on_lapse) else on_lapse
+    reconfirm_hook = on_reconfirm
+    if on_reconfirm is not None and _is_async(on_reconfirm):
+        async_reconfirm = on_reconfirm
+
+        def reconfirm_hook(unconfirmed_ms: int) -> None:
+            # On the receipt's helper thread: run the hook on the loop and wait for it there, so the
+            # receipt (and the lease) fails if the hook fails or outlasts the renewed budget.
+            coro = async_reconfirm(unconfirmed_ms)
+            try:
+                future = asyncio.run_coroutine_threadsafe(coro, loop)
+            except RuntimeError:  # the loop is closed: the hook cannot run, so the receipt fails
+                coro.close()
+                raise
+            future.result()
+
     own = supervisor is None
     sup = supervisor if supervisor is not None else Supervisor(store, owner)
-    lease = sup.hold(run_id, on_lapse=on_lapse, on_reconfirm=on_reconfirm, on_lost=on_lost)
+    lease = sup.hold(run_id, on_lapse=lapse_hook, on_reconfirm=reconfirm_hook, on_lost=on_lost)
     try:
-        yield lease
-    except asyncio.CancelledError:
-        if lease.error is None:
-            raise
-        task.uncancel()
-        raise lease.error from None
+        try:
+            yield lease
+        except asyncio.CancelledError:
+            if lease.error is None:
+                raise  # not ours: the caller's cancellation (or timeout) goes on as it came
+        inside = False
+        error = lease.error
+        if error is not None:
+            if cancelled:
+                task.uncancel()  # the cancellation was ours: it becomes LeaseLost
+            if error.reason == "lapsed" and on_lapse is not None and lapse_hook is None:
+                try:
+                    await on_lapse(error.unconfirmed_ms)
+                except Exception:  # as for a plain hook: reported, and LeaseLost still raised
+                    log.exception("supervision callback failed")
+            raise error from None
     finally:
         inside = False
         lease.release()

@@ -1,0 +1,179 @@
+"""``afollow`` inside a real asyncio service: the loop, its default executor and the connections.
+
+Each test names what was wrong in its docstring. Both backends; the writer of the live-change test
+is a separate process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import time
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.pool import NullPool
+
+import fencepost
+from tests.changefeed import _workers
+from tests.changefeed.conftest import insert_run
+from tests.conftest import require_postgres
+
+
+def _listeners(store: fencepost.Store) -> int:
+    """PostgreSQL sessions of this store's followers (their LISTEN connections); 0 on SQLite."""
+    if store.db.name != "postgresql":
+        return 0
+    engine = create_engine(require_postgres(), poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            return int(conn.execute(text("SELECT count(*) FROM pg_stat_activity WHERE application_name = :a"),
+                                    {"a": f"fencepost-follow-{store.db.schema}"[:63]}).scalar())
+    finally:
+        engine.dispose()
+
+
+async def _until(predicate, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.02)
+    return True
+
+
+def test_many_afollows_leave_the_default_executor_free_and_all_see_another_process_commit(store, db_url):
+    """Each ``afollow`` held one thread of the loop's default executor for as long as it followed
+    (it waited for the next change inside ``asyncio.to_thread``). The default executor has
+    ``min(32, cpus + 4)`` threads, so a handful of idle followers starved it: every other
+    ``asyncio.to_thread`` of the service (``supervise``'s exit included) waited forever, and the
+    followers past the limit never started."""
+    followers = 8
+
+    async def main() -> tuple[object, list[list[str]]]:
+        seen: list[list[str]] = [[] for _ in range(followers)]
+
+        async def consume(i: int) -> None:
+            async for change in store.feed.afollow(poll_interval=60):
+                seen[i].append(change.run_id)
+
+        tasks = [asyncio.create_task(consume(i)) for i in range(followers)]
+        try:
+            await asyncio.sleep(0.5)
+            try:
+                answer: object = await asyncio.wait_for(asyncio.to_thread(lambda: 42), 5)
+            except TimeoutError:
+                answer = "starved"
+            proc = multiprocessing.get_context("spawn").Process(target=_workers.insert_one,
+                                                                args=(db_url, "from-another-process"))
+            proc.start()
+            await asyncio.to_thread(proc.join, 60)
+            assert proc.exitcode == 0
+            await _until(lambda: all(s == ["from-another-process"] for s in seen), 10)
+            return answer, seen
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    answer, seen = asyncio.run(main())
+    assert answer == 42
+    assert seen == [["from-another-process"]] * followers
+
+
+def test_leaving_an_afollow_blocks_no_loop_and_returns_its_connections(store, raw):
+    """Leaving ``async for`` with ``break`` closed the follower on the event loop's own thread: on
+    PostgreSQL that joined the listener thread, freezing every other task of the loop for about half
+    a second. The read connection the follower had used stayed checked out by the executor thread
+    until the loop itself was closed."""
+    insert_run(raw, "a")
+    raw.commit()
+    baseline = store.db.engine.pool.checkedout()
+
+    async def main() -> tuple[float, bool, int]:
+        lags: list[float] = []
+
+        async def ticker() -> None:
+            while True:
+                t = time.monotonic()
+                await asyncio.sleep(0.005)
+                lags.append(time.monotonic() - t)
+
+        tick = asyncio.create_task(ticker())
+        try:
+            for _ in range(2):
+                async for change in store.feed.afollow(poll_interval=60):
+                    assert change.run_id == "a"
+                    break
+                await asyncio.sleep(0.3)
+            released = await _until(lambda: store.db.engine.pool.checkedout() == baseline, 5)
+            return max(lags), released, await asyncio.to_thread(_listeners, store)
+        finally:
+            tick.cancel()
+
+    worst, released, listeners = asyncio.run(main())
+    assert worst < 0.2, f"the loop stalled for {worst:.3f} s"
+    assert released, "the follower's read connection was not returned to the pool"
+    assert listeners == 0
+
+
+def test_a_store_closed_under_an_afollow_ends_it_within_moments_not_the_poll_interval(db_url):
+    """On PostgreSQL a follower whose store was closed kept waiting (and kept its LISTEN connection
+    open) until its next poll, up to ``poll_interval`` (an hour at most) after ``close()``; on
+    SQLite only the file events of the close happened to wake it."""
+    store = fencepost.open(db_url)
+
+    async def main() -> tuple[BaseException | None, float]:
+        async def consume() -> None:
+            async for _ in store.feed.afollow(poll_interval=30):
+                pass
+
+        task = asyncio.create_task(consume())
+        await asyncio.sleep(0.5)
+        started = time.monotonic()
+        await asyncio.to_thread(store.close)
+        try:
+            await asyncio.wait_for(task, 40)
+        except BaseException as exc:  # the follower's ending is the result under test
+            return exc, time.monotonic() - started
+        return None, time.monotonic() - started
+
+    try:
+        error, took = asyncio.run(main())
+    finally:
+        store.close()
+    assert isinstance(error, fencepost.RunStoreError) and "the store is closed" in str(error)
+    assert took < 3, f"the follower ended {took:.1f} s after close()"
+    assert _listeners(store) == 0
+
+
+@pytest.mark.parametrize("how", ["cancel", "timeout"])
+def test_afollow_cancelled_or_timed_out_stops_its_thread_and_listener(store, how):
+    """Companion to the executor fix: a follow cancelled by ``task.cancel()`` or ended by
+    ``asyncio.timeout`` stops its dedicated thread and closes its listener connection."""
+
+    async def main() -> None:
+        async def consume() -> None:
+            async for _ in store.feed.afollow(poll_interval=60):
+                pass
+
+        if how == "cancel":
+            task = asyncio.create_task(consume())
+            await asyncio.sleep(0.3)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        else:
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0.3):
+                    await consume()
+
+    import threading
+
+    asyncio.run(main())
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline and [t for t in threading.enumerate() if t.name.startswith("fencepost-")
+                                           and "follow" in t.name]:
+        time.sleep(0.02)
+    assert not [t.name for t in threading.enumerate() if "follow" in t.name]
+    assert _listeners(store) == 0
