@@ -522,3 +522,39 @@ def test_feed_tail_follow_across_stores_names_the_store_whose_source_rotated(two
     assert "central" in lines[0] and "source rotated" in lines[0] and rotated.source in lines[0], err
     assert "--from central=0" in lines[0], err
     assert "invalid_run" not in err and "Traceback" not in err
+
+
+def test_a_refused_init_of_a_shard_set_creates_no_database(run_cli, shard_urls, tmp_path):
+    """``init`` of several stores created and migrated every given store before checking that they
+    form the set they record: a new store given beside a founded set (an extra store, or one in
+    place of a member), refused with exit 2, was left behind as a new empty database. Now the
+    stores are looked at read-only first and a refused init creates nothing. The refusal also
+    named the store "shard #2" (its 0-based position in the set) beside messages that say "--db #3":
+    it now names the --db as given."""
+    from tests.conftest import store_exists
+
+    a, b, new = shard_urls(3)
+    assert run_cli(*_db_args([a, b]), "init").code == 0
+    before = [_state(a), _state(b)]
+    for given in ([a, b, new], [a, new]):
+        refused = run_cli(*_db_args(given), "init")
+        assert refused.code == 2, refused
+        assert_one_line_error(refused)
+        assert not store_exists(new), given
+        # named as given: the new store is the last --db, not "shard #<its 0-based member position>"
+        assert f"--db #{len(given)} is not a member" in refused.err and "shard #" not in refused.err, refused
+    assert [_state(a), _state(b)] == before
+    with fencepost.open_shards([a, b], readonly=True) as shards:
+        assert shards.names == ("shard-0", "shard-1")
+
+
+def test_init_of_one_new_store_given_twice_creates_nothing(run_cli, shard_urls):
+    """``init`` with the same new store twice created and migrated it, and only then saw one source
+    id twice. It is refused before anything is created now."""
+    from tests.conftest import store_exists
+
+    (new,) = shard_urls(1)
+    refused = run_cli("--db", new, "--db", f"again={new}", "init")
+    assert refused.code == 2 and "--db #2 is the same database as --db #1" in refused.err, refused
+    assert_one_line_error(refused)
+    assert not store_exists(new)

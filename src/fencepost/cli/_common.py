@@ -10,7 +10,7 @@ import os
 import re
 import signal
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
@@ -242,29 +242,34 @@ class CliContext:
                     f"{len(given)} of them were given: give every shard of the set")
         return names
 
-    def shard_urls(self, *, create: bool, on_open: Callable[[int, Any], None] | None = None) -> dict[str, str]:
+    def shard_urls(self, *, create: bool) -> dict[str, str]:
         """The given stores as one shard set: ``{name: url}`` in member order, for ``open_shards``.
 
         ``create=False``: every store must exist and record the same set (all of its shards given).
-        ``create=True`` (``init``; ``worker`` after proving every store exists): stores are created and
-        migrated as needed, and empty stores that record no set yet are named (``NAME=URL``, else
-        ``shard-<i>``) to found one.
+        ``create=True`` (``init``; ``worker`` after proving every store exists): stores that do not
+        exist yet are allowed (``open_shards`` creates and migrates them once the set checks out), and
+        empty stores that record no set yet are named (``NAME=URL``, else ``shard-<i>``) to found one.
+        Every store is only read here, never created or written.
         Anything else is a usage error (exit 2) that names the ``--db`` by position and changes nothing.
         """
         import fencepost
         from fencepost.shards import membership
 
-        records, sources, empty = [], [], []
-        for i, spec in enumerate(self.specs):
-            with fencepost.open(spec.url, readonly=not create) as store:
-                if on_open is not None:
-                    on_open(i, store)
-                records.append(membership.read(store))
-                sources.append(store.feed.position().source)
-                empty.append(membership._empty(store))
-        _refuse_same_database(self.specs, sources)
-        names = _named(self.specs, records)
         urls = [spec.url or "" for spec in self.specs]
+        if create:
+            looks = membership.look_all(urls)  # read-only: a store that does not exist yet stays so
+            records = [lk.record for lk in looks]
+            empty = [lk.empty for lk in looks]
+            _refuse_same_database(self.specs, [lk.source for lk in looks], [lk.place for lk in looks])
+        else:
+            records, sources, empty = [], [], []
+            for spec in self.specs:
+                with fencepost.open(spec.url, readonly=True) as store:
+                    records.append(membership.read(store))
+                    sources.append(store.feed.position().source)
+                    empty.append(membership._empty(store))
+            _refuse_same_database(self.specs, sources)
+        names = _named(self.specs, records)
         present = [(i, r) for i, r in enumerate(records) if r is not None]
         if not present:
             if not create:
@@ -292,19 +297,25 @@ class CliContext:
                                    "were given: give every shard of the set, once")
         return dict(zip(names, urls, strict=True))  # a founding left unfinished: open_shards finishes it
 
-    def shard_set(self, *, readonly: bool, create: bool = False,
-                  on_open: Callable[[int, Any], None] | None = None) -> Any:
-        """The given stores opened as one ``ShardSet`` (see ``shard_urls``); closed with the group."""
+    def shard_set(self, *, readonly: bool, create: bool = False) -> Any:
+        """The given stores opened as one ``ShardSet`` (see ``shard_urls``); closed with the group.
+
+        A refusal of ``open_shards`` names the stores as they were given (``--db #3``, ``--shards
+        line 4``), not by their position in the set's member order.
+        """
         import fencepost
         from fencepost.shards import ShardError
 
-        urls = self.shard_urls(create=create and not readonly, on_open=on_open)
+        urls = self.shard_urls(create=create and not readonly)
         try:
             shards = fencepost.open_shards(urls, readonly=readonly)
         except ShardError as exc:
             if exc.code != "membership_mismatch":
                 raise
-            raise click.UsageError(f"the given stores do not form their recorded shard set: {exc.detail}") from None
+            given = [spec.url or "" for spec in self.specs]
+            labels = [_label(self.specs, given.index(url)) for url in urls.values()]
+            detail = re.sub(r"shard #(\d+)", lambda m: labels[int(m.group(1))], exc.detail)
+            raise click.UsageError(f"the given stores do not form their recorded shard set: {detail}") from None
         self._shard_sets.append(shards)
         return shards
 
@@ -319,13 +330,19 @@ class CliContext:
             self._shard_sets.pop().close()
 
 
-def _refuse_same_database(specs: Sequence[DbSpec], sources: Sequence[str]) -> None:
-    seen: dict[str, int] = {}
-    for i, source in enumerate(sources):
-        if source in seen:
-            raise click.UsageError(f"{_label(specs, i)} is the same database as {_label(specs, seen[source])} "
-                                   "(one source id): give each store once")
-        seen[source] = i
+def _refuse_same_database(specs: Sequence[DbSpec], sources: Sequence[str | None],
+                          places: Sequence[str] | None = None) -> None:
+    """Refuse one database given twice: one change-feed source id, or (for stores that may not exist
+    yet) one place, the SQLite file's real path or the PostgreSQL schema."""
+    for keys, why in ((sources, "one source id"), (places or [], "one file or schema")):
+        seen: dict[str, int] = {}
+        for i, key in enumerate(keys):
+            if key is None:
+                continue
+            if key in seen:
+                raise click.UsageError(f"{_label(specs, i)} is the same database as {_label(specs, seen[key])} "
+                                       f"({why}): give each store once")
+            seen[key] = i
 
 
 def _named(specs: Sequence[DbSpec], records: Sequence[Any]) -> list[str]:

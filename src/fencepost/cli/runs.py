@@ -60,14 +60,11 @@ def init(obj: CliContext) -> None:
     from fencepost._durable import redact_url
 
     if obj.several:
-        lines: dict[int, str] = {}
-
-        def report(i: int, store: Any) -> None:
-            lines.setdefault(i, _init_line(store, redact_url(store.db.url)))
-
-        shards = obj.shard_set(readonly=False, create=True, on_open=report)
-        for i in sorted(lines):
-            click.echo(lines[i])
+        shards = obj.shard_set(readonly=False, create=True)
+        by_url = {store.db.url: store for store in shards.shard_stores()}
+        for spec in obj.specs:  # in the order given
+            store = by_url[spec.url]
+            click.echo(_init_line(store, redact_url(store.db.url)))
         click.echo(f"shard set of {len(shards)} stores: {', '.join(shards.names)}")
         return
     click.echo(_init_line(write_store(), redact_url(obj.resolved_url)))

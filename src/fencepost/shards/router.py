@@ -481,6 +481,9 @@ def open_shards(urls: Sequence[str] | Mapping[str, str], *, clock: Clock | None 
     try:
         for name, url in named.items():
             stores[name] = open_store(url, clock=clock, attempt_policy=attempt_policy, readonly=readonly)
+        # Two URLs of one database that the look could not tell apart (a store created meanwhile):
+        # refused before any membership record is written.
+        ms.check_distinct([None] * len(stores), [s.feed.position().source for s in stores.values()])
         membership = ms.reconcile(list(named), list(stores.values()), grow=grow, readonly=readonly)
         return ShardSet(stores, membership, clock=clock)
     except BaseException:
