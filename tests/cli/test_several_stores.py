@@ -558,3 +558,41 @@ def test_init_of_one_new_store_given_twice_creates_nothing(run_cli, shard_urls):
     assert refused.code == 2 and "--db #2 is the same database as --db #1" in refused.err, refused
     assert_one_line_error(refused)
     assert not store_exists(new)
+
+
+def test_init_grow_adds_a_shard_to_a_set_that_holds_runs(run_cli, shard_urls):
+    """Adding a store to a set had no command: ``init`` refused the new store with "grow the set to
+    add a store", which only the library could do (``open_shards(..., grow=True)``). ``init --grow``
+    appends the new stores; the old runs stay where they are and are still found."""
+    from tests.conftest import store_exists
+
+    a, b, new = shard_urls(3)
+    assert run_cli(*_db_args([a, b]), "init").code == 0
+    ids = [f"g-{i}" for i in range(4)]
+    for run_id in ids:
+        assert run_cli(*_db_args([a, b]), "runs", "create", run_id).code == 0
+    refused = run_cli(*_db_args([a, b, new]), "init")
+    assert refused.code == 2 and "fencepost init --grow" in refused.err, refused
+    assert_one_line_error(refused)
+    assert not store_exists(new)
+
+    grown = run_cli(*_db_args([b, new, a]), "init", "--grow")  # any order: recorded names identify members
+    assert grown.code == 0, grown
+    assert grown.out.splitlines()[-1] == "shard set of 3 stores: shard-0, shard-1, shard-2", grown
+    assert grown.out.splitlines()[1].startswith("created "), grown  # the new store, second as given
+    with fencepost.open_shards([a, b, new], readonly=True) as shards:
+        assert shards.membership.generation == 2
+        assert all(shards.runs.get(run_id).run_id == run_id for run_id in ids)
+    again = run_cli(*_db_args([a, b, new]), "init", "--grow")
+    assert again.code == 0 and again.out.count("current: ") == 3, again
+    for run_id in ids:
+        shown = run_cli(*_db_args([a, b, new]), "runs", "show", run_id, "--json")
+        assert shown.code == 0 and json.loads(shown.out)["run"]["run_id"] == run_id, shown
+    old = run_cli(*_db_args([a, b]), "runs", "list")
+    assert old.code == 2 and "give every shard of the set" in old.err, old
+
+
+def test_init_grow_of_one_store_is_refused(run_cli, db_url):
+    alone = run_cli("--db", db_url, "init", "--grow")
+    assert alone.code == 2 and "--grow" in alone.err, alone
+    assert_one_line_error(alone)

@@ -242,14 +242,16 @@ class CliContext:
                     f"{len(given)} of them were given: give every shard of the set")
         return names
 
-    def shard_urls(self, *, create: bool) -> dict[str, str]:
+    def shard_urls(self, *, create: bool, grow: bool = False) -> dict[str, str]:
         """The given stores as one shard set: ``{name: url}`` in member order, for ``open_shards``.
 
         ``create=False``: every store must exist and record the same set (all of its shards given).
         ``create=True`` (``init``; ``worker`` after proving every store exists): stores that do not
         exist yet are allowed (``open_shards`` creates and migrates them once the set checks out), and
         empty stores that record no set yet are named (``NAME=URL``, else ``shard-<i>``) to found one.
-        Every store is only read here, never created or written.
+        ``grow=True`` (``init --grow``): the set's members in their recorded order, then the stores
+        that record no set, as given, to be appended. Every store is only read here, never created
+        or written.
         Anything else is a usage error (exit 2) that names the ``--db`` by position and changes nothing.
         """
         import fencepost
@@ -269,8 +271,9 @@ class CliContext:
                     sources.append(store.feed.position().source)
                     empty.append(membership._empty(store))
             _refuse_same_database(self.specs, sources)
-        names = _named(self.specs, records)
         present = [(i, r) for i, r in enumerate(records) if r is not None]
+        grown = max((r for _, r in present), key=lambda r: r.generation).members if present and grow else None
+        names = _named(self.specs, records, grown)
         if not present:
             if not create:
                 raise click.UsageError("the given stores record no shard set: found one with fencepost init "
@@ -287,8 +290,17 @@ class CliContext:
                                        f"{_label(self.specs, first_i)}")
         if len(present) < len(records) and not create:
             i = next(i for i, r in enumerate(records) if r is None)
-            raise click.UsageError(f"{_label(self.specs, i)} is not a shard of the set the others belong to")
+            raise click.UsageError(f"{_label(self.specs, i)} is not a shard of the set the others belong to "
+                                   "(to add it, fencepost init --grow)")
         newest = max((r for _, r in present), key=lambda r: r.generation)
+        if grow:
+            by_name = dict(zip(names, urls, strict=True))
+            if not set(newest.members) <= set(by_name):
+                raise click.UsageError(f"the shard set has {len(newest.members)} shards and "
+                                       f"{sum(n in by_name for n in newest.members)} of them were given: "
+                                       "give every shard of the set, then the stores to add")
+            added = [n for n, r in zip(names, records, strict=True) if r is None or n not in newest.members]
+            return {n: by_name[n] for n in [*newest.members, *added]}
         if len(present) == len(records) and set(names) == set(newest.members):
             by_name = dict(zip(names, urls, strict=True))
             return {name: by_name[name] for name in newest.members}
@@ -297,7 +309,7 @@ class CliContext:
                                    "were given: give every shard of the set, once")
         return dict(zip(names, urls, strict=True))  # a founding left unfinished: open_shards finishes it
 
-    def shard_set(self, *, readonly: bool, create: bool = False) -> Any:
+    def shard_set(self, *, readonly: bool, create: bool = False, grow: bool = False) -> Any:
         """The given stores opened as one ``ShardSet`` (see ``shard_urls``); closed with the group.
 
         A refusal of ``open_shards`` names the stores as they were given (``--db #3``, ``--shards
@@ -306,15 +318,17 @@ class CliContext:
         import fencepost
         from fencepost.shards import ShardError
 
-        urls = self.shard_urls(create=create and not readonly)
+        urls = self.shard_urls(create=create and not readonly, grow=grow)
         try:
-            shards = fencepost.open_shards(urls, readonly=readonly)
+            shards = fencepost.open_shards(urls, readonly=readonly, grow=grow)
         except ShardError as exc:
             if exc.code != "membership_mismatch":
                 raise
             given = [spec.url or "" for spec in self.specs]
             labels = [_label(self.specs, given.index(url)) for url in urls.values()]
             detail = re.sub(r"shard #(\d+)", lambda m: labels[int(m.group(1))], exc.detail)
+            detail = (detail.replace("grow the set to add a store", "fencepost init --grow adds a store")
+                      .replace("open with grow=True to finish it", "fencepost init --grow finishes it"))
             raise click.UsageError(f"the given stores do not form their recorded shard set: {detail}") from None
         self._shard_sets.append(shards)
         return shards
@@ -345,14 +359,29 @@ def _refuse_same_database(specs: Sequence[DbSpec], sources: Sequence[str | None]
             seen[key] = i
 
 
-def _named(specs: Sequence[DbSpec], records: Sequence[Any]) -> list[str]:
-    """Each store's name: given, else recorded as its shard name, else ``shard-<i>``; refuse clashes."""
+def _named(specs: Sequence[DbSpec], records: Sequence[Any], members: Sequence[str] | None = None) -> list[str]:
+    """Each store's name: given, else recorded as its shard name, else ``shard-<i>``; refuse clashes.
+
+    ``members`` (a grow: the set's newest member list): a store that records no set takes, unless
+    named, the first member name no given store records (a grow left unfinished), else
+    ``shard-<i>`` with ``i`` its position in the grown member list, as ``open_shards`` names a list.
+    """
+    free: list[str] = []
+    if members is not None:
+        taken = {rec.shard_name for rec in records if rec is not None} | {s.name for s in specs if s.name}
+        free = [m for m in members if m not in taken]
+        free += [f"shard-{len(members) + k}" for k in range(len(specs))]
     names: list[str] = []
     for i, (spec, rec) in enumerate(zip(specs, records, strict=True)):
         if rec is not None and spec.name is not None and spec.name != rec.shard_name:
             raise click.UsageError(f"{_label(specs, i)} is recorded as a shard under another name: "
                                    "give its recorded name, or none")
-        name = spec.name or (rec.shard_name if rec is not None else f"shard-{i}")
+        if spec.name is not None:
+            name = spec.name
+        elif rec is not None:
+            name = rec.shard_name
+        else:
+            name = free.pop(0) if members is not None else f"shard-{i}"
         if name in names:
             raise click.UsageError(f"{_label(specs, i)} has the same name as {_label(specs, names.index(name))}: "
                                    "name the stores with --db NAME=URL")
