@@ -596,3 +596,19 @@ def test_init_grow_of_one_store_is_refused(run_cli, db_url):
     alone = run_cli("--db", db_url, "init", "--grow")
     assert alone.code == 2 and "--grow" in alone.err, alone
     assert_one_line_error(alone)
+
+
+def test_a_shard_file_with_a_bom_crlf_and_comments_after_urls(run_cli, shard_urls, tmp_path):
+    """A shard file saved by a Windows editor (a UTF-8 byte order mark, CRLF line ends) refused its
+    first line as a bad store name, and a comment after a URL (``URL  # the east shard``) became
+    part of the URL: init created a SQLite file named ``east.db  # the east shard``. Both now read
+    as written: the mark is skipped, and a ``#`` after whitespace starts a comment."""
+    east, west = shard_urls(2)
+    (tmp_path / "stores.txt").write_bytes(
+        b"\xef\xbb\xbf" + f"east={east}   # the east shard\r\n\r\nwest={west}\t# the west one\r\n".encode())
+    init = run_cli("--shards", "stores.txt", "init")
+    assert init.code == 0 and init.out.splitlines()[-1] == "shard set of 2 stores: east, west", init
+    assert sorted(p.name for p in tmp_path.iterdir() if "#" in p.name) == []
+    assert run_cli("--shards", "stores.txt", "runs", "create", "r1").code == 0
+    with fencepost.open_shards({"east": east, "west": west}, readonly=True) as shards:
+        assert shards.runs.get("r1").run_id == "r1"

@@ -119,16 +119,23 @@ def _checked_url(url: str, where: str) -> str:
     return url
 
 
+_COMMENT = re.compile(r"(^|\s)#.*$")
+
+
 def read_shard_file(path: str) -> list[DbSpec]:
-    """A shard file: one ``URL`` or ``NAME=URL`` a line; blank lines and ``#`` comments are skipped."""
+    """A shard file: one ``URL`` or ``NAME=URL`` a line; blank lines and ``#`` comments are skipped.
+
+    A comment starts at a ``#`` at the start of a line or after whitespace, so it may follow a URL
+    (a ``#`` inside a URL is no comment). A UTF-8 byte order mark and CRLF line ends are accepted.
+    """
     try:
-        with open(path, encoding="utf-8") as fh:
+        with open(path, encoding="utf-8-sig") as fh:
             lines = fh.read().splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not readable as UTF-8 text"
         raise click.UsageError(f"--shards: cannot read the file ({why})") from None
-    specs = [parse_db(line.strip(), f"--shards line {n}") for n, line in enumerate(lines, start=1)
-             if line.strip() and not line.strip().startswith("#")]
+    entries = [(n, _COMMENT.sub("", line).strip()) for n, line in enumerate(lines, start=1)]
+    specs = [parse_db(entry, f"--shards line {n}") for n, entry in entries if entry]
     if not specs:
         raise click.UsageError("--shards: the file names no store (one URL or NAME=URL a line)")
     return specs
