@@ -338,3 +338,24 @@ def test_a_grow_may_not_put_a_new_store_in_place_of_a_member(shard_urls, blank_e
     assert _untouched(stand_in) != blank_exists
     with fencepost.open_shards([a, b]) as shards:
         assert shards.runs.get(on_b[0]).run_id == on_b[0]
+
+
+def test_a_store_newer_than_the_code_is_refused_before_another_is_created(shard_urls) -> None:
+    """``open_shards([new, newer])``: the store migrated by a newer fencepost was refused
+    (``schema_too_new``) only when its turn to open came, after the stores before it had been
+    created and migrated. It is refused by the read-only look now, before anything is created."""
+    from sqlalchemy import text
+
+    from fencepost._durable import Database
+    from fencepost.errors import OpenError
+
+    new, newer = shard_urls(2)
+    fencepost.open(newer).close()
+    db = Database(newer)
+    db.write(lambda conn: conn.execute(text("INSERT INTO flows_migrations (migration_id, name) "
+                                            "VALUES (4999, 'shards_from_the_future')")))
+    db.dispose()
+    with pytest.raises(OpenError) as err:
+        fencepost.open_shards([new, newer])
+    assert err.value.code == "schema_too_new" and "4999" in str(err.value)
+    assert _untouched(new)
