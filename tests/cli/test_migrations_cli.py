@@ -132,3 +132,26 @@ def test_psycopg_is_the_postgres_extra_and_the_test_extra_still_pulls_it():
     extras = project["optional-dependencies"]
     assert any(d.startswith("psycopg[binary]") for d in extras["postgres"])
     assert any(d.startswith("psycopg[binary]") for d in extras["test"])
+
+
+@pytest.mark.parametrize("command", [["migrations", "status"], ["migrations", "sql"]], ids=" ".join)
+def test_migrations_commands_say_why_a_database_cannot_be_read(run_cli, tmp_path, command):
+    """``migrations status|sql`` read the ledger without the open's diagnosis: a file that is no
+    SQLite database, a PostgreSQL server that refuses connections or a database that does not
+    exist all printed "database failure: persistence_failed (no code)". They now say what
+    ``init`` says, and still change nothing."""
+    from tests.conftest import require_postgres
+
+    junk = tmp_path / "junk.db"
+    junk.write_text("hello")
+    base = require_postgres().rsplit("/", 1)[0]
+    cases = [(f"sqlite:///{junk}", "not_a_database"),
+             ("postgresql+psycopg://nobody:pw@127.0.0.1:1/x", "cannot_connect"),
+             (f"{base}/fencepost_no_such_db", "database_missing")]
+    for url, code in cases:
+        result = run_cli("--db", url, *command)
+        assert result.code == 1, (url, result)
+        assert_one_line_error(result)
+        assert f"Error: {code}:" in result.err and "persistence_failed" not in result.err, (url, result)
+        assert "pw@" not in result.err
+    assert junk.read_text() == "hello"

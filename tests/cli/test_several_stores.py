@@ -522,3 +522,93 @@ def test_feed_tail_follow_across_stores_names_the_store_whose_source_rotated(two
     assert "central" in lines[0] and "source rotated" in lines[0] and rotated.source in lines[0], err
     assert "--from central=0" in lines[0], err
     assert "invalid_run" not in err and "Traceback" not in err
+
+
+def test_a_refused_init_of_a_shard_set_creates_no_database(run_cli, shard_urls, tmp_path):
+    """``init`` of several stores created and migrated every given store before checking that they
+    form the set they record: a new store given beside a founded set (an extra store, or one in
+    place of a member), refused with exit 2, was left behind as a new empty database. Now the
+    stores are looked at read-only first and a refused init creates nothing. The refusal also
+    named the store "shard #2" (its 0-based position in the set) beside messages that say "--db #3":
+    it now names the --db as given."""
+    from tests.conftest import store_exists
+
+    a, b, new = shard_urls(3)
+    assert run_cli(*_db_args([a, b]), "init").code == 0
+    before = [_state(a), _state(b)]
+    for given in ([a, b, new], [a, new]):
+        refused = run_cli(*_db_args(given), "init")
+        assert refused.code == 2, refused
+        assert_one_line_error(refused)
+        assert not store_exists(new), given
+        # named as given: the new store is the last --db, not "shard #<its 0-based member position>"
+        assert f"--db #{len(given)} is not a member" in refused.err and "shard #" not in refused.err, refused
+    assert [_state(a), _state(b)] == before
+    with fencepost.open_shards([a, b], readonly=True) as shards:
+        assert shards.names == ("shard-0", "shard-1")
+
+
+def test_init_of_one_new_store_given_twice_creates_nothing(run_cli, shard_urls):
+    """``init`` with the same new store twice created and migrated it, and only then saw one source
+    id twice. It is refused before anything is created now."""
+    from tests.conftest import store_exists
+
+    (new,) = shard_urls(1)
+    refused = run_cli("--db", new, "--db", f"again={new}", "init")
+    assert refused.code == 2 and "--db #2 is the same database as --db #1" in refused.err, refused
+    assert_one_line_error(refused)
+    assert not store_exists(new)
+
+
+def test_init_grow_adds_a_shard_to_a_set_that_holds_runs(run_cli, shard_urls):
+    """Adding a store to a set had no command: ``init`` refused the new store with "grow the set to
+    add a store", which only the library could do (``open_shards(..., grow=True)``). ``init --grow``
+    appends the new stores; the old runs stay where they are and are still found."""
+    from tests.conftest import store_exists
+
+    a, b, new = shard_urls(3)
+    assert run_cli(*_db_args([a, b]), "init").code == 0
+    ids = [f"g-{i}" for i in range(4)]
+    for run_id in ids:
+        assert run_cli(*_db_args([a, b]), "runs", "create", run_id).code == 0
+    refused = run_cli(*_db_args([a, b, new]), "init")
+    assert refused.code == 2 and "fencepost init --grow" in refused.err, refused
+    assert_one_line_error(refused)
+    assert not store_exists(new)
+
+    grown = run_cli(*_db_args([b, new, a]), "init", "--grow")  # any order: recorded names identify members
+    assert grown.code == 0, grown
+    assert grown.out.splitlines()[-1] == "shard set of 3 stores: shard-0, shard-1, shard-2", grown
+    assert grown.out.splitlines()[1].startswith("created "), grown  # the new store, second as given
+    with fencepost.open_shards([a, b, new], readonly=True) as shards:
+        assert shards.membership.generation == 2
+        assert all(shards.runs.get(run_id).run_id == run_id for run_id in ids)
+    again = run_cli(*_db_args([a, b, new]), "init", "--grow")
+    assert again.code == 0 and again.out.count("current: ") == 3, again
+    for run_id in ids:
+        shown = run_cli(*_db_args([a, b, new]), "runs", "show", run_id, "--json")
+        assert shown.code == 0 and json.loads(shown.out)["run"]["run_id"] == run_id, shown
+    old = run_cli(*_db_args([a, b]), "runs", "list")
+    assert old.code == 2 and "give every shard of the set" in old.err, old
+
+
+def test_init_grow_of_one_store_is_refused(run_cli, db_url):
+    alone = run_cli("--db", db_url, "init", "--grow")
+    assert alone.code == 2 and "--grow" in alone.err, alone
+    assert_one_line_error(alone)
+
+
+def test_a_shard_file_with_a_bom_crlf_and_comments_after_urls(run_cli, shard_urls, tmp_path):
+    """A shard file saved by a Windows editor (a UTF-8 byte order mark, CRLF line ends) refused its
+    first line as a bad store name, and a comment after a URL (``URL  # the east shard``) became
+    part of the URL: init created a SQLite file named ``east.db  # the east shard``. Both now read
+    as written: the mark is skipped, and a ``#`` after whitespace starts a comment."""
+    east, west = shard_urls(2)
+    (tmp_path / "stores.txt").write_bytes(
+        b"\xef\xbb\xbf" + f"east={east}   # the east shard\r\n\r\nwest={west}\t# the west one\r\n".encode())
+    init = run_cli("--shards", "stores.txt", "init")
+    assert init.code == 0 and init.out.splitlines()[-1] == "shard set of 2 stores: east, west", init
+    assert sorted(p.name for p in tmp_path.iterdir() if "#" in p.name) == []
+    assert run_cli("--shards", "stores.txt", "runs", "create", "r1").code == 0
+    with fencepost.open_shards({"east": east, "west": west}, readonly=True) as shards:
+        assert shards.runs.get("r1").run_id == "r1"

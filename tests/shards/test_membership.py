@@ -85,6 +85,43 @@ def test_one_store_given_twice_is_refused(shard_urls) -> None:
         fencepost.open_shards([a, a])
 
 
+@pytest.mark.parametrize("exists", [False, True])
+def test_one_store_given_twice_is_refused_before_anything_is_written(shard_urls, exists: bool) -> None:
+    """The same URL twice was opened (a fresh one created and migrated) and then founded as a set
+    of two in one store: the refusal came from the founding record it had just written, so the
+    store was left recording a member list with a shard that does not exist. Now the repeat is
+    refused first, naming both positions: no database is created and no record is written."""
+    (a,) = shard_urls(1)
+    if exists:
+        fencepost.open(a).close()
+    with pytest.raises(ShardError) as err:
+        fencepost.open_shards([a, a])
+    assert err.value.code == "membership_mismatch"
+    assert "shard #1 is the same database as shard #0" in str(err.value)
+    assert a.split("?")[0] not in str(err.value)
+    if exists:
+        assert _records([a]) == [None]
+    else:
+        assert _untouched(a)
+
+
+@pytest.mark.parametrize("exists", [False, True])
+def test_one_sqlite_file_under_two_spellings_is_refused_before_anything_is_written(tmp_path, exists: bool) -> None:
+    """Two URLs of one SQLite file (``dir/f.db`` and ``dir/./f.db``) are one database: refused
+    without creating it or writing a membership record into it."""
+    first = f"sqlite:///{tmp_path / 'f.db'}"
+    second = f"sqlite:///{tmp_path}/./f.db"
+    if exists:
+        fencepost.open(first).close()
+    with pytest.raises(ShardError) as err:
+        fencepost.open_shards({"east": first, "west": second})
+    assert err.value.code == "membership_mismatch" and "shard #1 is the same database as shard #0" in str(err.value)
+    if exists:
+        assert _records([first]) == [None]
+    else:
+        assert not (tmp_path / "f.db").exists()
+
+
 def test_a_blank_store_standing_in_for_a_member_with_runs_is_refused(shard_urls) -> None:
     """Founding a set, then replacing one member by a fresh database: refused, not adopted."""
     a, b, c = shard_urls(3)
@@ -301,3 +338,24 @@ def test_a_grow_may_not_put_a_new_store_in_place_of_a_member(shard_urls, blank_e
     assert _untouched(stand_in) != blank_exists
     with fencepost.open_shards([a, b]) as shards:
         assert shards.runs.get(on_b[0]).run_id == on_b[0]
+
+
+def test_a_store_newer_than_the_code_is_refused_before_another_is_created(shard_urls) -> None:
+    """``open_shards([new, newer])``: the store migrated by a newer fencepost was refused
+    (``schema_too_new``) only when its turn to open came, after the stores before it had been
+    created and migrated. It is refused by the read-only look now, before anything is created."""
+    from sqlalchemy import text
+
+    from fencepost._durable import Database
+    from fencepost.errors import OpenError
+
+    new, newer = shard_urls(2)
+    fencepost.open(newer).close()
+    db = Database(newer)
+    db.write(lambda conn: conn.execute(text("INSERT INTO flows_migrations (migration_id, name) "
+                                            "VALUES (4999, 'shards_from_the_future')")))
+    db.dispose()
+    with pytest.raises(OpenError) as err:
+        fencepost.open_shards([new, newer])
+    assert err.value.code == "schema_too_new" and "4999" in str(err.value)
+    assert _untouched(new)

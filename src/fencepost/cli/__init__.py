@@ -35,7 +35,8 @@ __all__ = ["cli", "main"]
                    "a shard set, or refuse); NAME= labels a store (default: the shard name it recorded, "
                    "else shard-<i>).")
 @click.option("--shards", "shard_file", metavar="FILE", default=None,
-              help="Read the stores from a file instead: one URL or NAME=URL a line (# comments).")
+              help="Read the stores from a file instead: one URL or NAME=URL a line (# starts a comment, "
+                   "at the start of a line or after a space).")
 @click.version_option(package_name="fencepost")
 @click.pass_context
 def cli(ctx: click.Context, dbs: tuple[str, ...], shard_file: str | None) -> None:

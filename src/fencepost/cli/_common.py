@@ -10,7 +10,7 @@ import os
 import re
 import signal
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
@@ -119,16 +119,23 @@ def _checked_url(url: str, where: str) -> str:
     return url
 
 
+_COMMENT = re.compile(r"(^|\s)#.*$")
+
+
 def read_shard_file(path: str) -> list[DbSpec]:
-    """A shard file: one ``URL`` or ``NAME=URL`` a line; blank lines and ``#`` comments are skipped."""
+    """A shard file: one ``URL`` or ``NAME=URL`` a line; blank lines and ``#`` comments are skipped.
+
+    A comment starts at a ``#`` at the start of a line or after whitespace, so it may follow a URL
+    (a ``#`` inside a URL is no comment). A UTF-8 byte order mark and CRLF line ends are accepted.
+    """
     try:
-        with open(path, encoding="utf-8") as fh:
+        with open(path, encoding="utf-8-sig") as fh:
             lines = fh.read().splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not readable as UTF-8 text"
         raise click.UsageError(f"--shards: cannot read the file ({why})") from None
-    specs = [parse_db(line.strip(), f"--shards line {n}") for n, line in enumerate(lines, start=1)
-             if line.strip() and not line.strip().startswith("#")]
+    entries = [(n, _COMMENT.sub("", line).strip()) for n, line in enumerate(lines, start=1)]
+    specs = [parse_db(entry, f"--shards line {n}") for n, entry in entries if entry]
     if not specs:
         raise click.UsageError("--shards: the file names no store (one URL or NAME=URL a line)")
     return specs
@@ -242,30 +249,38 @@ class CliContext:
                     f"{len(given)} of them were given: give every shard of the set")
         return names
 
-    def shard_urls(self, *, create: bool, on_open: Callable[[int, Any], None] | None = None) -> dict[str, str]:
+    def shard_urls(self, *, create: bool, grow: bool = False) -> dict[str, str]:
         """The given stores as one shard set: ``{name: url}`` in member order, for ``open_shards``.
 
         ``create=False``: every store must exist and record the same set (all of its shards given).
-        ``create=True`` (``init``; ``worker`` after proving every store exists): stores are created and
-        migrated as needed, and empty stores that record no set yet are named (``NAME=URL``, else
-        ``shard-<i>``) to found one.
+        ``create=True`` (``init``; ``worker`` after proving every store exists): stores that do not
+        exist yet are allowed (``open_shards`` creates and migrates them once the set checks out), and
+        empty stores that record no set yet are named (``NAME=URL``, else ``shard-<i>``) to found one.
+        ``grow=True`` (``init --grow``): the set's members in their recorded order, then the stores
+        that record no set, as given, to be appended. Every store is only read here, never created
+        or written.
         Anything else is a usage error (exit 2) that names the ``--db`` by position and changes nothing.
         """
         import fencepost
         from fencepost.shards import membership
 
-        records, sources, empty = [], [], []
-        for i, spec in enumerate(self.specs):
-            with fencepost.open(spec.url, readonly=not create) as store:
-                if on_open is not None:
-                    on_open(i, store)
-                records.append(membership.read(store))
-                sources.append(store.feed.position().source)
-                empty.append(membership._empty(store))
-        _refuse_same_database(self.specs, sources)
-        names = _named(self.specs, records)
         urls = [spec.url or "" for spec in self.specs]
+        if create:
+            looks = membership.look_all(urls)  # read-only: a store that does not exist yet stays so
+            records = [lk.record for lk in looks]
+            empty = [lk.empty for lk in looks]
+            _refuse_same_database(self.specs, [lk.source for lk in looks], [lk.place for lk in looks])
+        else:
+            records, sources, empty = [], [], []
+            for spec in self.specs:
+                with fencepost.open(spec.url, readonly=True) as store:
+                    records.append(membership.read(store))
+                    sources.append(store.feed.position().source)
+                    empty.append(membership._empty(store))
+            _refuse_same_database(self.specs, sources)
         present = [(i, r) for i, r in enumerate(records) if r is not None]
+        grown = max((r for _, r in present), key=lambda r: r.generation).members if present and grow else None
+        names = _named(self.specs, records, grown)
         if not present:
             if not create:
                 raise click.UsageError("the given stores record no shard set: found one with fencepost init "
@@ -282,8 +297,17 @@ class CliContext:
                                        f"{_label(self.specs, first_i)}")
         if len(present) < len(records) and not create:
             i = next(i for i, r in enumerate(records) if r is None)
-            raise click.UsageError(f"{_label(self.specs, i)} is not a shard of the set the others belong to")
+            raise click.UsageError(f"{_label(self.specs, i)} is not a shard of the set the others belong to "
+                                   "(to add it, fencepost init --grow)")
         newest = max((r for _, r in present), key=lambda r: r.generation)
+        if grow:
+            by_name = dict(zip(names, urls, strict=True))
+            if not set(newest.members) <= set(by_name):
+                raise click.UsageError(f"the shard set has {len(newest.members)} shards and "
+                                       f"{sum(n in by_name for n in newest.members)} of them were given: "
+                                       "give every shard of the set, then the stores to add")
+            added = [n for n, r in zip(names, records, strict=True) if r is None or n not in newest.members]
+            return {n: by_name[n] for n in [*newest.members, *added]}
         if len(present) == len(records) and set(names) == set(newest.members):
             by_name = dict(zip(names, urls, strict=True))
             return {name: by_name[name] for name in newest.members}
@@ -292,19 +316,27 @@ class CliContext:
                                    "were given: give every shard of the set, once")
         return dict(zip(names, urls, strict=True))  # a founding left unfinished: open_shards finishes it
 
-    def shard_set(self, *, readonly: bool, create: bool = False,
-                  on_open: Callable[[int, Any], None] | None = None) -> Any:
-        """The given stores opened as one ``ShardSet`` (see ``shard_urls``); closed with the group."""
+    def shard_set(self, *, readonly: bool, create: bool = False, grow: bool = False) -> Any:
+        """The given stores opened as one ``ShardSet`` (see ``shard_urls``); closed with the group.
+
+        A refusal of ``open_shards`` names the stores as they were given (``--db #3``, ``--shards
+        line 4``), not by their position in the set's member order.
+        """
         import fencepost
         from fencepost.shards import ShardError
 
-        urls = self.shard_urls(create=create and not readonly, on_open=on_open)
+        urls = self.shard_urls(create=create and not readonly, grow=grow)
         try:
-            shards = fencepost.open_shards(urls, readonly=readonly)
+            shards = fencepost.open_shards(urls, readonly=readonly, grow=grow)
         except ShardError as exc:
             if exc.code != "membership_mismatch":
                 raise
-            raise click.UsageError(f"the given stores do not form their recorded shard set: {exc.detail}") from None
+            given = [spec.url or "" for spec in self.specs]
+            labels = [_label(self.specs, given.index(url)) for url in urls.values()]
+            detail = re.sub(r"shard #(\d+)", lambda m: labels[int(m.group(1))], exc.detail)
+            detail = (detail.replace("grow the set to add a store", "fencepost init --grow adds a store")
+                      .replace("open with grow=True to finish it", "fencepost init --grow finishes it"))
+            raise click.UsageError(f"the given stores do not form their recorded shard set: {detail}") from None
         self._shard_sets.append(shards)
         return shards
 
@@ -319,23 +351,44 @@ class CliContext:
             self._shard_sets.pop().close()
 
 
-def _refuse_same_database(specs: Sequence[DbSpec], sources: Sequence[str]) -> None:
-    seen: dict[str, int] = {}
-    for i, source in enumerate(sources):
-        if source in seen:
-            raise click.UsageError(f"{_label(specs, i)} is the same database as {_label(specs, seen[source])} "
-                                   "(one source id): give each store once")
-        seen[source] = i
+def _refuse_same_database(specs: Sequence[DbSpec], sources: Sequence[str | None],
+                          places: Sequence[str] | None = None) -> None:
+    """Refuse one database given twice: one change-feed source id, or (for stores that may not exist
+    yet) one place, the SQLite file's real path or the PostgreSQL schema."""
+    for keys, why in ((sources, "one source id"), (places or [], "one file or schema")):
+        seen: dict[str, int] = {}
+        for i, key in enumerate(keys):
+            if key is None:
+                continue
+            if key in seen:
+                raise click.UsageError(f"{_label(specs, i)} is the same database as {_label(specs, seen[key])} "
+                                       f"({why}): give each store once")
+            seen[key] = i
 
 
-def _named(specs: Sequence[DbSpec], records: Sequence[Any]) -> list[str]:
-    """Each store's name: given, else recorded as its shard name, else ``shard-<i>``; refuse clashes."""
+def _named(specs: Sequence[DbSpec], records: Sequence[Any], members: Sequence[str] | None = None) -> list[str]:
+    """Each store's name: given, else recorded as its shard name, else ``shard-<i>``; refuse clashes.
+
+    ``members`` (a grow: the set's newest member list): a store that records no set takes, unless
+    named, the first member name no given store records (a grow left unfinished), else
+    ``shard-<i>`` with ``i`` its position in the grown member list, as ``open_shards`` names a list.
+    """
+    free: list[str] = []
+    if members is not None:
+        taken = {rec.shard_name for rec in records if rec is not None} | {s.name for s in specs if s.name}
+        free = [m for m in members if m not in taken]
+        free += [f"shard-{len(members) + k}" for k in range(len(specs))]
     names: list[str] = []
     for i, (spec, rec) in enumerate(zip(specs, records, strict=True)):
         if rec is not None and spec.name is not None and spec.name != rec.shard_name:
             raise click.UsageError(f"{_label(specs, i)} is recorded as a shard under another name: "
                                    "give its recorded name, or none")
-        name = spec.name or (rec.shard_name if rec is not None else f"shard-{i}")
+        if spec.name is not None:
+            name = spec.name
+        elif rec is not None:
+            name = rec.shard_name
+        else:
+            name = free.pop(0) if members is not None else f"shard-{i}"
         if name in names:
             raise click.UsageError(f"{_label(specs, i)} has the same name as {_label(specs, names.index(name))}: "
                                    "name the stores with --db NAME=URL")

@@ -20,7 +20,7 @@ def migrations() -> None:
 
 def _ledger(url: str | None) -> tuple[Any, dict[int, str]]:
     """The database (read-only) and its migration ledger; a missing database has an empty ledger."""
-    from fencepost._durable import Database, resolve_url
+    from fencepost._durable import Database, DbFailure, resolve_url
     from fencepost._migrations import applied
     from fencepost.errors import DatabaseMissing
 
@@ -29,7 +29,11 @@ def _ledger(url: str | None) -> tuple[Any, dict[int, str]]:
     except DatabaseMissing:
         return _Missing(resolve_url(url)), {}
     try:
-        return db, applied(db)
+        db.probe()  # a server that cannot be reached says why, as the store's open does
+        try:
+            return db, applied(db)
+        except DbFailure as exc:  # not a database, corrupt, no permission ...: the open's diagnosis
+            raise db.open_error(exc) from None
     except BaseException:
         db.dispose()
         raise

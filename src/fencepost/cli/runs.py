@@ -43,8 +43,11 @@ class RunDetail(msgspec.Struct, frozen=True):
 
 
 @click.command()
+@click.option("--grow", is_flag=True,
+              help="Add stores to the shard set the others record (several --db): give every shard of "
+                   "the set and the new stores; they are appended to the set.")
 @click.pass_obj
-def init(obj: CliContext) -> None:
+def init(obj: CliContext, grow: bool) -> None:
     """Create the database (if needed) and apply every migration; say which of the three it did.
 
     Prints "created" (a new store, every migration applied), "migrated" (the migrations it applied
@@ -53,21 +56,23 @@ def init(obj: CliContext) -> None:
 
     Given several --db (or --shards), does so for each and founds them as one shard set (empty
     stores only; NAME=URL names a shard, else shard-0, shard-1 ... by position), or checks the set
-    they already record. Prints a line per store, then the set's shard names.
+    they already record. With --grow, the stores that record no set are added to the set the others
+    record (stop the set's writers first; existing runs stay where they are). Prints a line per
+    store, then the set's shard names.
 
     Example: fencepost --db sqlite:///.flows/flows.db init
     """
     from fencepost._durable import redact_url
 
+    if grow and not obj.several:
+        raise click.UsageError("--grow adds stores to a shard set: give every shard of the set and the new "
+                               "stores (several --db, or --shards)")
     if obj.several:
-        lines: dict[int, str] = {}
-
-        def report(i: int, store: Any) -> None:
-            lines.setdefault(i, _init_line(store, redact_url(store.db.url)))
-
-        shards = obj.shard_set(readonly=False, create=True, on_open=report)
-        for i in sorted(lines):
-            click.echo(lines[i])
+        shards = obj.shard_set(readonly=False, create=True, grow=grow)
+        by_url = {store.db.url: store for store in shards.shard_stores()}
+        for spec in obj.specs:  # in the order given
+            store = by_url[spec.url]
+            click.echo(_init_line(store, redact_url(store.db.url)))
         click.echo(f"shard set of {len(shards)} stores: {', '.join(shards.names)}")
         return
     click.echo(_init_line(write_store(), redact_url(obj.resolved_url)))

@@ -17,6 +17,7 @@ unrecorded store beside a set that already holds runs, is no unfinished founding
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 from collections.abc import Sequence
@@ -26,13 +27,15 @@ import msgspec
 from sqlalchemy import select, update
 from sqlalchemy.engine import Connection
 
-from fencepost._durable import Database, DbFailure, map_failure
-from fencepost._schema import flows_journal_events, flows_runs
+from fencepost._durable import DEFAULT_SCHEMA, Database, DbFailure, map_failure, parse_url
+from fencepost._migrations import _applied, check_not_newer
+from fencepost._schema import flows_journal_events, flows_run_source, flows_runs
 from fencepost._schema import flows_shard_membership as t
 from fencepost._store import Store
 from fencepost.errors import DatabaseMissing, FencepostError
 
-__all__ = ["Look", "Membership", "ShardError", "check_before_creating", "check_name", "look_all", "read", "reconcile"]
+__all__ = ["Look", "Membership", "ShardError", "check_before_creating", "check_distinct", "check_name", "look_all",
+           "read", "reconcile"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
@@ -65,12 +68,16 @@ class Look(msgspec.Struct, frozen=True):
     """What a read-only look found at a URL before anything is created.
 
     ``exists``: a fencepost store is there (its migration ledger). ``empty``: it holds no run and no
-    journal entry. ``record``: its membership record, if any.
+    journal entry. ``record``: its membership record, if any. ``source``: its change-feed source id,
+    if it has one. ``place``: where the URL points (the SQLite file's real path, or the PostgreSQL
+    server, database and schema), so one database given twice is seen before anything is created.
     """
 
     exists: bool
     empty: bool
     record: Membership | None
+    source: str | None = None
+    place: str = ""
 
 
 def _decode(row: Any) -> Membership:
@@ -138,7 +145,8 @@ def _empty_in(conn: Connection) -> bool:
 
 def look_all(urls: Sequence[str]) -> list[Look]:
     """Look at every store read-only (a missing SQLite file or PostgreSQL schema is no store): nothing
-    is created, migrated or written. Every store's emptiness is read before any store's record (see
+    is created, migrated or written. A store migrated by a newer fencepost raises ``schema_too_new``.
+    Every store's emptiness is read before any store's record (see
     ``_adoptable``). A store that cannot be read raises the ``OpenError`` its open would raise."""
     dbs: list[Database | None] = []
     try:
@@ -150,10 +158,13 @@ def look_all(urls: Sequence[str]) -> list[Look]:
             dbs.append(db)
             if db is not None:
                 db.probe()
+                # A store of a newer fencepost is refused now, before any other store is created.
+                check_not_newer(db, _look(db, lambda d, conn: _applied(conn, d)))
         empty = [True if db is None else _look(db, _look_empty) for db in dbs]
         records = [None if db is None else _look(db, _look_record) for db in dbs]
-        return [Look(db is not None and _look(db, _look_exists), e, r)
-                for db, e, r in zip(dbs, empty, records, strict=True)]
+        return [Look(db is not None and _look(db, _look_exists), e, r,
+                     None if db is None else _look(db, _look_source), _place(url))
+                for db, e, r, url in zip(dbs, empty, records, urls, strict=True)]
     finally:
         for db in dbs:
             if db is not None:
@@ -176,6 +187,35 @@ def _look_empty(db: Database, conn: Connection) -> bool:
     if not (has(conn, flows_runs.name) and has(conn, flows_journal_events.name)):
         return True
     return _empty_in(conn)
+
+
+def _look_source(db: Database, conn: Connection) -> str | None:
+    if not db.backend.has_table(conn, flows_run_source.name):
+        return None
+    return conn.execute(select(flows_run_source.c.source).where(flows_run_source.c.singleton == 1)).scalar()
+
+
+def _place(url: str) -> str:
+    """Where ``url`` points, one spelling per database: two URLs with one place are one database."""
+    parsed, options = parse_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        return "sqlite:" + os.path.realpath(parsed.database or "")
+    return (f"postgresql://{(parsed.host or '').lower()}:{parsed.port or 5432}/{parsed.database or ''}"
+            f"#{options.get('schema', DEFAULT_SCHEMA)}")
+
+
+def check_distinct(places: Sequence[str | None], sources: Sequence[str | None]) -> None:
+    """Refuse one database given twice: two positions with one place or one change-feed source id.
+
+    Checked before anything is written: founding a set on the same store twice would record a
+    member list with a shard that does not exist.
+    """
+    seen: dict[str, int] = {}
+    for i, keys in enumerate(zip(places, sources, strict=True)):
+        for key in (f"{kind}:{k}" for kind, k in zip(("place", "source"), keys, strict=True) if k):
+            if key in seen and seen[key] != i:
+                raise _refuse(f"shard #{i} is the same database as shard #{seen[key]}: give each store once")
+            seen.setdefault(key, i)
 
 
 def _look_record(db: Database, conn: Connection) -> Membership | None:
@@ -224,6 +264,7 @@ def check_before_creating(names: Sequence[str], looks: Sequence[Look], *, grow: 
 
     A store that does not exist yet is never a member of a recorded set (only ``grow`` adds one).
     """
+    check_distinct([lk.place for lk in looks], [lk.source for lk in looks])
     records = [lk.record for lk in looks]
     present = [r for r in records if r is not None]
     empty = [lk.empty for lk in looks]

@@ -334,6 +334,10 @@ class ShardedRuns(_Routed):
     def lineage(self, run_id: str) -> Any:
         return self._on(run_id).runs.lineage(run_id)
 
+    def delete(self, run_id: str, *args: Any, **kwargs: Any) -> Any:
+        """``RunStore.delete`` on the shard holding ``run_id``."""
+        return self._on(run_id).runs.delete(run_id, *args, **kwargs)
+
     def latest_round(self, run_id: str) -> Any:
         return self._on(run_id).runs.latest_round(run_id)
 
@@ -406,6 +410,9 @@ class ShardedAttempts(_Routed):
 
     def get(self, run_id: str, *args: Any, **kwargs: Any) -> Any:
         return self._on(run_id).attempts.get(run_id, *args, **kwargs)
+
+    def of_run(self, run_id: str, *args: Any, **kwargs: Any) -> Any:
+        return self._on(run_id).attempts.of_run(run_id, *args, **kwargs)
 
     def heartbeat(self, run_id: str, *args: Any, **kwargs: Any) -> Any:
         return self._on(run_id).attempts.heartbeat(run_id, *args, **kwargs)
@@ -481,6 +488,9 @@ def open_shards(urls: Sequence[str] | Mapping[str, str], *, clock: Clock | None 
     try:
         for name, url in named.items():
             stores[name] = open_store(url, clock=clock, attempt_policy=attempt_policy, readonly=readonly)
+        # Two URLs of one database that the look could not tell apart (a store created meanwhile):
+        # refused before any membership record is written.
+        ms.check_distinct([None] * len(stores), [s.feed.position().source for s in stores.values()])
         membership = ms.reconcile(list(named), list(stores.values()), grow=grow, readonly=readonly)
         return ShardSet(stores, membership, clock=clock)
     except BaseException:
