@@ -50,8 +50,10 @@ class Raw:
         self.kind = kind
         self.conn = conn
         self.schema = schema
-        self.heads, self.head_defaults = J_HEADS.compiled(kind)  # (its LIMIT 1s are bound parameters)
-        self.insert = self.sql(J_INSERT)
+        self.heads, self.head_defaults = J_HEADS.compiled(kind)
+        # The store binds the insert by position on SQLite: so does this loop.
+        self.insert, _, order = J_INSERT.plan(kind)
+        self.insert_params = order or (lambda row: row)
 
     def sql(self, stmt: Any) -> str:
         return stmt.compiled(self.kind)[0]
@@ -84,7 +86,7 @@ class Raw:
             "log_prev_hash": log_prev or _append.ZERO_HASH,
         }
         row["entry_hash"] = _append.entry_hash(row)
-        c.execute(self.insert, row)
+        c.execute(self.insert, self.insert_params(row))
 
     def one_run(self, run_id: str, now: int) -> None:
         c, o = self.conn, {"o_host": OWNER.host_id, "o_pid": OWNER.pid, "o_nonce": OWNER.nonce}

@@ -58,3 +58,26 @@ def test_listeners_see_journal_appends_single_and_batched(store):
     assert inserts == [False, True]
     assert sum("FROM flows_journal_events" in statement for statement, _ in seen) >= 2
     assert [e.payload for e in store.journal.entries("r1").entries] == [{"n": 1}, {"n": 2}, {"n": 3}]
+
+
+def test_a_statements_integer_constants_are_sent_in_its_text_and_still_give_the_same_rows(store):
+    """Integer constants a statement carries as anonymous parameters (the head lookup's ``LIMIT 1``s,
+    the ``OFFSET 0`` SQLite's compiler adds) are written into its text once, not merged into the
+    parameters of every execution; twelve of them check that ``param_1`` does not rewrite ``param_10``.
+    The journal's insert, bound by position on SQLite, stores every column where it belongs."""
+    from sqlalchemy import literal, select
+
+    from fencepost._statements import Sql, run
+    from fencepost.journal._sql import HEADS
+
+    text_, defaults = HEADS.compiled(store.db.name)
+    assert defaults == {} and "LIMIT 1" in text_
+    constants = Sql(select(*[literal(i * 7) for i in range(12)]))
+    assert constants.compiled(store.db.name)[1] == {}
+    assert tuple(store.db.read(lambda conn: run(conn, constants, {}).fetchone())) == tuple(i * 7 for i in range(12))
+
+    store.journal.append_unfenced("r1", "step.finished", {"n": 1}, source_id="w", meta={"m": 2})
+    (entry,) = store.journal.entries("r1").entries
+    assert (entry.run_id, entry.seq, entry.source_id, entry.source_seq, entry.event_type, entry.payload,
+            entry.meta, entry.position) == ("r1", 0, "w", 0, "step.finished", {"n": 1}, {"m": 2}, 1)
+    assert store.journal.entries("r1").entries[0].event_id == "flows:event:2:r11:w0"

@@ -41,7 +41,8 @@ EXISTING = Sql(
     )
 )
 
-INSERT = Sql(insert(ev).values({c.name: bindparam(c.name) for c in ev.c}))
+# Fourteen parameters: bound by position on SQLite (see ``Sql``).
+INSERT = Sql(insert(ev).values({c.name: bindparam(c.name) for c in ev.c}), by_position=True)
 
 ENTRY_COLUMNS = (
     ev.c.run_id, ev.c.seq, ev.c.event_id, ev.c.source_id, ev.c.source_seq, ev.c.emitted_at_ms,
