@@ -283,7 +283,7 @@ class Worker:
         return bool(self._candidates(1, include_live=True))
 
     def _start(self, pool: ThreadPoolExecutor, row: RunRow) -> None:
-        lease = self.supervisor.hold(row.run_id)
+        lease = self.supervisor.hold(row.run_id, verify=False)  # just activated: ``row`` is the owned run
         ctx = RunContext(self, row, lease)
         with self._lock:
             self._contexts[row.run_id] = ctx

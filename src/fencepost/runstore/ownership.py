@@ -35,6 +35,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from fencepost.errors import RunStoreError
 from fencepost.journal.owner import OwnerId
 from fencepost.runstore import _checks as check
 from fencepost.runstore.heartbeat import HEARTBEAT_INTERVAL, STALE_AFTER, WRITE_TOLERANCE
@@ -186,6 +187,7 @@ class Supervisor:
         self.clock = clock if clock is not None else store.clock
         self.journal_reconfirm = journal_reconfirm
         self._lock = threading.Lock()
+        self._start_lock = threading.Lock()  # one loop thread, however many threads call start()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._leases: dict[str, Lease] = {}
@@ -204,17 +206,19 @@ class Supervisor:
     def start(self) -> Supervisor:
         """Start the loop thread (idempotent). A stopped supervisor starts again: ``hold`` after
         ``stop`` (a ``Worker`` run again) pulses as before, never silently not at all."""
-        if self._thread is not None and self._stop.is_set():
-            if self._thread is threading.current_thread():  # a callback on the loop: it keeps running
+        thread = self._thread
+        if thread is not None and thread is threading.current_thread():
+            self._stop.clear()  # a callback on the loop: it keeps running
+            return self
+        with self._start_lock:
+            if self._thread is not None and self._stop.is_set():
+                # The old loop is ending (or ended): wait for it, so two loops never pulse at once.
+                self._thread.join()
+                self._thread = None
                 self._stop.clear()
-                return self
-            # The old loop is ending (or ended): wait for it, so two loops never pulse at once.
-            self._thread.join()
-            self._thread = None
-            self._stop.clear()
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name="fencepost-supervisor", daemon=True)
-            self._thread.start()
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="fencepost-supervisor", daemon=True)
+                self._thread.start()
         return self
 
     def stop(self, timeout: float | None = 5.0) -> None:
@@ -232,7 +236,7 @@ class Supervisor:
 
     def hold(self, run_id: str, *, on_lapse: LapseCallback | None = None,
              on_reconfirm: LapseCallback | None = None,
-             on_lost: Callable[[Lease], None] | None = None) -> Lease:
+             on_lost: Callable[[Lease], None] | None = None, verify: bool = True) -> Lease:
         """Supervise ``run_id``, owned by this supervisor's owner, from now on.
 
         ``on_lapse(unconfirmed_ms)`` runs when write failures outlast ``WRITE_TOLERANCE`` and reconfirm
@@ -240,17 +244,38 @@ class Supervisor:
         renewed budget, or the lease lapses); ``on_lost(lease)`` whenever the lease is gone, for either
         cause. Callbacks run on the supervisor thread, so they are plain functions: a bad run id or a
         hook that is not callable (or a coroutine function) is ``RunStoreError`` ``invalid_run``
-        before anything starts.
+        before anything starts, and so is a run this supervisor already holds under a live lease
+        (one lease per run: release the first, or keep using it).
+
+        With ``verify`` (the default) one read checks that the owner holds the run: a run that does
+        not exist raises ``LeaseLost`` with reason ``NotFound``, one held by another owner (or settled)
+        ``FenceLost``, the answers the first pulse would give one interval later. Pass
+        ``verify=False`` only right after activating the run yourself.
         """
-        _check_hold(run_id, on_lapse, on_reconfirm, on_lost, "Supervisor.hold")
+        method = "Supervisor.hold"
+        _check_hold(run_id, on_lapse, on_reconfirm, on_lost, method)
+        self._refuse_held(run_id, method)
+        if verify:
+            verify_owned(self.store, run_id, self.owner)
         lease = Lease(self, run_id, on_lapse, on_reconfirm, on_lost, self.clock.now_ms())
         with self._lock:
+            if self._is_held(run_id):  # another thread held it meanwhile
+                raise _already_held(method)
             self._leases[run_id] = lease
             if self._next_pulse_ms is None:
                 self._next_pulse_ms = lease.confirmed_ms + INTERVAL_MS
         self.start()
         self._wake.set()
         return lease
+
+    def _is_held(self, run_id: str) -> bool:
+        current = self._leases.get(run_id)
+        return current is not None and current.error is None and not current.released
+
+    def _refuse_held(self, run_id: str, method: str) -> None:
+        with self._lock:
+            if self._is_held(run_id):
+                raise _already_held(method)
 
     def held(self) -> list[str]:
         """The run ids currently supervised and not lost."""
@@ -449,6 +474,27 @@ class Supervisor:
             _call_quietly(lease._on_lost, lease)
 
 
+def _already_held(method: str) -> Exception:
+    return check.refuse(method, "run_id is already held by this supervisor under a live lease "
+                        "(one lease per run: release it before holding the run again)", {"field": "run_id"})
+
+
+def verify_owned(store: Any, run_id: str, owner: OwnerId) -> None:
+    """One read: raise ``LeaseLost`` unless ``owner`` holds ``run_id`` now.
+
+    ``NotFound`` when the run does not exist, ``FenceLost`` when another owner holds it or nobody
+    does (pending, claimed, settled): the outcome tags the first heartbeat would answer.
+    """
+    try:
+        row = store.runs.get(run_id)
+    except RunStoreError as exc:
+        if exc.code == "not_found_row":
+            raise LeaseLost(run_id, "NotFound") from None
+        raise
+    if row.owner != owner:
+        raise LeaseLost(run_id, "FenceLost")
+
+
 def _call_quietly(fn: Callable[..., Any], *args: Any) -> None:
     try:
         result = fn(*args)
@@ -542,7 +588,7 @@ async def supervise(store: Any, run_id: str, owner: OwnerId, on_lapse: LapseCall
     if task is None:
         raise RuntimeError("supervise() must run inside an asyncio task")
     loop = asyncio.get_running_loop()
-    inside = True
+    inside = False  # True while the body runs: a loss cancels the task only then
     cancelled = False
 
     def cancel_if_inside() -> None:
@@ -572,9 +618,20 @@ async def supervise(store: Any, run_id: str, owner: OwnerId, on_lapse: LapseCall
 
     own = supervisor is None
     sup = supervisor if supervisor is not None else Supervisor(store, owner)
-    lease = sup.hold(run_id, on_lapse=lapse_hook, on_reconfirm=reconfirm_hook, on_lost=on_lost)
+    # Off the event loop: the ownership read, and starting a shared supervisor that is stopping
+    # (which waits for its old loop thread to end). A cancellation meanwhile releases the lease
+    # once the hold is done, so the run is never left pulsing with nobody inside the block.
+    entry = _Entry(sup, own)
+    try:
+        lease = await asyncio.to_thread(entry.hold, run_id, on_lapse=lapse_hook, on_reconfirm=reconfirm_hook,
+                                        on_lost=on_lost)
+    except BaseException:
+        entry.abandon()
+        raise
+    inside = True
     try:
         try:
+            lease.check()  # lost while entering: the body never runs
             yield lease
         except asyncio.CancelledError:
             if lease.error is None:
@@ -595,3 +652,41 @@ async def supervise(store: Any, run_id: str, owner: OwnerId, on_lapse: LapseCall
         lease.release()
         if own:
             await asyncio.to_thread(sup.stop)
+
+
+class _Entry:
+    """``supervise``'s hold, run on a helper thread; abandoned by a block that stopped waiting for it."""
+
+    def __init__(self, sup: Supervisor, own: bool) -> None:
+        self._sup = sup
+        self._own = own
+        self._lock = threading.Lock()
+        self._lease: Lease | None = None
+        self._abandoned = False
+
+    def hold(self, run_id: str, **hooks: Any) -> Lease:
+        try:
+            lease = self._sup.hold(run_id, **hooks)
+        except BaseException:
+            self._abandon_all()
+            raise
+        with self._lock:
+            if not self._abandoned:
+                self._lease = lease
+                return lease
+        lease.release()
+        self._abandon_all()
+        return lease
+
+    def abandon(self) -> None:
+        """The block gave up on entering (cancelled, or the hold failed): undo whatever was held."""
+        with self._lock:
+            self._abandoned = True
+            lease, self._lease = self._lease, None
+        if lease is not None:
+            lease.release()
+            self._abandon_all()
+
+    def _abandon_all(self) -> None:
+        if self._own:
+            self._sup.stop(timeout=0)  # its own loop thread ends by itself; nothing waits for it

@@ -1,0 +1,266 @@
+"""Holding a run under a ``Supervisor``: one lease per run, entering verifies ownership at once, and a
+shared supervisor that is stopping never blocks the event loop (real store, both backends,
+``ManualClock``). Each test's docstring says what was wrong.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+import fencepost
+from fencepost.clock import ManualClock
+from fencepost.runstore.ownership import LeaseKeeper, LeaseLost, Supervisor, supervise
+from fencepost.runstore.rows import LivenessEvidence
+from tests.runstore.conftest import A, B, activate_new
+
+
+def _steal(store: fencepost.Store, run_id: str) -> None:
+    """The store's clock passes STALE_AFTER; B steals ``run_id`` from A and activates it."""
+    store.clock.set(store.clock.now_ms() + 35_001)
+    now = store.clock.now_ms()
+    row = store.runs.get(run_id)
+    claimed = store.runs.steal(run_id, row, B, now, LivenessEvidence(A, now, "lease-expired"))
+    assert type(claimed).__name__ == "Claimed"
+    assert type(store.runs.activate(run_id, B, claimed.claimed_at_ms, row)).__name__ == "Activated"
+
+
+def test_a_second_hold_of_a_held_run_is_refused_and_the_first_lease_still_fences(store):
+    """A second ``hold`` of a run the supervisor already held replaced the first lease silently:
+    the first ``Lease.check()`` could never raise again, so code still holding it went on as if
+    fenced-safe after a peer had stolen the run."""
+    activate_new(store, "r1", A)
+    owner_clock = ManualClock(0)
+    sup = Supervisor(store, A, clock=owner_clock)
+    try:
+        first = sup.hold("r1")
+        with pytest.raises(fencepost.RunStoreError) as info:
+            sup.hold("r1")
+        assert info.value.code == "invalid_run" and "run_id" in str(info.value) and "r1" not in str(info.value)
+        assert sup.held() == ["r1"]
+        _steal(store, "r1")
+        owner_clock.set(1000)  # the next pulse finds the run taken
+        sup.settle()
+        with pytest.raises(LeaseLost) as lost:
+            first.check()
+        assert lost.value.reason == "FenceLost"
+    finally:
+        sup.stop()
+
+
+def test_a_run_held_again_after_release_or_loss_gets_a_new_lease_and_the_old_one_stays_lost(store):
+    """Regression guard for the refusal above: a released or lost lease does not block a new hold,
+    and the old lost lease keeps reporting the loss."""
+    activate_new(store, "r1", A)
+    owner_clock = ManualClock(0)
+    sup = Supervisor(store, A, clock=owner_clock)
+    try:
+        first = sup.hold("r1")
+        first.release()
+        second = sup.hold("r1")
+        assert second is not first and sup.held() == ["r1"]
+        _steal(store, "r1")
+        owner_clock.set(1000)
+        sup.settle()
+        assert second.lost
+        # B's lease expires, A steals the run back and holds it again: a new, live lease.
+        store.clock.set(store.clock.now_ms() + 35_001)
+        now = store.clock.now_ms()
+        row = store.runs.get("r1")
+        claimed = store.runs.steal("r1", row, A, now, LivenessEvidence(B, now, "lease-expired"))
+        store.runs.activate("r1", A, claimed.claimed_at_ms, row)
+        owner_clock.set(now)
+        third = sup.hold("r1")
+        owner_clock.set(now + 1000)
+        sup.settle()
+        third.check()
+        with pytest.raises(LeaseLost):
+            second.check()
+    finally:
+        sup.stop()
+
+
+def test_supervise_twice_on_one_shared_supervisor_refuses_the_second_block(store):
+    """Two ``supervise`` blocks of one run on one shared supervisor: the second replaced the first's
+    lease, so a loss cancelled only the second task and the first ran on unfenced."""
+    activate_new(store, "r1", A)
+    sup = Supervisor(store, A, clock=ManualClock(0))
+
+    async def main() -> None:
+        async with supervise(store, "r1", A, supervisor=sup):
+            with pytest.raises(fencepost.RunStoreError) as info:
+                async with supervise(store, "r1", A, supervisor=sup):
+                    raise AssertionError("the body ran")
+            assert info.value.code == "invalid_run"
+            assert sup.held() == ["r1"]
+
+    try:
+        asyncio.run(asyncio.wait_for(main(), 10))
+    finally:
+        sup.stop()
+
+
+@pytest.mark.parametrize("case", ["missing", "other-owner", "settled"])
+@pytest.mark.parametrize("front", ["LeaseKeeper", "supervise", "Supervisor.hold"])
+def test_entering_supervision_of_a_run_not_owned_fails_at_once(store, case, front):
+    """Entering ``supervise``/``LeaseKeeper``/``hold`` for a run that does not exist or that the owner
+    does not hold went ahead: the body ran and did its work for one whole interval, until the first
+    pulse answered ``NotFound``/``FenceLost``."""
+    if case == "other-owner":
+        activate_new(store, "r1", B)
+    elif case == "settled":
+        activate_new(store, "r1", A)
+        store.runs.transition_owned("r1", A, "completed")
+    expected = "NotFound" if case == "missing" else "FenceLost"
+    sup = Supervisor(store, A, clock=ManualClock(0))
+    body: list[str] = []
+
+    async def enter() -> None:
+        async with supervise(store, "r1", A, supervisor=sup):
+            body.append("ran")
+
+    try:
+        with pytest.raises(LeaseLost) as info:
+            if front == "LeaseKeeper":
+                with LeaseKeeper(store, "r1", A, clock=ManualClock(0)):
+                    body.append("ran")
+            elif front == "supervise":
+                asyncio.run(enter())
+            else:
+                sup.hold("r1")
+                body.append("ran")
+    finally:
+        sup.stop()
+    assert info.value.reason == expected and info.value.run_id == "r1"
+    assert body == [] and sup.held() == []
+
+
+def test_supervise_on_a_stopping_shared_supervisor_does_not_block_the_event_loop(store):
+    """``supervise`` with a shared supervisor that was stopping joined the old loop thread inside
+    ``hold`` on the event loop: while that thread finished (here: a slow ``on_lost`` hook), every
+    other coroutine on the loop stood still."""
+    activate_new(store, "r2", A)
+    owner_clock = ManualClock(0)
+    sup = Supervisor(store, A, clock=owner_clock)
+    in_hook = threading.Event()
+
+    def slow_on_lost(lease: object) -> None:
+        in_hook.set()
+        time.sleep(0.6)
+
+    activate_new(store, "r1", A)
+    sup.hold("r1", on_lost=slow_on_lost)
+    store.runs.transition_owned("r1", A, "completed")  # the next pulse answers FenceLost
+    owner_clock.set(1000)
+    assert in_hook.wait(5)
+    sup.stop(timeout=0)  # stopping, its thread still inside the hook
+
+    async def main() -> float:
+        late = 0.0
+        stop = False
+
+        async def ticker() -> None:
+            nonlocal late
+            while not stop:
+                t = time.monotonic()
+                await asyncio.sleep(0.01)
+                late = max(late, time.monotonic() - t - 0.01)
+
+        tick = asyncio.create_task(ticker())
+        await asyncio.sleep(0.02)
+        async with supervise(store, "r2", A, supervisor=sup) as lease:
+            assert not lease.lost
+        await asyncio.sleep(0.02)
+        stop = True
+        await tick
+        return late
+
+    try:
+        late = asyncio.run(asyncio.wait_for(main(), 10))
+    finally:
+        sup.stop()
+    assert late < 0.3, f"the event loop stood still for {late:.2f} s"
+
+
+def test_threads_holding_runs_at_once_on_a_new_supervisor_start_one_loop(store, monkeypatch):
+    """Threads calling ``hold`` at once on a supervisor not yet started could each see no loop thread
+    and start one: two loops then pulsed (and judged) the same leases side by side."""
+    import sys
+
+    ids = [f"r{i}" for i in range(6)]
+    for run_id in ids:
+        activate_new(store, run_id, A)
+    started: list[threading.Thread] = []
+    real_start = threading.Thread.start
+
+    def counting_start(self: threading.Thread) -> None:
+        if self.name == "fencepost-supervisor":
+            started.append(self)
+        real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", counting_start)
+    monkeypatch.setattr(sys, "getswitchinterval", sys.getswitchinterval)  # restored by monkeypatch
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible, to open the window
+    try:
+        for _ in range(15):
+            started.clear()
+            sup = Supervisor(store, A, clock=ManualClock(0))
+            barrier = threading.Barrier(len(ids))
+
+            def hold(run_id: str, sup: Supervisor = sup, barrier: threading.Barrier = barrier) -> None:
+                barrier.wait()
+                sup.hold(run_id, verify=False)
+
+            threads = [threading.Thread(target=hold, args=(r,)) for r in ids]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            sup.stop()
+            assert len(started) == 1 and sorted(sup.held()) == ids
+    finally:
+        sys.setswitchinterval(0.005)
+
+
+def test_a_task_cancelled_while_entering_supervise_leaves_no_lease_behind(store):
+    """Regression guard for entering off the event loop: a cancellation that lands while the hold
+    is still in flight must not leave the run held (pulsed forever by the shared supervisor)."""
+    activate_new(store, "r1", A)
+    activate_new(store, "r2", A)
+    owner_clock = ManualClock(0)
+    sup = Supervisor(store, A, clock=owner_clock)
+    in_hook = threading.Event()
+
+    def slow_on_lost(lease: object) -> None:
+        in_hook.set()
+        time.sleep(0.3)
+
+    sup.hold("r1", on_lost=slow_on_lost)
+    store.runs.transition_owned("r1", A, "completed")
+    owner_clock.set(1000)
+    assert in_hook.wait(5)
+    sup.stop(timeout=0)
+    body: list[str] = []
+
+    async def owned() -> None:
+        async with supervise(store, "r2", A, supervisor=sup):
+            body.append("ran")
+
+    async def main() -> None:
+        task = asyncio.create_task(owned())
+        await asyncio.sleep(0.05)  # inside the hold: waiting for the old loop to end
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    try:
+        asyncio.run(asyncio.wait_for(main(), 10))
+        deadline = time.monotonic() + 5
+        while sup.held() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert body == [] and sup.held() == []
+    finally:
+        sup.stop()
