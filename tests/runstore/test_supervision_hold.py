@@ -264,3 +264,34 @@ def test_a_task_cancelled_while_entering_supervise_leaves_no_lease_behind(store)
         assert body == [] and sup.held() == []
     finally:
         sup.stop()
+
+
+@pytest.mark.parametrize("bad", ["sup", 5, object()], ids=["str", "int", "object"])
+def test_supervise_refuses_a_supervisor_that_is_not_one(store, bad):
+    """``supervisor=`` that was not a ``Supervisor`` failed with an ``AttributeError`` about ``owner``
+    instead of the ``invalid_run`` every other bad argument of ``supervise`` gives."""
+    activate_new(store, "r1", A)
+    before = store.runs.get("r1")
+
+    async def main() -> None:
+        async with supervise(store, "r1", A, supervisor=bad):
+            raise AssertionError("the body ran")
+
+    with pytest.raises(fencepost.RunStoreError) as info:
+        asyncio.run(main())
+    assert info.value.code == "invalid_run" and "supervisor" in str(info.value)
+    assert store.runs.get("r1") == before
+
+
+@pytest.mark.parametrize("where", ["Supervisor", "LeaseKeeper"])
+def test_threaded_supervision_refuses_a_clock_that_is_not_one(store, where):
+    """``clock=`` that was not a clock was accepted and failed later with an ``AttributeError``
+    about ``now_ms`` (on ``hold``, or on the loop thread)."""
+    activate_new(store, "r1", A)
+    for bad in ("clock", 5):
+        with pytest.raises(fencepost.RunStoreError) as info:
+            if where == "Supervisor":
+                Supervisor(store, A, clock=bad)
+            else:
+                LeaseKeeper(store, "r1", A, clock=bad)
+        assert info.value.code == "invalid_run" and "clock" in str(info.value)

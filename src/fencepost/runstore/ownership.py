@@ -88,6 +88,11 @@ def _check_hook(value: object, method: str, field: str, *, coroutines: bool = Fa
                            "on the supervisor thread (supervise() awaits one on its event loop)", {"field": field})
 
 
+def _check_clock(clock: object, method: str) -> None:
+    if clock is not None and not callable(getattr(clock, "now_ms", None)):
+        raise check.refuse(method, "clock must be a Clock (an object with now_ms()) or None", {"field": "clock"})
+
+
 def _check_hold(run_id: object, on_lapse: object, on_reconfirm: object, on_lost: object, method: str, *,
                 coroutines: bool = False) -> None:
     check.run_id(run_id, method)
@@ -182,6 +187,7 @@ class Supervisor:
 
     def __init__(self, store: Any, owner: OwnerId, *, clock: Any = None, journal_reconfirm: bool = True) -> None:
         check.owner(owner, "Supervisor")
+        _check_clock(clock, "Supervisor")
         self.store = store
         self.owner = owner
         self.clock = clock if clock is not None else store.clock
@@ -524,6 +530,7 @@ class LeaseKeeper:
                  on_reconfirm: LapseCallback | None = None, clock: Any = None) -> None:
         check.owner(owner, "LeaseKeeper")
         _check_hold(run_id, on_lapse, on_reconfirm, None, "LeaseKeeper")
+        _check_clock(clock, "LeaseKeeper")
         self.supervisor = Supervisor(store, owner, clock=clock)
         self.run_id = run_id
         self._on_lapse = on_lapse
@@ -582,6 +589,8 @@ async def supervise(store: Any, run_id: str, owner: OwnerId, on_lapse: LapseCall
     method = "supervise"
     check.owner(owner, method)
     _check_hold(run_id, on_lapse, on_reconfirm, None, method, coroutines=True)
+    if supervisor is not None and not isinstance(supervisor, Supervisor):
+        raise check.refuse(method, "supervisor must be a Supervisor or None", {"field": "supervisor"})
     if supervisor is not None and supervisor.owner != owner:
         raise check.refuse(method, "owner must be the supervisor's owner", {"field": "owner"})
     task = asyncio.current_task()
