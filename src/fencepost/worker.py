@@ -277,6 +277,11 @@ class Worker:
                 del self._resting[run_id]
             return set(self._resting)
 
+    def _in_hand(self) -> set[str]:
+        """The runs whose function this worker is still executing (lease held or not)."""
+        with self._lock:
+            return set(self._futures)
+
     def _waiting_for_leases(self) -> bool:
         # With until_idle, a run held by a live peer keeps us waiting; one held by an expired lease
         # will become claimable, so wait for it too rather than stopping with work left behind.
@@ -334,9 +339,11 @@ class Worker:
         # Runs this worker suspended are left alone for a while; read enough for the others. Which
         # runs rest is asked again after the read: a run may have been suspended during it (its
         # rest begins before it is claimable, so a read that sees it claimable sees it resting).
-        found = self._candidates(limit * 4 + len(self._resting_now()))
-        resting = self._resting_now()
-        found = [c for c in found if c["run_id"] not in resting]
+        # Runs still in hand are skipped too: one whose lease was lost while its function had not yet
+        # reached ``check()`` is left to peers until that execution returns, never run twice here.
+        found = self._candidates(limit * 4 + len(self._resting_now()) + len(self._in_hand()))
+        skip = self._resting_now() | self._in_hand()
+        found = [c for c in found if c["run_id"] not in skip]
         random.shuffle(found)
         taken: list[RunRow] = []
         for cand in found:

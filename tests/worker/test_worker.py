@@ -467,3 +467,62 @@ def test_a_run_suspended_while_the_sweep_reads_is_left_to_rest(store):
     taken = worker.take(5)
     assert [r.run_id for r in taken] == ["other"]
     assert store.runs.get("waits").status == "pending"
+
+
+def test_a_run_still_in_hand_after_its_lease_was_lost_is_not_taken_again_by_the_same_worker(store, clock):
+    """A run whose lease this worker lost, while its function was still running (it had not reached
+    ``check()`` yet), was taken over again by the same worker once the lease expired: a second
+    execution of the run started beside the first, in the same process, and the first one's future
+    was forgotten (the pool slot it held no longer counted)."""
+    _create(store, 1)
+    inside = threading.Event()
+    release = threading.Event()
+    lock = threading.Lock()
+    running = [0]
+    peak = [0]
+    calls: list[int] = []
+
+    def fn(ctx: RunContext):
+        with lock:
+            calls.append(1)
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        try:
+            if len(calls) == 1:
+                inside.set()
+                release.wait(20)  # busy with one long unit of work: no check() meanwhile
+                ctx.check()
+            return {"second": True}
+        finally:
+            with lock:
+                running[0] -= 1
+
+    worker = Worker(store, fn)
+    sweeps_after_expiry: list[int] = []
+    real_take = worker.take
+
+    def counting_take(limit: int):
+        if clock.now_ms() >= 31_001:
+            sweeps_after_expiry.append(1)
+        return real_take(limit)
+
+    worker.take = counting_take
+    real = store.runs.heartbeat
+    store.runs.heartbeat = lambda run_id, owner, now_ms: FenceLost()
+    t = threading.Thread(target=worker.run, kwargs={"until_idle": True})
+    t.start()
+    try:
+        assert inside.wait(10)
+        clock.set(1000)
+        _wait_for(lambda: worker.supervisor.held() == [])  # the lease is lost; the function goes on
+        store.runs.heartbeat = real
+        clock.set(31_001)  # the lost lease expires: the run is claimable by anyone but its holder
+        _wait_for(lambda: len(sweeps_after_expiry) >= 3)
+        assert len(calls) == 1, "the run was started again while its first execution was in hand"
+    finally:
+        release.set()
+        t.join(20)
+    assert not t.is_alive()
+    assert peak[0] == 1 and len(calls) == 2
+    assert worker.stats.lost == 1 and worker.stats.takeovers == 1
+    assert store.runs.get("r000").status == "completed"
