@@ -488,3 +488,16 @@ def test_reconfirm_on_a_real_store_journals_on_the_runs_own_stream(store, clock)
     page = store.journal.entries("r1")
     decisions = [e.payload for e in page.entries if e.event_type == "flows.engine.run-decision"]
     assert decisions == [{"decision": "lease-reconfirmed", "detail": {"unconfirmedMs": 19_000}}]
+
+
+def test_settle_on_a_supervisor_never_started_returns_at_once(fake, clock):
+    """``settle()`` before the first ``hold`` waited its whole timeout and raised ``TimeoutError``
+    ("did not settle"), though a supervisor with no loop has nothing to settle (a stopped one
+    already returned at once)."""
+    sup = Supervisor(fake, A)
+    began = time.monotonic()
+    sup.settle(timeout=2)
+    assert time.monotonic() - began < 1
+    keeper = LeaseKeeper(fake, "r1", A)
+    keeper.settle(timeout=2)
+    assert time.monotonic() - began < 1 and fake.runs.calls == []

@@ -302,6 +302,8 @@ class Supervisor:
 
         For tests driving a ``ManualClock``: advance the clock, then ``settle()`` before asserting.
         """
+        if self._thread is None:  # never started: no loop, nothing to settle
+            return
         target = self.clock.now_ms()
         self._wake.set()
         end = time.monotonic() + timeout
