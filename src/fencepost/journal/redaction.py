@@ -429,6 +429,7 @@ class Redaction:
         # ones became. Only strings that passed the durable-text check are cached.
         self._strings: dict[str, str] = {}
         self._keys: dict[str, tuple[str, bool]] = {}
+        self._structural: Redaction | None = None  # custom rules: the walk of a JSON text string
 
     @classmethod
     def noop(cls) -> Redaction:
@@ -509,12 +510,22 @@ class Redaction:
             return None
         if self._trigger is not None and self._trigger.search(value) is None:
             return None
+        # Custom rules may be written for the JSON text itself (``"ssn": "..."``): the walk is then
+        # structural only, and the rules run once on the whole text after it.
+        walker = self if self._trigger is not None or not self.rules else self._structural_only()
         try:
             parsed = json.loads(value)
-            out = self._walk(parsed, 0, _Walk())
+            out = walker._walk(parsed, 0, _Walk())
         except (ValueError, RecursionError):  # RedactionError is a ValueError
             return None
-        return value if out == parsed else json.dumps(out, ensure_ascii=False)
+        result = value if out == parsed else json.dumps(out, ensure_ascii=False)
+        return result if walker is self else self.text(result)
+
+    def _structural_only(self) -> Redaction:
+        found = self._structural
+        if found is None:
+            found = self._structural = Redaction(rules=(), max_depth=self.max_depth, max_nodes=self.max_nodes)
+        return found
 
     def _walk(self, value: Any, depth: int, st: _Walk) -> Any:
         # One walk both redacts and checks durability, so the journal's write path walks once.
