@@ -346,6 +346,20 @@ def test_custom_rules_replace_every_match() -> None:
     assert red.text("xx tail") == "[X][X] tail"
 
 
+
+def test_custom_rules_still_see_the_whole_of_a_json_text_string() -> None:
+    """A custom rule written for JSON text (``"ssn": "..."``) matched a string holding that JSON;
+    once JSON text was walked as the value it encodes, the rule saw only the key and the value
+    apart, matched neither, and the number was stored. Custom rules now run on the whole text once,
+    after the structural walk (which still redacts ``password``); a rule is not applied twice."""
+    red = Redaction(rules=[Rule("ssn", r'"ssn":\s*"[^"]*"', '"ssn": "[X]"'), Rule("grow", r"x", "xx")])
+    assert red({"body": '{"ssn": "123-45-6789", "n": 1}'}) == {"body": '{"ssn": "[X]", "n": 1}'}
+    assert red('[{"ssn": "123-45-6789"}]') == '[{"ssn": "[X]"}]'
+    assert red('{"password": "pw", "ssn": "123-45-6789"}') == '{"password": "[REDACTED]", "ssn": "[X]"}'
+    assert red('{"note": "x"}') == '{"note": "xx"}'
+    assert red('{"password": "pw", "note": "x"}') == '{"password": "[REDACTED]", "note": "xx"}'
+
+
 # ----------------------------------------------------------------------------- the write path
 
 

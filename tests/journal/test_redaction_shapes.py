@@ -79,6 +79,14 @@ LEAKS: list[tuple[str, object, object]] = [
      json.dumps({"headers": [["Cookie", REDACTED]]})),
     ("repr-password", f"{{'password': '{S}', 'user': 'bob'}}", f"{{'password': '{REDACTED}', 'user': 'bob'}}"),
     ("repr-pwd", f"{{'pwd': '{S}'}}", f"{{'pwd': '{REDACTED}'}}"),
+    # --- a value holding a quote: Python writes it in the other quotes, or escapes it; JSON escapes it
+    ("repr-double-quoted-value", f"got {{'password': \"it's {S}\"}}", f"got {{'password': \"{REDACTED}\"}}"),
+    ("repr-escaped-quote", f"got {{'password': 'it\\'s \"{S}\"', 'user': 'bob'}}",
+     f"got {{'password': '{REDACTED}', 'user': 'bob'}}"),
+    ("json-in-text-escaped-quote", f'body: {{"password": "a\\"{S}", "note": "say \\"hi\\""}}',
+     f'body: {{"password": "{REDACTED}", "note": "say \\"hi\\""}}'),
+    ("json-in-text-escaped-twice", "body: " + json.dumps(f'{{"password": "a\\"{S}"}}')[1:-1],
+     "body: " + json.dumps(f'{{"password": "{REDACTED}"}}')[1:-1]),
     # --- bytes
     ("bytes-value", {"data": f"password={S}".encode()}, {"data": "[bytes 19 bytes]"}),
     ("bytes-under-sensitive-key", {"password": S.encode()}, {"password": REDACTED}),

@@ -156,16 +156,18 @@ def _embedded_json(text: str) -> str:
             continue
         q = m.group("q")
         start = m.end()
+        if q == "'" and text.startswith('"', start):
+            q = '"'  # Python's repr quotes a value holding ``'`` with ``"``: ``{'password': "it's"}``
         if text.startswith(q, start):
-            end = text.find(q, start + len(q))
+            end = _quoted_end(text, start + len(q), q)
             if end < 0:
                 continue
-            value = text[start + len(q):end]
+            value = text[start + len(q):end - len(q)]
             if value == REDACTED:
                 continue
             out.append(text[i:start])
             out.append(f"{q}{REDACTED}{q}")
-            i = end + len(q)
+            i = end
         elif start < len(text) and text[start] in _OPENERS:
             end = _container_end(text, start)
             out.append(text[i:start])
@@ -182,6 +184,28 @@ def _embedded_json(text: str) -> str:
         return text
     out.append(text[i:])
     return "".join(out)
+
+
+def _quoted_end(text: str, start: int, q: str) -> int:
+    """The end of the quoted value whose text begins at ``start`` (just past its closing ``q``), or -1.
+
+    ``q`` is a quote after ``k`` backslashes (``"``, ``'``, ``\\"``, ``\\\\\\"`` ...: the escaping
+    depth). A quote inside the value is escaped once more than ``q`` (``\\"`` in ``"..."``,
+    ``\\\\\\"`` in ``\\"...\\"``), a backslash doubled: the closing quote is the first one whose
+    run of backslashes has ``k`` plus a multiple of ``2 * (k + 1)`` of them.
+    """
+    k = len(q) - 1
+    mark = q[-1]
+    p = text.find(mark, start)
+    while p >= 0:
+        r = p
+        while r > start and text[r - 1] == "\\":
+            r -= 1
+        run = p - r
+        if run >= k and (run - k) % (2 * (k + 1)) == 0:
+            return p + 1
+        p = text.find(mark, p + 1)
+    return -1
 
 
 def _container_end(text: str, start: int) -> int:
@@ -405,6 +429,7 @@ class Redaction:
         # ones became. Only strings that passed the durable-text check are cached.
         self._strings: dict[str, str] = {}
         self._keys: dict[str, tuple[str, bool]] = {}
+        self._structural: Redaction | None = None  # custom rules: the walk of a JSON text string
 
     @classmethod
     def noop(cls) -> Redaction:
@@ -485,12 +510,22 @@ class Redaction:
             return None
         if self._trigger is not None and self._trigger.search(value) is None:
             return None
+        # Custom rules may be written for the JSON text itself (``"ssn": "..."``): the walk is then
+        # structural only, and the rules run once on the whole text after it.
+        walker = self if self._trigger is not None or not self.rules else self._structural_only()
         try:
             parsed = json.loads(value)
-            out = self._walk(parsed, 0, _Walk())
+            out = walker._walk(parsed, 0, _Walk())
         except (ValueError, RecursionError):  # RedactionError is a ValueError
             return None
-        return value if out == parsed else json.dumps(out, ensure_ascii=False)
+        result = value if out == parsed else json.dumps(out, ensure_ascii=False)
+        return result if walker is self else self.text(result)
+
+    def _structural_only(self) -> Redaction:
+        found = self._structural
+        if found is None:
+            found = self._structural = Redaction(rules=(), max_depth=self.max_depth, max_nodes=self.max_nodes)
+        return found
 
     def _walk(self, value: Any, depth: int, st: _Walk) -> Any:
         # One walk both redacts and checks durability, so the journal's write path walks once.
