@@ -380,3 +380,18 @@ def test_init_says_when_it_created_the_sqlite_files_directory(run_cli, tmp_path)
     assert again.code == 0 and "directory" not in again.out, again
     help_text = " ".join(run_cli("init", "--help").out.split())
     assert "creates the SQLite file's directory" in help_text, help_text
+
+
+def test_the_sql_a_dba_is_given_cites_no_internal_document(run_cli, db_url):
+    """``migrations sql`` prints each migration's comments to the DBA, and they cited the
+    project's internal notes ("REFERENCE 1.7", "SPEC 6", "seed execution-revisions.md"), which
+    a user has no copy of. The comments now say what the migration does and nothing more."""
+    import re
+
+    cites = re.compile(r"\b(SPEC|REFERENCE) \d|\bseed |PITFALLS")
+    script = run_cli("--db", db_url, "migrations", "sql").out
+    assert "CREATE TABLE flows_runs" in script
+    assert not cites.findall(script), cites.findall(script)
+    for suffix in ("sqlite", "postgresql"):  # the projections' migrations too (projection run applies them)
+        for m in discover(suffix, ALL_NAMESPACES):
+            assert not cites.search(m.script), (suffix, m.id)
