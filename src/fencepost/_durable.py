@@ -282,6 +282,20 @@ def _frozen_copy(path: Path, *, glance: bool = False) -> bool:
     return not (wal.exists() and wal.stat().st_size > 0)
 
 
+def _check_path(path: Path, where: str) -> None:
+    """Refuse a SQLite path that cannot be a database file before SQLite answers with a misleading
+    code: a directory (``SQLITE_CANTOPEN``, read as a permission problem), or a path whose
+    directories run through a file (``mkdir`` fails, as if for want of permission)."""
+    if path.is_dir():
+        raise OpenError("not_a_database", "open", f"{open_detail('not_a_database', where)}: it is a directory")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise OpenError("open_failed", "open",
+                                f"{open_detail('open_failed', where)}: {parent} is not a directory")
+            return
+
+
 class Database:
     """An engine plus the write/read discipline every store shares."""
 
@@ -296,6 +310,7 @@ class Database:
             self.backend: Backend = SqliteBackend()
             path = Path(parsed.database or "")  # parse_url refused an empty or in-memory one
             self.path: Path | None = path
+            _check_path(path, self.where)
             if readonly:
                 if not path.exists():
                     raise DatabaseMissing("database_missing", "open",

@@ -395,3 +395,24 @@ def test_the_sql_a_dba_is_given_cites_no_internal_document(run_cli, db_url):
     for suffix in ("sqlite", "postgresql"):  # the projections' migrations too (projection run applies them)
         for m in discover(suffix, ALL_NAMESPACES):
             assert not cites.search(m.script), (suffix, m.id)
+
+
+@pytest.mark.parametrize("command", [["init"], ["migrations", "status"], ["migrations", "sql"], ["runs", "list"]],
+                         ids=" ".join)
+def test_a_sqlite_path_that_is_a_directory_or_under_a_file_is_named_as_such(run_cli, tmp_path, command):
+    """A SQLite URL naming a directory was "permission denied ... [SQLITE_CANTOPEN]" for init and
+    "could not be opened [SQLITE_IOERR_READ]" for the read commands; one whose directory path runs
+    through a file was "permission denied". Neither is about permissions (SQLite only: a
+    PostgreSQL URL has no path). Each now says what is wrong, and nothing is created."""
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    plain = tmp_path / "plain.txt"
+    plain.write_text("hello")
+    for url, says in ((f"sqlite:///{folder}", "is a directory"),
+                      (f"sqlite:///{folder}/", "is a directory"),
+                      (f"sqlite:///{plain}/flows.db", "is not a directory")):
+        result = run_cli("--db", url, *command)
+        assert_one_line_error(result)
+        assert result.code == 1 and says in result.err and "permission" not in result.err, (url, result)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "plain.txt"]
+    assert list(folder.iterdir()) == [] and plain.read_text() == "hello"
