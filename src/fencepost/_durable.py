@@ -260,26 +260,48 @@ def _option_name(key: str) -> str:
     return f"'{key}'" if _NAMEABLE.match(key) else "an option"
 
 
-def _frozen_copy(path: Path) -> bool:
+def _frozen_copy(path: Path, *, glance: bool = False) -> bool:
     """A database on a read-only file system with no shared-memory file beside it (a copy on an
     archive mount, a read-only volume): SQLite cannot open a WAL database read-only there, since it
     can create neither the ``-shm`` file nor its locks. Nobody can change such a file, so it is
     opened as immutable (no locking). Not when a non-empty ``-wal`` log is beside it: immutable
-    reads would skip the commits still in the log, so that open fails as before."""
+    reads would skip the commits still in the log, so that open fails as before.
+
+    ``glance``: one look at the ledger (``init``, ``migrations status|sql``), never a store: a
+    directory this process may not write is treated alike. Others may change that file, but no
+    process has it open while no ``-shm`` is beside it, and one short read is over at once."""
     try:
         read_only_fs = bool(os.statvfs(path.parent).f_flag & os.ST_RDONLY)
     except OSError:
         return False
+    if glance and not os.access(path.parent, os.W_OK):
+        read_only_fs = True
     if not read_only_fs or path.with_name(path.name + "-shm").exists():
         return False
     wal = path.with_name(path.name + "-wal")
     return not (wal.exists() and wal.stat().st_size > 0)
 
 
+def _check_path(path: Path, where: str) -> None:
+    """Refuse a SQLite path that cannot be a database file before SQLite answers with a misleading
+    code: a directory (``SQLITE_CANTOPEN``, read as a permission problem), or a path whose
+    directories run through a file (``mkdir`` fails, as if for want of permission)."""
+    if path.is_dir():
+        raise OpenError("not_a_database", "open", f"{open_detail('not_a_database', where)}: it is a directory")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise OpenError("open_failed", "open",
+                                f"{open_detail('open_failed', where)}: {parent} is not a directory")
+            return
+
+
 class Database:
     """An engine plus the write/read discipline every store shares."""
 
-    def __init__(self, url: str | None = None, *, readonly: bool = False, group_commit: bool = True) -> None:
+    def __init__(self, url: str | None = None, *, readonly: bool = False, group_commit: bool = True,
+                 glance: bool = False) -> None:
+        """``glance`` (read-only only): one short look at the ledger, see ``_frozen_copy``."""
         self.url = resolve_url(url)
         parsed, options = parse_url(self.url)
         self.readonly = readonly
@@ -288,11 +310,12 @@ class Database:
             self.backend: Backend = SqliteBackend()
             path = Path(parsed.database or "")  # parse_url refused an empty or in-memory one
             self.path: Path | None = path
+            _check_path(path, self.where)
             if readonly:
                 if not path.exists():
                     raise DatabaseMissing("database_missing", "open",
                                           open_detail("database_missing", self.where, sqlite=True))
-                mode = "mode=ro&immutable=1" if _frozen_copy(path) else "mode=ro"
+                mode = "mode=ro&immutable=1" if _frozen_copy(path, glance=glance) else "mode=ro"
                 parsed = parsed.set(database=f"file:{path}?{mode}", query={**parsed.query, "uri": "true"})
             else:
                 made = True
@@ -636,6 +659,8 @@ _OPEN_DETAILS = {
     "needs_migrations": "{where} is not a migrated fencepost store; open it writable once (`fencepost init`)",
     "disk_full": "no space left on the disk of {where}",
     "schema_too_new": "{where} has a newer schema than this version of fencepost (upgrade fencepost)",
+    "schema_mismatch": ("a migration of {where} is recorded under another name than this version of fencepost "
+                        "gives it (another build of fencepost migrated it, or flows_migrations was edited)"),
     "open_failed": "{where} could not be opened",
 }
 

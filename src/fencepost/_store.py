@@ -6,8 +6,8 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from fencepost._durable import Database, DbFailure, open_detail
-from fencepost._migrations import migrate, pending
+from fencepost._durable import Database, DbFailure
+from fencepost._migrations import migrate, pending, pending_detail
 from fencepost.changefeed.feed import ChangeFeed
 from fencepost.clock import Clock, SystemClock
 from fencepost.errors import OpenError
@@ -94,8 +94,8 @@ def open(url: str | None = None, *, clock: Clock | None = None, attempt_policy: 
 
     Every failure is an ``OpenError`` whose ``code`` says why (``not_a_database``, ``corrupt``,
     ``cannot_connect``, ``database_missing``, ``auth_failed``, ``permission_denied``,
-    ``needs_migrations``, ``schema_too_new``, ``disk_full``, ``open_failed``) and whose message names the path or
-    the URL with its password masked. A bad URL is a ``ValueError``.
+    ``needs_migrations``, ``schema_too_new``, ``schema_mismatch``, ``disk_full``, ``open_failed``) and whose
+    message names the path or the URL with its password masked. A bad URL is a ``ValueError``.
 
     ``group_commit`` (on by default) lets concurrent write calls of this process (threads, or
     asyncio tasks through threads) share one durable COMMIT, each call in its own savepoint with
@@ -111,8 +111,9 @@ def open(url: str | None = None, *, clock: Clock | None = None, attempt_policy: 
         try:
             db.probe()
             if readonly:
-                if pending(db):
-                    raise OpenError("needs_migrations", "open", open_detail("needs_migrations", db.where))
+                todo = pending(db)
+                if todo:
+                    raise OpenError("needs_migrations", "open", pending_detail(db, todo))
             else:
                 done = migrate(db)
                 if not done:

@@ -33,6 +33,7 @@ OpenCode = Literal[
     "permission_denied",
     "needs_migrations",
     "schema_too_new",
+    "schema_mismatch",
     "disk_full",
     "open_failed",
 ]
@@ -124,9 +125,9 @@ class OpenError(FencepostError):
     """``fencepost.open`` could not open the store; ``code`` says why.
 
     Codes: ``not_a_database``, ``corrupt``, ``cannot_connect``, ``database_missing``, ``auth_failed``,
-    ``permission_denied``, ``needs_migrations``, ``schema_too_new``, ``disk_full``, and ``open_failed`` for any other
-    database failure. The message names the SQLite path or the PostgreSQL URL with its password
-    masked, never other values; ``db_code`` is the driver's code when there is one
+    ``permission_denied``, ``needs_migrations``, ``schema_too_new``, ``schema_mismatch``, ``disk_full``,
+    and ``open_failed`` for any other database failure. The message names the SQLite path or the
+    PostgreSQL URL with its password masked, never other values; ``db_code`` is the driver's code when there is one
     (``SQLITE_NOTADB``, ``3D000`` ...), else ``None``.
     """
 

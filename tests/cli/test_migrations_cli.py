@@ -155,3 +155,264 @@ def test_migrations_commands_say_why_a_database_cannot_be_read(run_cli, tmp_path
         assert f"Error: {code}:" in result.err and "persistence_failed" not in result.err, (url, result)
         assert "pw@" not in result.err
     assert junk.read_text() == "hello"
+
+
+# --------------------------------------------------------------------------- read-only, current
+
+
+def _cli_in_process(args: list[str]) -> tuple[int, str, str]:
+    """The CLI's ``main`` in this process (for a forked, unprivileged child): exit code, out, err."""
+    import contextlib
+    import io
+
+    from fencepost.cli import main
+
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(args)
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+    return code, out.getvalue(), err.getvalue()
+
+
+def _unapply(db_url: str, *ids: int) -> None:
+    """Undo migrations 1006 and/or 4001 and forget their ledger rows: a store an older fencepost made."""
+    undo = {1006: "ALTER TABLE flows_runs DROP COLUMN failure_json", 4001: "DROP TABLE flows_shard_membership"}
+    db = Database(db_url)
+    for i in ids:
+        db.write(lambda conn, i=i: conn.exec_driver_sql(undo[i]))
+        db.write(lambda conn, i=i: conn.execute(text("DELETE FROM flows_migrations WHERE migration_id = :i"),
+                                                {"i": i}))
+    db.dispose()
+
+
+def _ledger_rows(db_url: str) -> list[tuple[int, str]]:
+    db = Database(db_url)  # writable: closing it leaves no -wal or -shm file behind
+    try:
+        return db.read(lambda conn: [(int(a), b) for a, b in conn.exec_driver_sql(
+            "SELECT migration_id, name FROM flows_migrations ORDER BY migration_id")])
+    finally:
+        db.dispose()
+
+
+class ReaderInit:
+    """A store (``url``) and ``init(place) -> (code, out, err)``: ``fencepost init`` run by someone
+    who may read the store but not write it. SQLite: ``place`` is ``"file"`` (the file is 0444) or
+    ``"directory"`` (its directory is 0555), in a forked process without root's override (the file
+    lives under /tmp, reachable by any user). PostgreSQL: a role with USAGE on the schema and SELECT
+    on its tables only (``place`` makes no difference)."""
+
+    def __init__(self, backend: str, db_url: str) -> None:
+        import tempfile
+
+        self.backend = backend
+        self.home = tempfile.mkdtemp(prefix="fencepost-reader-") if backend == "sqlite" else None
+        self.url = f"sqlite:///{self.home}/flows.db" if self.home else db_url
+        self.cleanup: list = []
+
+    def init(self, place: str) -> tuple[int, str, str]:
+        import shutil
+        import tempfile
+        import uuid
+
+        from sqlalchemy import create_engine, make_url
+        from sqlalchemy.pool import NullPool
+
+        from tests.conftest import require_postgres
+        from tests.faults.conftest import unprivileged
+
+        if self.home is not None:
+            path = f"{self.home}/flows.db"
+            os.chmod(self.home, 0o755)
+            if os.geteuid() == 0:
+                shutil.chown(self.home, 65534, 65534)
+                shutil.chown(path, 65534, 65534)
+            os.chmod(path, 0o444) if place == "file" else os.chmod(self.home, 0o555)
+            # Walk the same paths here first: the unprivileged child may not be able to read the
+            # interpreter's own library to import what it needs.
+            warm = tempfile.mkdtemp(prefix="fencepost-warm-")
+            for args in (["init"], ["migrations", "status"], ["runs", "list"]):
+                _cli_in_process(["--db", f"sqlite:///{warm}/flows.db", *args])
+            shutil.rmtree(warm)
+            assert sorted(os.listdir(self.home)) == ["flows.db"]
+            return unprivileged(_cli_in_process, ["--db", self.url, "init"])
+        role = "fp_reader_" + uuid.uuid4().hex[:8]
+        schema = self.url.rsplit("schema=", 1)[1]
+        admin = create_engine(require_postgres(), poolclass=NullPool, isolation_level="AUTOCOMMIT")
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f"CREATE ROLE {role} LOGIN")
+            conn.exec_driver_sql(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
+            conn.exec_driver_sql(f"GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role}")
+
+        def drop() -> None:
+            with admin.connect() as conn:
+                conn.exec_driver_sql(f"DROP OWNED BY {role}")
+                conn.exec_driver_sql(f"DROP ROLE {role}")
+            admin.dispose()
+
+        self.cleanup.append(drop)
+        url = make_url(self.url).set(username=role).render_as_string(hide_password=False)
+        return _cli_in_process(["--db", url, "init"])
+
+    def close(self) -> None:
+        import shutil
+
+        for fn in reversed(self.cleanup):
+            fn()
+        if self.home is not None:
+            os.chmod(self.home, 0o755)
+            shutil.rmtree(self.home, ignore_errors=True)
+
+
+@pytest.fixture
+def reader(backend, db_url):
+    made = ReaderInit(backend, db_url)
+    yield made
+    made.close()
+
+
+@pytest.mark.parametrize("place", ["file", "directory"])
+def test_init_of_a_current_store_it_may_only_read_says_current(reader, place):
+    """``init`` on a fully migrated store this user may read but not write (a 0444 SQLite file, a
+    SQLite file in a 0555 directory, a PostgreSQL role with SELECT only) was refused with
+    ``permission_denied``, though there was nothing to write. It now says ``current``, exit 0."""
+    fencepost.open(reader.url).close()
+    before = _ledger_rows(reader.url)
+    code, out, err = reader.init(place)
+    assert (code, err) == (0, ""), (code, out, err)
+    assert out.startswith("current: ") and "no migration to apply" in out and "read-only" in out, out
+    assert _ledger_rows(reader.url) == before
+
+
+def test_init_of_a_store_it_may_only_read_with_migrations_pending_is_still_refused(reader):
+    """The other side: with a migration to apply, a store this user may not write is refused
+    (``permission_denied``, exit 1) and says what is pending; nothing changes."""
+    fencepost.open(reader.url).close()
+    _unapply(reader.url, 4001)
+    before = _ledger_rows(reader.url)
+    code, out, err = reader.init("file")
+    assert code == 1 and out == "" and err.startswith("Error: permission_denied:"), (code, out, err)
+    assert "1 migration(s) pending (4001)" in err, err
+    assert _ledger_rows(reader.url) == before
+
+
+# --------------------------------------------------------------------------- the ledger's names
+
+
+def _rename_in_ledger(db_url: str, migration_id: int, name: str) -> None:
+    db = Database(db_url)
+    db.write(lambda conn: conn.execute(text("UPDATE flows_migrations SET name = :n WHERE migration_id = :i"),
+                                       {"n": name, "i": migration_id}))
+    db.dispose()
+
+
+def test_a_migration_recorded_under_another_name_is_flagged_alike_by_status_sql_init_and_reads(run_cli, db_url):
+    """A ledger row whose name is not the code's name for its id: ``migrations status`` listed it
+    as applied (exit 0) and ``migrations sql`` printed "nothing to apply", while ``init`` refused
+    the database with ``persistence_failed``. Now status marks the row ``mismatch`` and exits 1,
+    and sql, init and the read commands all refuse it with ``schema_mismatch`` naming the id."""
+    fencepost.open(db_url).close()
+    _rename_in_ledger(db_url, 1003, "run-store_something_else")
+    before = _ledger_rows(db_url)
+    status = run_cli("--db", db_url, "migrations", "status")
+    assert status.code == 1, status
+    row = next(line for line in status.out.splitlines() if line.startswith("1003"))
+    assert "mismatch" in row and "applied" not in row, status.out
+    assert "1 recorded under another name" in status.out, status.out
+    as_json = run_cli("--db", db_url, "migrations", "status", "--json")
+    assert as_json.code == 1
+    states = {r["id"]: r["state"] for r in json.loads(as_json.out)}
+    assert states[1003] == "mismatch" and states[1001] == "applied"
+    for args in (("migrations", "sql"), ("init",), ("runs", "list")):
+        result = run_cli("--db", db_url, *args)
+        assert_one_line_error(result)
+        assert result.code == 1 and "Error: schema_mismatch:" in result.err and "1003" in result.err, (args, result)
+        assert "nothing to apply" not in result.out
+    assert _ledger_rows(db_url) == before
+
+
+# --------------------------------------------------------------------------- partly migrated
+
+
+def test_read_commands_on_a_partly_migrated_store_say_what_is_pending_and_how_to_apply_it(run_cli, db_url):
+    """A store with some migrations applied and others pending: the read commands said "is not a
+    migrated fencepost store", as for a database fencepost never touched. They now say how many
+    migrations are pending, which, and that ``fencepost init`` applies them; one line, exit 1."""
+    fencepost.open(db_url).close()
+    _unapply(db_url, 1006, 4001)
+    before = _ledger_rows(db_url)
+    for args in (("runs", "list"), ("feed", "tail"), ("journal", "show", "r1"), ("runs", "show", "r1")):
+        result = run_cli("--db", db_url, *args)
+        assert_one_line_error(result)
+        assert result.code == 1 and "Error: needs_migrations:" in result.err, (args, result)
+        assert "not a migrated fencepost store" not in result.err, result
+        assert "2 migration(s) pending (1006, 4001)" in result.err and "fencepost init" in result.err, result
+    assert _ledger_rows(db_url) == before
+    assert run_cli("--db", db_url, "init").out.startswith("migrated ")
+
+
+def test_read_commands_on_a_database_fencepost_never_migrated_keep_their_message(run_cli, db_url):
+    """The untouched case keeps saying it is no fencepost store yet."""
+    if db_url.startswith("sqlite"):
+        import sqlite3
+
+        sqlite3.connect(db_url.removeprefix("sqlite:///")).close()
+    else:
+        db = Database(db_url)
+        db.write(lambda conn: conn.exec_driver_sql(f"CREATE SCHEMA {db.schema}"))
+        db.dispose()
+    result = run_cli("--db", db_url, "runs", "list")
+    assert_one_line_error(result)
+    assert "is not a migrated fencepost store" in result.err and "fencepost init" in result.err, result
+
+
+def test_init_says_when_it_created_the_sqlite_files_directory(run_cli, tmp_path):
+    """``init`` on a SQLite path whose directory does not exist creates it (the default
+    ``.flows/flows.db`` relies on that), but did so silently, so a mistyped path made a new
+    directory tree unnoticed. It now says which directory it created, and ``init --help`` says it
+    will; a directory that exists is not mentioned."""
+    target = tmp_path / "new" / "deeper" / "flows.db"
+    result = run_cli("--db", f"sqlite:///{target}", "init")
+    assert result.code == 0, result
+    assert result.out.startswith("created ") and f"created the directory {target.parent}" in result.out, result
+    again = run_cli("--db", f"sqlite:///{tmp_path / 'new' / 'other.db'}", "init")
+    assert again.code == 0 and "directory" not in again.out, again
+    help_text = " ".join(run_cli("init", "--help").out.split())
+    assert "creates the SQLite file's directory" in help_text, help_text
+
+
+def test_the_sql_a_dba_is_given_cites_no_internal_document(run_cli, db_url):
+    """``migrations sql`` prints each migration's comments to the DBA, and they cited the
+    project's internal notes ("REFERENCE 1.7", "SPEC 6", "seed execution-revisions.md"), which
+    a user has no copy of. The comments now say what the migration does and nothing more."""
+    import re
+
+    cites = re.compile(r"\b(SPEC|REFERENCE) \d|\bseed |PITFALLS")
+    script = run_cli("--db", db_url, "migrations", "sql").out
+    assert "CREATE TABLE flows_runs" in script
+    assert not cites.findall(script), cites.findall(script)
+    for suffix in ("sqlite", "postgresql"):  # the projections' migrations too (projection run applies them)
+        for m in discover(suffix, ALL_NAMESPACES):
+            assert not cites.search(m.script), (suffix, m.id)
+
+
+@pytest.mark.parametrize("command", [["init"], ["migrations", "status"], ["migrations", "sql"], ["runs", "list"]],
+                         ids=" ".join)
+def test_a_sqlite_path_that_is_a_directory_or_under_a_file_is_named_as_such(run_cli, tmp_path, command):
+    """A SQLite URL naming a directory was "permission denied ... [SQLITE_CANTOPEN]" for init and
+    "could not be opened [SQLITE_IOERR_READ]" for the read commands; one whose directory path runs
+    through a file was "permission denied". Neither is about permissions (SQLite only: a
+    PostgreSQL URL has no path). Each now says what is wrong, and nothing is created."""
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    plain = tmp_path / "plain.txt"
+    plain.write_text("hello")
+    for url, says in ((f"sqlite:///{folder}", "is a directory"),
+                      (f"sqlite:///{folder}/", "is a directory"),
+                      (f"sqlite:///{plain}/flows.db", "is not a directory")):
+        result = run_cli("--db", url, *command)
+        assert_one_line_error(result)
+        assert result.code == 1 and says in result.err and "permission" not in result.err, (url, result)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "plain.txt"]
+    assert list(folder.iterdir()) == [] and plain.read_text() == "hello"

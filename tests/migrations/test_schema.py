@@ -54,9 +54,10 @@ def test_source_identity_is_32_lowercase_hex_at_revision_zero(store: fencepost.S
 def test_migration_recorded_under_another_name_is_refused(store: fencepost.Store, raw) -> None:
     raw.exec_driver_sql("UPDATE flows_migrations SET name = 'journal_renamed' WHERE migration_id = 1")
     raw.commit()
-    with pytest.raises(fencepost.FencepostError) as err:
+    with pytest.raises(fencepost.OpenError) as err:
         migrate(store.db)
-    assert "recorded under another name" in str(err.value)
+    assert err.value.code == "schema_mismatch"
+    assert "recorded under another name" in str(err.value) and str(err.value).endswith("migration(s): 1")
 
 
 def _open_and_count(url: str, barrier, out) -> None:

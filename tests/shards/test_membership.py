@@ -359,3 +359,24 @@ def test_a_store_newer_than_the_code_is_refused_before_another_is_created(shard_
         fencepost.open_shards([new, newer])
     assert err.value.code == "schema_too_new" and "4999" in str(err.value)
     assert _untouched(new)
+
+
+def test_a_store_whose_ledger_names_a_migration_otherwise_is_refused_before_another_is_created(shard_urls) -> None:
+    """``open_shards([new, renamed])``: a store whose ledger records one of this code's migrations
+    under another name was refused only when its turn to migrate came, after the stores before it
+    had been created. It is refused by the read-only look now (``schema_mismatch``)."""
+    from sqlalchemy import text
+
+    from fencepost._durable import Database
+    from fencepost.errors import OpenError
+
+    new, renamed = shard_urls(2)
+    fencepost.open(renamed).close()
+    db = Database(renamed)
+    db.write(lambda conn: conn.execute(text("UPDATE flows_migrations SET name = 'shards_other' "
+                                            "WHERE migration_id = 4001")))
+    db.dispose()
+    with pytest.raises(OpenError) as err:
+        fencepost.open_shards([new, renamed])
+    assert err.value.code == "schema_mismatch" and "4001" in str(err.value)
+    assert _untouched(new)

@@ -1,4 +1,4 @@
--- Journal streams (REFERENCE 1.7) with fencepost's audit additions: a global, gapless
+-- Journal streams with fencepost's audit additions: a global, gapless
 -- position in commit order and a hash chain per stream and over the whole log.
 CREATE OR REPLACE FUNCTION fencepost_json_valid_v1(doc text) RETURNS boolean
 LANGUAGE plpgsql IMMUTABLE STRICT AS $$

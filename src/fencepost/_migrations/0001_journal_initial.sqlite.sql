@@ -1,4 +1,4 @@
--- Journal streams (REFERENCE 1.7) with fencepost's audit additions: a global, gapless
+-- Journal streams with fencepost's audit additions: a global, gapless
 -- position in commit order and a hash chain per stream and over the whole log.
 CREATE TABLE flows_journal_events (
     run_id TEXT NOT NULL CHECK (length(run_id) > 0),

@@ -1,4 +1,4 @@
--- Runs and attempts (REFERENCE 1.3, 1.4): every invariant is a CHECK, so raw SQL cannot
+-- Runs and attempts: every invariant is a CHECK, so raw SQL cannot
 -- leave a half-owned row behind either.
 CREATE TABLE flows_runs (
     run_id TEXT NOT NULL PRIMARY KEY CHECK (length(run_id) > 0),

@@ -1,4 +1,4 @@
--- Execution revisions (seed execution-revisions.md, REFERENCE 1.5). Triggers, not Python,
+-- Execution revisions. Triggers, not Python,
 -- advance the revision, so raw SQL writes are tracked too and roll back with their mutation.
 -- The UPDATE of the single source row also holds its row lock until commit, so even a raw
 -- writer that skips the advisory lock allocates revisions in commit order.

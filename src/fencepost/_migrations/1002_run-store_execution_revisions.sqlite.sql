@@ -1,4 +1,4 @@
--- Execution revisions (seed execution-revisions.md, REFERENCE 1.5). Triggers, not Python,
+-- Execution revisions. Triggers, not Python,
 -- advance the revision, so raw SQL writes are tracked too and roll back with their mutation.
 CREATE TABLE flows_run_source (
     singleton INTEGER NOT NULL PRIMARY KEY CHECK (singleton = 1),

@@ -1,4 +1,4 @@
--- Statement-level revision triggers on PostgreSQL (same contract as 1002, REFERENCE 1.5).
+-- Statement-level revision triggers on PostgreSQL (same contract as 1002).
 -- 1002's per-row triggers update the single flows_run_source row once per changed run. Inside one
 -- transaction PostgreSQL keeps every superseded version of that row, and each further update walks
 -- the chain of them, so a statement touching N runs (heartbeat_many renewing 10 000 leases) costs

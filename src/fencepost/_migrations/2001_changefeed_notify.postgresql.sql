@@ -1,4 +1,4 @@
--- Live-tail wake-ups on PostgreSQL (SPEC 6): every statement that touches flows_runs, and every
+-- Live-tail wake-ups on PostgreSQL: every statement that touches flows_runs, and every
 -- source rotation, sends one notification on channel fencepost_changes_v1 whose payload is the
 -- schema name. PostgreSQL folds identical notifications of one transaction into one and
 -- delivers them at commit, so a burst costs a single wake-up. A notification is only a hint:

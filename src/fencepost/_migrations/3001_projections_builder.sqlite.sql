@@ -1,4 +1,4 @@
--- Projection builders (SPEC 7, REFERENCE 4 "Projection contract"): applied on a projection's
+-- Projection builders: applied on a projection's
 -- target database, which may be the source database or another one. A checkpoint row per
 -- projection name holds the applied (source, revision) and, while a rebuild fills its shadow
 -- copy, the shadow's progress, so a crash mid-rebuild resumes instead of starting over.

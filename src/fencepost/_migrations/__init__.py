@@ -16,7 +16,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from fencepost._durable import Database, open_detail
-from fencepost.errors import OpenError, PersistenceError
+from fencepost.errors import OpenError
 
 _NAME = re.compile(r"^(\d{4})_([a-z-]+)_([a-z0-9_]+)\.(sqlite|postgresql)\.sql$")
 BLOCKS = {"journal": 0, "run-store": 1000, "changefeed": 2000, "projections": 3000, "shards": 4000}
@@ -84,19 +84,52 @@ def applied(db: Database) -> dict[int, str]:
     return db.read(lambda conn: _applied(conn, db))
 
 
+def _ids(ids: list[int]) -> str:
+    return ", ".join(str(i) for i in ids[:10]) + (", ..." if len(ids) > 10 else "")
+
+
 def check_not_newer(db: Database, ledger: dict[int, str]) -> None:
     """Refuse a database whose ledger records migrations this code does not ship (it is newer)."""
     known = {m.id for m in discover(db.backend.migration_suffix, ALL_NAMESPACES)}
     unknown = sorted(set(ledger) - known)
     if unknown:
-        ids = ", ".join(str(i) for i in unknown[:10]) + (", ..." if len(unknown) > 10 else "")
         raise OpenError("schema_too_new", "open",
-                        f"{open_detail('schema_too_new', db.where)}; unknown migration(s): {ids}")
+                        f"{open_detail('schema_too_new', db.where)}; unknown migration(s): {_ids(unknown)}")
+
+
+def mismatched(db: Database, ledger: dict[int, str]) -> list[int]:
+    """The ids the ledger records under another name than this code gives them."""
+    return [m.id for m in discover(db.backend.migration_suffix, ALL_NAMESPACES)
+            if m.id in ledger and ledger[m.id] != m.recorded_name]
+
+
+def check_ledger(db: Database, ledger: dict[int, str]) -> None:
+    """Refuse a ledger this code cannot build on: migrations it does not ship (``schema_too_new``),
+    or one of its own recorded under another name (``schema_mismatch``). Never changes anything."""
+    check_not_newer(db, ledger)
+    renamed = mismatched(db, ledger)
+    if renamed:
+        raise OpenError("schema_mismatch", "open",
+                        f"{open_detail('schema_mismatch', db.where)}; migration(s): {_ids(renamed)}")
+
+
+def pending_detail(db: Database, todo: list[Migration], namespaces: tuple[str, ...] = STORE_NAMESPACES) -> str:
+    """Why a read-only open is refused: no fencepost store at all, or which migrations it lacks."""
+    if len(todo) == len(discover(db.backend.migration_suffix, namespaces)):
+        return open_detail("needs_migrations", db.where)
+    return (f"{db.where} needs migrating: {pending_phrase(todo)}; apply them with `fencepost init` "
+            "(or print their SQL with `fencepost migrations sql`)")
+
+
+def pending_phrase(todo: list[Migration]) -> str:
+    """``2 migration(s) pending (1006, 4001)``."""
+    return f"{len(todo)} migration(s) pending ({_ids([m.id for m in todo])})"
 
 
 @dataclass(frozen=True)
 class MigrationState:
-    """One row of ``fencepost migrations status``: ``applied``, ``pending`` or ``unknown`` (newer code)."""
+    """One row of ``fencepost migrations status``: ``applied``, ``pending``, ``unknown`` (newer code)
+    or ``mismatch`` (recorded under another name than this code gives it)."""
 
     id: int
     name: str
@@ -109,7 +142,8 @@ def status(db: Database, ledger: dict[int, str] | None = None,
     ledger = applied(db) if ledger is None else ledger
     shipped = discover(db.backend.migration_suffix, ALL_NAMESPACES)
     known = {m.id for m in shipped}
-    rows = [MigrationState(m.id, m.recorded_name, "applied" if m.id in ledger else "pending")
+    rows = [MigrationState(m.id, m.recorded_name, "pending" if m.id not in ledger
+                           else "applied" if ledger[m.id] == m.recorded_name else "mismatch")
             for m in shipped if m.namespace in namespaces or m.id in ledger]
     rows += [MigrationState(i, ledger[i], "unknown") for i in sorted(ledger) if i not in known]
     return sorted(rows, key=lambda r: r.id)
@@ -138,17 +172,8 @@ def pending(db: Database, namespaces: tuple[str, ...] = STORE_NAMESPACES) -> lis
     """Migrations not yet applied (read without the write lock); a newer database is refused."""
     wanted = discover(db.backend.migration_suffix, namespaces)
     ledger = applied(db)
-    check_not_newer(db, ledger)
-    _check_names(wanted, ledger)
+    check_ledger(db, ledger)
     return [m for m in wanted if m.id not in ledger]
-
-
-def _check_names(wanted: list[Migration], applied: dict[int, str]) -> None:
-    for m in wanted:
-        if m.id in applied and applied[m.id] != m.recorded_name:
-            raise PersistenceError(
-                "persistence_failed", "migrate", f"migration {m.id} was recorded under another name"
-            )
 
 
 def migrate(db: Database, namespaces: tuple[str, ...] = STORE_NAMESPACES) -> list[int]:
@@ -168,8 +193,7 @@ def migrate(db: Database, namespaces: tuple[str, ...] = STORE_NAMESPACES) -> lis
         db.backend.prepare_schema(conn)
         conn.exec_driver_sql(_LEDGER[db.backend.name])
         ledger = _applied(conn, db)
-        check_not_newer(db, ledger)
-        _check_names(wanted, ledger)
+        check_ledger(db, ledger)
         done: list[int] = []
         for m in wanted:
             if m.id in ledger:

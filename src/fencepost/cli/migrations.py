@@ -25,7 +25,7 @@ def _ledger(url: str | None) -> tuple[Any, dict[int, str]]:
     from fencepost.errors import DatabaseMissing
 
     try:
-        db = Database(resolve_url(url), readonly=True)
+        db = Database(resolve_url(url), readonly=True, glance=True)
     except DatabaseMissing:
         return _Missing(resolve_url(url)), {}
     try:
@@ -56,9 +56,11 @@ class _Missing:
 @output_options
 @click.pass_obj
 def migrations_status(obj: CliContext, out: Output) -> None:
-    """List every migration of this version: applied, pending, or unknown (recorded by a newer version).
+    """List every migration of this version: applied, pending, unknown or mismatch.
 
-    Never creates or changes the database. Exits 1 when the database is newer than this code.
+    unknown: recorded by a newer version of fencepost; mismatch: recorded under another name than
+    this version gives it (another build migrated the database, or its ledger was edited). Never
+    creates or changes the database. Exits 1 when any migration is unknown or a mismatch.
 
     Example: fencepost migrations status
     """
@@ -69,13 +71,15 @@ def migrations_status(obj: CliContext, out: Output) -> None:
         rows = status(db, ledger)
     finally:
         db.dispose()
-    pending = sum(r.state == "pending" for r in rows)
-    unknown = sum(r.state == "unknown" for r in rows)
-    summary = (f"{len(rows) - pending - unknown} applied, {pending} pending"
-               + (f", {unknown} unknown (the database is newer than this fencepost)" if unknown else ""))
+    count = {state: sum(r.state == state for r in rows) for state in ("applied", "pending", "unknown", "mismatch")}
+    summary = (f"{count['applied']} applied, {count['pending']} pending"
+               + (f", {count['unknown']} unknown (the database is newer than this fencepost)"
+                  if count["unknown"] else "")
+               + (f", {count['mismatch']} recorded under another name (fencepost init refuses the database)"
+                  if count["mismatch"] else ""))
     out.rows([{"id": r.id, "name": r.name, "state": r.state} for r in rows], MIGRATION_COLUMNS,
              footer=[summary])
-    if any(r.state == "unknown" for r in rows):
+    if count["unknown"] or count["mismatch"]:
         raise SystemExit(1)
 
 
@@ -87,15 +91,17 @@ def migrations_sql(obj: CliContext, out: Output) -> None:
 
     For a DBA who applies schema changes by hand: run the script in one transaction, then
     fencepost init reports the store current. Never creates or changes the database; a database
-    that does not exist yet gets the whole schema. With --json: {"backend", "pending", "sql"}.
+    that does not exist yet gets the whole schema. A database that is newer than this version, or
+    records a migration under another name, is refused (exit 1), as init refuses it. With --json:
+    {"backend", "pending", "sql"}.
 
     Example: fencepost --db postgresql://app@db/prod migrations sql > fencepost.sql
     """
-    from fencepost._migrations import check_not_newer, script, status
+    from fencepost._migrations import check_ledger, script, status
 
     db, ledger = _ledger(obj.url)
     try:
-        check_not_newer(db, ledger)
+        check_ledger(db, ledger)
         text = script(db, ledger)
         if out.is_table:
             click.echo(text, nl=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import click
@@ -51,8 +52,10 @@ def init(obj: CliContext, grow: bool) -> None:
     """Create the database (if needed) and apply every migration; say which of the three it did.
 
     Prints "created" (a new store, every migration applied), "migrated" (the migrations it applied
-    to an existing store) or "current" (nothing to do). A database newer than this version of
-    fencepost is refused. To apply the SQL by hand instead, see fencepost migrations sql.
+    to an existing store) or "current" (nothing to do; also for a current store this user may read
+    but not write). A database newer than this version of fencepost, or one that records a
+    migration under another name, is refused. It creates the SQLite file's directory when that does
+    not exist, and says so. To apply the SQL by hand instead, see fencepost migrations sql.
 
     Given several --db (or --shards), does so for each and founds them as one shard set (empty
     stores only; NAME=URL names a shard, else shard-0, shard-1 ... by position), or checks the set
@@ -75,7 +78,67 @@ def init(obj: CliContext, grow: bool) -> None:
             click.echo(_init_line(store, redact_url(store.db.url)))
         click.echo(f"shard set of {len(shards)} stores: {', '.join(shards.names)}")
         return
-    click.echo(_init_line(write_store(), redact_url(obj.resolved_url)))
+    from fencepost.errors import OpenError
+
+    missing = _missing_directory(obj.resolved_url)
+    try:
+        store = write_store()
+    except OpenError as exc:
+        if exc.code != "permission_denied":
+            raise
+        click.echo(_read_only_init(obj.url, exc))
+        return
+    line = _init_line(store, redact_url(obj.resolved_url))
+    if missing is not None and missing.is_dir():
+        line += f"; created the directory {missing}"
+    click.echo(line)
+
+
+def _missing_directory(url: str) -> Path | None:
+    """The directory of a SQLite URL's file when it does not exist yet (the open creates it)."""
+    from fencepost._durable import parse_url
+
+    try:
+        parsed, _ = parse_url(url)
+    except ValueError:
+        return None  # the open refuses it, naming the rule
+    if parsed.get_backend_name() != "sqlite":
+        return None
+    directory = Path(parsed.database or "").parent
+    return None if directory.exists() else directory
+
+
+def _read_only_init(url: str | None, refused: Any) -> str:
+    """``init`` by someone who may read the store but not write it (a 0444 file, a read-only
+    directory, a PostgreSQL role with SELECT only): ``current`` when nothing is pending, for nothing
+    needs writing; else the refusal, naming the pending migrations of an existing store."""
+    from fencepost._durable import Database, DbFailure, redact_url, resolve_url
+    from fencepost._migrations import STORE_NAMESPACES, discover, pending, pending_phrase
+    from fencepost.errors import FencepostError, OpenError
+
+    todo = None
+    try:
+        db = Database(resolve_url(url), readonly=True, glance=True)
+    except (FencepostError, ValueError):
+        raise refused from None
+    try:
+        db.probe()
+        todo = pending(db)
+    except OpenError as exc:
+        if exc.code in ("schema_too_new", "schema_mismatch"):
+            raise  # what is wrong with the store comes before who may write it
+    except (DbFailure, FencepostError):
+        pass
+    finally:
+        db.dispose()
+    if todo is None:
+        raise refused from None
+    if todo:
+        if len(todo) == len(discover(db.backend.migration_suffix, STORE_NAMESPACES)):
+            raise refused from None  # not a store yet: nothing more to say
+        raise OpenError(refused.code, refused.method, f"{refused.detail}; {pending_phrase(todo)}",
+                        db_code=refused.db_code) from None
+    return f"current: {redact_url(db.url)} (no migration to apply; read-only for this user, nothing written)"
 
 
 def _init_line(store: Any, where: str) -> str:

@@ -28,7 +28,7 @@ from sqlalchemy import select, update
 from sqlalchemy.engine import Connection
 
 from fencepost._durable import DEFAULT_SCHEMA, Database, DbFailure, map_failure, parse_url
-from fencepost._migrations import _applied, check_not_newer
+from fencepost._migrations import _applied, check_ledger
 from fencepost._schema import flows_journal_events, flows_run_source, flows_runs
 from fencepost._schema import flows_shard_membership as t
 from fencepost._store import Store
@@ -145,7 +145,8 @@ def _empty_in(conn: Connection) -> bool:
 
 def look_all(urls: Sequence[str]) -> list[Look]:
     """Look at every store read-only (a missing SQLite file or PostgreSQL schema is no store): nothing
-    is created, migrated or written. A store migrated by a newer fencepost raises ``schema_too_new``.
+    is created, migrated or written. A store migrated by a newer fencepost raises ``schema_too_new``,
+    one whose ledger names a migration otherwise ``schema_mismatch``.
     Every store's emptiness is read before any store's record (see
     ``_adoptable``). A store that cannot be read raises the ``OpenError`` its open would raise."""
     dbs: list[Database | None] = []
@@ -158,8 +159,9 @@ def look_all(urls: Sequence[str]) -> list[Look]:
             dbs.append(db)
             if db is not None:
                 db.probe()
-                # A store of a newer fencepost is refused now, before any other store is created.
-                check_not_newer(db, _look(db, lambda d, conn: _applied(conn, d)))
+                # A store of a newer fencepost (or another build) is refused now, before any other
+                # store is created.
+                check_ledger(db, _look(db, lambda d, conn: _applied(conn, d)))
         empty = [True if db is None else _look(db, _look_empty) for db in dbs]
         records = [None if db is None else _look(db, _look_record) for db in dbs]
         return [Look(db is not None and _look(db, _look_exists), e, r,
