@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from fencepost._durable import Database, DbFailure, open_detail
-from fencepost._migrations import migrate, pending
+from fencepost._migrations import migrate, needed_to_read
 from fencepost.changefeed.feed import ChangeFeed
 from fencepost.clock import Clock, SystemClock
 from fencepost.errors import OpenError
@@ -111,7 +111,7 @@ def open(url: str | None = None, *, clock: Clock | None = None, attempt_policy: 
         try:
             db.probe()
             if readonly:
-                if pending(db):
+                if needed_to_read(db):
                     raise OpenError("needs_migrations", "open", open_detail("needs_migrations", db.where))
             else:
                 done = migrate(db)
