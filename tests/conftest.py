@@ -173,3 +173,28 @@ def raw(store: fencepost.Store):
         yield conn
     finally:
         conn.close()
+
+
+def back_to_4001(url: str) -> None:
+    """Make the store at ``url`` look as the version before migration 4002 left it: forget 4002's
+    ledger row and undo its effect (the ``founded_at_ms`` column of ``flows_shard_membership``)."""
+    from fencepost._durable import Database
+
+    db = Database(url)
+    try:
+        db.write(lambda conn: conn.exec_driver_sql("DELETE FROM flows_migrations WHERE migration_id = 4002"))
+        db.write(lambda conn: conn.exec_driver_sql("ALTER TABLE flows_shard_membership DROP COLUMN founded_at_ms"))
+    finally:
+        db.dispose()
+
+
+def ledger_of(url: str) -> set[int]:
+    """The migration ids the store at ``url`` records as applied (read without opening it as a store)."""
+    from fencepost._durable import Database
+    from fencepost._migrations import applied
+
+    db = Database(url, readonly=True)
+    try:
+        return set(applied(db))
+    finally:
+        db.dispose()

@@ -114,6 +114,7 @@ flows_run_changes = Table(
 )
 
 # Since migration 4001: at most one row, present when the store is a member of a shard set.
+# ``founded_at_ms`` since 4002 (a store at 4001 opened read-only lacks it: read it through the ledger).
 flows_shard_membership = Table(
     "flows_shard_membership",
     metadata,
@@ -123,4 +124,5 @@ flows_shard_membership = Table(
     Column("members_json", Text, nullable=False),
     Column("generation", Int, nullable=False),
     Column("joined_at_ms", Int, nullable=False),
+    Column("founded_at_ms", Int, nullable=True),
 )

@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from fencepost._durable import Database, DbFailure
-from fencepost._migrations import migrate, pending, pending_detail
+from fencepost._migrations import migrate, needed_to_read, pending, pending_detail
 from fencepost.changefeed.feed import ChangeFeed
 from fencepost.clock import Clock, SystemClock
 from fencepost.errors import OpenError
@@ -90,7 +90,8 @@ def open(url: str | None = None, *, clock: Clock | None = None, attempt_policy: 
 
     ``url=None`` means ``$FENCEPOST_DB``, else ``sqlite:///.flows/flows.db``. Migrations run once,
     in one pass, under the writer lock, so several processes may open one fresh database at once.
-    ``readonly=True`` never creates or migrates: a missing or unmigrated database is an error.
+    ``readonly=True`` never creates or migrates: a missing or unmigrated database is an error (a store
+    missing only migration 4002, the mark of a shard set's finished founding, opens as it is).
 
     Every failure is an ``OpenError`` whose ``code`` says why (``not_a_database``, ``corrupt``,
     ``cannot_connect``, ``database_missing``, ``auth_failed``, ``permission_denied``,
@@ -111,9 +112,8 @@ def open(url: str | None = None, *, clock: Clock | None = None, attempt_policy: 
         try:
             db.probe()
             if readonly:
-                todo = pending(db)
-                if todo:
-                    raise OpenError("needs_migrations", "open", pending_detail(db, todo))
+                if needed_to_read(db):
+                    raise OpenError("needs_migrations", "open", pending_detail(db, pending(db)))
             else:
                 done = migrate(db)
                 if not done:

@@ -416,3 +416,32 @@ def test_a_sqlite_path_that_is_a_directory_or_under_a_file_is_named_as_such(run_
         assert result.code == 1 and says in result.err and "permission" not in result.err, (url, result)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "plain.txt"]
     assert list(folder.iterdir()) == [] and plain.read_text() == "hello"
+
+
+def test_migrations_status_and_sql_of_a_store_left_at_4001_name_migration_4002(run_cli, db_url):
+    """A store the previous version left (migrations up to 4001): ``status`` lists 4002 pending and
+    ``sql`` prints exactly it; applied by hand, the store is current."""
+    from tests.conftest import back_to_4001
+
+    assert run_cli("--db", db_url, "init").code == 0
+    back_to_4001(db_url)
+    status = run_cli("--db", db_url, "migrations", "status", "--json")
+    assert status.code == 0, status
+    assert [r["id"] for r in json.loads(status.out) if r["state"] == "pending"] == [4002]
+    assert "shards_founded" in status.out
+    sql = run_cli("--db", db_url, "migrations", "sql")
+    assert sql.code == 0, sql
+    assert sql.out.startswith(f"-- fencepost migrations for {db_url.split(':')[0].split('+')[0]}: 4002\n"), sql.out
+    assert "founded_at_ms" in sql.out
+    db = Database(db_url)
+    if db_url.startswith("sqlite"):
+        import sqlite3
+
+        conn = sqlite3.connect(db_url.removeprefix("sqlite:///"))
+        conn.executescript(sql.out)
+        conn.close()
+    else:
+        db.write(lambda conn: conn.exec_driver_sql(sql.out))
+    db.dispose()
+    status = run_cli("--db", db_url, "migrations", "status", "--json")
+    assert {r["state"] for r in json.loads(status.out)} == {"applied"}

@@ -612,3 +612,22 @@ def test_a_shard_file_with_a_bom_crlf_and_comments_after_urls(run_cli, shard_url
     assert run_cli("--shards", "stores.txt", "runs", "create", "r1").code == 0
     with fencepost.open_shards({"east": east, "west": west}, readonly=True) as shards:
         assert shards.runs.get("r1").run_id == "r1"
+
+
+def test_init_refuses_a_blank_store_in_place_of_a_member_of_a_founded_set(run_cli, shard_urls):
+    """``init --db a --db blank`` after ``init --db a --db b`` founded a set that held no run yet:
+    the blank store was recorded as shard-1 too, and two stores claimed one member. Refused now,
+    naming the --db as given, and nothing is written to the blank store."""
+    from fencepost.shards import membership
+
+    a, b, blank = shard_urls(3)
+    assert run_cli(*_db_args([a, b]), "init").code == 0
+    assert run_cli("--db", blank, "init").code == 0
+    before = [_state(a), _state(b), _state(blank)]
+    refused = run_cli(*_db_args([a, blank]), "init")
+    assert refused.code == 2, refused
+    assert_one_line_error(refused)
+    assert "--db #2 is not a member" in refused.err and blank.split("?")[0] not in refused.err, refused
+    assert [_state(a), _state(b), _state(blank)] == before
+    with fencepost.open(blank) as store:
+        assert membership.read(store) is None

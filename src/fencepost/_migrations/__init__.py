@@ -22,6 +22,10 @@ _NAME = re.compile(r"^(\d{4})_([a-z-]+)_([a-z0-9_]+)\.(sqlite|postgresql)\.sql$"
 BLOCKS = {"journal": 0, "run-store": 1000, "changefeed": 2000, "projections": 3000, "shards": 4000}
 ALL_NAMESPACES = tuple(BLOCKS)
 STORE_NAMESPACES = ("journal", "run-store", "changefeed", "shards")
+READS_AROUND = frozenset({4002})
+"""Migrations a read-only open does without: the code that reads what they add checks the ledger
+first and reads the schema as it was before them. A store missing only these opens read-only (a
+store the previous version left); a writable open applies them."""
 
 
 @dataclass(frozen=True)
@@ -166,6 +170,11 @@ def script(db: Database, ledger: dict[int, str], namespaces: tuple[str, ...] = S
         out.append(m.script.strip())
         out.append(f"INSERT INTO flows_migrations (migration_id, name) VALUES ({m.id}, '{m.recorded_name}');")
     return "\n".join(out) + "\n"
+
+
+def needed_to_read(db: Database) -> list[Migration]:
+    """The pending store migrations a read-only open cannot do without (``pending`` less ``READS_AROUND``)."""
+    return [m for m in pending(db) if m.id not in READS_AROUND]
 
 
 def pending(db: Database, namespaces: tuple[str, ...] = STORE_NAMESPACES) -> list[Migration]:

@@ -5,14 +5,17 @@ refuses, naming the rule and the shard's position, a set that does not match wha
 recorded: a shard missing, an extra store, stores in another order or under other names, a store of
 another set, or members that disagree because a grow was interrupted. A fresh set (every store
 empty, none with a record) is founded by the first opener; an interrupted founding is finished by
-the next one. Growing a set (``grow=True``) appends names; it never removes or reorders them.
+the next one. The open that finds every member recorded and in agreement marks each member founded
+(``founded_at_ms``, migration 4002); from then on no store that records no set joins it but by a
+grow. Growing a set (``grow=True``) appends names; it never removes or reorders them.
 
 Before anything is created, ``look_all`` reads every store that exists, read-only, and
 ``check_before_creating`` makes the refusals ``reconcile`` would make, so a refused open creates
 and migrates no database. What tells an unfinished founding from a stand-in for a member: every
 store of a founding exists before the first record is written, and runs are created only once a
-founding has finished (every member recorded). So a store that does not exist yet, or an
-unrecorded store beside a set that already holds runs, is no unfinished founding.
+founding has finished (every member recorded); a member is marked founded only once every member
+is recorded. So a store that does not exist yet, or an unrecorded store beside a set that already
+holds runs or beside a member marked founded, is no unfinished founding.
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ __all__ = ["Look", "Membership", "ShardError", "check_before_creating", "check_d
            "read", "reconcile"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+FOUNDED_MIGRATION = 4002
+"""The migration that adds ``founded_at_ms``; a store at 4001 (opened read-only, or looked at before
+it is migrated) lacks the column, and counts as not marked."""
 
 
 class ShardError(FencepostError):
@@ -71,6 +77,7 @@ class Look(msgspec.Struct, frozen=True):
     journal entry. ``record``: its membership record, if any. ``source``: its change-feed source id,
     if it has one. ``place``: where the URL points (the SQLite file's real path, or the PostgreSQL
     server, database and schema), so one database given twice is seen before anything is created.
+    ``founded``: its record is marked founded (the set's founding finished).
     """
 
     exists: bool
@@ -78,6 +85,7 @@ class Look(msgspec.Struct, frozen=True):
     record: Membership | None
     source: str | None = None
     place: str = ""
+    founded: bool = False
 
 
 def _decode(row: Any) -> Membership:
@@ -89,14 +97,44 @@ def _decode(row: Any) -> Membership:
     return Membership(row.set_id, row.shard_name, members, int(row.generation))
 
 
+_RECORD = select(t.c.set_id, t.c.shard_name, t.c.members_json, t.c.generation).where(t.c.singleton == 1)
+"""The record's columns as of migration 4001 (a store at 4001 opened read-only has no others)."""
+
+
 def read(store: Store) -> Membership | None:
     """The store's membership record, or ``None`` when it belongs to no set."""
     def body(conn: Connection) -> Membership | None:
-        row = conn.execute(select(t).where(t.c.singleton == 1)).first()
+        row = conn.execute(_RECORD).first()
         return None if row is None else _decode(row)
 
     try:
         return store.db.read(body)
+    except DbFailure as exc:
+        raise map_failure(exc, ShardError, "open_shards", "shard membership") from None
+
+
+def read_founded(store: Store) -> int | None:
+    """When the store's record was marked founded (``founded_at_ms``), or ``None``: no record, a
+    founding not finished yet, or a store at migration 4001 (read-only) that was never marked."""
+    try:
+        return store.db.read(lambda conn: _founded_in(store.db, conn))
+    except DbFailure as exc:
+        raise map_failure(exc, ShardError, "open_shards", "shard membership") from None
+
+
+def _founded_in(db: Database, conn: Connection) -> int | None:
+    if FOUNDED_MIGRATION not in _applied(conn, db):
+        return None
+    value = conn.execute(select(t.c.founded_at_ms).where(t.c.singleton == 1)).scalar()
+    return None if value is None else int(value)
+
+
+def _mark_founded(store: Store, set_id: str) -> None:
+    """Mark the store's record of ``set_id`` founded, unless it is already (the time is kept)."""
+    stmt = (update(t).where(t.c.singleton == 1, t.c.set_id == set_id, t.c.founded_at_ms.is_(None))
+            .values(founded_at_ms=store.clock.now_ms()))
+    try:
+        store.db.write(lambda conn: conn.execute(stmt))
     except DbFailure as exc:
         raise map_failure(exc, ShardError, "open_shards", "shard membership") from None
 
@@ -119,7 +157,7 @@ def _record(store: Store, wanted: Membership, *, adopt_only_if_empty: bool = Fal
     blank store with data. A store found non-empty and unrecorded is left as it is.
     """
     def body(conn: Connection) -> None:
-        row = conn.execute(select(t).where(t.c.singleton == 1)).first()
+        row = conn.execute(_RECORD).first()
         values = {"set_id": wanted.set_id, "shard_name": wanted.shard_name,
                   "members_json": msgspec.json.encode(list(wanted.members)).decode(),
                   "generation": wanted.generation}
@@ -164,9 +202,14 @@ def look_all(urls: Sequence[str]) -> list[Look]:
                 check_ledger(db, _look(db, lambda d, conn: _applied(conn, d)))
         empty = [True if db is None else _look(db, _look_empty) for db in dbs]
         records = [None if db is None else _look(db, _look_record) for db in dbs]
+        founded = [db is not None and r is not None and _look(db, _look_founded) is not None
+                   for db, r in zip(dbs, records, strict=True)]
+        if any(founded):  # read again after the mark: see _after_the_mark
+            records = [r if r is not None or db is None else _look(db, _look_record)
+                       for db, r in zip(dbs, records, strict=True)]
         return [Look(db is not None and _look(db, _look_exists), e, r,
-                     None if db is None else _look(db, _look_source), _place(url))
-                for db, e, r, url in zip(dbs, empty, records, urls, strict=True)]
+                     None if db is None else _look(db, _look_source), _place(url), f)
+                for db, e, r, f, url in zip(dbs, empty, records, founded, urls, strict=True)]
     finally:
         for db in dbs:
             if db is not None:
@@ -189,6 +232,10 @@ def _look_empty(db: Database, conn: Connection) -> bool:
     if not (has(conn, flows_runs.name) and has(conn, flows_journal_events.name)):
         return True
     return _empty_in(conn)
+
+
+def _look_founded(db: Database, conn: Connection) -> int | None:
+    return _founded_in(db, conn) if db.backend.has_table(conn, t.name) else None
 
 
 def _look_source(db: Database, conn: Connection) -> str | None:
@@ -223,7 +270,7 @@ def check_distinct(places: Sequence[str | None], sources: Sequence[str | None]) 
 def _look_record(db: Database, conn: Connection) -> Membership | None:
     if not db.backend.has_table(conn, t.name):
         return None
-    row = conn.execute(select(t).where(t.c.singleton == 1)).first()
+    row = conn.execute(_RECORD).first()
     return None if row is None else _decode(row)
 
 
@@ -235,25 +282,43 @@ def _founding(empty: Sequence[bool]) -> None:
                           "a shard set is founded on empty stores only")
 
 
-def _adoptable(empty: Sequence[bool], generation: int) -> bool:
+def _adoptable(empty: Sequence[bool], generation: int, founded: bool) -> bool:
     """Whether unrecorded stores beside recorded ones may be an unfinished founding, to be finished.
 
-    Only a first generation, and only while every given store is empty: runs are created only once
-    a founding has finished. ``empty`` must have been read before ``records``: a store found holding
-    runs then shows every record its finished founding wrote, so a record still missing is real.
+    Only a first generation, only while every given store is empty (runs are created only once a
+    founding has finished) and only while no member is marked founded. ``empty`` must have been read
+    before ``records``: a store found holding runs then shows every record its finished founding
+    wrote, so a record still missing is real. Likewise a record missing is real only when read
+    after a ``founded`` mark (see ``_after_the_mark``).
     """
-    return generation == 1 and all(empty)
+    return generation == 1 and all(empty) and not founded
+
+
+def _after_the_mark(stores: Sequence[Store], records: list[Membership | None]) -> list[bool]:
+    """Which stores are marked founded; when any is, the stores read without a record are read again.
+
+    A member is marked only once every member is recorded, but this opener read the records before
+    the marks: a concurrent founder may have recorded a store (read here as blank) and marked the
+    set founded in between. Read after the mark, a member shows its record; a store still without
+    one is no member.
+    """
+    marked = [rec is not None and read_founded(s) is not None for s, rec in zip(stores, records, strict=True)]
+    if any(marked):
+        for i, store in enumerate(stores):
+            if records[i] is None:
+                records[i] = read(store)
+    return marked
 
 
 def _stands_for_a_member(i: int, records: Sequence[Membership | None], empty: Sequence[bool], *,
-                         grow: bool) -> bool:
+                         founded: bool, grow: bool) -> bool:
     """Whether unrecorded store #i stands where the set already has a member and is no unfinished
     founding: then it is refused. A grow's appended positions (past every record's member list) are
     new shards, not stand-ins."""
     present = [r for r in records if r is not None]
     if grow and i >= min(len(r.members) for r in present):
         return False
-    return not _adoptable(empty, max(r.generation for r in present))
+    return not _adoptable(empty, max(r.generation for r in present), founded)
 
 
 def _not_a_member(i: int) -> ShardError:
@@ -282,8 +347,9 @@ def check_before_creating(names: Sequence[str], looks: Sequence[Look], *, grow: 
                 raise _refuse(f"shard #{i} is recorded under another name or position (stores in another order?)")
     elif newest.members != tuple(names) or any(r.generation != newest.generation for r in present):
         _verify(names, records)
+    founded = any(lk.founded for lk in looks)
     for i, lk in enumerate(looks):
-        if lk.record is None and _stands_for_a_member(i, records, empty, grow=grow):
+        if lk.record is None and _stands_for_a_member(i, records, empty, founded=founded, grow=grow):
             raise _not_a_member(i)
         if lk.record is None and not lk.exists and not (grow and i >= len(newest.members)):
             raise _refuse(f"shard #{i} is not a member of this set: it is a new store (a shard missing? "
@@ -363,7 +429,9 @@ def reconcile(names: Sequence[str], stores: Sequence[Store], *, grow: bool = Fal
         records[0] = read(stores[0])
         if records[0] is None:  # runs reached the store since it was found empty
             _founding([False])
-        present = [r for r in records if r is not None]
+    marked = _after_the_mark(stores, records)
+    founded = any(marked)
+    present = [r for r in records if r is not None]
     _same_set(records)
     newest = max(present, key=lambda r: r.generation)
     if grow:
@@ -376,9 +444,9 @@ def reconcile(names: Sequence[str], stores: Sequence[Store], *, grow: bool = Fal
             return _verify(names, records)  # refuses, naming the first broken rule
     found = list(records)  # as read: the loop below replaces entries as it records them
     for i, (store, rec) in enumerate(zip(stores, found, strict=True)):
-        if rec is None and _stands_for_a_member(i, found, empty, grow=grow):
-            # A blank store standing in for a member (of a grown set, or of a set that holds runs)
-            # is no unfinished founding.
+        if rec is None and _stands_for_a_member(i, found, empty, founded=founded, grow=grow):
+            # A blank store standing in for a member (of a grown set, of a set that holds runs, or
+            # of a set marked founded) is no unfinished founding.
             raise _not_a_member(i)
         if rec is None or (grow and rec.generation < generation):
             if rec is not None and rec.shard_name != names[i]:
@@ -389,4 +457,11 @@ def reconcile(names: Sequence[str], stores: Sequence[Store], *, grow: bool = Fal
             _record(store, Membership(newest.set_id, names[i], target, generation),
                     adopt_only_if_empty=rec is None and not grow)
             records[i] = read(store)
-    return _verify(names, records)
+    membership = _verify(names, records)
+    # Every member is recorded and agrees: the founding (or the grow) is finished. Marked in each
+    # store not marked yet, after every record is written (see _after_the_mark); a set founded
+    # before migration 4002 is marked here, at its first whole writable open.
+    for store, was_marked in zip(stores, marked, strict=True):
+        if not was_marked:
+            _mark_founded(store, membership.set_id)
+    return membership
