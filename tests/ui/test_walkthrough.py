@@ -215,3 +215,35 @@ def test_pages_catch_up_with_what_changed_while_the_console_was_down(db_url: str
             browser.switch_to.window(run_tab)
             _until(browser, "the run page shows what changed", lambda d: d.execute_script(
                 "return document.getElementById('run-status').textContent === 'running';"))
+
+
+def test_the_hub_says_unavailable_soon_after_its_follower_fails(db_url: str) -> None:
+    """Pages learned of an outage only when the statistics were next due (every five seconds, the
+    follower's failure did not count), so the badge went on saying "live" for up to five seconds
+    after the database was gone (and a browser test waiting five seconds failed about one run in
+    three). A failing follower now has the statistics taken again at the next tick."""
+    from fencepost.ui import views
+    from fencepost.ui.hub import FeedHub
+
+    with fencepost.open(db_url) as store:
+        store.runs.create("r-1", "{}")
+        reader = fencepost.open(db_url, readonly=True)
+        hub = FeedHub(reader, stats=lambda h: views.stats(reader, h), poll_interval=0.2, tick=0.05,
+                      stats_every=60.0)
+        seen: list[str] = []
+        hub.publish = lambda event, data, event_id=None: seen.append(event)  # type: ignore[method-assign]
+
+        def until(what: str, within: float) -> None:
+            deadline = time.monotonic() + within
+            while what not in seen:
+                assert time.monotonic() < deadline, f"no {what} event within {within} s: {seen}"
+                time.sleep(0.02)
+
+        hub.start()
+        try:
+            until("stats", 5.0)  # the first statistics, before the outage
+            with database_gone(store):
+                until("unavailable", 3.0)  # well before the statistics are next due (60 s)
+        finally:
+            hub.close()
+            reader.close()

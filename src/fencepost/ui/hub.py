@@ -193,6 +193,9 @@ class FeedHub:
             log.warning("console feed follower: %s; retrying", code)
             self._logged_error, self._logged_at = code, now
         self.error = code
+        # Have the statistics taken again at the next tick: their failure is what tells the pages
+        # the database is unavailable, and they are otherwise due only every few seconds.
+        self._dirty.set()
         self._stop.wait(1.0)
 
     # ------------------------------------------------------------------ ticker
@@ -203,6 +206,7 @@ class FeedHub:
             pos = self.store.feed.position()
             h = head(self.store)
         except FencepostError:
+            self._dirty.set()  # statistics at once: their failure tells the pages (an idle follower may not notice)
             return
         now = time.monotonic()
         with self._lock:
@@ -339,6 +343,7 @@ class MultiFeedHub(FeedHub):
                 pos = store.feed.position()
                 h = head(store)
             except FencepostError:
+                self._dirty.set()  # as for one store: statistics at once
                 continue
             now = time.monotonic()
             with self._lock:
