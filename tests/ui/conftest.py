@@ -135,7 +135,7 @@ class EventStream:
         try:
             since = self._since
             if since is not None and not isinstance(since, str):
-                since = json.dumps({"source": since.source, "revision": since.revision})
+                since = f"{since.source}:{since.revision}"
             params = {} if since is None else {"since": since}
             with self._client.stream("GET", base_url + "/events", params=params) as response:
                 assert response.headers["content-type"].startswith("text/event-stream")

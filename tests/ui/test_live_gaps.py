@@ -5,7 +5,6 @@ headless Chromium."""
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import threading
 import time
@@ -116,12 +115,24 @@ def test_a_stream_far_behind_the_page_position_resets_once(db_url: str, monkeypa
                 assert data["revision"] == store.feed.position().revision
             finally:
                 stream.close()
-            for since, reason in (({"source": "0" * 32, "revision": 1}, "source_changed"),
-                                  ({"source": rendered.source, "revision": 0}, "too_far_behind")):
-                r = httpx.get(server.url + "/events", params={"since": json.dumps(since)}, timeout=5)
+            for since, reason in ((f"{'0' * 32}:1", "source_changed"), (f"{rendered.source}:0", "too_far_behind")):
+                r = httpx.get(server.url + "/events", params={"since": since}, timeout=5)
                 assert r.status_code == 200
                 assert r.text.count("event: reset") == 1 and reason in r.text, r.text[:300]
                 assert "event: run" not in r.text
+
+
+@pytest.mark.parametrize("since", ["x", "abc:1", "0" * 32, "0" * 32 + ":-1", "0" * 32 + ":1.5", "a=" + "0" * 32 + ":1",
+                                   "0" * 32 + ":" + "9" * 17])
+def test_a_malformed_since_is_refused_naming_it(db_url: str, since: str) -> None:
+    """A ``since`` that is no feed position is a 400 naming the parameter, not a stream."""
+    with fencepost.open(db_url):
+        pass
+    with UiServer(create_app(db_url, tick=0.2, poll_interval=0.2)) as server:
+        r = httpx.get(server.url + "/events", params={"since": since}, timeout=5)
+        assert r.status_code == 400
+        code, detail = _error(r)
+        assert code == "invalid_options" and detail.startswith("since must be"), detail
 
 
 def test_a_row_that_starts_or_settles_live_shows_its_times(db_url: str, browser: Any) -> None:  # noqa: F811

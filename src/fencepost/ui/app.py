@@ -34,7 +34,6 @@ from fencepost.ui.hub import FeedHub, MultiFeedHub, catch_up, sse
 
 log = logging.getLogger("fencepost.ui")
 _encoder = msgspec.json.Encoder()
-_decoder = msgspec.json.Decoder()
 
 #: Longest query string accepted (bytes); a listing cursor is far shorter.
 MAX_QUERY_BYTES = 4096
@@ -215,14 +214,16 @@ def _position_json(position: Any) -> dict[str, Any]:
     return {"source": position.source if position else None, "revision": position.revision if position else None}
 
 
-_SINCE = "since must be the JSON position a console page was rendered at"
+_SINCE = ("since must be the feed position a console page was rendered at: SOURCE:REVISION, or "
+          "NAME=SOURCE:REVISION,... over several stores")
 
 
 def _since(text: str | None, names: list[str] | None) -> dict[str, Any]:
     """``?since=`` as ``{store name: Position}`` ("" over one store); ``{}`` when not given.
 
-    A position naming other stores than this console's is ``{}`` for each store, so every one of
-    them is compared (and found of another source: the page reloads).
+    ``SOURCE:REVISION`` over one store, ``NAME=SOURCE:REVISION`` comma-separated over several (a
+    few dozen bytes a store, well inside the query limit). Positions naming other stores than this
+    console's come back as an impossible position for each of its stores: the stream resets.
     """
     from fencepost.changefeed import Position
     from fencepost.changefeed.feed import _check_requested_position
@@ -230,20 +231,20 @@ def _since(text: str | None, names: list[str] | None) -> dict[str, Any]:
 
     if not text:
         return {}
+    stores: dict[str, Position] = {}
     try:
-        value = _decoder.decode(text)
-        if names is None:
-            stores = {"": msgspec.convert(value, Position)}
-        else:
-            stores = msgspec.convert(value, dict[str, dict[str, Position]])["stores"]
-        for position in stores.values():
-            _check_requested_position(position, "since")
-    except (msgspec.DecodeError, msgspec.ValidationError, KeyError, RunStoreError):
+        for part in text.split(","):
+            name, sep, at = part.rpartition("=")
+            if bool(sep) != (names is not None) or name in stores:
+                raise ValueError
+            source, _, revision = at.partition(":")
+            if not revision.isdigit() or len(revision) > 16:
+                raise ValueError
+            stores[name] = _check_requested_position(Position(source, int(revision)), "since")
+    except (ValueError, RunStoreError):
         raise views.BadInput("invalid_options", _SINCE) from None
-    if names is None:
-        return stores
-    if set(stores) != set(names):
-        return {n: Position("0" * 32, 0) for n in names}  # another console's stores: reset
+    if names is not None and set(stores) != set(names):
+        return {n: Position("0" * 32, 0) for n in names}
     return stores
 
 

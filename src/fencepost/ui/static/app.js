@@ -205,9 +205,17 @@
     const p = position.stores ? position.stores[ev.store || ""] : position;
     if (p && (p.revision === null || ev.revision > p.revision)) p.revision = ev.revision;
   }
+  // ?since=: SOURCE:REVISION, or NAME=SOURCE:REVISION,... over several stores.
+  function since() {
+    if (position === null) return null;
+    const at = (p) => p && p.source !== null && p.revision !== null ? p.source + ":" + p.revision : null;
+    if (!position.stores) return at(position);
+    const parts = Object.keys(position.stores).map((n) => at(position.stores[n]) && n + "=" + at(position.stores[n]));
+    return parts.length && parts.every(Boolean) ? parts.join(",") : null;
+  }
   let source = null, down = false;
   function connect() {
-    source = new EventSource("/events" + (position ? "?since=" + encodeURIComponent(JSON.stringify(position)) : ""));
+    source = new EventSource("/events" + (since() ? "?since=" + encodeURIComponent(since()) : ""));
     // Reconnect ourselves, with the position seen so far (the browser's own retry would repeat the
     // first ?since=).
     source.addEventListener("error", () => {
