@@ -15,7 +15,8 @@ def test_a_stalled_subscriber_is_dropped_with_a_reset_after_the_limit():
         sub._offer(None)  # a later close changes nothing more
         out = []
         while not sub.queue.empty():
-            out.append(sub.queue.get_nowait())
+            item = sub.queue.get_nowait()
+            out.append(None if item is None else item[0])
         return out
 
     frames = asyncio.run(body())

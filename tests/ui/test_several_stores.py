@@ -292,6 +292,57 @@ def test_a_write_to_either_store_is_on_the_stream_within_one_second(pair):
     assert sorted(followers) == ["fencepost-follow-a", "fencepost-follow-b"]
 
 
+def test_a_page_over_several_stores_gets_what_changed_after_it_was_rendered(pair):
+    """Over several stores too, a page's stream started at the follower's positions, not the ones
+    the page was rendered at: a run created or started in between never reached the page. The page
+    now carries each store's position and its stream replays the changes after them first."""
+    r = get(pair, "/")
+    at = json.loads(unescape(re.search(r'data-position="([^"]+)"', r.text).group(1)))["stores"]
+    assert set(at) == {"a", "b"}
+    rendered = ",".join(f"{n}={p['source']}:{p['revision']}" for n, p in at.items())
+    made = {"a": f"gap-a-{uuid.uuid4().hex[:8]}", "b": f"gap-b-{uuid.uuid4().hex[:8]}"}
+    for name, rid in made.items():
+        pair.writers[name].runs.create(rid, "{}")
+    pair.writers["a"].runs.claim_and_own(made["a"], PENDING, TESTER, pair.clocks["a"].now_ms())
+    hub = pair.console.app.state.hub
+    deadline = time.monotonic() + 10
+    while any(hub.positions[n].revision < s.feed.position().revision for n, s in pair.writers.items()):
+        assert time.monotonic() < deadline  # until the follower has broadcast them: only a replay brings them now
+        time.sleep(0.05)
+    stream = EventStream(pair.console.url, since=rendered)
+    try:
+        got = {}
+        while True:
+            name, data, _ = stream.wait(lambda n, d: n in ("run", "hello"), 5)
+            if name == "hello":
+                break
+            got[(data["store"], data["run_id"])] = data["status"]
+        assert got == {("a", made["a"]): "running", ("b", made["b"]): "pending"}
+        assert data == {"stores": {n: {"source": s.feed.position().source, "revision": s.feed.position().revision}
+                                   for n, s in pair.writers.items()}}
+    finally:
+        stream.close()
+    other = rendered.split(",")[0]  # another console's stores (only a)
+    r = httpx.get(pair.console.url + "/events", params={"since": other}, timeout=5)
+    assert r.text.count("event: reset") == 1 and "event: run" not in r.text
+
+
+def test_several_statuses_over_several_stores(pair):
+    """``?status=a&status=b`` filtered by the last only; merged across stores it lists either."""
+    both = ["pending", "completed"]
+    seen: list[tuple[str, str]] = []
+    query = httpx.QueryParams([("status", "pending"), ("status", "completed"), ("limit", "3")])
+    for _ in range(100):
+        r = httpx.get(pair.console.url + "/", params=query, timeout=10)
+        assert r.status_code == 200, r.text[:300]
+        seen += rows(r)
+        m = NEXT.search(r.text)
+        if m is None:
+            break
+        query = httpx.QueryParams(unescape(m.group(1)))
+    assert seen == pair.expected({"status": both}) and ("a-1", "a") in seen
+
+
 def test_the_console_stays_read_only(pair):
     for store in pair.console.app.state.stores.values():
         assert store.db.readonly

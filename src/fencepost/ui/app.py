@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 from urllib.parse import quote, unquote
 
 import jinja2
+import msgspec
 from markupsafe import Markup, escape
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -27,11 +28,12 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from fencepost.errors import FencepostError
+from fencepost.errors import FencepostError, SourceChanged
 from fencepost.ui import views
-from fencepost.ui.hub import FeedHub, MultiFeedHub, sse
+from fencepost.ui.hub import FeedHub, MultiFeedHub, catch_up, sse
 
 log = logging.getLogger("fencepost.ui")
+_encoder = msgspec.json.Encoder()
 
 #: Longest query string accepted (bytes); a listing cursor is far shorter.
 MAX_QUERY_BYTES = 4096
@@ -208,6 +210,44 @@ def _route_run(named: Mapping[str, Any], path: str, given: str | None) -> tuple[
     return Refused(404, "not_found_row", "no run with this id in any store")
 
 
+def _position_json(position: Any) -> dict[str, Any]:
+    return {"source": position.source if position else None, "revision": position.revision if position else None}
+
+
+_SINCE = ("since must be the feed position a console page was rendered at: SOURCE:REVISION, or "
+          "NAME=SOURCE:REVISION,... over several stores")
+
+
+def _since(text: str | None, names: list[str] | None) -> dict[str, Any]:
+    """``?since=`` as ``{store name: Position}`` ("" over one store); ``{}`` when not given.
+
+    ``SOURCE:REVISION`` over one store, ``NAME=SOURCE:REVISION`` comma-separated over several (a
+    few dozen bytes a store, well inside the query limit). Positions naming other stores than this
+    console's come back as an impossible position for each of its stores: the stream resets.
+    """
+    from fencepost.changefeed import Position
+    from fencepost.changefeed.feed import _check_requested_position
+    from fencepost.errors import RunStoreError
+
+    if not text:
+        return {}
+    stores: dict[str, Position] = {}
+    try:
+        for part in text.split(","):
+            name, sep, at = part.rpartition("=")
+            if bool(sep) != (names is not None) or name in stores:
+                raise ValueError
+            source, _, revision = at.partition(":")
+            if not revision.isdigit() or len(revision) > 16:
+                raise ValueError
+            stores[name] = _check_requested_position(Position(source, int(revision)), "since")
+    except (ValueError, RunStoreError):
+        raise views.BadInput("invalid_options", _SINCE) from None
+    if names is not None and set(stores) != set(names):
+        return {n: Position("0" * 32, 0) for n in names}
+    return stores
+
+
 def _templates() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("fencepost.ui", "templates"),
@@ -300,8 +340,16 @@ def create_app(url: str | Mapping[str, str] | None = None, *, store: Any = None,
     def error(request: Request, status: int, code: str, detail: str) -> HTMLResponse:
         return page(request, "error.html", status, status=status, code=code, detail=detail, page="error")
 
+    def position_of() -> dict[str, Any]:
+        """The feed position(s) a page is rendered at, read before the page's own reads: its script
+        gives it back to the event stream, which first sends what changed after it."""
+        if several:
+            return {"stores": {n: _position_json(s.feed.position()) for n, s in named.items()}}
+        return _position_json(store.feed.position())
+
     async def runs(request: Request) -> Response:
         try:
+            position = await run_in_threadpool(position_of)
             if several:
                 data = await run_in_threadpool(views.runs_page_across, named, request.query_params)
             else:
@@ -312,11 +360,16 @@ def create_app(url: str | Mapping[str, str] | None = None, *, store: Any = None,
             counts = await run_in_threadpool(views.status_counts_across, named)
         else:
             counts = await run_in_threadpool(views.status_counts, store)
-        return page(request, "runs.html", page="runs", counts=counts, statuses=views.STATUSES, **data)
+        return page(request, "runs.html", page="runs", counts=counts, statuses=views.STATUSES,
+                    position=_encoder.encode(position).decode(), **data)
 
     async def run(request: Request) -> Response:
         # /runs/<run id>, else /runs/?id=<run id> (the form run_href gives an id a browser would resolve)
         run_id = request.path_params["run_id"]
+        try:
+            views.given_once(request.query_params, ("id", "fragment"))
+        except views.BadInput as exc:
+            return error(request, 400, exc.code, exc.detail)
         given = request.query_params.get("id")
         name = ""
         if several:
@@ -328,11 +381,15 @@ def create_app(url: str | Mapping[str, str] | None = None, *, store: Any = None,
             name, run_id = found
         elif not run_id and given:
             run_id = given
+        fragment = request.query_params.get("fragment") == "1"
+        position = None if fragment else await run_in_threadpool(position_of)
         data = await run_in_threadpool(views.run_detail, named[name], run_id)
         if data is None:
             return error(request, 404, "not_found_row", "no run with this id" + (f" in store {name}" if name else ""))
-        template = "run_body.html" if request.query_params.get("fragment") == "1" else "run.html"
-        return page(request, template, page="run", store_name=name, **data)
+        if fragment:
+            return page(request, "run_body.html", page="run", store_name=name, **data)
+        return page(request, "run.html", page="run", store_name=name, position=_encoder.encode(position).decode(),
+                    **data)
 
     async def journal(request: Request) -> Response:
         if several:
@@ -365,32 +422,73 @@ def create_app(url: str | Mapping[str, str] | None = None, *, store: Any = None,
         return JSONResponse(data)
 
     async def events(request: Request) -> Response:
+        # ?since=: the position the page was rendered at (or last saw, when it reconnects). The
+        # changes after it are sent first, then the live ones the hub broadcasts, the ones already
+        # sent skipped: nothing that changed between the render and now is missed, nothing repeated.
+        try:
+            views.given_once(request.query_params, ("since",))
+            since = _since(request.query_params.get("since"), list(named) if several else None)
+        except views.BadInput as exc:
+            return error(request, 400, exc.code, exc.detail)
         sub = hub.subscribe()
+
+        def replay() -> tuple[list[bytes], dict[str, Any]] | str:
+            frames: list[bytes] = []
+            reached: dict[str, Any] = {}
+            for name, position in since.items():
+                try:
+                    found = catch_up(named[name].feed, position)
+                except SourceChanged:
+                    return "source_changed"
+                if found is None:
+                    return "too_far_behind"
+                events, reached[name] = found
+                for data in events:
+                    if several:
+                        frames.append(sse("run", {"store": name, **data}, f"{name}:{data['revision']}"))
+                    else:
+                        frames.append(sse("run", data, str(data["revision"])))
+            return frames, reached
 
         async def stream() -> AsyncIterator[bytes]:
             try:
                 yield b"retry: 1000\n\n"
+                reached: dict[str, Any] = {}
+                if since:
+                    try:
+                        replayed = await run_in_threadpool(replay)
+                    except FencepostError as exc:  # the database went away: the page retries
+                        yield sse("unavailable", {"error": exc.code})
+                        return
+                    if isinstance(replayed, str):  # the page reloads, once: its position means nothing here
+                        yield sse("reset", {"reason": replayed})
+                        return
+                    frames, reached = replayed
+                    for frame in frames:
+                        yield frame
                 if several:
-                    yield sse("hello", {"stores": {n: {"source": p.source, "revision": p.revision}
-                                                   for n, p in hub.positions.items()}})  # type: ignore[attr-defined]
+                    positions = {**hub.positions, **reached}  # type: ignore[attr-defined]
+                    yield sse("hello", {"stores": {n: _position_json(p) for n, p in positions.items()}})
                 else:
-                    position = hub.position
-                    yield sse("hello", {"source": position.source if position else None,
-                                        "revision": position.revision if position else None})
+                    position = reached.get("", hub.position)
+                    yield sse("hello", _position_json(position))
                 if hub.unavailable is not None:
                     yield sse("unavailable", {"error": hub.unavailable})
                 elif hub.last_stats is not None:
                     yield sse("stats", hub.last_stats)
                 while True:
                     try:
-                        frame = await asyncio.wait_for(sub.queue.get(), KEEPALIVE_S)
+                        item = await asyncio.wait_for(sub.queue.get(), KEEPALIVE_S)
                     except TimeoutError:
                         if hub.closed:
                             return
                         yield b": keep-alive\n\n"
                         continue
-                    if frame is None:
+                    if item is None:
                         return
+                    frame, key = item
+                    if key is not None and key[0] in reached and key[1] <= reached[key[0]].revision:
+                        continue  # replayed above
                     yield frame
             finally:
                 hub.unsubscribe(sub)

@@ -32,6 +32,8 @@ log = logging.getLogger("fencepost.ui")
 
 #: Events a subscriber may have waiting before it is dropped (with a ``reset``).
 QUEUE_LIMIT = 1000
+#: Changes a new stream replays after the position its page was rendered at; more is a ``reset``.
+CATCH_UP_LIMIT = 1000
 #: Seconds of head samples kept for the writes/s figure.
 WINDOW_S = 60.0
 _encoder = msgspec.json.Encoder()
@@ -43,25 +45,33 @@ def sse(event: str, data: Any, event_id: str | None = None) -> bytes:
     return head.encode() + b"data: " + _encoder.encode(data) + b"\n\n"
 
 
+#: What a queued ``run`` frame changed: ``(store name, revision)`` ("" over one store), else None.
+Key = tuple[str, int] | None
+
+
 class Subscriber:
-    """One open event stream: an asyncio queue filled from the hub's threads."""
+    """One open event stream: an asyncio queue filled from the hub's threads.
+
+    Each item is a frame and its ``Key``, so that a stream which first replayed the changes up to
+    some revision can skip the live frames it already sent.
+    """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         # Unbounded as a queue (put never fails); ``_offer`` enforces the limit.
-        self.queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self.queue: asyncio.Queue[tuple[bytes, Key] | None] = asyncio.Queue()
         self.dropped = False
 
-    def _offer(self, frame: bytes | None) -> None:  # runs on the subscriber's loop
+    def _offer(self, frame: bytes | None, key: Key = None) -> None:  # runs on the subscriber's loop
         if self.dropped:
             return
         if frame is None or self.queue.qsize() >= QUEUE_LIMIT:
             self.dropped = True
             if frame is not None:
-                self.queue.put_nowait(sse("reset", {"reason": "slow_consumer"}))
+                self.queue.put_nowait((sse("reset", {"reason": "slow_consumer"}), None))
             self.queue.put_nowait(None)
             return
-        self.queue.put_nowait(frame)
+        self.queue.put_nowait((frame, key))
 
 
 class Rate(msgspec.Struct, frozen=True):
@@ -146,17 +156,17 @@ class FeedHub:
         with self._lock:
             return len(self._subscribers)
 
-    def publish(self, event: str, data: Any, event_id: str | None = None) -> None:
-        """Encode once, hand the frame to every subscriber's loop."""
+    def publish(self, event: str, data: Any, event_id: str | None = None, key: Key = None) -> None:
+        """Encode once, hand the frame (and its ``key``) to every subscriber's loop."""
         frame = sse(event, data, event_id)
         with self._lock:
             subs = list(self._subscribers)
         for sub in subs:
-            self._deliver(sub, frame)
+            self._deliver(sub, frame, key)
 
-    def _deliver(self, sub: Subscriber, frame: bytes | None) -> None:
+    def _deliver(self, sub: Subscriber, frame: bytes | None, key: Key = None) -> None:
         try:
-            sub.loop.call_soon_threadsafe(sub._offer, frame)
+            sub.loop.call_soon_threadsafe(sub._offer, frame, key)
         except RuntimeError:  # its loop is closed: the page is gone
             self.unsubscribe(sub)
 
@@ -170,7 +180,7 @@ class FeedHub:
                     data = run_event(feed, change)
                     self.position = change.position
                     self.error = self._logged_error = None
-                    self.publish("run", data, str(change.revision))
+                    self.publish("run", data, str(change.revision), ("", change.revision))
                     self._dirty.set()
             except SourceChanged:
                 # A rotation or a restored copy: positions of the old source mean nothing now.
@@ -250,20 +260,40 @@ def _owner_text(owner: Any) -> str | None:
 
 
 def run_event(feed: Any, change: Any) -> dict[str, Any]:
-    """The ``run`` event of one change: the run's snapshot read once, without its state; the flow name,
-    which comes from the state, redacted as the pages show it."""
+    """The ``run`` event of one change: the run's snapshot read once, without its state."""
+    return snapshot_event(change, feed.read([change.run_id]).snapshots[0])
+
+
+def snapshot_event(change: Any, snap: Any) -> dict[str, Any]:
+    """The ``run`` event of one change and a snapshot of its run: status, owner, times, cancellation
+    flag; the flow name, which comes from the state, redacted as the pages show it."""
     from fencepost.changefeed import Missing
     from fencepost.ui.views import flow_text
 
-    snap = feed.read([change.run_id]).snapshots[0]
     if isinstance(snap, Missing):
         return {"run_id": change.run_id, "revision": change.revision, "deleted": True}
     return {
         "run_id": snap.run_id, "revision": change.revision, "deleted": False,
         "status": snap.status, "flow_name": flow_text(snap.flow_name),
         "owner": _owner_text(snap.owner), "created_at_ms": snap.created_at_ms,
+        "started_at_ms": snap.started_at_ms, "finished_at_ms": snap.finished_at_ms,
         "cancel_requested": snap.cancellation is not None,
     }
+
+
+def catch_up(feed: Any, since: Any) -> tuple[list[dict[str, Any]], Any] | None:
+    """The ``run`` events of the changes after ``since`` (a page's position), and the position they
+    reach, read in one snapshot; None when there are more than ``CATCH_UP_LIMIT`` of them.
+
+    Raises ``SourceChanged`` when ``since`` is of another source (or ahead of this one).
+    """
+    from fencepost.changefeed import Position
+
+    page = feed.changes_with_snapshots(since, CATCH_UP_LIMIT)
+    if page.has_more:
+        return None
+    events = [snapshot_event(c, s) for c, s in zip(page.changes, page.snapshots, strict=True)]
+    return events, Position(page.source, page.revision)
 
 
 def _rates(samples: list[tuple[float, str, int, int]]) -> tuple[Rate, Rate]:
@@ -321,7 +351,7 @@ class MultiFeedHub(FeedHub):
                     data = {"store": name, **run_event(self.stores[name].feed, change)}
                     self.positions[name] = change.position
                     self.error = self._logged_error = None
-                    self.publish("run", data, f"{name}:{change.revision}")
+                    self.publish("run", data, f"{name}:{change.revision}", (name, change.revision))
                     self._dirty.set()
             except SourceChanged:
                 # One store's source rotated (merged_follow does not say which): restart those.

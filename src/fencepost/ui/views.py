@@ -115,11 +115,38 @@ def _instant(name: str, text: str) -> int:
     return ms
 
 
+#: The query parameters a page may be given more than once: ``status`` (the listing filters by several).
+REPEATABLE = frozenset({"status"})
+#: The parameters of the runs page.
+RUNS_PARAMETERS = ("status", "flow", "created_after", "created_before", "limit", "cursor")
+
+
+def given_once(query: Mapping[str, str], names: tuple[str, ...]) -> None:
+    """Refuse a parameter among ``names`` given more than once (a browser would not say which value
+    counts): ``invalid_options`` naming it. ``status`` may be repeated."""
+    getlist = getattr(query, "getlist", None)
+    if getlist is None:
+        return
+    for name in names:
+        n = len(getlist(name))
+        if n > 1 and name not in REPEATABLE:
+            raise BadInput("invalid_options", f"{name} is given more than once ({n} times): give it once")
+
+
+def statuses_of(query: Mapping[str, str]) -> list[str]:
+    """The ``status`` values of a query, in order, each once, blanks ("any") left out."""
+    getlist = getattr(query, "getlist", None)
+    values = getlist("status") if getlist is not None else [query.get("status", "")]
+    return list(dict.fromkeys(v for v in values if v))
+
+
 def listing_filters(query: Mapping[str, str]) -> dict[str, Any]:
-    """The listing filters of a runs-page query: ``status``, ``flow``, ``created_after``, ``created_before``."""
+    """The listing filters of a runs-page query: ``status`` (one or several), ``flow``,
+    ``created_after``, ``created_before``."""
     filters: dict[str, Any] = {}
-    if query.get("status"):
-        filters["status"] = query["status"]
+    statuses = statuses_of(query)
+    if statuses:
+        filters["status"] = statuses[0] if len(statuses) == 1 else statuses
     if query.get("flow"):
         filters["flow_name"] = query["flow"]
     for key, name in (("created_after", "created_after_ms"), ("created_before", "created_before_ms")):
@@ -154,14 +181,16 @@ def _row(r: Any) -> dict[str, Any]:
 
 
 def _queries(query: Mapping[str, str], cursor: str | None) -> dict[str, Any]:
-    given = {k: query.get(k, "") for k in ("status", "flow", "created_after", "created_before", "limit")}
+    given: dict[str, Any] = {k: query.get(k, "") for k in ("flow", "created_after", "created_before", "limit")}
+    given["status"] = statuses_of(query)
     kept = {k: v for k, v in given.items() if v}
-    return {"filters": given, "first_query": urlencode(kept),
-            "next_query": urlencode({**kept, "cursor": cursor}) if cursor else None}
+    return {"filters": given, "first_query": urlencode(kept, doseq=True),
+            "next_query": urlencode({**kept, "cursor": cursor}, doseq=True) if cursor else None}
 
 
 def runs_page(store: Store, query: Mapping[str, str]) -> dict[str, Any]:
     """One newest-first page of the listing with the filters and cursor of ``query``."""
+    given_once(query, RUNS_PARAMETERS)
     filters = listing_filters(query)
     cursor = query.get("cursor") or None
     limit = _limit(query)
@@ -185,6 +214,7 @@ def runs_page_across(stores: Mapping[str, Store], query: Mapping[str, str]) -> d
     """
     from fencepost.cli.runs import listing_page, merged_page
 
+    given_once(query, RUNS_PARAMETERS)
     filters = listing_filters(query)
     cursor = query.get("cursor") or None
     limit = _limit(query)

@@ -72,7 +72,7 @@
       const first = document.createElement("td");
       first.appendChild(link);
       row.append(first, cell("", "status"), cell(ev.flow_name || "-"), cell("", "owner mono"),
-        cell("", "cancel"), cell(fmtTime(ev.created_at_ms)), cell("-"), cell("-"));
+        cell("", "cancel"), cell(fmtTime(ev.created_at_ms)), cell("-", "started"), cell("-", "finished"));
       const empty = tbody.querySelector("tr.empty");
       if (empty) empty.remove();
       tbody.insertBefore(row, tbody.firstChild);
@@ -82,6 +82,8 @@
     status.replaceChildren(badge(ev.status));
     row.querySelector(".owner").textContent = ev.owner || "-";
     row.querySelector(".cancel").textContent = ev.cancel_requested ? "requested" : "-";
+    row.querySelector(".started").textContent = fmtTime(ev.started_at_ms);
+    row.querySelector(".finished").textContent = fmtTime(ev.finished_at_ms);
     flash(row);
   }
 
@@ -188,47 +190,61 @@
 
   // ---------------------------------------------------------------- the one stream
   if (!window.EventSource) { setLive(false, "no live updates"); return; }
-  const source = new EventSource("/events");
-  source.addEventListener("open", () => setLive(true, "live"));
-  source.addEventListener("error", () => setLive(false, "reconnecting"));
-  // The feed position this page has seen: the one its stream opened at, then each run event's. A
-  // stream that opens again (the console restarted, the network dropped) at another position
-  // missed what changed meanwhile: the runs page reloads, a run page refreshes; the other pages
-  // get fresh stats on connect.
+  // The feed position this page has seen: the one it was rendered at (runs and run pages), then
+  // each run event's, then the one its stream says it reached (hello). The stream is opened with
+  // it (?since=), and the server first sends what changed after it, then the live changes: nothing
+  // that changed between the render and the stream opening, or while the stream was away (the
+  // console restarted, the network dropped), is missed. A position the server cannot replay from
+  // (another source, too far behind) gets a "reset": the page reloads, once. The badge says "live"
+  // from the hello on, once the page has caught up.
   let position = null;
+  try { position = document.body.dataset.position ? JSON.parse(document.body.dataset.position) : null; }
+  catch (e) { position = null; }
   function seen(ev) {
     if (position === null) return;
-    if (position.stores) {
-      const p = position.stores[ev.store || ""];
-      if (p) p.revision = ev.revision;
-    } else {
-      position.revision = ev.revision;
-    }
+    const p = position.stores ? position.stores[ev.store || ""] : position;
+    if (p && (p.revision === null || ev.revision > p.revision)) p.revision = ev.revision;
   }
-  source.addEventListener("hello", (msg) => {
-    const hello = JSON.parse(msg.data);
-    setLive(true, "live");
-    const missed = position !== null && JSON.stringify(hello) !== JSON.stringify(position);
-    position = hello;
-    if (!missed) return;
-    if (page === "runs") { source.close(); window.location.reload(); }
-    else if (page === "run") refreshRun();
-  });
-  source.addEventListener("reset", () => { source.close(); window.location.reload(); });
-  source.addEventListener("run", (msg) => {
-    const ev = JSON.parse(msg.data);
-    seen(ev);
-    if (page === "runs") onRunRuns(ev);
-    else if (page === "run" && ev.run_id === document.body.dataset.runId
-             && (ev.store || "") === (document.body.dataset.store || "")) refreshRun();
-  });
-  // The database stopped answering (gone, renamed, unreachable): say so until stats flow again.
-  source.addEventListener("unavailable", () => setLive(false, "database unavailable"));
-  source.addEventListener("stats", (msg) => {
-    const stats = JSON.parse(msg.data);
-    setLive(true, "live");
-    if (page === "runs") onStatsRuns(stats);
-    else if (page === "projections") onStatsProjections(stats);
-    else if (page === "health") onStatsHealth(stats);
-  });
+  // ?since=: SOURCE:REVISION, or NAME=SOURCE:REVISION,... over several stores.
+  function since() {
+    if (position === null) return null;
+    const at = (p) => p && p.source !== null && p.revision !== null ? p.source + ":" + p.revision : null;
+    if (!position.stores) return at(position);
+    const parts = Object.keys(position.stores).map((n) => at(position.stores[n]) && n + "=" + at(position.stores[n]));
+    return parts.length && parts.every(Boolean) ? parts.join(",") : null;
+  }
+  let source = null, down = false;
+  function connect() {
+    source = new EventSource("/events" + (since() ? "?since=" + encodeURIComponent(since()) : ""));
+    // Reconnect ourselves, with the position seen so far (the browser's own retry would repeat the
+    // first ?since=).
+    source.addEventListener("error", () => {
+      source.close();
+      setLive(false, down ? "database unavailable" : "reconnecting");
+      setTimeout(connect, 1000);
+    });
+    source.addEventListener("hello", (msg) => {
+      position = JSON.parse(msg.data);
+      setLive(true, "live");
+    });
+    source.addEventListener("reset", () => { source.close(); window.location.reload(); });
+    source.addEventListener("run", (msg) => {
+      const ev = JSON.parse(msg.data);
+      seen(ev);
+      if (page === "runs") onRunRuns(ev);
+      else if (page === "run" && ev.run_id === document.body.dataset.runId
+               && (ev.store || "") === (document.body.dataset.store || "")) refreshRun();
+    });
+    // The database stopped answering (gone, renamed, unreachable): say so until stats flow again.
+    source.addEventListener("unavailable", () => { down = true; setLive(false, "database unavailable"); });
+    source.addEventListener("stats", (msg) => {
+      const stats = JSON.parse(msg.data);
+      down = false;
+      setLive(true, "live");
+      if (page === "runs") onStatsRuns(stats);
+      else if (page === "projections") onStatsProjections(stats);
+      else if (page === "health") onStatsHealth(stats);
+    });
+  }
+  connect();
 })();
