@@ -515,7 +515,7 @@ def _create_on_shard(obj: CliContext, run_id: str, state_json: str, out: Output)
     shards.runs.create(run_id, state_json)
     home = shards.locate(run_id)
     if out.is_table:
-        click.echo(f"created {run_id} on {home}")
+        out.message(f"created {run_id} on {home}")
     else:
         out.record({"store": home, **run_record(shards.runs.get(run_id))})
 
@@ -572,13 +572,13 @@ def runs_create(run_id: str, state_json: str, out: Output) -> None:
         pairs = _parse_ndjson(click.get_text_stream("stdin"))
         created = store.runs.create_many(pairs)
         if out.is_table:
-            click.echo(f"created {created} run(s)")
+            out.message(f"created {created} run(s)")
         else:
             out.record({"created": [rid for rid, _ in pairs]})
         return
     store.runs.create(run_id, state_json)
     if out.is_table:
-        click.echo(f"created {run_id}")
+        out.message(f"created {run_id}")
     else:
         out.record(run_record(store.runs.get(run_id)))
 
@@ -617,8 +617,8 @@ def runs_retry(run_id: str, new_run_id: str | None, out: Output) -> None:
     if not out.is_table:
         out.record(run_record(row))
     else:
-        click.echo(f"created {row.run_id}: round {row.round_ordinal} of lineage {row.lineage_id}, "
-                   f"pending, from the last state of {row.parent_run_id}")
+        out.message(f"created {row.run_id}: round {row.round_ordinal} of lineage {row.lineage_id}, "
+                    f"pending, from the last state of {row.parent_run_id}")
 
 
 @runs.command("delete")
@@ -647,6 +647,6 @@ def runs_delete(run_id: str, force: bool, out: Output) -> None:
                        "and deletes it") from None
         raise
     if out.is_table:
-        click.echo(f"deleted {run_id}")
+        out.message(f"deleted {run_id}")
     else:
         out.record({"deleted": run_id, "forced": force})
