@@ -522,9 +522,14 @@ def _create_on_shard(obj: CliContext, run_id: str, state_json: str, out: Output)
 
 # --------------------------------------------------------------------------- operator commands
 def _parse_ndjson(stream: Any) -> list[tuple[str, str]]:
-    """``{"run_id": ..., "state": <JSON>}`` per line (blank lines skipped); errors name the line."""
+    """``{"run_id": ..., "state": <JSON>}`` per line of UTF-8 bytes (blank lines skipped, a byte order
+    mark before the first accepted); errors name the line, never its content."""
     pairs: list[tuple[str, str]] = []
-    for n, line in enumerate(stream, start=1):
+    for n, raw in enumerate(stream, start=1):
+        try:
+            line = raw.decode("utf-8-sig" if n == 1 else "utf-8")
+        except UnicodeDecodeError:
+            raise click.ClickException(f"stdin line {n}: not UTF-8 text") from None
         if not line.strip():
             continue
         try:
@@ -569,7 +574,7 @@ def runs_create(run_id: str, state_json: str, out: Output) -> None:
     store = write_store(create=False)
     _refuse_one_shard(store)
     if run_id == "-":
-        pairs = _parse_ndjson(click.get_text_stream("stdin"))
+        pairs = _parse_ndjson(click.get_binary_stream("stdin"))
         created = store.runs.create_many(pairs)
         if out.is_table:
             out.message(f"created {created} run(s)")
