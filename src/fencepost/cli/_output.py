@@ -109,15 +109,20 @@ class Output:
         title: str | None = None,
         footer: Iterable[str] = (),
         document: Any = None,
+        fields: Sequence[str] = (),
     ) -> None:
-        """Print a list of records; ``document`` replaces the array as the ``json`` output."""
+        """Print a list of records; ``document`` replaces the array as the ``json`` output.
+
+        ``fields``: the keys every record has, in order, for the ``csv`` header when there is no
+        record to take them from (a CSV reader then reads an empty table, not an empty file).
+        """
         if self.format == "json":
             _write_json(list(records) if document is None else document)
         elif self.format == "jsonl":
             for r in records:
                 _write_json(r)
         elif self.format == "csv":
-            _write_csv(records)
+            _write_csv(records, fields)
         else:
             _write_table(title, columns, [[c.cell(r) for c in columns] for r in records])
             for line in footer:
@@ -204,9 +209,9 @@ def _csv_cell(value: Any) -> Any:
     return value
 
 
-def _write_csv(records: Sequence[Mapping[str, Any]]) -> None:
+def _write_csv(records: Sequence[Mapping[str, Any]], fields: Sequence[str] = ()) -> None:
     writer = csv.writer(sys.stdout, lineterminator="\n")
-    header: list[str] = []
+    header: list[str] = [] if records else list(fields)
     for r in records:
         header += [k for k in r if k not in header]
     if header:

@@ -172,6 +172,16 @@ def run_record(row: Any) -> dict[str, Any]:
     return record
 
 
+def _run_fields() -> list[str]:
+    """The keys of every ``run_record``, in order: the ``RunRow`` fields, ``state`` after ``state_json``."""
+    from fencepost.runstore.rows import RunRow
+
+    fields: list[str] = []
+    for name in RunRow.__struct_fields__:
+        fields += [name, "state"] if name == "state_json" else [name]
+    return fields
+
+
 def _flow(record: dict[str, Any]) -> Any:
     state = record.get("state")
     flow = state.get("flowName") if isinstance(state, dict) else None
@@ -315,7 +325,7 @@ def runs_list(statuses: tuple[str, ...], flow: str | None, after: int | None, be
     if next_cursor is not None:
         footer.append(f"next page: --cursor {shlex.quote(next_cursor)}")
     out.rows(records, RUN_COLUMNS, title=f"{len(records)} run(s)", footer=footer,
-             document={"runs": records, "next_cursor": next_cursor, "total": total})
+             document={"runs": records, "next_cursor": next_cursor, "total": total}, fields=_run_fields())
 
 
 STORE_COLUMN = Column("store", "store", wrap=False)
@@ -333,7 +343,8 @@ def _list_across(stores: dict[str, Any], filters: dict[str, Any], cursor: str | 
     if next_cursor is not None:
         footer.append(f"next page: --cursor {shlex.quote(next_cursor)}")
     out.rows(records, [STORE_COLUMN, *RUN_COLUMNS], title=f"{len(records)} run(s)", footer=footer,
-             document={"runs": records, "next_cursor": next_cursor, "total": total})
+             document={"runs": records, "next_cursor": next_cursor, "total": total},
+             fields=["store", *_run_fields()])
 
 
 def merged_page(stores: Mapping[str, Any], filters: dict[str, Any], cursor: str | None, limit: int,
