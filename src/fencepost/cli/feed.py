@@ -43,7 +43,7 @@ class Revision(click.ParamType):
         if isinstance(value, tuple):
             return value
         head, sep, tail = str(value).strip().rpartition("=")
-        if tail.isdigit() and (not sep or head):
+        if tail.isascii() and tail.isdigit() and (not sep or head):  # not "²", nor other scripts' digits
             if int(tail) > MAX_SAFE_INTEGER:
                 self.fail(f"a revision is at most {MAX_SAFE_INTEGER}", param, ctx)
             return (head if sep else None, int(tail))

@@ -215,7 +215,7 @@ class Instant(click.ParamType):
         if isinstance(value, int):
             return value
         text = str(value).strip()
-        if text.isdigit():
+        if text.isascii() and text.isdigit():  # str.isdigit() alone admits "²" and other scripts' digits
             return self._in_range(int(text), param, ctx)
         from datetime import UTC, datetime
 
