@@ -44,7 +44,7 @@ class Revision(click.ParamType):
             return value
         head, sep, tail = str(value).strip().rpartition("=")
         if tail.isascii() and tail.isdigit() and (not sep or head):  # not "²", nor other scripts' digits
-            if int(tail) > MAX_SAFE_INTEGER:
+            if len(tail) > 17 or int(tail) > MAX_SAFE_INTEGER:  # int() refuses thousands of digits
                 self.fail(f"a revision is at most {MAX_SAFE_INTEGER}", param, ctx)
             return (head if sep else None, int(tail))
         self.fail("must be a revision (0 or more), or NAME=REVISION for one store of several", param, ctx)

@@ -216,7 +216,8 @@ class Instant(click.ParamType):
             return value
         text = str(value).strip()
         if text.isascii() and text.isdigit():  # str.isdigit() alone admits "²" and other scripts' digits
-            return self._in_range(int(text), param, ctx)
+            # More digits than the largest stamp has: out of range, before int() refuses thousands of them.
+            return self._in_range(int(text) if len(text) <= 17 else MAX_SAFE_INTEGER + 1, param, ctx)
         from datetime import UTC, datetime
 
         try:
