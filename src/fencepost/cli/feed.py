@@ -249,7 +249,10 @@ def source_show(out: Output) -> None:
 def source_rotate(out: Output) -> None:
     """Give the database a new source id (after a restore or a divergent copy).
 
-    Every consumer holding a position of the old source must rebuild.
+    Every consumer holding a position of the old source must rebuild: a projection does so itself
+    when it next reads (projection status then counts the rebuild and shows last_rebuild, reason
+    source_changed); a running feed tail --follow stops with exit 1, saying to start again with
+    --from 0. Prints the new position.
 
     Example: fencepost source rotate
     """
