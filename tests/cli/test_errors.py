@@ -154,6 +154,33 @@ def test_a_typed_value_the_store_would_refuse_is_a_usage_error_naming_the_option
     assert run_cli("--db", url, "runs", "list", "--json").out == before
 
 
+NOT_ASCII_DIGITS = [
+    (["runs", "list", "--created-after", "\u00b2"], "--created-after"),
+    (["runs", "list", "--created-before", "\uff11\uff12"], "--created-before"),
+    (["feed", "tail", "--from", "\u00b2"], "--from"),
+    (["feed", "tail", "--from", "\u0660"], "--from"),
+    (["runs", "list", "--created-after", "9" * 5000], "--created-after"),
+    (["feed", "tail", "--from", "9" * 5000], "--from"),
+]
+
+
+@pytest.mark.parametrize(("args", "names"), NOT_ASCII_DIGITS, ids=["superscript", "fullwidth", "from-superscript",
+                                                                   "from-arabic-indic", "5000-digits",
+                                                                   "from-5000-digits"])
+def test_a_number_in_other_digits_is_a_usage_error_naming_the_option(run_cli, tmp_path, args, names):
+    """str.isdigit() admits superscripts and other scripts' digits: "\u00b2" then failed in int() with
+    "Error: ValueError: invalid literal for int() with base 10: '\u00b2'" (exit 1, the value echoed),
+    and fullwidth or Arabic-Indic digits were read as numbers. Only ASCII digits are a number now.
+    5000 digits failed the same way (Python's limit on converting long digit strings)."""
+    url = f"sqlite:///{tmp_path / 'flows.db'}"
+    assert run_cli("--db", url, "init").code == 0
+    assert run_cli("--db", url, "runs", "create", "r1").code == 0
+    result = run_cli("--db", url, *args)
+    assert_one_line_error(result)
+    assert result.code == 2 and names in result.err, result
+    assert "ValueError" not in result.err and args[-1] not in result.err, result
+
+
 def test_runs_create_from_stdin_refuses_a_state_option_it_would_ignore(tmp_path):
     url = f"sqlite:///{tmp_path / 'flows.db'}"
     result = subprocess.run([fencepost_exe(), "--db", url, "runs", "create", "-", "--state", '{"x": 1}'],

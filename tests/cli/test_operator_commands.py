@@ -133,3 +133,29 @@ def test_cancelling_a_pending_run_settles_it_when_a_worker_claims_it(run_cli, db
     with fencepost.open(db_url, readonly=True) as store:
         row = store.runs.get("p")
     assert row.status == "cancelled" and row.failure is None
+
+
+def test_runs_create_dash_names_the_line_that_is_not_utf8_and_creates_nothing(run_cli, db_url):
+    """A line of stdin that is not UTF-8 was reported as the interpreter's
+    ``UnicodeDecodeError: 'utf-8' codec can't decode byte 0xff in position 0``: no line number, a
+    byte of the input echoed. Now it names the line, like a line that is not JSON; nothing is created.
+    A byte order mark before the first line is accepted, as a shard file's is."""
+    _init(run_cli, db_url)
+    env = {k: v for k, v in os.environ.items() if k != "FENCEPOST_DB"}
+    text = b'{"run_id": "good"}\n{"run_id": "bad\xff"}\n'
+    proc = subprocess.run([fencepost_exe(), "--db", db_url, "runs", "create", "-"], input=text,
+                          capture_output=True, env=env, timeout=60)
+    result = Result(subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout.decode(),
+                                                proc.stderr.decode()))
+    assert_one_line_error(result)
+    assert result.code == 1
+    assert "stdin line 2" in result.err and "UTF-8" in result.err, result
+    assert "0xff" not in result.err and "UnicodeDecodeError" not in result.err, result
+    with fencepost.open(db_url, readonly=True) as store:
+        assert store.feed.count_runs(None) == 0
+    bom = subprocess.run([fencepost_exe(), "--db", db_url, "runs", "create", "-"],
+                         input='\ufeff{"run_id": "b1"}\r\n{"run_id": "b2"}\r\n'.encode(), capture_output=True,
+                         env=env, timeout=60)
+    assert bom.returncode == 0, bom
+    with fencepost.open(db_url, readonly=True) as store:
+        assert sorted(r.run_id for r in store.feed.list_runs(None, None, 10).runs) == ["b1", "b2"]

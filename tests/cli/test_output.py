@@ -278,3 +278,19 @@ def test_runs_list_several_statuses_page_with_one_cursor(run_cli, db_url):
     assert [r["run_id"] for r in first["runs"]] == ["s1"] and first["total"] == 3
     rest = json.loads(run_cli(*args[:-1], "5", "--json", "--cursor", first["next_cursor"]).out)
     assert [r["run_id"] for r in rest["runs"]] == ["s3", "s5"] and rest["next_cursor"] is None
+
+
+def test_runs_list_csv_with_no_match_still_prints_its_header(run_cli, operated):
+    """``runs list --format csv`` matching no run printed nothing at all, not even the header the docs
+    promise, so a script's CSV reader failed on the empty file (pandas: EmptyDataError) exactly when
+    there was nothing to report. The header is printed with no row, as with rows; across stores
+    (``NAME=URL``) it starts with "store"."""
+    full = run_cli("--db", operated, "runs", "list", "--format", "csv")
+    header = full.out.splitlines()[0]
+    empty = run_cli("--db", operated, "runs", "list", "--status", "failed", "--format", "csv")
+    assert empty.code == 0, empty
+    assert empty.out.splitlines() == [header], empty
+    assert list(csv.DictReader(io.StringIO(empty.out))) == []
+    labelled = run_cli("--db", f"only={operated}", "runs", "list", "--status", "failed", "--format", "csv")
+    assert labelled.code == 0, labelled
+    assert labelled.out.splitlines() == [f"store,{header}"], labelled

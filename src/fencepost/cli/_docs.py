@@ -36,7 +36,10 @@ file plain aligned columns with one record per line, never folded, so `fencepost
 ID` finds the run. `json` prints one document, `jsonl` one object per line, `csv` a header and one
 row per record (nested values as JSON text). Keys are snake_case throughout; what a user recorded
 (a run's `state`, a journal entry's `payload` and `meta`) is shown exactly as it was written. A
-run carries `state`, its `state_json` decoded, beside the verbatim `state_json`.
+run carries `state`, its `state_json` decoded, beside the verbatim `state_json`. A table (and a
+`feed tail` line, a sentence such as `created ID`) shows a control character the text holds (ESC,
+BEL, ...) as `\\xNN`, so a run id or flow name never drives the terminal; the other formats keep
+the exact text.
 
 **Errors and exit codes.** An error is one line on stderr starting with `Error:`, never a
 traceback (set `FENCEPOST_DEBUG=1` to see one); data goes to stdout.

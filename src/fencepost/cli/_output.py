@@ -31,6 +31,15 @@ FORMATS = ("table", "json", "jsonl", "csv")
 
 _encoder = msgspec.json.Encoder()
 _CAMEL = re.compile(r"(?<=[a-z0-9])([A-Z])")
+# C0 controls but tab, newline and carriage return (a table handles those), DEL and C1 controls.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` for a terminal: every control character a terminal would act on (``ESC``, ``BEL``,
+    the C1 ``CSI`` ...) written as ``\\xNN``, so text a store holds (a run id, a flow name, a
+    failure message) never clears a screen or sets a window title. Tab and line ends stay."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 @dataclass(frozen=True)
@@ -100,19 +109,24 @@ class Output:
         title: str | None = None,
         footer: Iterable[str] = (),
         document: Any = None,
+        fields: Sequence[str] = (),
     ) -> None:
-        """Print a list of records; ``document`` replaces the array as the ``json`` output."""
+        """Print a list of records; ``document`` replaces the array as the ``json`` output.
+
+        ``fields``: the keys every record has, in order, for the ``csv`` header when there is no
+        record to take them from (a CSV reader then reads an empty table, not an empty file).
+        """
         if self.format == "json":
             _write_json(list(records) if document is None else document)
         elif self.format == "jsonl":
             for r in records:
                 _write_json(r)
         elif self.format == "csv":
-            _write_csv(records)
+            _write_csv(records, fields)
         else:
             _write_table(title, columns, [[c.cell(r) for c in columns] for r in records])
             for line in footer:
-                click.echo(line)
+                click.echo(printable(line))
 
     # ------------------------------------------------------------------ one object
     def record(
@@ -133,7 +147,7 @@ class Output:
             _write_table(title, [Column("field", "field", wrap=False), Column("value", "value")],
                          [[str(k), cell_text(v)] for k, v in pairs])
             for line in notes:
-                click.echo(line)
+                click.echo(printable(line))
 
     # ------------------------------------------------------------------ unbounded
     def stream(self, columns: Sequence[Column]) -> Callable[[Mapping[str, Any]], None]:
@@ -156,14 +170,14 @@ class Output:
             return csv_line
 
         def line(record: Mapping[str, Any]) -> None:
-            click.echo("  ".join(c.cell(record) for c in columns))
+            click.echo(printable("  ".join(_one_line(c.cell(record)) for c in columns)))
 
         return line
 
     def message(self, text: str) -> None:
         """A human sentence, printed only in table format (machine formats carry the data alone)."""
         if self.is_table:
-            click.echo(text)
+            click.echo(printable(text))
 
 
 def output_options(fn: Callable) -> Callable:
@@ -195,9 +209,9 @@ def _csv_cell(value: Any) -> Any:
     return value
 
 
-def _write_csv(records: Sequence[Mapping[str, Any]]) -> None:
+def _write_csv(records: Sequence[Mapping[str, Any]], fields: Sequence[str] = ()) -> None:
     writer = csv.writer(sys.stdout, lineterminator="\n")
-    header: list[str] = []
+    header: list[str] = [] if records else list(fields)
     for r in records:
         header += [k for k in r if k not in header]
     if header:
@@ -208,6 +222,9 @@ def _write_csv(records: Sequence[Mapping[str, Any]]) -> None:
 
 
 def _write_table(title: str | None, columns: Sequence[Column], cells: list[list[str]]) -> None:
+    # What the store holds is shown, never obeyed: control characters escaped before any layout.
+    title = printable(title) if title is not None else None
+    cells = [[printable(v) for v in row] for row in cells]
     if sys.stdout.isatty():
         from rich.console import Console
 

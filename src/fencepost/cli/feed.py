@@ -43,8 +43,8 @@ class Revision(click.ParamType):
         if isinstance(value, tuple):
             return value
         head, sep, tail = str(value).strip().rpartition("=")
-        if tail.isdigit() and (not sep or head):
-            if int(tail) > MAX_SAFE_INTEGER:
+        if tail.isascii() and tail.isdigit() and (not sep or head):  # not "²", nor other scripts' digits
+            if len(tail) > 17 or int(tail) > MAX_SAFE_INTEGER:  # int() refuses thousands of digits
                 self.fail(f"a revision is at most {MAX_SAFE_INTEGER}", param, ctx)
             return (head if sep else None, int(tail))
         self.fail("must be a revision (0 or more), or NAME=REVISION for one store of several", param, ctx)
@@ -249,7 +249,10 @@ def source_show(out: Output) -> None:
 def source_rotate(out: Output) -> None:
     """Give the database a new source id (after a restore or a divergent copy).
 
-    Every consumer holding a position of the old source must rebuild.
+    Every consumer holding a position of the old source must rebuild: a projection does so itself
+    when it next reads (projection status then counts the rebuild and shows last_rebuild, reason
+    source_changed); a running feed tail --follow stops with exit 1, saying to start again with
+    --from 0. Prints the new position.
 
     Example: fencepost source rotate
     """

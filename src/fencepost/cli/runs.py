@@ -172,6 +172,16 @@ def run_record(row: Any) -> dict[str, Any]:
     return record
 
 
+def _run_fields() -> list[str]:
+    """The keys of every ``run_record``, in order: the ``RunRow`` fields, ``state`` after ``state_json``."""
+    from fencepost.runstore.rows import RunRow
+
+    fields: list[str] = []
+    for name in RunRow.__struct_fields__:
+        fields += [name, "state"] if name == "state_json" else [name]
+    return fields
+
+
 def _flow(record: dict[str, Any]) -> Any:
     state = record.get("state")
     flow = state.get("flowName") if isinstance(state, dict) else None
@@ -205,8 +215,9 @@ class Instant(click.ParamType):
         if isinstance(value, int):
             return value
         text = str(value).strip()
-        if text.isdigit():
-            return self._in_range(int(text), param, ctx)
+        if text.isascii() and text.isdigit():  # str.isdigit() alone admits "²" and other scripts' digits
+            # More digits than the largest stamp has: out of range, before int() refuses thousands of them.
+            return self._in_range(int(text) if len(text) <= 17 else MAX_SAFE_INTEGER + 1, param, ctx)
         from datetime import UTC, datetime
 
         try:
@@ -315,7 +326,7 @@ def runs_list(statuses: tuple[str, ...], flow: str | None, after: int | None, be
     if next_cursor is not None:
         footer.append(f"next page: --cursor {shlex.quote(next_cursor)}")
     out.rows(records, RUN_COLUMNS, title=f"{len(records)} run(s)", footer=footer,
-             document={"runs": records, "next_cursor": next_cursor, "total": total})
+             document={"runs": records, "next_cursor": next_cursor, "total": total}, fields=_run_fields())
 
 
 STORE_COLUMN = Column("store", "store", wrap=False)
@@ -333,7 +344,8 @@ def _list_across(stores: dict[str, Any], filters: dict[str, Any], cursor: str | 
     if next_cursor is not None:
         footer.append(f"next page: --cursor {shlex.quote(next_cursor)}")
     out.rows(records, [STORE_COLUMN, *RUN_COLUMNS], title=f"{len(records)} run(s)", footer=footer,
-             document={"runs": records, "next_cursor": next_cursor, "total": total})
+             document={"runs": records, "next_cursor": next_cursor, "total": total},
+             fields=["store", *_run_fields()])
 
 
 def merged_page(stores: Mapping[str, Any], filters: dict[str, Any], cursor: str | None, limit: int,
@@ -515,16 +527,21 @@ def _create_on_shard(obj: CliContext, run_id: str, state_json: str, out: Output)
     shards.runs.create(run_id, state_json)
     home = shards.locate(run_id)
     if out.is_table:
-        click.echo(f"created {run_id} on {home}")
+        out.message(f"created {run_id} on {home}")
     else:
         out.record({"store": home, **run_record(shards.runs.get(run_id))})
 
 
 # --------------------------------------------------------------------------- operator commands
 def _parse_ndjson(stream: Any) -> list[tuple[str, str]]:
-    """``{"run_id": ..., "state": <JSON>}`` per line (blank lines skipped); errors name the line."""
+    """``{"run_id": ..., "state": <JSON>}`` per line of UTF-8 bytes (blank lines skipped, a byte order
+    mark before the first accepted); errors name the line, never its content."""
     pairs: list[tuple[str, str]] = []
-    for n, line in enumerate(stream, start=1):
+    for n, raw in enumerate(stream, start=1):
+        try:
+            line = raw.decode("utf-8-sig" if n == 1 else "utf-8")
+        except UnicodeDecodeError:
+            raise click.ClickException(f"stdin line {n}: not UTF-8 text") from None
         if not line.strip():
             continue
         try:
@@ -569,16 +586,16 @@ def runs_create(run_id: str, state_json: str, out: Output) -> None:
     store = write_store(create=False)
     _refuse_one_shard(store)
     if run_id == "-":
-        pairs = _parse_ndjson(click.get_text_stream("stdin"))
+        pairs = _parse_ndjson(click.get_binary_stream("stdin"))
         created = store.runs.create_many(pairs)
         if out.is_table:
-            click.echo(f"created {created} run(s)")
+            out.message(f"created {created} run(s)")
         else:
             out.record({"created": [rid for rid, _ in pairs]})
         return
     store.runs.create(run_id, state_json)
     if out.is_table:
-        click.echo(f"created {run_id}")
+        out.message(f"created {run_id}")
     else:
         out.record(run_record(store.runs.get(run_id)))
 
@@ -617,8 +634,8 @@ def runs_retry(run_id: str, new_run_id: str | None, out: Output) -> None:
     if not out.is_table:
         out.record(run_record(row))
     else:
-        click.echo(f"created {row.run_id}: round {row.round_ordinal} of lineage {row.lineage_id}, "
-                   f"pending, from the last state of {row.parent_run_id}")
+        out.message(f"created {row.run_id}: round {row.round_ordinal} of lineage {row.lineage_id}, "
+                    f"pending, from the last state of {row.parent_run_id}")
 
 
 @runs.command("delete")
@@ -647,6 +664,6 @@ def runs_delete(run_id: str, force: bool, out: Output) -> None:
                        "and deletes it") from None
         raise
     if out.is_table:
-        click.echo(f"deleted {run_id}")
+        out.message(f"deleted {run_id}")
     else:
         out.record({"deleted": run_id, "forced": force})
