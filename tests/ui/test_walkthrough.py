@@ -247,3 +247,15 @@ def test_the_hub_says_unavailable_soon_after_its_follower_fails(db_url: str) -> 
         finally:
             hub.close()
             reader.close()
+
+
+@pytest.mark.parametrize("name", ["created_after", "created_before", "limit"])
+def test_a_digit_of_another_script_is_a_bad_parameter_not_a_server_error(db_url: str, name: str) -> None:
+    """``str.isdigit`` admits "²" and other scripts' digits, which ``int`` refuses: such a created
+    bound or limit ended in a ValueError inside the page (a 500). It is now the ``400
+    invalid_options`` any other malformed value gets."""
+    fencepost.open(db_url).close()
+    with UiServer(create_app(db_url)) as console:
+        for given in ("²", "1²", "٣"):
+            r = httpx.get(console.url + "/", params={name: given}, timeout=10)
+            assert r.status_code == 400 and error_code(r) == "invalid_options", (given, r.status_code)

@@ -238,7 +238,7 @@ def _since(text: str | None, names: list[str] | None) -> dict[str, Any]:
             if bool(sep) != (names is not None) or name in stores:
                 raise ValueError
             source, _, revision = at.partition(":")
-            if not revision.isdigit() or len(revision) > 16:
+            if not (revision.isascii() and revision.isdigit()) or len(revision) > 16:
                 raise ValueError
             stores[name] = _check_requested_position(Position(source, int(revision)), "since")
     except (ValueError, RunStoreError):

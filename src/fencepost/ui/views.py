@@ -100,7 +100,7 @@ def _instant(name: str, text: str) -> int:
     names the query parameter, not the listing filter behind it.
     """
     text = text.strip()
-    if text.isdigit() and len(text) <= 16:
+    if text.isascii() and text.isdigit() and len(text) <= 16:  # not "²", nor other scripts' digits
         ms = int(text)
     elif not _DATE.fullmatch(text):
         raise BadInput("invalid_options", f"{name} must be milliseconds or an ISO date/time")
@@ -158,7 +158,7 @@ def listing_filters(query: Mapping[str, str]) -> dict[str, Any]:
 def _limit(query: Mapping[str, str]) -> int:
     if query.get("limit"):
         text = query["limit"]
-        if not (text.isdigit() and len(text) <= 4):
+        if not (text.isascii() and text.isdigit() and len(text) <= 4):
             raise BadInput("invalid_options", "limit must be an integer in 1..200")
         return int(text)
     return PAGE_SIZE
