@@ -115,11 +115,10 @@ class StoreBase:
         self._store = store
         self._db = store.db
         self._clock = store.clock
+        # Wrapped once (an injected strategy's answers are type-checked; the built-in one is not).
+        self._consensus: Any = cs.checked(store.consensus)
 
     # ------------------------------------------------------------------ plumbing
-    @property
-    def _consensus(self) -> Any:
-        return cs.checked(self._store.consensus)
 
     def _write(self, method: str, fn: Callable[[Connection], Any]) -> Any:
         try:
