@@ -36,6 +36,7 @@ from fencepost._group import GroupCommit
 from fencepost._txn import PROCESS
 from fencepost._txn import Txn as _Txn
 from fencepost._txn import current as _current
+from fencepost._values import ascii_digits
 from fencepost.errors import DatabaseMissing, FencepostError, OpenError, PersistenceError
 
 T = TypeVar("T")
@@ -241,7 +242,7 @@ def parse_url(url: str) -> tuple[URL, dict[str, str]]:
         more = "" if backend == "sqlite" else " and the driver's connection keywords"
         raise ValueError(f"unknown URL option {_option_name(unknown[0])} (known: {known}{more})")
     timeout = options.get("busy_timeout_ms", "0")
-    if not (timeout.isdigit() and timeout.isascii() and int(timeout) <= _BUSY_TIMEOUT_MAX):
+    if not (ascii_digits(timeout) and int(timeout) <= _BUSY_TIMEOUT_MAX):
         raise ValueError(f"busy_timeout_ms must be an integer of milliseconds in 0..{_BUSY_TIMEOUT_MAX}")
     if options.get("synchronous", "FULL").upper() not in SQLITE_SYNCHRONOUS:
         raise ValueError("synchronous must be one of OFF, NORMAL, FULL, EXTRA")

@@ -64,6 +64,15 @@ def identifier_problem(value: object) -> str | None:
     return text_problem(value)
 
 
+def ascii_digits(text: str, max_len: int | None = None) -> bool:
+    """True when ``text`` is one or more ASCII digits (at most ``max_len`` of them when given).
+
+    ``str.isdigit`` alone admits "²" and other scripts' digits, which ``int`` refuses; a bound on
+    the length keeps ``int`` from refusing thousands of digits as well.
+    """
+    return text.isascii() and text.isdigit() and (max_len is None or len(text) <= max_len)
+
+
 def is_safe_int(value: object) -> bool:
     """True for an exact ``int`` (never ``bool``) in ``0 ..= 2**53 - 1``."""
     return type(value) is int and 0 <= value <= SAFE_MAX

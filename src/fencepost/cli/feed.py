@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from fencepost._values import ascii_digits
 from fencepost.cli._common import (
     MAX_SAFE_INTEGER,
     CliContext,
@@ -43,7 +44,7 @@ class Revision(click.ParamType):
         if isinstance(value, tuple):
             return value
         head, sep, tail = str(value).strip().rpartition("=")
-        if tail.isascii() and tail.isdigit() and (not sep or head):  # not "²", nor other scripts' digits
+        if ascii_digits(tail) and (not sep or head):
             if len(tail) > 17 or int(tail) > MAX_SAFE_INTEGER:  # int() refuses thousands of digits
                 self.fail(f"a revision is at most {MAX_SAFE_INTEGER}", param, ctx)
             return (head if sep else None, int(tail))

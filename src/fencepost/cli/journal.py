@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from fencepost._values import ascii_digits
 from fencepost.cli._common import MAX_SAFE_INTEGER, RunIdType, fail, owner_text, read_store, run_exists, table, when
 from fencepost.cli._output import Column, Output, output_options, to_data
 
@@ -158,8 +159,7 @@ def _anchor(value: str | None) -> Any:
 
     expected = "expected POSITION:HASH (a journal position and its 64-hex entry hash)"
     position, sep, digest = value.strip().partition(":")
-    # ASCII digits only ("²" is a digit to str.isdigit and not to int), and few enough for int().
-    if not sep or not (position.isascii() and position.isdigit()) or len(position) > 16:
+    if not sep or not ascii_digits(position, 16):
         raise click.BadParameter(expected, param_hint="--anchor")
     try:
         return checked_anchor(Head(position=int(position), entry_hash=digest))

@@ -9,6 +9,7 @@ from typing import Any
 import click
 import msgspec
 
+from fencepost._values import ascii_digits
 from fencepost.cli._common import (
     MAX_SAFE_INTEGER,
     CliContext,
@@ -215,7 +216,7 @@ class Instant(click.ParamType):
         if isinstance(value, int):
             return value
         text = str(value).strip()
-        if text.isascii() and text.isdigit():  # str.isdigit() alone admits "²" and other scripts' digits
+        if ascii_digits(text):
             # More digits than the largest stamp has: out of range, before int() refuses thousands of them.
             return self._in_range(int(text) if len(text) <= 17 else MAX_SAFE_INTEGER + 1, param, ctx)
         from datetime import UTC, datetime

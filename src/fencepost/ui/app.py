@@ -28,6 +28,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from fencepost._values import ascii_digits
 from fencepost.errors import FencepostError, SourceChanged
 from fencepost.ui import views
 from fencepost.ui.hub import FeedHub, MultiFeedHub, catch_up, sse
@@ -238,7 +239,7 @@ def _since(text: str | None, names: list[str] | None) -> dict[str, Any]:
             if bool(sep) != (names is not None) or name in stores:
                 raise ValueError
             source, _, revision = at.partition(":")
-            if not (revision.isascii() and revision.isdigit()) or len(revision) > 16:
+            if not ascii_digits(revision, 16):
                 raise ValueError
             stores[name] = _check_requested_position(Position(source, int(revision)), "since")
     except (ValueError, RunStoreError):

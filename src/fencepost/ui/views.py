@@ -19,7 +19,7 @@ import msgspec
 from sqlalchemy import func, select
 
 from fencepost._schema import flows_runs
-from fencepost._values import SAFE_MAX, is_safe_int
+from fencepost._values import SAFE_MAX, ascii_digits, is_safe_int
 from fencepost.errors import FencepostError, RunStoreError
 from fencepost.journal.redaction import Redaction, RedactionError
 
@@ -100,7 +100,7 @@ def _instant(name: str, text: str) -> int:
     names the query parameter, not the listing filter behind it.
     """
     text = text.strip()
-    if text.isascii() and text.isdigit() and len(text) <= 16:  # not "²", nor other scripts' digits
+    if ascii_digits(text, 16):
         ms = int(text)
     elif not _DATE.fullmatch(text):
         raise BadInput("invalid_options", f"{name} must be milliseconds or an ISO date/time")
@@ -158,7 +158,7 @@ def listing_filters(query: Mapping[str, str]) -> dict[str, Any]:
 def _limit(query: Mapping[str, str]) -> int:
     if query.get("limit"):
         text = query["limit"]
-        if not (text.isascii() and text.isdigit() and len(text) <= 4):
+        if not ascii_digits(text, 4):
             raise BadInput("invalid_options", "limit must be an integer in 1..200")
         return int(text)
     return PAGE_SIZE
