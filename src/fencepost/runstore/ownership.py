@@ -556,9 +556,19 @@ class LeaseKeeper:
         return self.lease is not None and self.lease.lost
 
     def check(self) -> None:
-        """Raise ``LeaseLost`` if the fence was lost or the lease lapsed."""
-        if self.lease is not None:
-            self.lease.check()
+        """Raise ``LeaseLost`` if the fence was lost or the lease lapsed.
+
+        A keeper that is not keeping the lease, never started or stopped since (the ``with`` block
+        left), raises ``RunStoreError`` ``invalid_run`` instead of answering as if it were: nothing
+        renews the lease then, and no loss could ever be noticed. A lease lost before ``stop()``
+        keeps raising ``LeaseLost``.
+        """
+        lease = self.lease
+        if lease is not None and lease.error is not None:
+            raise lease.error
+        if lease is None or lease.released:
+            raise check.refuse("LeaseKeeper.check", "the keeper is not keeping the lease (never started, or "
+                               "stopped): call start() or enter it with `with` before check()", {"field": "state"})
 
     def settle(self, timeout: float = 5.0) -> None:
         """Wait until the loop has handled the clock's current reading (for ``ManualClock`` tests)."""
