@@ -39,7 +39,7 @@ from fencepost import _gauges
 from fencepost._durable import DbFailure, map_failure
 from fencepost._schema import flows_runs as runs_t
 from fencepost._values import identifier_problem, parse_json_text, stop_problem
-from fencepost.errors import RunStoreError
+from fencepost.errors import FencepostError, RunStoreError
 from fencepost.journal.owner import OwnerId, owner_problem
 from fencepost.journal.redaction import DEFAULT as DEFAULT_REDACTION
 from fencepost.runstore.heartbeat import HEARTBEAT_INTERVAL_MS as INTERVAL_MS
@@ -108,6 +108,16 @@ def _state_text(value: Any, what: str) -> str | None:
     if problem:
         raise UnstorableResult(f"{what} cannot be stored: as JSON text it {problem}")
     return text
+
+
+_FIRST_BACKOFF_S = 0.1
+_MAX_BACKOFF_S = 2.0
+
+
+def _unavailable(exc: FencepostError) -> bool:
+    """Whether ``exc`` says the database did not answer (worth sweeping again), not that the call or
+    the store is wrong: a closed or read-only store never comes back."""
+    return exc.code == "persistence_failed" and getattr(exc, "db_code", None) not in ("closed", "read_only")
 
 
 class WorkerStats(msgspec.Struct):
@@ -240,20 +250,38 @@ class Worker:
         pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="fencepost-run")
         try:
             next_cancel_check = clock.now_ms()
+            backoff = 0.0  # > 0 while the database is unavailable
             while not stop.is_set():
                 self._reap()
                 free = self.concurrency - len(self._futures)
                 took = 0
-                if free > 0:
-                    for row in self.take(free):
-                        self._start(pool, row)
-                        took += 1
-                now = clock.now_ms()
-                if now >= next_cancel_check:
-                    self._observe_cancellations()
-                    next_cancel_check = now + INTERVAL_MS
-                if (until_idle and took == 0 and not self._futures and not self._resting_now()
-                        and not self._waiting_for_leases()):
+                try:
+                    if free > 0:
+                        for row in self.take(free):
+                            self._start(pool, row)
+                            took += 1
+                    now = clock.now_ms()
+                    if now >= next_cancel_check:
+                        self._observe_cancellations()
+                        next_cancel_check = now + INTERVAL_MS
+                    idle = (until_idle and took == 0 and not self._futures and not self._resting_now()
+                            and not self._waiting_for_leases())
+                except FencepostError as exc:
+                    # An unavailable database (a server restarting, a write lock held past the busy
+                    # timeout) is waited out: the leases in hand ride on supervision's write
+                    # tolerance meanwhile. Anything else, a closed store included, ends the worker.
+                    if not _unavailable(exc):
+                        raise
+                    if not backoff:
+                        log.warning("worker: database unavailable (%s); sweeping again once it answers",
+                                    getattr(exc, "db_code", None) or exc.code)
+                    backoff = min(backoff * 2, _MAX_BACKOFF_S) if backoff else _FIRST_BACKOFF_S
+                    stop.wait(backoff)
+                    continue
+                if backoff:
+                    log.warning("worker: database available again")
+                    backoff = 0.0
+                if idle:
                     break
                 if took == 0 or not free:
                     self._done.wait(0.1)

@@ -147,3 +147,35 @@ def test_ctrl_c_stops_the_worker_gracefully_with_exit_130(db_url, tmp_path):
     assert "Traceback" not in err
     # Graceful: the runs in hand were parked, not left running on a dead lease.
     assert set(_statuses(db_url, ["k0", "k1"]).values()) == {"suspended"}
+
+
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+@pytest.mark.slow
+def test_sigterm_while_the_worker_processes_are_still_starting_exits_0(db_url, tmp_path):
+    """A SIGTERM (``systemctl stop``, a deploy) that came while the worker processes were still
+    starting, before they could stop gracefully, killed them with SIGTERM as asked; the command then
+    called them abnormal and exited 1, though nothing was claimed and the stop was the one asked for."""
+    (tmp_path / "quicktasks.py").write_text("def work(ctx):\n    return {}\n")
+    _create(db_url, ["s0"])
+    env = {k: v for k, v in os.environ.items() if k != "FENCEPOST_DB"}
+    proc = subprocess.Popen([fencepost_exe(), "--db", db_url, "worker", "-n", "2", "--task", "quicktasks:work"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        # The first child process exists: it is still starting (the interpreter, its imports).
+        while len([c for c in _children(proc.pid)]) < 2:
+            assert proc.poll() is None and time.monotonic() < deadline, "the worker processes never started"
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, (out, err)
+    assert "abnormally" not in out + err and "Traceback" not in err
+    assert _statuses(db_url, ["s0"])["s0"] in ("pending", "completed", "suspended")

@@ -82,20 +82,25 @@ def worker_process(url: str | dict[str, str], task: str, concurrency: int, until
 
 def spawn_workers(url: str | dict[str, str], n: int, *, task: str, concurrency: int = 4, until_idle: bool = False,
                   clock_spec: tuple[int, float] | None = None, prefix: str | None = None,
-                  results: Any = None, log_level: str = "WARNING", liveness: str = "lease") -> list[Any]:
+                  results: Any = None, log_level: str = "WARNING", liveness: str = "lease",
+                  started: list[Any] | None = None, cancelled: Any = None) -> list[Any]:
     """Start ``n`` worker processes (spawned, so each opens its own connections).
 
-    Each imports ``task`` with this process's current folder first on its path.
+    Each imports ``task`` with this process's current folder first on its path. Each process is
+    appended to ``started`` (when given) as soon as it runs, so a signal handler can stop the ones
+    already started; ``cancelled()`` (when given) returning True stops starting more.
     """
     ctx = multiprocessing.get_context("spawn")
     import_dir = os.getcwd()
-    procs = []
+    procs = started if started is not None else []
     # Children start with Ctrl-C ignored (the disposition survives exec) until worker_process installs
     # its graceful handler: a Ctrl-C while a child is still importing must not kill it mid-import
     # with a traceback. The parent sees the Ctrl-C and stops them all.
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if _main_thread() else None
     try:
         for i in range(n):
+            if cancelled is not None and cancelled():
+                break
             p = ctx.Process(target=worker_process, name=f"fencepost-worker-{i}",
                             args=(url, task, concurrency, until_idle, clock_spec, prefix, results, log_level,
                                   liveness, import_dir))
@@ -185,12 +190,25 @@ def worker(obj: CliContext, processes: int, concurrency: int, task: str, until_i
         target = obj.resolved_url
     ctx = multiprocessing.get_context("spawn")
     results = ctx.Queue()
-    procs = spawn_workers(target, processes, task=task, concurrency=concurrency,
-                          until_idle=until_idle, results=results,
-                          log_level=log_level.upper(), liveness=liveness)
-    previous = signal.signal(signal.SIGTERM, lambda *_: [p.terminate() for p in procs])
+    procs: list[Any] = []
+    terminated: list[bool] = []
+
+    def on_sigterm(*_: object) -> None:
+        # Installed before the first process starts: a SIGTERM while they are being started stops
+        # those already running and starts no more (it no longer killed this process alone,
+        # leaving them working with nobody to stop them).
+        terminated.append(True)
+        for p in procs:
+            p.terminate()  # a no-op for one that already ended
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
     interrupted = False
     try:
+        spawn_workers(target, processes, task=task, concurrency=concurrency, until_idle=until_idle,
+                      results=results, log_level=log_level.upper(), liveness=liveness, started=procs,
+                      cancelled=lambda: bool(terminated))
+        if terminated:  # one may have started between the handler's loop and being listed
+            on_sigterm()
         for p in procs:
             p.join()
     except KeyboardInterrupt:
@@ -210,7 +228,10 @@ def worker(obj: CliContext, processes: int, concurrency: int, task: str, until_i
           sorted(rows))
     if interrupted:
         raise SystemExit(130)
-    failed = [p for p in procs if p.exitcode not in (0, None)]
+    # After a SIGTERM, a process that ended by it stopped as asked: it was still starting, before
+    # its graceful handler was installed, so it had taken no run.
+    clean = (0, None, -signal.SIGTERM) if terminated else (0, None)
+    failed = [p for p in procs if p.exitcode not in clean]
     if failed:
         console.print(f"[red]{len(failed)} worker process(es) exited abnormally[/red]")
         raise SystemExit(1)

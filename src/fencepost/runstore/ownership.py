@@ -203,6 +203,7 @@ class Supervisor:
         self._receipts: list[tuple[Lease, _Call, int, int]] = []
         self._next_pulse_ms: int | None = None
         self._thread: threading.Thread | None = None
+        self._restart = False  # a hook on the loop held a run after stop() was asked for
         self._idle = threading.Condition()
         self._idle_at: int | None = None
         self.pulses = 0
@@ -211,28 +212,62 @@ class Supervisor:
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> Supervisor:
         """Start the loop thread (idempotent). A stopped supervisor starts again: ``hold`` after
-        ``stop`` (a ``Worker`` run again) pulses as before, never silently not at all."""
-        thread = self._thread
-        if thread is not None and thread is threading.current_thread():
-            self._stop.clear()  # a callback on the loop: it keeps running
-            return self
-        with self._start_lock:
-            if self._thread is not None and self._stop.is_set():
-                # The old loop is ending (or ended): wait for it, so two loops never pulse at once.
-                self._thread.join()
-                self._thread = None
-                self._stop.clear()
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name="fencepost-supervisor", daemon=True)
-                self._thread.start()
-        return self
+        ``stop`` (a ``Worker`` run again) pulses as before, never silently not at all.
+
+        From another thread, a loop that is stopping is waited for first, so two loops never pulse
+        at once. From a hook on the loop itself (a ``hold`` in ``on_lapse``), nothing is waited for:
+        a stop already asked for still ends this loop, which then hands over to a fresh one, unless
+        ``stop()`` is called again meanwhile (the later call wins). The stop is never undone from
+        inside the loop, so a thread waiting for it to end is never left waiting forever.
+        """
+        me = threading.current_thread()
+        while True:
+            with self._start_lock:
+                thread = self._thread
+                if thread is me:  # a hook on the loop
+                    if self._stop.is_set():
+                        self._restart = True
+                    return self
+                if thread is None:
+                    self._stop.clear()
+                    self._restart = False
+                    self._spawn()
+                    return self
+                if thread.is_alive() and not self._stop.is_set():
+                    return self
+            # The loop is stopping (or died): wait for it outside the lock, since it takes the
+            # lock to hand over as it ends; then look again (it may have handed over meanwhile).
+            thread.join()
+            with self._start_lock:
+                if self._thread is thread:
+                    self._thread = None
+
+    def _spawn(self) -> None:
+        # Under ``_start_lock``.
+        self._thread = threading.Thread(target=self._run, name="fencepost-supervisor", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._loop()
+        finally:
+            with self._start_lock:
+                # A hook held a run after the stop was asked for, and nobody stopped since: the
+                # held leases are pulsed by a fresh loop, started only now that this one is done.
+                if self._restart and self._thread is threading.current_thread():
+                    self._restart = False
+                    self._stop.clear()
+                    self._spawn()
 
     def stop(self, timeout: float | None = 5.0) -> None:
         """Stop pulsing; held leases simply stop being renewed (they are not released in the store)."""
-        self._stop.set()
+        with self._start_lock:
+            self._restart = False
+            self._stop.set()
+            thread = self._thread
         self._wake.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
 
     def __enter__(self) -> Supervisor:
         return self.start()
@@ -556,9 +591,19 @@ class LeaseKeeper:
         return self.lease is not None and self.lease.lost
 
     def check(self) -> None:
-        """Raise ``LeaseLost`` if the fence was lost or the lease lapsed."""
-        if self.lease is not None:
-            self.lease.check()
+        """Raise ``LeaseLost`` if the fence was lost or the lease lapsed.
+
+        A keeper that is not keeping the lease, never started or stopped since (the ``with`` block
+        left), raises ``RunStoreError`` ``invalid_run`` instead of answering as if it were: nothing
+        renews the lease then, and no loss could ever be noticed. A lease lost before ``stop()``
+        keeps raising ``LeaseLost``.
+        """
+        lease = self.lease
+        if lease is not None and lease.error is not None:
+            raise lease.error
+        if lease is None or lease.released:
+            raise check.refuse("LeaseKeeper.check", "the keeper is not keeping the lease (never started, or "
+                               "stopped): call start() or enter it with `with` before check()", {"field": "state"})
 
     def settle(self, timeout: float = 5.0) -> None:
         """Wait until the loop has handled the clock's current reading (for ``ManualClock`` tests)."""

@@ -1,0 +1,116 @@
+"""A worker outlives a database that is briefly unavailable: its sweep waits the failure out and goes
+on, instead of the exception ending ``Worker.run`` (and with it the ``fencepost worker`` process and
+every run in hand). SQLite: another connection holds the write lock past the busy timeout.
+PostgreSQL: a private server (never the shared one) stopped, then started again. A closed store still
+ends the worker at once. Each test's docstring says what was wrong.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+
+import pytest
+
+import fencepost
+from fencepost.worker import Worker
+from tests.faults.conftest import private_server  # noqa: F401 - fixture
+
+
+def _run_in_thread(worker: Worker, stop: threading.Event) -> tuple[threading.Thread, list]:
+    outcome: list = []
+
+    def body() -> None:
+        try:
+            outcome.append(worker.run(stop))
+        except BaseException as exc:  # the defect: the sweep's database error ended the worker
+            outcome.append(exc)
+
+    t = threading.Thread(target=body, daemon=True)
+    t.start()
+    return t, outcome
+
+
+def _wait_for(pred, timeout: float) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.02)
+    return pred()
+
+
+def test_sqlite_write_lock_held_past_the_busy_timeout_does_not_end_the_worker(tmp_path, caplog):
+    """A claim that met another connection's write lock past ``busy_timeout_ms`` raised
+    ``persistence_failed`` out of ``Worker.run``: the worker (a ``fencepost worker`` process) died
+    with a traceback, though the lock was released a moment later."""
+    path = tmp_path / "flows.db"
+    store = fencepost.open(f"sqlite:///{path}?busy_timeout_ms=100")
+    stop = threading.Event()
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        store.runs.create("r1", "{}")
+        holder.execute("BEGIN IMMEDIATE")  # a peer's long write transaction
+        worker = Worker(store, lambda ctx: {"done": True}, concurrency=1)
+        with caplog.at_level(logging.WARNING, logger="fencepost.worker"):
+            t, outcome = _run_in_thread(worker, stop)
+            assert _wait_for(lambda: bool(outcome) or any("database unavailable" in r.getMessage()
+                                                          for r in caplog.records), 5)
+            assert not outcome, f"the worker ended: {outcome!r}"
+        holder.execute("ROLLBACK")
+        assert _wait_for(lambda: store.runs.get("r1").status == "completed", 5)
+        assert not outcome and t.is_alive()
+        stop.set()
+        t.join(5)
+        assert outcome and outcome[0].completed == 1
+    finally:
+        stop.set()
+        holder.close()
+        store.close()
+
+
+@pytest.mark.slow
+def test_postgresql_server_stopped_and_started_under_a_running_worker(private_server, caplog):  # noqa: F811
+    """With the server down past the retry budget of one call (a few seconds), the sweep's read raised
+    ``persistence_failed`` out of ``Worker.run``: the worker died, and a run created once the server
+    was back was never taken."""
+    store = fencepost.open(private_server.url)
+    stop = threading.Event()
+    try:
+        store.runs.create("before", "{}")
+        worker = Worker(store, lambda ctx: {"done": True}, concurrency=1)
+        with caplog.at_level(logging.WARNING, logger="fencepost.worker"):
+            t, outcome = _run_in_thread(worker, stop)
+            assert _wait_for(lambda: store.runs.get("before").status == "completed", 10)
+            private_server._run("pg_ctl", "-D", str(private_server.data), "-m", "fast", "-w", "stop")
+            # Down until a sweep has given up on one call (or the worker ended): bounded.
+            assert _wait_for(lambda: bool(outcome) or any("database unavailable" in r.getMessage()
+                                                          for r in caplog.records), 15)
+            assert not outcome, f"the worker ended: {outcome!r}"
+        private_server.start()
+        store.runs.create("after", "{}")
+        assert _wait_for(lambda: store.runs.get("after").status == "completed", 10)
+        assert not outcome and t.is_alive()
+        stop.set()
+        t.join(10)
+        assert outcome and outcome[0].completed == 2
+    finally:
+        stop.set()
+        store.close()
+
+
+def test_a_closed_store_still_ends_the_worker(tmp_path):
+    """Regression guard: only an unavailable database is waited out; a closed store never comes back,
+    so the worker ends with its error."""
+    store = fencepost.open(f"sqlite:///{tmp_path / 'flows.db'}")
+    worker = Worker(store, lambda ctx: None, concurrency=1)
+    stop = threading.Event()
+    t, outcome = _run_in_thread(worker, stop)
+    time.sleep(0.3)
+    store.close()
+    t.join(5)
+    stop.set()
+    assert outcome and isinstance(outcome[0], fencepost.RunStoreError)
+    assert outcome[0].db_code == "closed"
