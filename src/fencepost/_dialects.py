@@ -132,6 +132,17 @@ class Backend:
     def begin_write(self, conn: Connection) -> None:
         """Run first in every write transaction (after BEGIN)."""
 
+    def relax_commit(self, conn: Connection) -> bool:
+        """Before BEGIN of a write whose COMMIT need not wait for the disk (``write(durable=False)``):
+        whether anything was relaxed on ``conn`` (then ``restore_commit`` runs after it ends)."""
+        return False
+
+    def relax_in_transaction(self, conn: Connection) -> None:
+        """After ``begin_write`` of such a write: relax its COMMIT for this transaction only."""
+
+    def restore_commit(self, conn: Connection) -> None:
+        """After such a write ended (committed or not): what ``relax_commit`` changed, put back."""
+
     def read_options(self) -> dict[str, Any]:
         return {}
 
@@ -302,10 +313,13 @@ class SqliteBackend(Backend):
         self._file: list[Any] = [None, None]
         #: Seconds SQLite waits for another connection's lock (``busy_timeout_ms``).
         self.busy_wait_s = 10.0
+        #: The ``synchronous`` level of every connection (the URL option, FULL unless given).
+        self.synchronous = "FULL"
 
     def configure(self, engine: Engine, *, readonly: bool, options: dict[str, str]) -> None:
         # Options were validated by parse_url before anything was created.
         synchronous = options.get("synchronous", "FULL").upper()
+        self.synchronous = synchronous
         # "writer": SQLite's own default, the commit that fills the log checkpoints it; no thread.
         background = options.get("checkpoints", "background") == "background"
         busy_ms = int(options.get("busy_timeout_ms", "10000"))
@@ -367,6 +381,19 @@ class SqliteBackend(Backend):
     def write_connection(self, conn: Connection) -> None:
         # The checkout (pool proxy) of a write connection: its transactions take the write lock.
         self._writers.add(conn.connection)
+
+    def relax_commit(self, conn: Connection) -> bool:
+        # In WAL mode NORMAL keeps every commit atomic and the file consistent; only the fsync of
+        # the log at COMMIT is skipped, so a power loss may undo the latest such commits (never
+        # part of one). The next FULL commit on the file syncs the log, earlier frames included.
+        # The level cannot change inside a transaction: set here, before BEGIN.
+        if self.synchronous not in ("FULL", "EXTRA"):
+            return False
+        conn.connection.driver_connection.execute("PRAGMA synchronous = NORMAL")
+        return True
+
+    def restore_commit(self, conn: Connection) -> None:
+        conn.connection.driver_connection.execute(f"PRAGMA synchronous = {self.synchronous}")
 
     def wrote(self) -> None:
         if self.checkpointer is not None:
@@ -484,6 +511,11 @@ class PostgresBackend(Backend):
         # Write connections run in the driver's autocommit mode (see write_connection): psycopg
         # sent no BEGIN, so ours goes with the lock.
         run(conn, self._begin_locked, None)
+
+    def relax_in_transaction(self, conn: Connection) -> None:
+        # COMMIT returns before the server flushed its log: a server crash may undo the latest
+        # such transactions (whole), never corrupt; reverts by itself when the transaction ends.
+        conn.exec_driver_sql("SET LOCAL synchronous_commit TO OFF")
 
     def read_options(self) -> dict[str, Any]:
         return {"isolation_level": "REPEATABLE READ", "postgresql_readonly": True}

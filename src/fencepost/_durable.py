@@ -405,13 +405,20 @@ class Database:
         return f"{detail}; {note}" if note else detail
 
     # ------------------------------------------------------------------ transactions
-    def write(self, fn: Callable[[Connection], T]) -> T:
+    def write(self, fn: Callable[[Connection], T], *, durable: bool = True) -> T:
         """Run ``fn(conn)`` in one serialized write transaction and return its result.
 
         Nested inside another ``write`` (same thread or task), ``fn`` runs in a savepoint of the
         outer transaction. Transient failures retry the whole outermost ``fn``; other driver
         failures raise ``DbFailure``; a ``FencepostError`` raised by ``fn`` rolls back and
         propagates unchanged.
+
+        ``durable=False`` (a top-level write only; nested, the outer transaction decides): the
+        COMMIT does not wait for the disk (SQLite at ``synchronous`` FULL or EXTRA: NORMAL for this
+        transaction; PostgreSQL: ``synchronous_commit`` off). It stays atomic and the database
+        consistent, but a power loss (a server crash on PostgreSQL) may undo it, whole, until a
+        later durable commit on the same database. Such a write never shares its COMMIT with
+        concurrent writes (group commit), whose durability is theirs.
         """
         if self.closed:
             raise _closed()  # each store maps it to its own error class
@@ -435,7 +442,10 @@ class Database:
                     raise
                 failure = self._failure(exc)
             raise failure  # outside the handler: the driver's exception is not kept as context
-        result = self._group.write(fn) if self._group is not None else self._run(fn, write=True)
+        if not durable:
+            result = self._run(fn, write=True, durable=False)
+        else:
+            result = self._group.write(fn) if self._group is not None else self._run(fn, write=True)
         self.backend.wrote()
         return result
 
@@ -468,13 +478,13 @@ class Database:
             return None  # inherited across fork(): the parent's transaction, on the parent's connection
         return txn
 
-    def _run(self, fn: Callable[[Connection], T], *, write: bool) -> T:
+    def _run(self, fn: Callable[[Connection], T], *, write: bool, durable: bool = True) -> T:
         delay = 0.005
         started = time.monotonic()
         for attempt in range(1, MAX_ATTEMPTS + 1):
             failure: DbFailure | None = None
             try:
-                return self._once(fn, write=write)
+                return self._once(fn, write=write, durable=durable)
             except CommitUnknown as unknown:
                 failure = unknown.failure
             except DBAPIError as exc:
@@ -523,7 +533,7 @@ class Database:
             self._slots.add(slot)
         return slot
 
-    def _once(self, fn: Callable[[Connection], T], *, write: bool) -> T:
+    def _once(self, fn: Callable[[Connection], T], *, write: bool, durable: bool = True) -> T:
         while True:
             slot = self._slot(write)
             # Held for the whole transaction; ``slot`` stays referenced until it ends, so a
@@ -531,16 +541,40 @@ class Database:
             with slot.lock:
                 if slot.conn.closed:  # closed by ``dispose`` between the lookup and the lock
                     continue
-                result, txn = self._once_on(slot.conn, fn, write=write)
+                result, txn = self._once_on(slot.conn, fn, write=write, durable=durable)
             break
         for callback in txn.after_commit:
             callback()
         return result
 
-    def _once_on(self, conn: Connection, fn: Callable[[Connection], T], *, write: bool) -> tuple[T, _Txn]:
+    def _once_on(self, conn: Connection, fn: Callable[[Connection], T], *, write: bool,
+                 durable: bool = True) -> tuple[T, _Txn]:
         """One attempt. Whatever fails (BEGIN, a statement, COMMIT, ROLLBACK), ``_settle`` leaves
         ``conn`` with no transaction open, on the server too, or discards it: never a wedged
         connection, never a write lock held past the failure."""
+        if durable or not write:
+            return self._attempt(conn, fn, write=write, durable=True)
+        try:
+            relaxed = self.backend.relax_commit(conn)
+        except Exception:
+            relaxed = True  # unknown: put back, or discard the connection (below)
+        try:
+            return self._attempt(conn, fn, write=write, durable=False)
+        finally:
+            if relaxed and not conn.invalidated and not conn.closed:
+                try:
+                    self.backend.restore_commit(conn)
+                except Exception:
+                    # A connection whose level cannot be put back would commit later writes
+                    # without waiting for the disk: never used again.
+                    try:
+                        conn.invalidate()
+                    except Exception:
+                        pass
+                    self._drop(write)
+
+    def _attempt(self, conn: Connection, fn: Callable[[Connection], T], *, write: bool,
+                 durable: bool) -> tuple[T, _Txn]:
         unknown: DbFailure | None = None
         try:
             txn = _Txn(conn, write)
@@ -552,6 +586,8 @@ class Database:
                 trans = conn.begin()
                 if write:
                     self.backend.begin_write(conn)
+                    if not durable:
+                        self.backend.relax_in_transaction(conn)
                 result = fn(conn)
             except BaseException as exc:
                 self._settle(conn, trans, write, exc)

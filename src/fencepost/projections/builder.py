@@ -588,7 +588,10 @@ class ProjectionBuilder:
                                          anchor=page.anchor, applied=accepted, rejected=rejected, now_ms=now)
             return accepted, rejected
 
-        result = self._write(body)
+        # Only the last page of a pass waits for the disk: it makes the earlier ones durable too (one
+        # log), and until then a power loss undoes pages whole, each with its checkpoint, so the
+        # builder resumes after the last page that survived. A shadow page never waits: the swap does.
+        result = self._write(body, durable=not (shadow or page.has_more))
         if self._after_page is not None:
             self._after_page(shadow, page)
         return result
@@ -770,9 +773,9 @@ class ProjectionBuilder:
             raise ProjectionError("projection_failed", "load", "checkpoint row is missing on the target")
         return cp
 
-    def _write(self, fn: Callable[[Connection], T]) -> T:
+    def _write(self, fn: Callable[[Connection], T], *, durable: bool = True) -> T:
         try:
-            return self.target.write(fn)
+            return self.target.write(fn, durable=durable)
         except DbFailure as exc:
             # The next call looks at the projection's tables again: a table dropped under the
             # builder is found (and built again) there instead of failing every page.
