@@ -21,3 +21,11 @@ def run_snippets(page: Path, module_name: str) -> None:
     assert blocks, f"{page.name} has no python snippet"
     for block in blocks:
         exec(compile(block, str(page), "exec"), {"__name__": module_name})
+
+
+_SHELL_BLOCK = re.compile(r"```(?:sh|bash|console)\n(.*?)```", re.DOTALL)
+
+
+def shell_blocks(page: Path) -> list[str]:
+    """Return the bodies of the page's fenced shell blocks (``sh``, ``bash``), in order."""
+    return _SHELL_BLOCK.findall(page.read_text(encoding="utf-8"))

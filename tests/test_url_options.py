@@ -149,3 +149,27 @@ def test_the_largest_busy_timeout_is_kept(tmp_path) -> None:
 def test_a_driver_option_the_driver_takes_more_than_once_is_left_to_it() -> None:
     parsed, options = parse_url("postgresql+psycopg://u@/db?host=a.example:5432&host=b.example:5433&schema=app")
     assert parsed.query["host"] == ("a.example:5432", "b.example:5433") and options == {"schema": "app"}
+
+
+# ------------------------------------------------------------------ a SQLite path ending in a slash
+@pytest.mark.parametrize("tail", ["data/", "data/?synchronous=NORMAL"])
+def test_a_sqlite_url_naming_a_directory_is_refused_not_made_into_a_file(tmp_path, monkeypatch, tail: str) -> None:
+    """``sqlite:///data/`` names a directory; the store was created as a file called ``data``."""
+    monkeypatch.chdir(tmp_path)
+    message = _refused(f"sqlite:///{tail}")
+    assert "directory" in message and "flows.db" in message
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_cli_refuses_it_as_a_usage_error_and_creates_nothing(tmp_path) -> None:
+    import os
+    import subprocess
+
+    from tests.cli.conftest import fencepost_exe
+
+    env = {k: v for k, v in os.environ.items() if k != "FENCEPOST_DB"}
+    done = subprocess.run([fencepost_exe(), "--db", "sqlite:///data/", "init"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done
+    assert done.stderr.startswith("Error: --db: ") and "directory" in done.stderr
+    assert list(tmp_path.iterdir()) == []

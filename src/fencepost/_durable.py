@@ -252,6 +252,10 @@ def parse_url(url: str) -> tuple[URL, dict[str, str]]:
         raise ValueError("schema must match [a-z_][a-z0-9_]{0,62}")
     if backend == "sqlite" and (parsed.database or "") in ("", ":memory:"):
         raise ValueError("an in-memory SQLite URL cannot be shared; use fencepost.testing")
+    if backend == "sqlite" and parsed.database.endswith("/"):
+        # The path would lose its slash and the store become a file named like the directory.
+        raise ValueError("a SQLite URL names the database file, not a directory: end it with the "
+                         "file's name (sqlite:///dir/flows.db)")
     return parsed.set(query=query), options
 
 

@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import time
+from contextlib import contextmanager
 
 import pytest
 
@@ -68,3 +69,41 @@ def test_a_demo_that_hits_its_timeout_says_so_and_fails(run_cli, tmp_path):
     assert result.code == 1, result
     assert "timed out after 5 s" in result.err and "unsettled" in result.err
     assert "Traceback" not in result.err
+
+
+@pytest.mark.slow
+def test_a_demo_whose_last_runs_settle_as_its_timeout_passes_is_not_called_timed_out(db_url, tmp_path,
+                                                                                  monkeypatch, capsys):
+    """The deadline passed while the loop still saw a run unsettled, and that run settled before the
+    workers were stopped (a loaded machine, a slow PostgreSQL): every run settled and every check
+    passed, so the demo succeeds; it printed 'timed out ... with 0 of N run(s) unsettled', exit 1."""
+    import importlib
+
+    from fencepost.cli import main
+
+    demo_module = importlib.import_module("fencepost.cli.demo")  # the module, not the command
+
+    real_counts, real_workers = demo_module._status_counts, demo_module._workers
+    stopped = []
+
+    def counts(store, prefix):  # until the workers are stopped, the loop sees one settled run fewer
+        found = real_counts(store, prefix)
+        if not stopped and found["completed"]:
+            found["completed"] -= 1
+            found["running"] += 1
+        return found
+
+    @contextmanager
+    def workers(*args, **kwargs):
+        with real_workers(*args, **kwargs) as procs:
+            yield procs
+        stopped.append(True)
+
+    monkeypatch.setattr(demo_module, "_status_counts", counts)
+    monkeypatch.setattr(demo_module, "_workers", workers)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        main(["--db", db_url, "demo", "--runs", "20", "--workers", "2", "--speed", "50", "--timeout", "40"])
+    err = capsys.readouterr().err
+    assert stopped, "the demo never stopped its workers"
+    assert "timed out" not in err and exited.value.code in (0, None), err
