@@ -683,8 +683,12 @@ class ProjectionBuilder:
             backend = self.target.backend
             live_missing = any(not backend.has_table(conn, t.name) for t in self._tables.live.values())
             shadow_missing = any(not backend.has_table(conn, t.name) for t in self._tables.shadow.values())
+            # A live table dropped after an odd number of rebuilds left its declared index names
+            # on the shadow table (as did every swap of earlier versions): give them back first.
+            self._tables.settle_index_names(conn)
             for table in self._tables.all():
                 table.create(conn, checkfirst=True)
+            self._tables.create_missing_indexes(conn)
             for share in self._shares:
                 self._claim_checkpoint(conn, share)
                 if live_missing or shadow_missing:
