@@ -669,7 +669,7 @@ class ProjectionBuilder:
         return map_failure(exc, ProjectionError, method, "projection target")  # type: ignore[return-value]
 
     def _prepare(self) -> None:
-        if self._prepared and not self._recheck_tables:
+        if self._prepared and not self._recheck_tables and not self._tables_missing():
             return
         if not self._prepared:
             self._reach_target("prepare")
@@ -697,6 +697,14 @@ class ProjectionBuilder:
         self._write(body)
         self._prepared = True
         self._recheck_tables = False
+
+    def _tables_missing(self) -> bool:
+        """Whether a table of the projection (live or shadow) is missing on the target: dropped since
+        this builder prepared it. One catalog read, at each call of ``catch_up``, ``rebuild``,
+        ``offer`` and each pass of ``run``: a drop with nothing new to write would otherwise go
+        unnoticed, the checkpoint reporting an absent read model as caught up."""
+        backend = self.target.backend
+        return self._read(lambda conn: any(not backend.has_table(conn, t.name) for t in self._tables.all()))
 
     def _start_over(self, conn: Connection, share: Share, *, live: bool) -> None:
         """Tables of the projection were missing (dropped on the target) and have just been created
