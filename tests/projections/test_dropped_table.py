@@ -109,3 +109,17 @@ def test_a_rebuild_on_the_same_builder_after_a_drop_recreates_the_table(store, t
         _drop(builder, TABLE)
         assert builder.rebuild().rebuilt
         assert builder.target.read(_runs.projected_rows) == store.db.read(_runs.live_rows)
+
+
+def test_status_shows_a_dropped_table_as_pending_until_a_builder_builds_it(store, target_url):
+    """Defect: after the live table was dropped, ``status()`` (and ``fencepost projection status``)
+    still said caught up (lag 0, nothing pending) while the read model was gone."""
+    _seed(store, 4)
+    with ProjectionBuilder(store, target_url, RunsByStatus()) as builder:
+        builder.catch_up()
+        _drop(builder, TABLE)
+        status = builder.status()
+        assert (status.pending_rebuild, status.lag) == ("table_missing", 4)
+        builder.catch_up()
+        status = builder.status()
+        assert (status.pending_rebuild, status.lag) == (None, 0)

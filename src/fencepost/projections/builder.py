@@ -79,7 +79,9 @@ class ProjectionStatus(msgspec.Struct, frozen=True):
     ``source``/``applied_revision`` is what the projection reflects (``source`` is None before the
     first page); ``current_source``/``source_revision`` is the feed now. ``lag`` is the number of
     revisions (journal positions for a consensus projection) still to consume; while a rebuild is
-    pending (``pending_rebuild`` names why) it is the whole source revision. ``applied`` (every
+    pending (``pending_rebuild`` names why: ``source_changed``, ``source_rewound``,
+    ``journal_diverged``, ``requested``, or ``table_missing`` when a table of the projection was
+    dropped on the target) it is the whole source revision. ``applied`` (every
     committed application, shadow fills included), ``rejected`` and ``rebuilds`` are totals since the
     checkpoint was created.
     """
@@ -340,22 +342,28 @@ class ProjectionBuilder:
         With named sources: one ``ProjectionStatus`` per source name, each against its own source.
         """
 
-        def body(conn: Connection) -> list[tuple[Checkpoint | None, RebuildRecord | None]]:
+        def body(conn: Connection) -> tuple[list[tuple[Checkpoint | None, RebuildRecord | None]], bool]:
+            backend = self.target.backend
+            missing = any(not backend.has_table(conn, t.name) for t in self._tables.live.values())
             return [(checkpoints.load(conn, share.checkpoint), checkpoints.last_rebuild(conn, share.checkpoint))
-                    for share in self._shares]
+                    for share in self._shares], missing
 
-        found = self._read(body) if self._target_ready() else [(None, None)] * len(self._shares)
-        statuses = [self._status(share, cp, last) for share, (cp, last) in zip(self._shares, found, strict=True)]
+        found, missing = self._read(body) if self._target_ready() else ([(None, None)] * len(self._shares), False)
+        statuses = [self._status(share, cp, last, table_missing=missing)
+                    for share, (cp, last) in zip(self._shares, found, strict=True)]
         if self.sources is None:
             return statuses[0]
         return {share.label: st for share, st in zip(self._shares, statuses, strict=True)}  # type: ignore[misc]
 
-    def _status(self, share: Share, cp: Checkpoint | None, last: RebuildRecord | None) -> ProjectionStatus:
+    def _status(self, share: Share, cp: Checkpoint | None, last: RebuildRecord | None, *,
+                table_missing: bool = False) -> ProjectionStatus:
         if cp is None:
             cp = Checkpoint(share.checkpoint, self._feed_kind, None, 0, None, 0, 0, 0, None, None, None, None, None,
                             None, 0)
         source, head = share.feed.head()
         pending = self._pending_reason(share, cp, source, head)
+        if pending is None and table_missing and cp.source is not None:
+            pending = "table_missing"  # dropped on the target: the next catch-up builds it again
         if pending is None and cp.source == source:
             lag = head - cp.revision
         else:
