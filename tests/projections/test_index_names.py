@@ -171,3 +171,37 @@ def test_a_custom_projections_indexes_keep_their_names(store, target_url):
         builder.rebuild()
         assert _index_names(builder, "tagged_runs") == live_before
         assert _index_names(builder, "tagged_runs__shadow") == shadow_before
+
+
+def test_a_builder_killed_inside_the_swap_leaves_a_target_the_next_builder_finishes(store, db_url, target_url):
+    """SIGKILL (a real process) while the swap transaction holds its renames, uncommitted."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    _seed(store, "a", 8)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-m", "tests.projections._swap_kill_child", db_url, target_url],
+                            cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.strip() == "swapping", proc.stderr.read() if proc.stderr else ""
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        if proc.stdout:
+            proc.stdout.close()
+        if proc.stderr:
+            proc.stderr.close()
+    with ProjectionBuilder(store, target_url, RunsByStatus(), batch_size=3, lock_timeout=60) as builder:
+        assert builder.catch_up().rebuilt  # the interrupted rebuild is finished
+        assert INDEX in _index_names(builder, LIVE) and f"{INDEX}__shadow" in _index_names(builder, SHADOW)
+        assert builder.target.read(_runs.projected_rows) == store.db.read(_runs.live_rows)
+        _drop(builder, LIVE)
+    with ProjectionBuilder(store, target_url, RunsByStatus(), batch_size=3) as builder:
+        builder.catch_up()
+        assert builder.target.read(_runs.projected_rows) == store.db.read(_runs.live_rows)
