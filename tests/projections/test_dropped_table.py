@@ -81,3 +81,45 @@ def test_a_shadow_table_dropped_mid_rebuild_restarts_the_fill(store, target_url)
     with ProjectionBuilder(store, target_url, RunsByStatus(), batch_size=3) as builder:
         assert builder.catch_up().rebuilt
         assert builder.target.read(_runs.projected_rows) == store.db.read(_runs.live_rows)
+
+
+def test_the_same_builder_notices_a_dropped_table_at_its_next_catch_up(store, target_url):
+    """Defect: a builder that had caught up kept believing its tables were there. With no new
+    change to write, ``catch_up()`` after the live table was dropped returned ``applied=0`` and the
+    read model stayed missing (reads failed) until some later change made a write fail."""
+    _seed(store, 6)
+    with ProjectionBuilder(store, target_url, RunsByStatus(), batch_size=4) as builder:
+        builder.catch_up()
+        builder.rebuild()  # an odd number of swaps: the live table carries what the shadow was
+        _drop(builder, TABLE)
+        done = builder.catch_up()
+        assert (done.applied, done.revision) == (6, 6)
+        assert builder.target.read(_runs.projected_rows) == store.db.read(_runs.live_rows)
+        assert builder.status().lag == 0
+        _drop(builder, f"{TABLE}__shadow")  # the shadow is recreated too, and rebuilds keep working
+        assert builder.catch_up().applied == 0
+        assert builder.rebuild().rebuilt
+        assert builder.target.read(_runs.projected_rows) == store.db.read(_runs.live_rows)
+
+
+def test_a_rebuild_on_the_same_builder_after_a_drop_recreates_the_table(store, target_url):
+    _seed(store, 5)
+    with ProjectionBuilder(store, target_url, RunsByStatus(), batch_size=4) as builder:
+        builder.catch_up()
+        _drop(builder, TABLE)
+        assert builder.rebuild().rebuilt
+        assert builder.target.read(_runs.projected_rows) == store.db.read(_runs.live_rows)
+
+
+def test_status_shows_a_dropped_table_as_pending_until_a_builder_builds_it(store, target_url):
+    """Defect: after the live table was dropped, ``status()`` (and ``fencepost projection status``)
+    still said caught up (lag 0, nothing pending) while the read model was gone."""
+    _seed(store, 4)
+    with ProjectionBuilder(store, target_url, RunsByStatus()) as builder:
+        builder.catch_up()
+        _drop(builder, TABLE)
+        status = builder.status()
+        assert (status.pending_rebuild, status.lag) == ("table_missing", 4)
+        builder.catch_up()
+        status = builder.status()
+        assert (status.pending_rebuild, status.lag) == (None, 0)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sqlalchemy import MetaData, Table, delete, select
+from sqlalchemy import Index, MetaData, PrimaryKeyConstraint, Table, UniqueConstraint, bindparam, delete, select, text
 from sqlalchemy.engine import Connection
 
 from fencepost._dialects import Backend
@@ -37,6 +37,49 @@ def _shadow_of(table: Table, metadata: MetaData) -> Table:
     return shadow
 
 
+def _signature(index: Index) -> tuple[object, ...]:
+    return (bool(index.unique), tuple(getattr(e, "name", None) or str(e) for e in index.expressions))
+
+
+def _index_pairs(live: Table, shadow: Table) -> list[tuple[Index, Index]]:
+    """Each declared index of ``live`` with its copy on ``shadow`` (same columns, same uniqueness)."""
+    pairs = []
+    left = sorted((i for i in shadow.indexes if i.name), key=lambda i: str(i.name))
+    for index in sorted((i for i in live.indexes if i.name), key=lambda i: str(i.name)):
+        match = next((s for s in left if s.name == f"{index.name}__shadow"), None) or next(
+            (s for s in left if _signature(s) == _signature(index)), None)
+        if match is not None:
+            left.remove(match)
+            pairs.append((index, match))
+    return pairs
+
+
+def _constraint_index_names(live: Table, shadow: Table) -> list[tuple[str, str]]:
+    """(live, shadow) names of the indexes PostgreSQL keeps for the tables' primary key and named
+    unique constraints: schema-wide names, like a declared index's."""
+    pairs = []
+    for mine, copy in ((live.primary_key, shadow.primary_key),):
+        if isinstance(mine, PrimaryKeyConstraint) and mine.columns:
+            pairs.append((str(mine.name) if isinstance(mine.name, str) and mine.name else f"{live.name}_pkey",
+                          str(copy.name) if isinstance(copy.name, str) and copy.name else f"{shadow.name}_pkey"))
+    shadow_uniques = {str(c.name): c for c in shadow.constraints if isinstance(c, UniqueConstraint)}
+    for constraint in live.constraints:
+        if isinstance(constraint, UniqueConstraint) and isinstance(constraint.name, str) and constraint.name:
+            if f"{constraint.name}__shadow" in shadow_uniques:
+                pairs.append((constraint.name, f"{constraint.name}__shadow"))
+    return [(a, b) for a, b in pairs if len(a) <= 63 and len(b) <= 63]  # longer ones PostgreSQL truncates
+
+
+def _indexes_of(conn: Connection, tables: list[str]) -> dict[str, str]:
+    """``{index name: table name}`` of the named indexes the target keeps on ``tables``."""
+    if conn.dialect.name == "postgresql":
+        sql = "SELECT indexname, tablename FROM pg_indexes WHERE schemaname = current_schema() AND tablename IN :t"
+    else:  # SQLite's own indexes (of PRIMARY KEY and UNIQUE) have no SQL and cannot be named
+        sql = "SELECT name, tbl_name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL AND tbl_name IN :t"
+    stmt = text(sql).bindparams(bindparam("t", expanding=True))
+    return {str(name): str(table) for name, table in conn.execute(stmt, {"t": tables})}
+
+
 class ShadowTables:
     """The declared (live) tables of ``projection`` and a shadow copy of each, by declared name."""
 
@@ -45,6 +88,54 @@ class ShadowTables:
         shadow_md = MetaData()
         self.live = {t.name: t for t in tables}
         self.shadow = {t.name: _shadow_of(t, shadow_md) for t in tables}
+        self._pairs = {name: _index_pairs(live, self.shadow[name]) for name, live in self.live.items()}
+
+    def settle_index_names(self, conn: Connection) -> None:
+        """Give every index of the live and shadow tables its declared name back, where the other
+        table of the pair holds it (a swap exchanges the tables' names, not their indexes').
+
+        Index names are schema-wide (database-wide on SQLite): a live table created again after a
+        drop could not take its declared index names while the shadow table holds them, and the
+        names would alternate from one rebuild to the next. PostgreSQL renames an index in place
+        (its constraint with it). SQLite cannot rename an index: a misplaced one is dropped here and
+        ``create_missing_indexes`` builds it again under its own name.
+        """
+        names = [t.name for t in (*self.live.values(), *self.shadow.values())]
+        found = _indexes_of(conn, names)
+        postgres = conn.dialect.name == "postgresql"
+        quote = conn.dialect.identifier_preparer.quote
+        moves: list[tuple[str, str]] = []  # (current name, wanted name)
+        for name, live in self.live.items():
+            shadow = self.shadow[name]
+            pairs = [(str(a.name), str(b.name)) for a, b in self._pairs[name]]
+            if postgres:
+                pairs += _constraint_index_names(live, shadow)
+            for live_name, shadow_name in pairs:
+                if found.get(live_name) == shadow.name:
+                    moves.append((live_name, shadow_name))
+                if found.get(shadow_name) == live.name:
+                    moves.append((shadow_name, live_name))
+        if not postgres:
+            for current, _wanted in moves:
+                conn.exec_driver_sql(f"DROP INDEX {quote(current)}")
+            return
+        # Through temporary names: the two indexes of a pair usually exchange theirs.
+        parked = []
+        for n, (current, wanted) in enumerate(moves):
+            temp = f"{_sql.SWAP_PARKING}_ix{n}"
+            conn.exec_driver_sql(f"ALTER INDEX {quote(current)} RENAME TO {quote(temp)}")
+            parked.append((temp, wanted))
+        for temp, wanted in parked:
+            conn.exec_driver_sql(f"ALTER INDEX {quote(temp)} RENAME TO {quote(wanted)}")
+
+    def create_missing_indexes(self, conn: Connection, *, live: bool = True, shadow: bool = True) -> None:
+        """Create each declared index its table lacks (under its declared name)."""
+        tables = [*(self.live.values() if live else ()), *(self.shadow.values() if shadow else ())]
+        found = _indexes_of(conn, [t.name for t in tables])
+        for table in tables:
+            for index in table.indexes:
+                if index.name and str(index.name) not in found:
+                    index.create(conn)
 
     def all(self) -> list[Table]:
         """Every live and shadow table (created on the target if absent)."""
@@ -82,6 +173,10 @@ class ShadowTables:
         conn.execute(rl.insert().from_select(
             cols, select(*[rs.c[n] for n in cols]).where(rs.c.name == share.checkpoint)))
         self.reset(conn, backend, share)
+        if share.label is None:
+            # SQLite: the indexes dropped by ``settle_index_names`` are built again under their
+            # own names, the shadow's once it is empty.
+            self.create_missing_indexes(conn)
 
     def _swap_tables(self, conn: Connection, backend: Backend, share: Share) -> None:
         # The last shadow page's transaction, when this builder wrote it; else this one (all
@@ -90,13 +185,15 @@ class ShadowTables:
         if backend.renames_safe_after(conn, marker):
             # Exchange the tables' names (three renames, inside this transaction): the filled
             # shadow becomes the live table without copying a row, and the old live rows end
-            # up in the shadow, emptied below. Indexes keep their own names, so index names
-            # alternate between the two tables from one rebuild to the next.
+            # up in the shadow, emptied below. A renamed table keeps its indexes' names: they
+            # are given back to the table they are declared for (``settle_index_names``) in
+            # this transaction too, so they never depend on how many rebuilds came before.
             quote = conn.dialect.identifier_preparer.quote
             for name, live in self.live.items():
                 shadow = self.shadow[name]
                 for old, new in ((live.name, _PARKED), (shadow.name, live.name), (_PARKED, shadow.name)):
                     conn.exec_driver_sql(f"ALTER TABLE {quote(old)} RENAME TO {quote(new)}")
+            self.settle_index_names(conn)
         else:
             # A reader holds a snapshot older than the shadow's last page (PostgreSQL): a
             # renamed table would show it a partial projection. Copy the rows instead, which

@@ -79,7 +79,9 @@ class ProjectionStatus(msgspec.Struct, frozen=True):
     ``source``/``applied_revision`` is what the projection reflects (``source`` is None before the
     first page); ``current_source``/``source_revision`` is the feed now. ``lag`` is the number of
     revisions (journal positions for a consensus projection) still to consume; while a rebuild is
-    pending (``pending_rebuild`` names why) it is the whole source revision. ``applied`` (every
+    pending (``pending_rebuild`` names why: ``source_changed``, ``source_rewound``,
+    ``journal_diverged``, ``requested``, or ``table_missing`` when a table of the projection was
+    dropped on the target) it is the whole source revision. ``applied`` (every
     committed application, shadow fills included), ``rejected`` and ``rebuilds`` are totals since the
     checkpoint was created.
     """
@@ -340,22 +342,28 @@ class ProjectionBuilder:
         With named sources: one ``ProjectionStatus`` per source name, each against its own source.
         """
 
-        def body(conn: Connection) -> list[tuple[Checkpoint | None, RebuildRecord | None]]:
+        def body(conn: Connection) -> tuple[list[tuple[Checkpoint | None, RebuildRecord | None]], bool]:
+            backend = self.target.backend
+            missing = any(not backend.has_table(conn, t.name) for t in self._tables.live.values())
             return [(checkpoints.load(conn, share.checkpoint), checkpoints.last_rebuild(conn, share.checkpoint))
-                    for share in self._shares]
+                    for share in self._shares], missing
 
-        found = self._read(body) if self._target_ready() else [(None, None)] * len(self._shares)
-        statuses = [self._status(share, cp, last) for share, (cp, last) in zip(self._shares, found, strict=True)]
+        found, missing = self._read(body) if self._target_ready() else ([(None, None)] * len(self._shares), False)
+        statuses = [self._status(share, cp, last, table_missing=missing)
+                    for share, (cp, last) in zip(self._shares, found, strict=True)]
         if self.sources is None:
             return statuses[0]
         return {share.label: st for share, st in zip(self._shares, statuses, strict=True)}  # type: ignore[misc]
 
-    def _status(self, share: Share, cp: Checkpoint | None, last: RebuildRecord | None) -> ProjectionStatus:
+    def _status(self, share: Share, cp: Checkpoint | None, last: RebuildRecord | None, *,
+                table_missing: bool = False) -> ProjectionStatus:
         if cp is None:
             cp = Checkpoint(share.checkpoint, self._feed_kind, None, 0, None, 0, 0, 0, None, None, None, None, None,
                             None, 0)
         source, head = share.feed.head()
         pending = self._pending_reason(share, cp, source, head)
+        if pending is None and table_missing and cp.source is not None:
+            pending = "table_missing"  # dropped on the target: the next catch-up builds it again
         if pending is None and cp.source == source:
             lag = head - cp.revision
         else:
@@ -669,7 +677,7 @@ class ProjectionBuilder:
         return map_failure(exc, ProjectionError, method, "projection target")  # type: ignore[return-value]
 
     def _prepare(self) -> None:
-        if self._prepared and not self._recheck_tables:
+        if self._prepared and not self._recheck_tables and not self._tables_missing():
             return
         if not self._prepared:
             self._reach_target("prepare")
@@ -683,8 +691,12 @@ class ProjectionBuilder:
             backend = self.target.backend
             live_missing = any(not backend.has_table(conn, t.name) for t in self._tables.live.values())
             shadow_missing = any(not backend.has_table(conn, t.name) for t in self._tables.shadow.values())
+            # A live table dropped after an odd number of rebuilds left its declared index names
+            # on the shadow table (as did every swap of earlier versions): give them back first.
+            self._tables.settle_index_names(conn)
             for table in self._tables.all():
                 table.create(conn, checkfirst=True)
+            self._tables.create_missing_indexes(conn)
             for share in self._shares:
                 self._claim_checkpoint(conn, share)
                 if live_missing or shadow_missing:
@@ -693,6 +705,14 @@ class ProjectionBuilder:
         self._write(body)
         self._prepared = True
         self._recheck_tables = False
+
+    def _tables_missing(self) -> bool:
+        """Whether a table of the projection (live or shadow) is missing on the target: dropped since
+        this builder prepared it. One catalog read, at each call of ``catch_up``, ``rebuild``,
+        ``offer`` and each pass of ``run``: a drop with nothing new to write would otherwise go
+        unnoticed, the checkpoint reporting an absent read model as caught up."""
+        backend = self.target.backend
+        return self._read(lambda conn: any(not backend.has_table(conn, t.name) for t in self._tables.all()))
 
     def _start_over(self, conn: Connection, share: Share, *, live: bool) -> None:
         """Tables of the projection were missing (dropped on the target) and have just been created
