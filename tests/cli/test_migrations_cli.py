@@ -408,12 +408,13 @@ def test_a_sqlite_path_that_is_a_directory_or_under_a_file_is_named_as_such(run_
     folder.mkdir()
     plain = tmp_path / "plain.txt"
     plain.write_text("hello")
-    for url, says in ((f"sqlite:///{folder}", "is a directory"),
-                      (f"sqlite:///{folder}/", "is a directory"),
-                      (f"sqlite:///{plain}/flows.db", "is not a directory")):
+    # A URL ending in "/" is refused as a usage error (exit 2) before any file is looked at.
+    for url, says, code in ((f"sqlite:///{folder}", "is a directory", 1),
+                            (f"sqlite:///{folder}/", "not a directory", 2),
+                            (f"sqlite:///{plain}/flows.db", "is not a directory", 1)):
         result = run_cli("--db", url, *command)
         assert_one_line_error(result)
-        assert result.code == 1 and says in result.err and "permission" not in result.err, (url, result)
+        assert result.code == code and says in result.err and "permission" not in result.err, (url, result)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "plain.txt"]
     assert list(folder.iterdir()) == [] and plain.read_text() == "hello"
 
