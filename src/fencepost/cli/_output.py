@@ -150,15 +150,21 @@ class Output:
                 click.echo(printable(line))
 
     # ------------------------------------------------------------------ unbounded
-    def stream(self, columns: Sequence[Column]) -> Callable[[Mapping[str, Any]], None]:
+    def stream(self, columns: Sequence[Column], fields: Sequence[str] = ()) -> Callable[[Mapping[str, Any]], None]:
         """A printer for records that keep coming: JSON formats print one object per line (``json``
         too, since the stream has no end), ``csv`` prints its header once, a table one plain line each.
+
+        ``fields``: the keys every record has, in order: ``csv`` prints them as its header at once,
+        so a stream with no record is still a CSV table (its header), not an empty file.
         """
         if self.format in ("json", "jsonl"):
             return _write_json
         if self.format == "csv":
             writer = csv.writer(sys.stdout, lineterminator="\n")
-            state = {"header": None}
+            state: dict[str, list[str] | None] = {"header": list(fields) or None}
+            if fields:
+                writer.writerow(fields)
+                sys.stdout.flush()
 
             def csv_line(record: Mapping[str, Any]) -> None:
                 if state["header"] is None:

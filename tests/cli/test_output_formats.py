@@ -1,0 +1,84 @@
+"""Output formats as a script and a reader at a terminal meet them, on SQLite and PostgreSQL.
+
+- ``csv`` with nothing to print still prints its header (a CSV reader reads an empty table, not an
+  empty file that fails it): ``feed tail``, ``journal show``, ``journal replay``, as ``runs list``.
+- Invisible format characters (right-to-left override, zero-width space, ...) in a run id or a
+  flow name are escaped in tables and lines, as control characters are: a run id holding U+202E
+  otherwise shows on screen as another run's id. ``json``, ``jsonl`` and ``csv`` keep the text.
+- ``csv`` spells booleans ``true``/``false``, as ``json`` does (it printed Python's ``True``).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+
+import fencepost
+from fencepost.clock import ManualClock
+from fencepost.journal.owner import OwnerId
+
+A = OwnerId("host-a", 101, "owner-a")
+
+
+def _csv(result) -> list[dict[str, str]]:
+    assert result.code == 0, result
+    return list(csv.DictReader(io.StringIO(result.out)))
+
+
+def _header(result) -> list[str]:
+    assert result.code == 0, result
+    rows = list(csv.reader(io.StringIO(result.out)))
+    assert rows, f"no header at all: {result!r}"
+    return rows[0]
+
+
+# ---------------------------------------------------------------------- empty csv
+@pytest.fixture
+def quiet(db_url):
+    """One pending run that has no journal entries and never had an owner; one run with an owner."""
+    with fencepost.open(db_url, clock=ManualClock(1_000_000)) as store:
+        store.runs.create("idle", "{}")
+        store.runs.create("owned", "{}")
+        store.runs.claim_and_own("owned", store.runs.get("owned").snapshot(), A, store.clock.now_ms())
+    return db_url
+
+
+def test_feed_tail_csv_with_no_change_prints_its_header(run_cli, quiet):
+    full = run_cli("--db", quiet, "feed", "tail", "--format", "csv")
+    header = _header(full)
+    assert header == ["run_id", "source", "revision", "deleted"]
+    head = json.loads(run_cli("--db", quiet, "source", "show", "--json").out)["revision"]
+    empty = run_cli("--db", quiet, "feed", "tail", "--from", str(head), "--format", "csv")
+    assert empty.code == 0, empty
+    assert empty.out.splitlines() == [",".join(header)], empty
+    assert _csv(empty) == []
+    labelled = run_cli("--db", f"only={quiet}", "feed", "tail", "--from", str(head), "--format", "csv")
+    assert labelled.code == 0, labelled
+    assert labelled.out.splitlines() == ["store," + ",".join(header)], labelled
+
+
+def test_feed_tail_csv_header_is_the_same_with_changes_and_without(run_cli, quiet):
+    """The header names the same columns in the same order whether or not a change follows it."""
+    rows = _csv(run_cli("--db", quiet, "feed", "tail", "--format", "csv"))
+    assert [r["run_id"] for r in rows] == ["idle", "owned"]
+
+
+def test_journal_show_csv_of_an_empty_stream_prints_its_header(run_cli, quiet):
+    full = run_cli("--db", quiet, "journal", "show", "owned", "--companion", "--format", "csv")
+    header = _header(full)
+    assert header[:2] == ["run_id", "seq"] and "payload" in header
+    empty = run_cli("--db", quiet, "journal", "show", "idle", "--format", "csv")
+    assert empty.code == 0, empty
+    assert empty.out.splitlines() == [",".join(header)], empty
+
+
+def test_journal_replay_csv_of_a_run_never_owned_prints_its_header(run_cli, quiet):
+    full = run_cli("--db", quiet, "journal", "replay", "owned", "--format", "csv")
+    header = _header(full)
+    assert header[0] == "owner" and len(_csv(full)) == 1
+    empty = run_cli("--db", quiet, "journal", "replay", "idle", "--format", "csv")
+    assert empty.code == 0, empty
+    assert empty.out.splitlines() == [",".join(header)], empty
