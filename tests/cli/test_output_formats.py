@@ -82,3 +82,59 @@ def test_journal_replay_csv_of_a_run_never_owned_prints_its_header(run_cli, quie
     empty = run_cli("--db", quiet, "journal", "replay", "idle", "--format", "csv")
     assert empty.code == 0, empty
     assert empty.out.splitlines() == [",".join(header)], empty
+
+
+# ---------------------------------------------------------------------- invisible characters
+RLO_ID = "invoice-\u202e9876"  # shown raw, a terminal draws "invoice-" then "6789" reversed
+HIDDEN = ["\u202e", "\u200b", "\u2066", "\u2069", "\ufeff", "\u200f", "\u00ad", "\u2028"]
+
+
+@pytest.fixture
+def invisible(db_url):
+    with fencepost.open(db_url, clock=ManualClock(1_000_000)) as store:
+        store.runs.create(RLO_ID, json.dumps({"flowName": "\u2066pay\u2069\u200b\ufeff"}))
+        store.runs.create("zero\u200bwidth\u200f\u00ad\u2028", "{}")
+    return db_url
+
+
+def _no_hidden(text: str) -> None:
+    for ch in HIDDEN:
+        assert ch not in text, (f"U+{ord(ch):04X}", text)
+
+
+COMMANDS = [["runs", "list"], ["runs", "show", RLO_ID], ["feed", "tail"], ["feed", "snapshot", RLO_ID],
+            ["runs", "cancel", RLO_ID]]
+
+
+@pytest.mark.parametrize("args", COMMANDS, ids=lambda a: " ".join(a[:2]))
+def test_a_table_shows_invisible_format_characters_escaped(run_cli, invisible, args):
+    result = run_cli("--db", invisible, *args)
+    assert result.code == 0, result
+    _no_hidden(result.out)
+    assert "invoice-\\u202e9876" in result.out, result
+
+
+def test_every_invisible_character_is_escaped_where_a_table_shows_it(run_cli, invisible):
+    out = run_cli("--db", invisible, "runs", "list").out
+    _no_hidden(out)
+    assert "zero\\u200bwidth\\u200f\\xad\\u2028" in out, out
+    assert "\\u2066pay\\u2069\\u200b\\ufeff" in out, out  # the flow column
+
+
+def test_machine_formats_keep_invisible_characters_exactly(run_cli, invisible):
+    doc = json.loads(run_cli("--db", invisible, "runs", "list", "--json").out)
+    assert {r["run_id"] for r in doc["runs"]} == {RLO_ID, "zero\u200bwidth\u200f\u00ad\u2028"}
+    rows = _csv(run_cli("--db", invisible, "runs", "list", "--format", "csv"))
+    assert {r["run_id"] for r in rows} == {RLO_ID, "zero\u200bwidth\u200f\u00ad\u2028"}
+    # One object a line ("\n"): U+2028 is text inside a JSON string (str.splitlines would cut there).
+    lines = run_cli("--db", invisible, "feed", "tail", "--format", "jsonl").out.split("\n")[:-1]
+    assert {json.loads(line)["run_id"] for line in lines} == {RLO_ID, "zero\u200bwidth\u200f\u00ad\u2028"}
+
+
+def test_printable_escapes_format_characters_and_keeps_visible_text():
+    from fencepost.cli._output import printable
+
+    assert printable("a\u202eb") == "a\\u202eb"
+    assert printable("\U000e0041tag") == "\\U000e0041tag"
+    assert printable("\x1b[2J") == "\\x1b[2J"
+    assert printable("ünïcødé 日本 tab\tline\n") == "ünïcødé 日本 tab\tline\n"

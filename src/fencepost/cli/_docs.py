@@ -38,8 +38,9 @@ row per record (nested values as JSON text). Keys are snake_case throughout; wha
 (a run's `state`, a journal entry's `payload` and `meta`) is shown exactly as it was written. A
 run carries `state`, its `state_json` decoded, beside the verbatim `state_json`. A table (and a
 `feed tail` line, a sentence such as `created ID`) shows a control character the text holds (ESC,
-BEL, ...) as `\\xNN`, so a run id or flow name never drives the terminal; the other formats keep
-the exact text.
+BEL, ...) as `\\xNN`, and an invisible format character (a right-to-left override, a zero-width
+space, a byte order mark, ...) as `\\uNNNN`, so a run id or flow name never drives the terminal
+nor shows as another; the other formats keep the exact text.
 
 **Errors and exit codes.** An error is one line on stderr starting with `Error:`, never a
 traceback (set `FENCEPOST_DEBUG=1` to see one); data goes to stdout.

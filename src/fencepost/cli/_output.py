@@ -20,6 +20,7 @@ import csv
 import functools
 import re
 import sys
+import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,15 +32,30 @@ FORMATS = ("table", "json", "jsonl", "csv")
 
 _encoder = msgspec.json.Encoder()
 _CAMEL = re.compile(r"(?<=[a-z0-9])([A-Z])")
-# C0 controls but tab, newline and carriage return (a table handles those), DEL and C1 controls.
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+# Characters a table never shows as themselves: controls (Cc) a terminal acts on, invisible format
+# characters (Cf: the bidirectional overrides and isolates, zero-width spaces and joiners, the byte
+# order mark, the soft hyphen ...) that reorder or hide the text around them, and the Unicode line and
+# paragraph separators (Zl, Zp). Tab, newline and carriage return stay (a table handles those).
+_HIDDEN = frozenset({"Cc", "Cf", "Zl", "Zp"})
+_KEPT = frozenset("\t\n\r")
 
 
 def printable(text: str) -> str:
-    """``text`` for a terminal: every control character a terminal would act on (``ESC``, ``BEL``,
-    the C1 ``CSI`` ...) written as ``\\xNN``, so text a store holds (a run id, a flow name, a
-    failure message) never clears a screen or sets a window title. Tab and line ends stay."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    """``text`` for a terminal, as the store holds it but with nothing hidden or acted on: every
+    control character (``ESC``, ``BEL``, the C1 ``CSI`` ...) and every invisible format character
+    (``U+202E`` RIGHT-TO-LEFT OVERRIDE, ``U+200B`` ZERO WIDTH SPACE, ``U+FEFF`` ...) written as
+    ``\\xNN``, ``\\uNNNN`` or ``\\UNNNNNNNN``, so text a store holds (a run id, a flow name, a failure
+    message) never clears a screen, sets a window title or shows as another run's id. Tab and line
+    ends stay."""
+    if text.isprintable():  # the usual case: no control, format or separator character at all
+        return text
+    return "".join(_escaped(ch) if ch not in _KEPT and unicodedata.category(ch) in _HIDDEN else ch
+                   for ch in text)
+
+
+def _escaped(ch: str) -> str:
+    code = ord(ch)
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
 @dataclass(frozen=True)
