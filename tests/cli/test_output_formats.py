@@ -138,3 +138,31 @@ def test_printable_escapes_format_characters_and_keeps_visible_text():
     assert printable("\U000e0041tag") == "\\U000e0041tag"
     assert printable("\x1b[2J") == "\\x1b[2J"
     assert printable("ünïcødé 日本 tab\tline\n") == "ünïcødé 日本 tab\tline\n"
+
+
+# ---------------------------------------------------------------------- csv booleans
+@pytest.fixture
+def with_deletion(db_url):
+    with fencepost.open(db_url, clock=ManualClock(1_000_000)) as store:
+        store.runs.create("kept", "{}")
+        store.runs.create("gone", "{}")
+        store.runs.delete("gone")
+    return db_url
+
+
+def test_csv_spells_booleans_as_json_does(run_cli, with_deletion):
+    tail = _csv(run_cli("--db", with_deletion, "feed", "tail", "--format", "csv"))
+    assert {r["run_id"]: r["deleted"] for r in tail} == {"kept": "false", "gone": "true"}
+    snap = _csv(run_cli("--db", with_deletion, "feed", "snapshot", "kept", "gone", "--format", "csv"))
+    assert [r["deleted"] for r in snap] == ["", "true"]
+    verify = _csv(run_cli("--db", with_deletion, "journal", "verify", "--format", "csv"))
+    assert verify[0]["ok"] == "true"
+    delete = run_cli("--db", with_deletion, "runs", "delete", "kept", "--format", "csv")
+    assert _csv(delete) == [{"deleted": "kept", "forced": "false"}]
+
+
+def test_csv_follows_a_stream_with_the_same_spelling(run_cli, with_deletion):
+    for args in (["feed", "tail"], ["journal", "replay", "--all"], ["journal", "verify"],
+                 ["feed", "snapshot", "kept", "gone"]):
+        out = run_cli("--db", with_deletion, *args, "--format", "csv").out
+        assert "True" not in out and "False" not in out, (args, out)

@@ -8,7 +8,7 @@ A command builds *records*, plain ``dict`` values with snake_case keys, and hand
 - ``table``: a rich table on a terminal; written to a pipe or a file, plain aligned columns, one
   record per line, never folded (``fencepost runs list | grep <id>`` finds the id).
 - ``json``: one document (a list is an array); ``jsonl``: one object per line; ``csv``: a header and
-  one row per record, nested values as JSON text.
+  one row per record, nested values as JSON text, booleans ``true``/``false`` as JSON spells them.
 
 Keys are snake_case throughout. User data (a run's ``state``, a journal entry's ``payload`` and
 ``meta``) is shown as it was recorded. ``to_data`` turns library structs into such records.
@@ -224,8 +224,11 @@ def _write_json(value: Any) -> None:
 
 
 def _csv_cell(value: Any) -> Any:
+    """A CSV cell: empty for none, ``true``/``false`` as JSON spells them, JSON text for structures."""
     if value is None:
         return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if isinstance(value, dict | list | tuple | msgspec.Struct):
         return _encoder.encode(value).decode()
     return value
