@@ -166,3 +166,31 @@ def test_csv_follows_a_stream_with_the_same_spelling(run_cli, with_deletion):
                  ["feed", "snapshot", "kept", "gone"]):
         out = run_cli("--db", with_deletion, *args, "--format", "csv").out
         assert "True" not in out and "False" not in out, (args, out)
+
+
+# ---------------------------------------------------------------------- line ends in identifiers
+@pytest.fixture
+def look_alike(db_url):
+    """Two runs whose ids a table showed alike: one holds a newline, the other a space there."""
+    with fencepost.open(db_url, clock=ManualClock(1_000_000)) as store:
+        store.runs.create("order\n17", "{}")
+        store.runs.create("order 17", "{}")
+        store.runs.create("tab\there", "{}")
+    return db_url
+
+
+def test_a_table_shows_a_line_end_in_an_id_escaped_not_as_a_space(run_cli, look_alike):
+    """Piped, a table joined a cell's lines with a space, so ``order\\n17`` was shown as ``order 17``,
+    the id of another run, and a tab looked like the column gap. Identifier cells now escape them."""
+    lines = run_cli("--db", look_alike, "runs", "list").out.splitlines()
+    ids = [line[:10] for line in lines[1:4]]
+    assert sorted(ids) == sorted(["order\\x0a1", "order 17  ", "tab\\x09her"]), lines
+    tail = run_cli("--db", look_alike, "feed", "tail").out.splitlines()
+    assert [line.split("  ")[-1] for line in tail] == ["order\\x0a17", "order 17", "tab\\x09here"], tail
+    shown = run_cli("--db", look_alike, "runs", "show", "order\n17").out
+    assert "order\\x0a17" in shown and "order 17" not in shown, shown
+
+
+def test_machine_formats_keep_line_ends_in_ids(run_cli, look_alike):
+    rows = _csv(run_cli("--db", look_alike, "runs", "list", "--format", "csv"))
+    assert [r["run_id"] for r in rows] == ["order\n17", "order 17", "tab\there"]

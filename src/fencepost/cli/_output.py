@@ -53,6 +53,17 @@ def printable(text: str) -> str:
                    for ch in text)
 
 
+def one_line(text: str) -> str:
+    """``printable(text)`` with tab and line ends escaped too (``\\x09``, ``\\x0a``, ``\\x0d``): for an
+    identifier, which a table shows on one line. Joined with a space, ``order<LF>17`` would show as
+    ``order 17``, another run's id; a tab would look like the gap between two columns."""
+    text = printable(text)
+    return _LINE_ENDS.sub(lambda m: _escaped(m.group()), text) if _LINE_ENDS.search(text) else text
+
+
+_LINE_ENDS = re.compile(r"[\t\n\r]")
+
+
 def _escaped(ch: str) -> str:
     code = ord(ch)
     return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
@@ -192,7 +203,8 @@ class Output:
             return csv_line
 
         def line(record: Mapping[str, Any]) -> None:
-            click.echo(printable("  ".join(_one_line(c.cell(record)) for c in columns)))
+            click.echo("  ".join(_one_line(printable(c.cell(record))) if c.wrap else one_line(c.cell(record))
+                                 for c in columns))
 
         return line
 
@@ -249,7 +261,8 @@ def _write_csv(records: Sequence[Mapping[str, Any]], fields: Sequence[str] = ())
 def _write_table(title: str | None, columns: Sequence[Column], cells: list[list[str]]) -> None:
     # What the store holds is shown, never obeyed: control characters escaped before any layout.
     title = printable(title) if title is not None else None
-    cells = [[printable(v) for v in row] for row in cells]
+    shown = [printable if c.wrap else one_line for c in columns]  # identifiers: one line, line ends escaped
+    cells = [[show(v) for show, v in zip(shown, row, strict=True)] for row in cells]
     if sys.stdout.isatty():
         from rich.console import Console
 
