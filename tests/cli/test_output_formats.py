@@ -194,3 +194,18 @@ def test_a_table_shows_a_line_end_in_an_id_escaped_not_as_a_space(run_cli, look_
 def test_machine_formats_keep_line_ends_in_ids(run_cli, look_alike):
     rows = _csv(run_cli("--db", look_alike, "runs", "list", "--format", "csv"))
     assert [r["run_id"] for r in rows] == ["order\n17", "order 17", "tab\there"]
+
+
+# ---------------------------------------------------------------------- wide characters
+def test_a_piped_table_aligns_columns_by_display_width(run_cli, db_url):
+    """Columns were padded by character count, so a row holding CJK characters (two terminal cells
+    each) pushed its later columns right of the others'. Padding now counts terminal cells."""
+    from rich.cells import cell_len
+
+    with fencepost.open(db_url, clock=ManualClock(1_000_000)) as store:
+        store.runs.create("注文-日本", "{}")
+        store.runs.create("order-17", "{}")
+        store.runs.create("ünïcødé", "{}")
+    lines = run_cli("--db", db_url, "runs", "list").out.splitlines()[:4]
+    starts = {cell_len(line[:line.index("pending" if "pending" in line else "status")]) for line in lines}
+    assert len(starts) == 1, lines

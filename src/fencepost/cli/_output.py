@@ -267,7 +267,9 @@ def _write_table(title: str | None, columns: Sequence[Column], cells: list[list[
         from rich.console import Console
 
         console = Console(highlight=False)
-        widths = [max([len(c.header)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
+        from rich.cells import cell_len
+
+        widths = [max([cell_len(c.header)] + [cell_len(row[i]) for row in cells]) for i, c in enumerate(columns)]
         # Identifier columns at full width, the others at least 6 wide, plus borders and padding.
         needed = sum(w if not c.wrap else min(w, 6) for w, c in zip(widths, columns, strict=True))
         if needed + 3 * len(columns) + 1 <= console.width:
@@ -276,10 +278,13 @@ def _write_table(title: str | None, columns: Sequence[Column], cells: list[list[
         # Too narrow for whole identifiers: plain lines (the terminal wraps them, the text stays whole).
     # A pipe or a file: plain aligned columns, one record per line, nothing folded or cropped.
     # Cells never contain a newline (they would break "one record per line").
+    # Padded by terminal cells, not characters: a CJK character takes two, a combining mark none.
+    from rich.cells import cell_len
+
     rows = [[c.header for c in columns]] + [[_one_line(v) for v in row] for row in cells]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(columns))]
+    widths = [max(cell_len(r[i]) for r in rows) for i in range(len(columns))]
     for r in rows:
-        click.echo("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
+        click.echo("  ".join(v + " " * (w - cell_len(v)) for v, w in zip(r, widths, strict=True)).rstrip())
 
 
 def _rich_table(console: Any, title: str | None, columns: Sequence[Column], cells: list[list[str]],
