@@ -30,16 +30,17 @@ fencepost --db edge=sqlite:///edge.db --db central=postgresql+psycopg://host/db 
 fencepost --shards stores.txt feed tail --follow --format jsonl
 ```
 
-**Output formats.** Every read command takes `--format table|json|jsonl|csv` (`--json` is short
-for `--format json`). `table` is for people: on a terminal a drawn table, written to a pipe or a
-file plain aligned columns with one record per line, never folded, so `fencepost runs list | grep
-ID` finds the run. `json` prints one document, `jsonl` one object per line, `csv` a header and one
-row per record (nested values as JSON text). Keys are snake_case throughout; what a user recorded
-(a run's `state`, a journal entry's `payload` and `meta`) is shown exactly as it was written. A
-run carries `state`, its `state_json` decoded, beside the verbatim `state_json`. A table (and a
-`feed tail` line, a sentence such as `created ID`) shows a control character the text holds (ESC,
-BEL, ...) as `\\xNN`, so a run id or flow name never drives the terminal; the other formats keep
-the exact text.
+**Output formats.** Every read command takes `--format table|json|jsonl|csv` (`--json` is short for
+`--format json`). `table` is for people: on a terminal a drawn table, written to a pipe or a file
+plain aligned columns with one record per line, never folded, so `fencepost runs list | grep ID`
+finds the run. `json` prints one document, `jsonl` one object per line, `csv` a header and one row
+per record (nested values as JSON text, booleans `true`/`false`, none an empty cell). Keys are
+snake_case throughout; what a user recorded (a run's `state`, a journal entry's `payload` and
+`meta`) is shown exactly as it was written. A run carries `state`, its `state_json` decoded, beside
+the verbatim `state_json`. A table (and a `feed tail` line, a sentence such as `created ID`) shows a
+control character the text holds (ESC, BEL, ...) as `\\xNN`, and an invisible format character (a
+right-to-left override, a zero-width space, a byte order mark, ...) as `\\uNNNN`, so a run id or
+flow name never drives the terminal nor shows as another; the other formats keep the exact text.
 
 **Errors and exit codes.** An error is one line on stderr starting with `Error:`, never a
 traceback (set `FENCEPOST_DEBUG=1` to see one); data goes to stdout.

@@ -8,7 +8,7 @@ A command builds *records*, plain ``dict`` values with snake_case keys, and hand
 - ``table``: a rich table on a terminal; written to a pipe or a file, plain aligned columns, one
   record per line, never folded (``fencepost runs list | grep <id>`` finds the id).
 - ``json``: one document (a list is an array); ``jsonl``: one object per line; ``csv``: a header and
-  one row per record, nested values as JSON text.
+  one row per record, nested values as JSON text, booleans ``true``/``false`` as JSON spells them.
 
 Keys are snake_case throughout. User data (a run's ``state``, a journal entry's ``payload`` and
 ``meta``) is shown as it was recorded. ``to_data`` turns library structs into such records.
@@ -20,6 +20,7 @@ import csv
 import functools
 import re
 import sys
+import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,15 +32,41 @@ FORMATS = ("table", "json", "jsonl", "csv")
 
 _encoder = msgspec.json.Encoder()
 _CAMEL = re.compile(r"(?<=[a-z0-9])([A-Z])")
-# C0 controls but tab, newline and carriage return (a table handles those), DEL and C1 controls.
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+# Characters a table never shows as themselves: controls (Cc) a terminal acts on, invisible format
+# characters (Cf: the bidirectional overrides and isolates, zero-width spaces and joiners, the byte
+# order mark, the soft hyphen ...) that reorder or hide the text around them, and the Unicode line and
+# paragraph separators (Zl, Zp). Tab, newline and carriage return stay (a table handles those).
+_HIDDEN = frozenset({"Cc", "Cf", "Zl", "Zp"})
+_KEPT = frozenset("\t\n\r")
 
 
 def printable(text: str) -> str:
-    """``text`` for a terminal: every control character a terminal would act on (``ESC``, ``BEL``,
-    the C1 ``CSI`` ...) written as ``\\xNN``, so text a store holds (a run id, a flow name, a
-    failure message) never clears a screen or sets a window title. Tab and line ends stay."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    """``text`` for a terminal, as the store holds it but with nothing hidden or acted on: every
+    control character (``ESC``, ``BEL``, the C1 ``CSI`` ...) and every invisible format character
+    (``U+202E`` RIGHT-TO-LEFT OVERRIDE, ``U+200B`` ZERO WIDTH SPACE, ``U+FEFF`` ...) written as
+    ``\\xNN``, ``\\uNNNN`` or ``\\UNNNNNNNN``, so text a store holds (a run id, a flow name, a failure
+    message) never clears a screen, sets a window title or shows as another run's id. Tab and line
+    ends stay."""
+    if text.isprintable():  # the usual case: no control, format or separator character at all
+        return text
+    return "".join(_escaped(ch) if ch not in _KEPT and unicodedata.category(ch) in _HIDDEN else ch
+                   for ch in text)
+
+
+def one_line(text: str) -> str:
+    """``printable(text)`` with tab and line ends escaped too (``\\x09``, ``\\x0a``, ``\\x0d``): for an
+    identifier, which a table shows on one line. Joined with a space, ``order<LF>17`` would show as
+    ``order 17``, another run's id; a tab would look like the gap between two columns."""
+    text = printable(text)
+    return _LINE_ENDS.sub(lambda m: _escaped(m.group()), text) if _LINE_ENDS.search(text) else text
+
+
+_LINE_ENDS = re.compile(r"[\t\n\r]")
+
+
+def _escaped(ch: str) -> str:
+    code = ord(ch)
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
 @dataclass(frozen=True)
@@ -150,15 +177,21 @@ class Output:
                 click.echo(printable(line))
 
     # ------------------------------------------------------------------ unbounded
-    def stream(self, columns: Sequence[Column]) -> Callable[[Mapping[str, Any]], None]:
+    def stream(self, columns: Sequence[Column], fields: Sequence[str] = ()) -> Callable[[Mapping[str, Any]], None]:
         """A printer for records that keep coming: JSON formats print one object per line (``json``
         too, since the stream has no end), ``csv`` prints its header once, a table one plain line each.
+
+        ``fields``: the keys every record has, in order: ``csv`` prints them as its header at once,
+        so a stream with no record is still a CSV table (its header), not an empty file.
         """
         if self.format in ("json", "jsonl"):
             return _write_json
         if self.format == "csv":
             writer = csv.writer(sys.stdout, lineterminator="\n")
-            state = {"header": None}
+            state: dict[str, list[str] | None] = {"header": list(fields) or None}
+            if fields:
+                writer.writerow(fields)
+                sys.stdout.flush()
 
             def csv_line(record: Mapping[str, Any]) -> None:
                 if state["header"] is None:
@@ -170,7 +203,8 @@ class Output:
             return csv_line
 
         def line(record: Mapping[str, Any]) -> None:
-            click.echo(printable("  ".join(_one_line(c.cell(record)) for c in columns)))
+            click.echo("  ".join(_one_line(printable(c.cell(record))) if c.wrap else one_line(c.cell(record))
+                                 for c in columns))
 
         return line
 
@@ -202,8 +236,11 @@ def _write_json(value: Any) -> None:
 
 
 def _csv_cell(value: Any) -> Any:
+    """A CSV cell: empty for none, ``true``/``false`` as JSON spells them, JSON text for structures."""
     if value is None:
         return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if isinstance(value, dict | list | tuple | msgspec.Struct):
         return _encoder.encode(value).decode()
     return value
@@ -224,12 +261,15 @@ def _write_csv(records: Sequence[Mapping[str, Any]], fields: Sequence[str] = ())
 def _write_table(title: str | None, columns: Sequence[Column], cells: list[list[str]]) -> None:
     # What the store holds is shown, never obeyed: control characters escaped before any layout.
     title = printable(title) if title is not None else None
-    cells = [[printable(v) for v in row] for row in cells]
+    shown = [printable if c.wrap else one_line for c in columns]  # identifiers: one line, line ends escaped
+    cells = [[show(v) for show, v in zip(shown, row, strict=True)] for row in cells]
     if sys.stdout.isatty():
         from rich.console import Console
 
         console = Console(highlight=False)
-        widths = [max([len(c.header)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
+        from rich.cells import cell_len
+
+        widths = [max([cell_len(c.header)] + [cell_len(row[i]) for row in cells]) for i, c in enumerate(columns)]
         # Identifier columns at full width, the others at least 6 wide, plus borders and padding.
         needed = sum(w if not c.wrap else min(w, 6) for w, c in zip(widths, columns, strict=True))
         if needed + 3 * len(columns) + 1 <= console.width:
@@ -238,10 +278,13 @@ def _write_table(title: str | None, columns: Sequence[Column], cells: list[list[
         # Too narrow for whole identifiers: plain lines (the terminal wraps them, the text stays whole).
     # A pipe or a file: plain aligned columns, one record per line, nothing folded or cropped.
     # Cells never contain a newline (they would break "one record per line").
+    # Padded by terminal cells, not characters: a CJK character takes two, a combining mark none.
+    from rich.cells import cell_len
+
     rows = [[c.header for c in columns]] + [[_one_line(v) for v in row] for row in cells]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(columns))]
+    widths = [max(cell_len(r[i]) for r in rows) for i in range(len(columns))]
     for r in rows:
-        click.echo("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
+        click.echo("  ".join(v + " " * (w - cell_len(v)) for v, w in zip(r, widths, strict=True)).rstrip())
 
 
 def _rich_table(console: Any, title: str | None, columns: Sequence[Column], cells: list[list[str]],

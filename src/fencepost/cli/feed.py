@@ -30,6 +30,13 @@ CHANGE_COLUMNS = [
 ]
 
 
+def _change_fields() -> list[str]:
+    """The keys of every change record, in order (the ``csv`` header, printed even with no change)."""
+    from fencepost.changefeed import Change
+
+    return list(Change.__struct_fields__)
+
+
 @click.group()
 def feed() -> None:
     """Tail run changes and read run snapshots."""
@@ -88,7 +95,7 @@ def feed_tail(starts: tuple[tuple[str | None, int], ...], follow: bool, limit: i
     _refuse_ahead(start.revision, head.revision)
     with _rotation_explained({None: store}):
         if follow:
-            emit = out.stream(CHANGE_COLUMNS)
+            emit = out.stream(CHANGE_COLUMNS, _change_fields())
             with stop_on_signals() as stop:
                 # Pages of changes, each read with its runs' snapshots in one query.
                 for page in store.feed.follow_batches(start, stop=stop, limit=limit):
@@ -98,7 +105,7 @@ def feed_tail(starts: tuple[tuple[str | None, int], ...], follow: bool, limit: i
         if out.format == "json":  # one document: the array of every change
             out.rows([to_data(c) for c in _pages(store, start, limit)], CHANGE_COLUMNS)
             return
-        emit = out.stream(CHANGE_COLUMNS)  # page by page, never the whole feed in memory
+        emit = out.stream(CHANGE_COLUMNS, _change_fields())  # page by page, never the whole feed in memory
         for change in _pages(store, start, limit):
             emit(to_data(change))
 
@@ -156,7 +163,7 @@ def _tail_across(stores: dict[str, Any], starts: tuple[tuple[str | None, int], .
 
     with _rotation_explained(stores):
         if follow:
-            emit = out.stream(LABELLED_CHANGE_COLUMNS)
+            emit = out.stream(LABELLED_CHANGE_COLUMNS, ["store", *_change_fields()])
             with stop_on_signals() as stop:
                 for item in merged_follow(list(stores.items()), positions, stop=stop):
                     emit(record(item))
@@ -165,7 +172,7 @@ def _tail_across(stores: dict[str, Any], starts: tuple[tuple[str | None, int], .
         if out.format == "json":
             out.rows([record(c) for c in changes], LABELLED_CHANGE_COLUMNS)
             return
-        emit = out.stream(LABELLED_CHANGE_COLUMNS)
+        emit = out.stream(LABELLED_CHANGE_COLUMNS, ["store", *_change_fields()])
         for item in changes:
             emit(record(item))
 

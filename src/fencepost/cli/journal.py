@@ -53,7 +53,9 @@ def journal_show(run_id: str, companion: bool, after: int | None, limit: int, ou
         raise fail("journal show: no run and no journal entries with this run id")
     entries = to_data(page.entries)
     more = [f"more entries follow: --after {page.entries[-1].seq}"] if page.has_more and page.entries else []
-    out.rows(entries, ENTRY_COLUMNS, footer=more, document=to_data(page),
+    from fencepost.journal.entries import Entry
+
+    out.rows(entries, ENTRY_COLUMNS, footer=more, document=to_data(page), fields=_fields(Entry),
              title=f"{'companion stream of ' if companion else 'stream '}{run_id}: {len(entries)} entr(ies)")
 
 
@@ -97,7 +99,9 @@ def journal_replay(run_id: str | None, every: bool, out: Output) -> None:
                  footer=[f"violation {v.rule} at seq {v.seq} ({v.event_type}): {v.detail}"
                          for v in history.violations] or ["ownership history is consistent"])
     elif out.format == "csv":
-        out.rows(to_data(history.intervals), INTERVAL_COLUMNS)
+        from fencepost.journal.replay import OwnershipInterval
+
+        out.rows(to_data(history.intervals), INTERVAL_COLUMNS, fields=_fields(OwnershipInterval))
     else:
         out.record(to_data(history))
     if history.violations:

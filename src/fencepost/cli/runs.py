@@ -22,7 +22,7 @@ from fencepost.cli._common import (
     when,
     write_store,
 )
-from fencepost.cli._output import Column, Output, output_options, snake_keys, to_data
+from fencepost.cli._output import Column, Output, one_line, output_options, snake_keys, to_data
 
 STATUSES = ("pending", "running", "suspended", "completed", "failed", "cancelled")
 RUN_DECISION = "flows.engine.run-decision"
@@ -448,7 +448,7 @@ def runs_show(run_id: str, out: Output) -> None:
         out.record({**run, "warnings": warnings})
         return
     out.record({"run": run, "warnings": warnings}, [
-        ("run_id", r.run_id),
+        ("run_id", one_line(r.run_id)),
         ("status", r.status),
         ("state_json", r.state_json if len(r.state_json) <= 200 else r.state_json[:200] + "..."),
         ("created", when(r.created_at_ms)),
@@ -460,10 +460,10 @@ def runs_show(run_id: str, out: Output) -> None:
         ("claimed", when(r.claimed_at_ms)),
         ("cancel requested", when(r.cancel_requested_at_ms)),
         ("cancel acknowledged", "yes" if r.cancel_acknowledgement else "-"),
-        ("parent", r.parent_run_id),
+        ("parent", None if r.parent_run_id is None else one_line(r.parent_run_id)),
         # A run that was never retried is round 0 of its own lineage, as the change feed says.
-        ("lineage / round", f"{r.lineage_id or r.run_id} / {r.round_ordinal or 0}"),
-    ], title=f"run {r.run_id}", notes=[
+        ("lineage / round", f"{one_line(r.lineage_id or r.run_id)} / {r.round_ordinal or 0}"),
+    ], title=f"run {one_line(r.run_id)}", notes=[
         *failure_lines(r.failure),
         *(f"warning lease-reconfirmed: owner ran {w.unconfirmed_ms} ms unconfirmed "
           f"(journal seq {w.seq}, {when(w.occurred_at_ms)})" for w in detail.warnings)])
