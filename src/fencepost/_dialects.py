@@ -205,6 +205,10 @@ class Backend:
         """Statements a hand-applied migration script starts with (create and select the namespace)."""
         return []
 
+    def script_epilogue(self) -> list[str]:
+        """Statements a hand-applied migration script ends with (end the transaction it began)."""
+        return []
+
     def has_table(self, conn: Connection, name: str) -> bool:
         """Whether table ``name`` exists in the store's namespace."""
         raise NotImplementedError
@@ -607,7 +611,12 @@ class PostgresBackend(Backend):
         conn.exec_driver_sql(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
 
     def script_preamble(self) -> list[str]:
-        return [f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"', f'SET search_path TO "{self.schema}"']
+        # Its own transaction, and the path set for that transaction only: a DBA who pastes the
+        # script into a session keeps the session's own search_path afterwards.
+        return ["BEGIN", f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"', f'SET LOCAL search_path TO "{self.schema}"']
+
+    def script_epilogue(self) -> list[str]:
+        return ["COMMIT"]
 
     def has_table(self, conn: Connection, name: str) -> bool:
         row = conn.execute(
