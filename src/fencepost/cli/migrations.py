@@ -25,7 +25,7 @@ def _ledger(url: str | None) -> tuple[Any, dict[int, str]]:
     from fencepost.errors import DatabaseMissing
 
     try:
-        db = Database(resolve_url(url), readonly=True, glance=True)
+        db = Database(resolve_url(url), readonly=True)
     except DatabaseMissing:
         return _Missing(resolve_url(url)), {}
     try:
