@@ -18,6 +18,7 @@ import time
 import weakref
 from collections.abc import Collection
 from typing import Any
+from urllib.parse import quote
 
 import msgspec
 from sqlalchemy import Table, Text, bindparam, case, event, func, literal, text
@@ -391,7 +392,8 @@ class SqliteBackend(Backend):
                         raise _file_replaced("the database file was deleted after the store opened it, "
                                              "and no file is at its path now")
                     frozen = frozen_copy(file[0])
-                    cargs[0] = f"file:{file[0]}?mode=ro" + ("&immutable=1" if frozen else "")
+                    # Quoted: ``#``, ``?`` and ``%`` in a path mean something in a URI.
+                    cargs[0] = f"file:{quote(file[0])}?mode=ro" + ("&immutable=1" if frozen else "")
                     record.info[_OPENED] = (seen, frozen)
                 else:
                     # The file the store opened, kept to: its connections hold that file open, so

@@ -19,6 +19,7 @@ import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 from sqlalchemy import create_engine
 from sqlalchemy.engine import URL, Connection, Engine, make_url
@@ -297,7 +298,8 @@ class Database:
                     raise DatabaseMissing("database_missing", "open",
                                           open_detail("database_missing", self.where, sqlite=True))
                 # Each connection decides whether it opens the file as immutable (see frozen_copy).
-                parsed = parsed.set(database=f"file:{path}?mode=ro", query={**parsed.query, "uri": "true"})
+                parsed = parsed.set(database=f"file:{quote(str(path))}?mode=ro",
+                                    query={**parsed.query, "uri": "true"})
             else:
                 made = True
                 try:

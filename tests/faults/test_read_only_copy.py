@@ -220,3 +220,16 @@ def test_a_reader_of_an_unwritable_directory_sees_a_writer_that_comes_along(copy
         os.waitpid(pid, 0)
     assert pickle.loads(data) == [["r1"], ["r1", "r2"], "pending"]
 
+
+def test_a_read_only_open_reads_the_file_whose_path_has_uri_characters(tmp_path: Path) -> None:
+    """A read-only open hands SQLite a ``file:`` URI; a path holding ``#``, ``%`` or a space was put
+    in it unquoted, so SQLite opened another path (``#`` starts a URI's fragment): a store at
+    ``/data/x#1/flows.db`` was "not a migrated fencepost store". The path is now quoted."""
+    home = tmp_path / "a#b %41 c"
+    home.mkdir()
+    url = f"sqlite:///{home}/flows.db".replace("%", "%25")
+    with fencepost.open(url) as store:
+        store.runs.create("r1", "{}")
+    with fencepost.open(url, readonly=True) as store:
+        assert store.runs.get("r1").status == "pending"
+    assert sorted(os.listdir(tmp_path)) == ["a#b %41 c"]
