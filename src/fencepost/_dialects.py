@@ -18,6 +18,7 @@ import time
 import weakref
 from collections.abc import Collection
 from typing import Any
+from urllib.parse import quote
 
 import msgspec
 from sqlalchemy import Table, Text, bindparam, case, event, func, literal, text
@@ -216,6 +217,10 @@ class Backend:
         """Statements a hand-applied migration script starts with (create and select the namespace)."""
         return []
 
+    def script_epilogue(self) -> list[str]:
+        """Statements a hand-applied migration script ends with (end the transaction it began)."""
+        return []
+
     def has_table(self, conn: Connection, name: str) -> bool:
         """Whether table ``name`` exists in the store's namespace."""
         raise NotImplementedError
@@ -258,15 +263,58 @@ def file_identity(path: str) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
+def _file_replaced(reason: str, *, reconnect: bool = False) -> Exception:
+    from fencepost._durable import DbFailure
+
+    return DbFailure("persistence_failed", FILE_REPLACED, reason, reconnect=reconnect)
+
+
 def _check_file(file: list[Any]) -> None:
     """Refuse (``DbFailure`` ``file_replaced``) when a store's path ``file[0]`` no longer names the
     file ``file[1]`` it opened: deleted, or another file moved over it."""
     if file[1] is not None and file_identity(file[0]) != file[1]:
-        from fencepost._durable import DbFailure
+        raise _file_replaced("the database file was deleted or replaced after the store opened it; "
+                             "nothing was written (open the store again to use the file now at its path)")
 
-        raise DbFailure("persistence_failed", FILE_REPLACED,
-                        "the database file was deleted or replaced after the store opened it; "
-                        "nothing was written (open the store again to use the file now at its path)")
+
+#: ``info`` key of a SQLite connection: ``(device, inode)`` of the file it opened, and whether it
+#: opened it as immutable (see ``frozen_copy``).
+_OPENED = "fencepost_opened"
+
+
+def _check_read(info: dict[str, Any], path: str) -> None:
+    """Before a read transaction: a connection whose path now names another file (or none), or an
+    immutable one beside whose file a ``-shm`` index appeared (a writer came along), is replaced
+    (``DbFailure`` ``file_replaced`` with ``reconnect`` set: the reader retries on a new one)."""
+    opened = info.get(_OPENED)
+    if opened is None:
+        return
+    if file_identity(path) != opened[0] or (opened[1] and os.path.exists(path + "-shm")):
+        raise _file_replaced("the database file was replaced while the store had it open",
+                             reconnect=True)
+
+
+def frozen_copy(path: str) -> bool:
+    """Whether a read-only connection opens the database at ``path`` as immutable (no locking, no
+    ``-shm`` index): the file is on a read-only file system, or in a directory this process may not
+    write, and no ``-shm`` file is beside it. SQLite reads a WAL database through that index, and
+    cannot create it there. Not when a non-empty ``-wal`` log is beside it: immutable reads would
+    skip the commits still in the log, so that open fails as before.
+
+    Immutable reads take no locks and see no later change, so a read-only store checks at the
+    start of each read that no ``-shm`` file has appeared since (someone who may write the
+    directory opened the database): then it reads through a new connection, the usual way."""
+    parent = os.path.dirname(path) or "."
+    try:
+        read_only = bool(os.statvfs(parent).f_flag & os.ST_RDONLY) or not os.access(parent, os.W_OK)
+    except OSError:
+        return False
+    if not read_only or os.path.exists(path + "-shm"):
+        return False
+    try:
+        return os.stat(path + "-wal").st_size == 0
+    except OSError:
+        return True
 
 
 def _ensure_wal(cur: sqlite3.Cursor, busy_ms: int) -> None:
@@ -303,11 +351,13 @@ class SqliteBackend(Backend):
     # Named paramstyle: the executors pass dicts straight to sqlite3.
     driver_dialect = _sqlite_pysqlite.dialect(paramstyle="named")
 
-    def __init__(self) -> None:
+    def __init__(self, path: str | None = None) -> None:
+        #: The database file (None for a backend that opens none, e.g. a stand-in for a missing one).
+        self.path = path
         self._writers: weakref.WeakSet[Any] = weakref.WeakSet()
         # Writable stores checkpoint the log on a thread of their own (see _checkpoint.py).
         self.checkpointer: Checkpointer | None = None
-        # A writable store's file: [its path, (device, inode) once the first connection opened it].
+        # The store's file: [its path, (device, inode) once the first connection opened it].
         # A list the engine's listeners share, so they hold no reference to the backend (a store
         # dropped without ``close`` must be collectable, its checkpoint thread stopped).
         self._file: list[Any] = [None, None]
@@ -341,40 +391,60 @@ class SqliteBackend(Backend):
                 cur.execute(f"PRAGMA wal_autocheckpoint = {WRITER_BACKSTOP_PAGES}")
             cur.close()
 
-        if not readonly and engine.url.database:
-            # The file the store opened, kept to: its connections hold that file open, so once it is
-            # deleted (or another file is moved over its path) a kept connection would commit into a
-            # file nobody can open again, and a new one would create an empty database at the path
-            # (or write into the other file). Checked before each new connection and each write.
-            file = self._file
-            file[0] = os.path.abspath(engine.url.database)
+        file = self._file
+        if self.path:
+            file[0] = os.path.abspath(self.path)
 
             @event.listens_for(engine, "do_connect")
-            def _same_file(_dialect: Any, _record: Any, _cargs: Any, _cparams: Any) -> None:
-                _check_file(file)
+            def _open_file(_dialect: Any, record: Any, cargs: Any, _cparams: Any) -> None:
+                # Which file each connection opens, taken before it opens it: a file replaced in
+                # between makes that connection look stale at once (one reconnect too many),
+                # never current when it is not.
+                if readonly:
+                    seen = file_identity(file[0])
+                    if seen is None:  # never create a file at the path (mode=ro cannot anyway)
+                        raise _file_replaced("the database file was deleted after the store opened it, "
+                                             "and no file is at its path now")
+                    frozen = frozen_copy(file[0])
+                    # Quoted: ``#``, ``?`` and ``%`` in a path mean something in a URI.
+                    cargs[0] = f"file:{quote(file[0])}?mode=ro" + ("&immutable=1" if frozen else "")
+                    record.info[_OPENED] = (seen, frozen)
+                else:
+                    # The file the store opened, kept to: its connections hold that file open, so
+                    # once it is deleted (or another file is moved over its path) a kept connection
+                    # would commit into a file nobody can open again, and a new one would create an
+                    # empty database at the path (or write into the other file). Checked before
+                    # each new connection and each transaction.
+                    _check_file(file)
+                    record.info[_OPENED] = (file_identity(file[0]), False)
 
             @event.listens_for(engine, "connect")
-            def _remember_file(_dbapi_connection: Any, _record: Any) -> None:
+            def _remember_file(_dbapi_connection: Any, record: Any) -> None:
                 if file[1] is None:
                     file[1] = file_identity(file[0])  # the file the first connection opened (or created)
+                if record.info.get(_OPENED, (None,))[0] is None:  # it created the file
+                    record.info[_OPENED] = (file[1], False)
 
         # BEGIN (IMMEDIATE on a write connection) from the dialect's own begin step, straight to
         # the driver: no "begin" event listener, so SQLAlchemy (and the statement executor) skip
         # event dispatch entirely while nobody listens. Driver errors are wrapped by SQLAlchemy
-        # as for any statement, so busy still classifies as transient.
+        # as for any statement, so busy still classifies as transient. A read first checks that
+        # its connection's file is still the one at the path (one ``stat``).
         writers = self._writers
-        file = self._file
+        path = file[0]
 
         def do_begin(dbapi_connection: Any) -> None:
             if dbapi_connection in writers:
                 _check_file(file)
                 dbapi_connection.driver_connection.execute("BEGIN IMMEDIATE")
             else:
+                if path is not None:
+                    _check_read(dbapi_connection.info, path)
                 dbapi_connection.driver_connection.execute("BEGIN")
 
         engine.dialect.do_begin = do_begin  # type: ignore[method-assign]
-        if not readonly and background and engine.url.database:
-            self.checkpointer = Checkpointer(engine.url.database, synchronous)
+        if not readonly and background and self.path:
+            self.checkpointer = Checkpointer(self.path, synchronous)
             # A store dropped without ``close`` does not leave its thread (and connection) behind.
             weakref.finalize(self, self.checkpointer.close, False)
 
@@ -639,7 +709,12 @@ class PostgresBackend(Backend):
         conn.exec_driver_sql(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
 
     def script_preamble(self) -> list[str]:
-        return [f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"', f'SET search_path TO "{self.schema}"']
+        # Its own transaction, and the path set for that transaction only: a DBA who pastes the
+        # script into a session keeps the session's own search_path afterwards.
+        return ["BEGIN", f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"', f'SET LOCAL search_path TO "{self.schema}"']
+
+    def script_epilogue(self) -> list[str]:
+        return ["COMMIT"]
 
     def has_table(self, conn: Connection, name: str) -> bool:
         row = conn.execute(

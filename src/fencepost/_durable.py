@@ -19,6 +19,7 @@ import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 from sqlalchemy import create_engine
 from sqlalchemy.engine import URL, Connection, Engine, make_url
@@ -49,10 +50,14 @@ MAX_ATTEMPTS = 12
 class DbFailure(Exception):
     """A database failure, value-free: ``category`` is ``constraint`` or ``persistence_failed``."""
 
-    def __init__(self, category: str, code: str | None, reason: str | None = None) -> None:
+    def __init__(self, category: str, code: str | None, reason: str | None = None, *,
+                 reconnect: bool = False) -> None:
         self.category = category
         self.code = code
         self.reason = reason  # why, when fencepost knows it without the driver ("the store is closed")
+        # The connection was stale (its file replaced) and has been dropped: the call may start over
+        # on a new one, as for a transient failure, and at once.
+        self.reconnect = reconnect
         super().__init__(f"{category} ({code or 'no code'})")
 
 
@@ -265,28 +270,6 @@ def _option_name(key: str) -> str:
     return f"'{key}'" if _NAMEABLE.match(key) else "an option"
 
 
-def _frozen_copy(path: Path, *, glance: bool = False) -> bool:
-    """A database on a read-only file system with no shared-memory file beside it (a copy on an
-    archive mount, a read-only volume): SQLite cannot open a WAL database read-only there, since it
-    can create neither the ``-shm`` file nor its locks. Nobody can change such a file, so it is
-    opened as immutable (no locking). Not when a non-empty ``-wal`` log is beside it: immutable
-    reads would skip the commits still in the log, so that open fails as before.
-
-    ``glance``: one look at the ledger (``init``, ``migrations status|sql``), never a store: a
-    directory this process may not write is treated alike. Others may change that file, but no
-    process has it open while no ``-shm`` is beside it, and one short read is over at once."""
-    try:
-        read_only_fs = bool(os.statvfs(path.parent).f_flag & os.ST_RDONLY)
-    except OSError:
-        return False
-    if glance and not os.access(path.parent, os.W_OK):
-        read_only_fs = True
-    if not read_only_fs or path.with_name(path.name + "-shm").exists():
-        return False
-    wal = path.with_name(path.name + "-wal")
-    return not (wal.exists() and wal.stat().st_size > 0)
-
-
 def _check_path(path: Path, where: str) -> None:
     """Refuse a SQLite path that cannot be a database file before SQLite answers with a misleading
     code: a directory (``SQLITE_CANTOPEN``, read as a permission problem), or a path whose
@@ -304,24 +287,23 @@ def _check_path(path: Path, where: str) -> None:
 class Database:
     """An engine plus the write/read discipline every store shares."""
 
-    def __init__(self, url: str | None = None, *, readonly: bool = False, group_commit: bool = True,
-                 glance: bool = False) -> None:
-        """``glance`` (read-only only): one short look at the ledger, see ``_frozen_copy``."""
+    def __init__(self, url: str | None = None, *, readonly: bool = False, group_commit: bool = True) -> None:
         self.url = resolve_url(url)
         parsed, options = parse_url(self.url)
         self.readonly = readonly
         backend_name = parsed.get_backend_name()
         if backend_name == "sqlite":
-            self.backend: Backend = SqliteBackend()
             path = Path(parsed.database or "")  # parse_url refused an empty or in-memory one
+            self.backend: Backend = SqliteBackend(str(path))
             self.path: Path | None = path
             _check_path(path, self.where)
             if readonly:
                 if not path.exists():
                     raise DatabaseMissing("database_missing", "open",
                                           open_detail("database_missing", self.where, sqlite=True))
-                mode = "mode=ro&immutable=1" if _frozen_copy(path, glance=glance) else "mode=ro"
-                parsed = parsed.set(database=f"file:{path}?{mode}", query={**parsed.query, "uri": "true"})
+                # Each connection decides whether it opens the file as immutable (see frozen_copy).
+                parsed = parsed.set(database=f"file:{quote(str(path))}?mode=ro",
+                                    query={**parsed.query, "uri": "true"})
             else:
                 made = True
                 try:
@@ -491,6 +473,10 @@ class Database:
                 return self._once(fn, write=write, durable=durable)
             except CommitUnknown as unknown:
                 failure = unknown.failure
+            except DbFailure as exc:
+                if exc.reconnect and attempt < MAX_ATTEMPTS:
+                    continue  # the stale connection is gone: start over on a new one
+                raise
             except DBAPIError as exc:
                 if (self.backend.is_transient(exc) and attempt < MAX_ATTEMPTS
                         and not self.backend.waited_out(exc, time.monotonic() - started)):

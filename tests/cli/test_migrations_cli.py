@@ -446,3 +446,79 @@ def test_migrations_status_and_sql_of_a_store_left_at_4001_name_migration_4002(r
     db.dispose()
     status = run_cli("--db", db_url, "migrations", "status", "--json")
     assert {r["state"] for r in json.loads(status.out)} == {"applied"}
+
+
+# --------------------------------------------------------------------------- the printed script in a session
+
+
+def _schema_of(url: str) -> list[tuple]:
+    """Everything the migrations made, comparable across two stores: SQLite's ``sqlite_master``;
+    PostgreSQL's columns, constraints, indexes, triggers and functions (with their pinned settings),
+    the schema's own name written as ``<schema>``."""
+    if url.startswith("sqlite"):
+        import sqlite3
+
+        conn = sqlite3.connect(url.removeprefix("sqlite:///"))
+        try:
+            return sorted(conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master"))
+        finally:
+            conn.close()
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import NullPool
+
+    from tests.conftest import require_postgres
+
+    schema = url.rsplit("schema=", 1)[1]
+    queries = (
+        "SELECT table_name, column_name, data_type, is_nullable, column_default FROM information_schema.columns "
+        "WHERE table_schema = :s",
+        "SELECT c.relname, k.conname, pg_get_constraintdef(k.oid) FROM pg_constraint k "
+        "JOIN pg_class c ON c.oid = k.conrelid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = :s",
+        "SELECT tablename, indexname, indexdef FROM pg_indexes WHERE schemaname = :s",
+        "SELECT c.relname, t.tgname, pg_get_triggerdef(t.oid) FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = :s AND NOT t.tgisinternal",
+        "SELECT p.proname, p.prosrc, coalesce(array_to_string(p.proconfig, ','), '') FROM pg_proc p "
+        "JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = :s",
+    )
+    engine = create_engine(require_postgres(), poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            rows = [tuple(str(v).replace(schema, "<schema>") for v in row)
+                    for q in queries for row in conn.execute(text(q), {"s": schema})]
+    finally:
+        engine.dispose()
+    return sorted(rows)
+
+
+def test_the_printed_script_run_in_a_session_leaves_its_settings_and_matches_init(run_cli, make_db_url):
+    """Pasting the ``migrations sql`` script into a session (psql, or any client in autocommit mode)
+    left that session's ``search_path`` pointing at the store's schema on PostgreSQL: the script set
+    it with a session-wide ``SET``, and the DBA's next statements resolved their names there. The
+    script now runs in its own transaction and sets the path with ``SET LOCAL``: afterwards the
+    session's ``search_path`` is what it was, and the schema made is the one ``fencepost init``
+    makes. (SQLite has no ``search_path``: there the script is checked to make init's schema.)"""
+    by_script, by_init = make_db_url(), make_db_url()
+    assert run_cli("--db", by_init, "init").code == 0
+    result = run_cli("--db", by_script, "migrations", "sql")
+    assert result.code == 0, result
+    if by_script.startswith("sqlite"):
+        import sqlite3
+
+        conn = sqlite3.connect(by_script.removeprefix("sqlite:///"))
+        conn.executescript(result.out)
+        conn.close()
+    else:
+        import psycopg
+        from sqlalchemy import make_url
+
+        from tests.conftest import require_postgres
+
+        base = make_url(require_postgres()).set(drivername="postgresql")
+        with psycopg.connect(base.render_as_string(hide_password=False), autocommit=True) as session:
+            before = session.execute("SHOW search_path").fetchone()[0]
+            session.execute(result.out.encode())  # one simple-protocol string, as psql sends a pasted script
+            assert session.info.transaction_status == psycopg.pq.TransactionStatus.IDLE  # committed, not left open
+            assert session.execute("SHOW search_path").fetchone()[0] == before
+    assert _schema_of(by_script) == _schema_of(by_init)
+    fencepost.open(by_script, readonly=True).close()  # a read-only open refuses a store with anything pending
+    assert run_cli("--db", by_script, "migrations", "sql").out.startswith("-- nothing to apply")

@@ -157,18 +157,21 @@ def script(db: Database, ledger: dict[int, str], namespaces: tuple[str, ...] = S
     """The SQL that applies every pending migration of ``namespaces`` by hand (for a DBA), ledger included.
 
     The same statements the store runs when it migrates itself, each migration followed by its
-    ledger row, for the URL's backend. Run it in one transaction.
+    ledger row, for the URL's backend. Run it in one transaction (the PostgreSQL script begins and
+    commits its own, and sets ``search_path`` for that transaction only).
     """
     pending_ = [m for m in discover(db.backend.migration_suffix, namespaces) if m.id not in ledger]
     if not pending_:
         return "-- nothing to apply: every migration is recorded in flows_migrations\n"
     out = [f"-- fencepost migrations for {db.backend.name}: {', '.join(str(m.id) for m in pending_)}",
-           "-- Apply in one transaction.", *[f"{s};" for s in db.backend.script_preamble()],
+           "-- Runs in one transaction of its own." if db.backend.script_epilogue() else "-- Apply in one transaction.",
+           *[f"{s};" for s in db.backend.script_preamble()],
            _LEDGER[db.backend.name].strip() + ";"]
     for m in pending_:
         out.append(f"\n-- {m.id} {m.recorded_name}")
         out.append(m.script.strip())
         out.append(f"INSERT INTO flows_migrations (migration_id, name) VALUES ({m.id}, '{m.recorded_name}');")
+    out += [f"{s};" for s in db.backend.script_epilogue()]
     return "\n".join(out) + "\n"
 
 

@@ -25,7 +25,7 @@ def _ledger(url: str | None) -> tuple[Any, dict[int, str]]:
     from fencepost.errors import DatabaseMissing
 
     try:
-        db = Database(resolve_url(url), readonly=True, glance=True)
+        db = Database(resolve_url(url), readonly=True)
     except DatabaseMissing:
         return _Missing(resolve_url(url)), {}
     try:
@@ -89,11 +89,12 @@ def migrations_status(obj: CliContext, out: Output) -> None:
 def migrations_sql(obj: CliContext, out: Output) -> None:
     """Print the SQL that applies the pending migrations, for the URL's backend, ledger rows included.
 
-    For a DBA who applies schema changes by hand: run the script in one transaction, then
-    fencepost init reports the store current. Never creates or changes the database; a database
-    that does not exist yet gets the whole schema. A database that is newer than this version, or
-    records a migration under another name, is refused (exit 1), as init refuses it. With --json:
-    {"backend", "pending", "sql"}.
+    For a DBA who applies schema changes by hand: run the script in one transaction (the
+    PostgreSQL script begins and commits its own, and sets search_path for it alone, so the
+    session keeps its own), then fencepost init reports the store current. Never creates or
+    changes the database; a database that does not exist yet gets the whole schema. A database
+    that is newer than this version, or records a migration under another name, is refused
+    (exit 1), as init refuses it. With --json: {"backend", "pending", "sql"}.
 
     Example: fencepost --db postgresql://app@db/prod migrations sql > fencepost.sql
     """

@@ -119,7 +119,7 @@ def _read_only_init(url: str | None, refused: Any) -> str:
 
     todo = None
     try:
-        db = Database(resolve_url(url), readonly=True, glance=True)
+        db = Database(resolve_url(url), readonly=True)
     except (FencepostError, ValueError):
         raise refused from None
     try:
