@@ -168,9 +168,18 @@ class Lease:
         return self.confirmed_ms + TOLERANCE_MS
 
     def check(self) -> None:
-        """Raise ``LeaseLost`` if the lease is gone; call it between units of owned work."""
+        """Raise ``LeaseLost`` if the lease is gone; call it between units of owned work.
+
+        After ``release()`` nothing renews the lease and no loss could be noticed, so ``check()``
+        raises ``RunStoreError`` ``invalid_run`` instead of passing (as ``LeaseKeeper.check()`` does
+        once stopped); a lease lost before it was released keeps raising ``LeaseLost``.
+        """
         if self.error is not None:
             raise self.error
+        if self.released:
+            raise check.refuse("Lease.check", "the lease was released: nothing renews it any more "
+                               "(hold the run again for a new lease)", {"field": "state"})
+
 
     def release(self) -> None:
         """Stop renewing this run (call it before settling, or when the work is abandoned)."""
