@@ -44,6 +44,7 @@ from fencepost.journal.owner import OwnerId, owner_problem
 from fencepost.journal.redaction import DEFAULT as DEFAULT_REDACTION
 from fencepost.runstore.heartbeat import HEARTBEAT_INTERVAL_MS as INTERVAL_MS
 from fencepost.runstore.heartbeat import STALE_AFTER_MS as STALE_MS
+from fencepost.runstore.heartbeat import WRITE_TOLERANCE_MS as TOLERANCE_MS
 from fencepost.runstore.liveness import LivenessCheck, LivenessContext, lease_liveness, same_host_pid_probe
 from fencepost.runstore.outcomes import Activated, Claimed, FenceLost, GuardFailed, Recovered, Transitioned
 from fencepost.runstore.ownership import Lease, LeaseLost, Supervisor
@@ -365,6 +366,10 @@ class Worker:
 
         Candidates are shuffled so that workers sweeping at once mostly pick different runs; a lost
         race is an outcome (``AlreadyClaimed``, ``SnapshotChanged`` ...) and the run is skipped.
+        When a step fails after some runs were taken (the database went away mid-sweep), the sweep
+        stops there and returns those runs, which are this worker's to run; the failure is raised
+        only when nothing was taken. Reading a run's row right after activating it waits out a
+        database that is unavailable or busy, within the activation's write budget.
         """
         if type(limit) is not int or limit < 1:
             raise ValueError("limit must be an integer >= 1")
@@ -381,7 +386,17 @@ class Worker:
         for cand in found:
             if len(taken) >= limit:
                 break
-            row = self._take_one(cand)
+            try:
+                row = self._take_one(cand)
+            except Exception as exc:
+                if not taken:
+                    raise
+                # The runs already taken are this worker's now: raising would drop them, to sit
+                # ``running`` unheld until their leases expire. Return them to be run (or held by the
+                # caller), and leave the rest to the next sweep, which meets the failure again.
+                log.warning("worker: sweep stopped after taking %d run(s): %s (%s)", len(taken), type(exc).__name__,
+                            getattr(exc, "db_code", None) or getattr(exc, "code", None))
+                break
             if row is not None:
                 taken.append(row)
         return taken
@@ -411,11 +426,28 @@ class Worker:
             raise
         if not isinstance(activated, Activated):
             return None
+        # Activated with a first heartbeat at about now: the run is this worker's from here on.
+        row = self._read_taken(run_id, now + TOLERANCE_MS)
         self._count("claimed")
         if cand["status"] == "running":
             self._count("takeovers")
             log.info("took over a run whose lease expired", extra={"run_id": run_id})
-        return runs.get(run_id)
+        return row
+
+    def _read_taken(self, run_id: str, deadline_ms: int) -> RunRow:
+        """The row of ``run_id``, just activated by this worker. A database that is unavailable or
+        busy is waited out (with the usual backoff) until ``deadline_ms``, the activation's write
+        budget: a run dropped here would sit ``running``, held by nobody, until its lease expired."""
+        clock = self.store.clock
+        backoff = _FIRST_BACKOFF_S
+        while True:
+            try:
+                return self.store.runs.get(run_id)
+            except RunStoreError as exc:
+                if not _transient(exc) or clock.now_ms() + backoff * 1000 >= deadline_ms:
+                    raise
+                time.sleep(backoff)
+                backoff = min(backoff * 2, _MAX_BACKOFF_S)
 
     def _evidence_kind(self, owner: OwnerId) -> str:
         if self.liveness is same_host_pid_probe and owner.host_id == self.owner.host_id:
