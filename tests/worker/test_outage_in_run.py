@@ -106,6 +106,7 @@ def _assert_write_fails_now(store) -> None:
     with pytest.raises(RunStoreError) as info:
         store.runs.create("probe", "{}")
     assert info.value.code == "persistence_failed"
+    assert info.value.transient is True  # type: ignore[attr-defined] - waiting may cure it
 
 
 def test_a_checkpoint_during_a_short_outage_waits_it_out(outage):
@@ -374,3 +375,12 @@ def test_an_outage_longer_than_the_lease_budget_is_given_up_on(store, clock):
         faulty.down.clear()
         stop.set()
         t.join(BOUND_S)
+
+
+def test_a_closed_store_error_is_not_transient(db_url):
+    """Regression guard: the flag says only what waiting may cure; a closed store never comes back."""
+    store = fencepost.open(db_url)
+    store.close()
+    with pytest.raises(RunStoreError) as info:
+        store.runs.create("r1", "{}")
+    assert info.value.db_code == "closed" and info.value.transient is False  # type: ignore[attr-defined]
