@@ -51,13 +51,16 @@ class DbFailure(Exception):
     """A database failure, value-free: ``category`` is ``constraint`` or ``persistence_failed``."""
 
     def __init__(self, category: str, code: str | None, reason: str | None = None, *,
-                 reconnect: bool = False) -> None:
+                 reconnect: bool = False, transient: bool = False) -> None:
         self.category = category
         self.code = code
         self.reason = reason  # why, when fencepost knows it without the driver ("the store is closed")
         # The connection was stale (its file replaced) and has been dropped: the call may start over
         # on a new one, as for a transient failure, and at once.
         self.reconnect = reconnect
+        # The database was unavailable or busy (a lost connection, a server not accepting, a lock
+        # held past the wait): the same call may succeed once it answers again.
+        self.transient = transient
         super().__init__(f"{category} ({code or 'no code'})")
 
 
@@ -635,9 +638,10 @@ class Database:
         """The value-free failure for the driver's ``exc``, its cause in words when the code says
         one (``at_commit``: ``exc`` was raised by COMMIT, whose outcome it may leave unknown)."""
         category, code = self.backend.classify(exc)
+        transient = self.backend.is_transient(exc)
         if at_commit and self.backend.commit_unknown(exc):
-            return DbFailure(category, code, COMMIT_UNKNOWN)
-        return DbFailure(category, code, self.backend.reason(exc, code))
+            return DbFailure(category, code, COMMIT_UNKNOWN, transient=transient)
+        return DbFailure(category, code, self.backend.reason(exc, code), transient=transient)
 
     def connect(self) -> Connection:
         """A plain connection (autobegin) for migrations, tests and tools."""
@@ -704,4 +708,5 @@ def map_failure(exc: DbFailure, error_cls: type[FencepostError], method: str, su
     """Translate a ``DbFailure`` into a store error with a value-free message."""
     err = error_cls(exc.category, method, failure_detail(subject, exc))
     err.db_code = exc.code  # type: ignore[attr-defined]
+    err.transient = exc.transient  # type: ignore[attr-defined]
     return err

@@ -36,7 +36,7 @@ import msgspec
 from sqlalchemy import and_, select
 
 from fencepost import _gauges
-from fencepost._durable import DbFailure, map_failure
+from fencepost._durable import COMMIT_UNKNOWN, DbFailure, map_failure
 from fencepost._schema import flows_runs as runs_t
 from fencepost._values import identifier_problem, parse_json_text, stop_problem
 from fencepost.errors import FencepostError, RunStoreError
@@ -44,8 +44,9 @@ from fencepost.journal.owner import OwnerId, owner_problem
 from fencepost.journal.redaction import DEFAULT as DEFAULT_REDACTION
 from fencepost.runstore.heartbeat import HEARTBEAT_INTERVAL_MS as INTERVAL_MS
 from fencepost.runstore.heartbeat import STALE_AFTER_MS as STALE_MS
+from fencepost.runstore.heartbeat import WRITE_TOLERANCE_MS as TOLERANCE_MS
 from fencepost.runstore.liveness import LivenessCheck, LivenessContext, lease_liveness, same_host_pid_probe
-from fencepost.runstore.outcomes import Activated, Claimed, GuardFailed, Recovered, Transitioned
+from fencepost.runstore.outcomes import Activated, Claimed, FenceLost, GuardFailed, Recovered, Transitioned
 from fencepost.runstore.ownership import Lease, LeaseLost, Supervisor
 from fencepost.runstore.rows import LivenessEvidence, RunFailure, RunRow, RunSnapshot
 
@@ -112,6 +113,7 @@ def _state_text(value: Any, what: str) -> str | None:
 
 _FIRST_BACKOFF_S = 0.1
 _MAX_BACKOFF_S = 2.0
+_TRANSITIONED = Transitioned()
 
 
 def _unavailable(exc: FencepostError) -> bool:
@@ -174,12 +176,15 @@ class RunContext:
 
         The guard ``cancel_requested: absent`` means a checkpoint never lands on a run somebody asked
         to cancel: that answer (``GuardFailed``) raises ``Cancelled``; a lost fence raises ``LeaseLost``.
+        A database that is unavailable or busy is retried with a backoff while the lease's write
+        budget lasts (never once the lease is lost); only an outage longer than that, or a failure
+        waiting cannot cure, raises ``RunStoreError``.
         """
-        self.lease.check()
         text = _json.encode(state).decode()
-        outcome = self.worker.store.runs.transition_owned(
-            self.run_id, self.owner, "running", state_json=text, guard={"cancel_requested": "absent"}
-        )
+        runs = self.worker.store.runs
+        # A database that is briefly unavailable is waited out within the lease (``_owned_write``).
+        outcome = self.worker._owned_write(self, "checkpoint", lambda: runs.transition_owned(
+            self.run_id, self.owner, "running", state_json=text, guard={"cancel_requested": "absent"}))
         if isinstance(outcome, GuardFailed):
             self._cancelled.set()
             raise Cancelled(self.run_id)
@@ -361,6 +366,10 @@ class Worker:
 
         Candidates are shuffled so that workers sweeping at once mostly pick different runs; a lost
         race is an outcome (``AlreadyClaimed``, ``SnapshotChanged`` ...) and the run is skipped.
+        When a step fails after some runs were taken (the database went away mid-sweep), the sweep
+        stops there and returns those runs, which are this worker's to run; the failure is raised
+        only when nothing was taken. Reading a run's row right after activating it waits out a
+        database that is unavailable or busy, within the activation's write budget.
         """
         if type(limit) is not int or limit < 1:
             raise ValueError("limit must be an integer >= 1")
@@ -377,7 +386,17 @@ class Worker:
         for cand in found:
             if len(taken) >= limit:
                 break
-            row = self._take_one(cand)
+            try:
+                row = self._take_one(cand)
+            except Exception as exc:
+                if not taken:
+                    raise
+                # The runs already taken are this worker's now: raising would drop them, to sit
+                # ``running`` unheld until their leases expire. Return them to be run (or held by the
+                # caller), and leave the rest to the next sweep, which meets the failure again.
+                log.warning("worker: sweep stopped after taking %d run(s): %s (%s)", len(taken), type(exc).__name__,
+                            getattr(exc, "db_code", None) or getattr(exc, "code", None))
+                break
             if row is not None:
                 taken.append(row)
         return taken
@@ -407,11 +426,28 @@ class Worker:
             raise
         if not isinstance(activated, Activated):
             return None
+        # Activated with a first heartbeat at about now: the run is this worker's from here on.
+        row = self._read_taken(run_id, now + TOLERANCE_MS)
         self._count("claimed")
         if cand["status"] == "running":
             self._count("takeovers")
             log.info("took over a run whose lease expired", extra={"run_id": run_id})
-        return runs.get(run_id)
+        return row
+
+    def _read_taken(self, run_id: str, deadline_ms: int) -> RunRow:
+        """The row of ``run_id``, just activated by this worker. A database that is unavailable or
+        busy is waited out (with the usual backoff) until ``deadline_ms``, the activation's write
+        budget: a run dropped here would sit ``running``, held by nobody, until its lease expired."""
+        clock = self.store.clock
+        backoff = _FIRST_BACKOFF_S
+        while True:
+            try:
+                return self.store.runs.get(run_id)
+            except RunStoreError as exc:
+                if not _transient(exc) or clock.now_ms() + backoff * 1000 >= deadline_ms:
+                    raise
+                time.sleep(backoff)
+                backoff = min(backoff * 2, _MAX_BACKOFF_S)
 
     def _evidence_kind(self, owner: OwnerId) -> str:
         if self.liveness is same_host_pid_probe and owner.host_id == self.owner.host_id:
@@ -442,7 +478,6 @@ class Worker:
             self._done.set()
 
     def _execute_inner(self, ctx: RunContext) -> None:
-        runs = self.store.runs
         if ctx.cancel_requested:
             self._settle_cancelled(ctx)
             return
@@ -462,8 +497,7 @@ class Worker:
                 # Before the run is claimable again: this worker's sweep must not take it back at once.
                 with self._lock:
                     self._resting[ctx.run_id] = time.monotonic() + SUSPEND_BACKOFF_S
-            outcome = runs.transition_owned(ctx.run_id, self.owner, "suspended", state_json=text,
-                                            guard={"cancel_requested": "absent"})
+            outcome = self._settle_write(ctx, "suspended", state_json=text, guard={"cancel_requested": "absent"})
             if isinstance(outcome, GuardFailed):
                 self._settle_cancelled(ctx)
             elif isinstance(outcome, Transitioned):
@@ -481,8 +515,7 @@ class Worker:
         except UnstorableResult as exc:
             self._settle_failed(ctx, exc)
             return
-        outcome = runs.transition_owned(ctx.run_id, self.owner, "completed", state_json=text,
-                                        guard={"cancel_requested": "absent"})
+        outcome = self._settle_write(ctx, "completed", state_json=text, guard={"cancel_requested": "absent"})
         if isinstance(outcome, GuardFailed):
             self._settle_cancelled(ctx)
         elif isinstance(outcome, Transitioned):
@@ -495,7 +528,7 @@ class Worker:
         ctx.lease.check()
         # The reason rides the same UPDATE as the settlement (redacted by the store).
         failure = RunFailure.from_exception(exc)
-        outcome = self.store.runs.transition_owned(ctx.run_id, self.owner, "failed", failure=failure)
+        outcome = self._settle_write(ctx, "failed", failure=failure)
         if isinstance(outcome, Transitioned):
             self._count("failed")
             log.warning("run %s settled failed: %s\n%s", ctx.run_id, type(exc).__name__,
@@ -504,6 +537,76 @@ class Worker:
             log.warning("run %s raised but could not be settled failed (%s)\n%s", ctx.run_id,
                         type(outcome).__name__, self._log_traceback(ctx.run_id, exc, failure),
                         extra={"run_id": ctx.run_id})
+
+    def _settle_write(self, ctx: RunContext, to: str, **kwargs: Any) -> Any:
+        """``transition_owned`` of ``ctx``'s run to ``to``, riding out a short outage (``_owned_write``).
+
+        A settlement retried after a COMMIT whose answer was lost may have landed the first time: the
+        retry (or the next pulse) then finds the run no longer this owner's. When the row shows the
+        settlement this worker wrote (the status, no owner, the state it sent), it counts as done.
+        """
+        runs = self.store.runs
+
+        def landed() -> bool:
+            try:
+                row = runs.get(ctx.run_id)
+            except FencepostError:
+                return False
+            state = kwargs.get("state_json")
+            return row.status == to and row.owner is None and (state is None or row.state_json == state)
+
+        return self._owned_write(ctx, f"settling {to}",
+                                 lambda: runs.transition_owned(ctx.run_id, self.owner, to, **kwargs), landed)
+
+    def _owned_write(self, ctx: RunContext, what: str, call: Callable[[], Any],
+                     landed: Callable[[], bool] | None = None) -> Any:
+        """``call()``, a fenced write to ``ctx``'s run, retried while the database is unavailable or busy.
+
+        A worker host expects an outage shorter than the lease to be ridden out, so a transient
+        failure (``_transient``: never a refused argument, a lost fence or a store that cannot come
+        back) is retried with a backoff (0.1 s doubling to 2 s) until the lease's deadline as it
+        stood at the first failure, at most ``WRITE_TOLERANCE``: the persisted heartbeat protects the
+        run from a takeover until then. The lease is checked before every attempt, so nothing is
+        tried once it is lost (and every attempt is fenced in the store as ever). Then the last
+        failure is raised.
+
+        ``landed()`` tells whether an earlier attempt whose COMMIT got no answer did land: a retry
+        that then finds the fence gone (``FenceLost``, or the lease lost to the next pulse) returns
+        ``Transitioned`` when it did.
+        """
+        clock = self.store.clock
+        backoff = _FIRST_BACKOFF_S
+        give_up_at: int | None = None
+        unknown = False  # an attempt's COMMIT got no answer: it may have landed
+        while True:
+            try:
+                ctx.lease.check()
+                result = call()
+            except LeaseLost:
+                if unknown and landed is not None and landed():
+                    return _TRANSITIONED
+                raise
+            except RunStoreError as exc:
+                if not _transient(exc):
+                    raise
+                unknown = unknown or COMMIT_UNKNOWN in exc.detail
+                if give_up_at is None:
+                    give_up_at = ctx.lease.deadline_ms
+                    log.warning("run %s: %s: database unavailable (%s); retrying while the lease lasts", ctx.run_id,
+                                what, getattr(exc, "db_code", None) or exc.code, extra={"run_id": ctx.run_id})
+                if clock.now_ms() + backoff * 1000 >= give_up_at:
+                    log.warning("run %s: %s: the database did not answer within the lease; giving up", ctx.run_id,
+                                what, extra={"run_id": ctx.run_id})
+                    raise
+                _pause(ctx.lease, backoff)
+                backoff = min(backoff * 2, _MAX_BACKOFF_S)
+                continue
+            if give_up_at is not None:
+                if unknown and isinstance(result, FenceLost) and landed is not None and landed():
+                    result = _TRANSITIONED
+                log.warning("run %s: %s went through once the database answered", ctx.run_id, what,
+                            extra={"run_id": ctx.run_id})
+            return result
 
     def _log_traceback(self, run_id: str, exc: BaseException, failure: RunFailure | None = None) -> str:
         """``exc``'s traceback for a log line: frames and every message (chained causes too) redacted
@@ -542,8 +645,9 @@ class Worker:
 
     def _settle_cancelled(self, ctx: RunContext) -> None:
         runs, now = self.store.runs, self.store.clock.now_ms()
-        runs.acknowledge_cancel(ctx.run_id, self.owner, now)
-        outcome = runs.transition_owned(ctx.run_id, self.owner, "cancelled", guard={"cancel_requested": "present"})
+        self._owned_write(ctx, "acknowledging the cancel request",
+                          lambda: runs.acknowledge_cancel(ctx.run_id, self.owner, now))
+        outcome = self._settle_write(ctx, "cancelled", guard={"cancel_requested": "present"})
         if isinstance(outcome, Transitioned):
             self._count("cancelled")
             log.info("run %s settled cancelled", ctx.run_id, extra={"run_id": ctx.run_id})
@@ -567,6 +671,25 @@ class Worker:
             # Acknowledge at once (within one interval of the request), before the function notices.
             self.store.runs.acknowledge_cancel(run_id, self.owner, now)
             held[run_id]._cancelled.set()
+
+
+def _transient(exc: BaseException) -> bool:
+    """Whether ``exc`` says the database was unavailable or busy (a lost connection, a server not
+    accepting, a write lock held past the wait), so the same write may succeed once it answers. Never
+    a refused argument (``invalid_run``), a full disk, a closed or read-only store; a lost fence is an
+    outcome, not an error, and is never retried."""
+    return (isinstance(exc, RunStoreError) and exc.code == "persistence_failed"
+            and getattr(exc, "transient", False) is True)
+
+
+def _pause(lease: Lease, seconds: float) -> None:
+    """Sleep ``seconds``, ending early once ``lease`` is lost (the next attempt then refuses)."""
+    end = time.monotonic() + seconds
+    while not lease.lost:
+        left = end - time.monotonic()
+        if left <= 0:
+            return
+        time.sleep(min(left, 0.02))
 
 
 def _check_arguments(store: Any, fn: Any, owner: Any, concurrency: Any, liveness: Any, run_prefix: Any) -> None:

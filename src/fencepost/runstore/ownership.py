@@ -168,9 +168,17 @@ class Lease:
         return self.confirmed_ms + TOLERANCE_MS
 
     def check(self) -> None:
-        """Raise ``LeaseLost`` if the lease is gone; call it between units of owned work."""
+        """Raise ``LeaseLost`` if the lease is gone; call it between units of owned work.
+
+        After ``release()`` nothing renews the lease and no loss could be noticed, so ``check()``
+        raises ``RunStoreError`` ``invalid_run`` instead of passing (as ``LeaseKeeper.check()`` does
+        once stopped); a lease lost before it was released keeps raising ``LeaseLost``.
+        """
         if self.error is not None:
             raise self.error
+        if self.released:
+            raise check.refuse("Lease.check", "the lease was released: nothing renews it any more "
+                               "(hold the run again for a new lease)", {"field": "state"})
 
     def release(self) -> None:
         """Stop renewing this run (call it before settling, or when the work is abandoned)."""
@@ -460,7 +468,9 @@ class Supervisor:
                 self._lapse(lease, unconfirmed)
                 continue
             if not isinstance(call.result, Updated):
-                self._lapse(lease, unconfirmed)
+                # The store answered: the fence is gone, and the answer says why (an owner frozen
+                # past its lease, then resumed, finds that a peer took the run meanwhile).
+                self._lapse(lease, unconfirmed, type(call.result).__name__)
                 continue
             lease.confirmed_ms = max(lease.confirmed_ms, now)
             lease._failing = False
@@ -501,9 +511,16 @@ class Supervisor:
                 return call.done.is_set()
         return True
 
-    def _lapse(self, lease: Lease, unconfirmed_ms: int) -> None:
-        log.warning("run lease lapsed; interrupting owned work",
-                    extra={"run_id": lease.run_id, "unconfirmed_ms": unconfirmed_ms})
+    def _lapse(self, lease: Lease, unconfirmed_ms: int, outcome: str | None = None) -> None:
+        """The lease ran out of budget: ``outcome`` is the reconfirm's answer when the store gave one
+        (the log line then says what happened), None when the reconfirm failed or never answered."""
+        extra = {"run_id": lease.run_id, "unconfirmed_ms": unconfirmed_ms}
+        if outcome is None:
+            log.warning("run lease lapsed; interrupting owned work", extra=extra)
+        else:
+            what = _GONE.get(outcome, "the store refused to renew it")
+            log.warning("run lease lost after %d ms unconfirmed: %s (reconfirm answered %s); interrupting owned work",
+                        unconfirmed_ms, what, outcome, extra={**extra, "outcome": outcome})
         self._lose(lease, LeaseLost(lease.run_id, "lapsed", unconfirmed_ms), lapse=True)
 
     def _lose(self, lease: Lease, error: LeaseLost, *, lapse: bool) -> None:
@@ -515,6 +532,13 @@ class Supervisor:
             _call_quietly(lease._on_lapse, error.unconfirmed_ms)
         if lease._on_lost is not None:
             _call_quietly(lease._on_lost, lease)
+
+
+# What a reconfirm's answer says happened to a run whose lease ran out of budget.
+_GONE = {
+    "FenceLost": "another owner took the run meanwhile (or it was settled or released)",
+    "NotFound": "the run no longer exists",
+}
 
 
 def _already_held(method: str) -> Exception:
