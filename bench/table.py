@@ -11,6 +11,9 @@ read the ratios. Rows (SQLite in WAL mode; PostgreSQL where the row exists there
 * ``append``: one fenced ``store.journal.append`` per write transaction vs ``eventsourcing``
   ``Application.save`` of an aggregate with one new event (SQLite ``synchronous=FULL`` and
   ``NORMAL``; PostgreSQL through ``eventsourcing.postgres``).
+* ``raw sqlite3 insert (the ceiling)``: the raw driver inserting rows of the same size into the
+  same journal table, one transaction each, vs the same peer: how far any store that commits each
+  append durably on its own can get ahead of it.
 * ``append x8 threads``: 8 threads of one process appending fenced entries at once, each to its
   own run, on one store, vs 8 threads doing 1-event ``Application.save`` calls on one application.
 * ``run-store hot path``: ``claim_and_own`` + 3 x ``heartbeat`` + settle per run vs the raw driver
@@ -57,6 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import changefeed as cf_bench
 import fencepost
+import journal as journal_bench
 import projections as proj_bench
 import runstore as rs_bench
 from _pg import ScratchSchemas
@@ -261,6 +265,13 @@ class EventSourcingAppends:
         self.app.close()
 
 
+def _raw_single(raw: Any, n: int) -> Sample:
+    with Timer() as t:
+        for _ in range(n):
+            raw.single()
+    return t.rate(n)
+
+
 def journal_rows(tmp: Path, pg: ScratchSchemas | None, reps: int, n: int, n_threaded: int) -> None:
     print("journal appends (appends/s)", flush=True)
     for sync in ("FULL", "NORMAL"):
@@ -270,6 +281,14 @@ def journal_rows(tmp: Path, pg: ScratchSchemas | None, reps: int, n: int, n_thre
                                    "SQLITE_DBNAME": str(tmp / f"es-{sync}.db")})
         a, b = interleaved(reps, lambda ours=ours: ours.single(n), lambda es=es: es.single(n))
         record("fenced append vs es Application.save", f"sqlite {sync}", "appends/s", a, b)
+        # The ceiling of the row above: the raw driver inserting rows of the same size into the same
+        # table, one BEGIN IMMEDIATE/INSERT/COMMIT each (no lookup, no hashing, no validation), vs the
+        # peer. No store that writes one durable transaction per append gets past this ratio.
+        (tmp / f"raw-{sync}").mkdir()
+        raw = journal_bench.Raw(tmp / f"raw-{sync}", sync, (reps + 1) * n + 1)
+        a, b = interleaved(reps, lambda raw=raw: _raw_single(raw, n), lambda es=es: es.single(n))
+        record("raw sqlite3 insert (the ceiling) vs es Application.save", f"sqlite {sync}", "appends/s", a, b)
+        raw.conn.close()
         if sync == "FULL":
             a, b = interleaved(reps, lambda ours=ours: ours.threaded(n_threaded),
                                lambda es=es: es.threaded(n_threaded))
