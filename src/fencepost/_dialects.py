@@ -277,19 +277,31 @@ def _check_file(file: list[Any]) -> None:
                              "nothing was written (open the store again to use the file now at its path)")
 
 
-#: ``info`` key of a SQLite connection: ``(device, inode)`` of the file it opened, and whether it
-#: opened it as immutable (see ``frozen_copy``).
+#: ``info`` key of a SQLite connection: ``(device, inode)`` of the file it opened, and, when it
+#: opened it as immutable (see ``frozen_copy``), the file's ``(mtime_ns, ctime_ns, size)`` as it
+#: stood just before (None otherwise).
 _OPENED = "fencepost_opened"
+
+
+def _version(st: os.stat_result) -> tuple[int, int, int]:
+    return st.st_mtime_ns, st.st_ctime_ns, st.st_size
 
 
 def _check_read(info: dict[str, Any], path: str) -> None:
     """Before a read transaction: a connection whose path now names another file (or none), or an
-    immutable one beside whose file a ``-shm`` index appeared (a writer came along), is replaced
+    immutable one whose file changed since it opened it (a writer came along: a ``-shm`` index is
+    beside it, or the writer already went, its commits checkpointed into the file), is replaced
     (``DbFailure`` ``file_replaced`` with ``reconnect`` set: the reader retries on a new one)."""
     opened = info.get(_OPENED)
     if opened is None:
         return
-    if file_identity(path) != opened[0] or (opened[1] and os.path.exists(path + "-shm")):
+    try:
+        st = os.stat(path)
+    except OSError:
+        st = None
+    frozen = opened[1]
+    if (st is None or (st.st_dev, st.st_ino) != opened[0]
+            or (frozen is not None and (_version(st) != frozen or os.path.exists(path + "-shm")))):
         raise _file_replaced("the database file was replaced while the store had it open",
                              reconnect=True)
 
@@ -303,7 +315,9 @@ def frozen_copy(path: str) -> bool:
 
     Immutable reads take no locks and see no later change, so a read-only store checks at the
     start of each read that no ``-shm`` file has appeared since (someone who may write the
-    directory opened the database): then it reads through a new connection, the usual way."""
+    directory opened the database) and that the file's modification time, change time and size
+    are still those it had when the connection opened it (a writer came, committed and closed the
+    database, which deleted its ``-shm``): otherwise it reads through a new connection."""
     parent = os.path.dirname(path) or "."
     try:
         read_only = bool(os.statvfs(parent).f_flag & os.ST_RDONLY) or not os.access(parent, os.W_OK)
@@ -401,14 +415,17 @@ class SqliteBackend(Backend):
                 # between makes that connection look stale at once (one reconnect too many),
                 # never current when it is not.
                 if readonly:
-                    seen = file_identity(file[0])
-                    if seen is None:  # never create a file at the path (mode=ro cannot anyway)
+                    try:
+                        st = os.stat(file[0])
+                    except OSError:  # never create a file at the path (mode=ro cannot anyway)
                         raise _file_replaced("the database file was deleted after the store opened it, "
-                                             "and no file is at its path now")
+                                             "and no file is at its path now") from None
                     frozen = frozen_copy(file[0])
                     # Quoted: ``#``, ``?`` and ``%`` in a path mean something in a URI.
                     cargs[0] = f"file:{quote(file[0])}?mode=ro" + ("&immutable=1" if frozen else "")
-                    record.info[_OPENED] = (seen, frozen)
+                    # An immutable connection also keeps the file's version: SQLite would go on
+                    # trusting what it cached of a file that changed (stale rows, or "corrupt").
+                    record.info[_OPENED] = ((st.st_dev, st.st_ino), _version(st) if frozen else None)
                 else:
                     # The file the store opened, kept to: its connections hold that file open, so
                     # once it is deleted (or another file is moved over its path) a kept connection
@@ -416,14 +433,14 @@ class SqliteBackend(Backend):
                     # empty database at the path (or write into the other file). Checked before
                     # each new connection and each transaction.
                     _check_file(file)
-                    record.info[_OPENED] = (file_identity(file[0]), False)
+                    record.info[_OPENED] = (file_identity(file[0]), None)
 
             @event.listens_for(engine, "connect")
             def _remember_file(_dbapi_connection: Any, record: Any) -> None:
                 if file[1] is None:
                     file[1] = file_identity(file[0])  # the file the first connection opened (or created)
                 if record.info.get(_OPENED, (None,))[0] is None:  # it created the file
-                    record.info[_OPENED] = (file[1], False)
+                    record.info[_OPENED] = (file[1], None)
 
         # BEGIN (IMMEDIATE on a write connection) from the dialect's own begin step, straight to
         # the driver: no "begin" event listener, so SQLAlchemy (and the statement executor) skip

@@ -36,6 +36,7 @@ import msgspec
 from sqlalchemy import and_, select
 
 from fencepost import _gauges
+from fencepost._dialects import FILE_REPLACED
 from fencepost._durable import COMMIT_UNKNOWN, DbFailure, map_failure
 from fencepost._schema import flows_runs as runs_t
 from fencepost._values import identifier_problem, parse_json_text, stop_problem
@@ -116,10 +117,15 @@ _MAX_BACKOFF_S = 2.0
 _TRANSITIONED = Transitioned()
 
 
+#: ``db_code`` of a store that never comes back: closed, read-only, or (SQLite) kept to a file that
+#: was deleted or replaced at its path (open the store again).
+_GONE_FOR_GOOD = ("closed", "read_only", FILE_REPLACED)
+
+
 def _unavailable(exc: FencepostError) -> bool:
     """Whether ``exc`` says the database did not answer (worth sweeping again), not that the call or
-    the store is wrong: a closed or read-only store never comes back."""
-    return exc.code == "persistence_failed" and getattr(exc, "db_code", None) not in ("closed", "read_only")
+    the store is wrong: a closed or read-only store, or one whose file was replaced, never comes back."""
+    return exc.code == "persistence_failed" and getattr(exc, "db_code", None) not in _GONE_FOR_GOOD
 
 
 class WorkerStats(msgspec.Struct):

@@ -8,6 +8,7 @@ ends the worker at once. Each test's docstring says what was wrong.
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
 import threading
 import time
@@ -114,3 +115,25 @@ def test_a_closed_store_still_ends_the_worker(tmp_path):
     stop.set()
     assert outcome and isinstance(outcome[0], fencepost.RunStoreError)
     assert outcome[0].db_code == "closed"
+
+
+def test_a_sqlite_file_replaced_under_the_worker_ends_it(tmp_path, caplog):
+    """A writable store keeps to the file it opened, so once another file is moved over its path
+    every sweep fails with ``file_replaced``, which no wait cures (open the store again). The sweep
+    took it for an outage: the worker logged 'database unavailable' and swept on forever. SQLite
+    only by nature (PostgreSQL has no file to replace)."""
+    path = tmp_path / "flows.db"
+    store = fencepost.open(f"sqlite:///{path}")
+    stop = threading.Event()
+    try:
+        worker = Worker(store, lambda ctx: None, concurrency=1)
+        t, outcome = _run_in_thread(worker, stop)
+        time.sleep(0.3)
+        fencepost.open(f"sqlite:///{tmp_path / 'other.db'}").close()
+        os.replace(tmp_path / "other.db", path)
+        t.join(5)
+        assert outcome, "the worker swept on over a replaced file"
+        assert isinstance(outcome[0], fencepost.RunStoreError) and outcome[0].db_code == "file_replaced"
+    finally:
+        stop.set()
+        store.close()
