@@ -231,7 +231,12 @@ def parse_url(url: str) -> tuple[URL, dict[str, str]]:
     # default, so fencepost's own options are looked for in the raw query string too.
     raw_query = url.partition("?")[2].partition("#")[0]
     for pair in raw_query.split("&"):
-        key, _, value = pair.partition("=")
+        key, equals, value = pair.partition("=")
+        if pair and not equals:
+            # The URL parser drops it without a word; in a SQLite URL it is most often the rest of a
+            # file name holding a '?', and the store would be made at the path cut short there.
+            raise ValueError("the URL's options (after '?') hold text that is not name=value; "
+                             "a '?' in a SQLite file's path is written %3F")
         if key in _OWN_OPTIONS and value == "":
             raise ValueError(f"{key} is given without a value")
     for key, value in query.items():
