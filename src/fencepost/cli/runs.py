@@ -437,7 +437,7 @@ def runs_show(run_id: str, out: Output) -> None:
     without a confirmed heartbeat, then proved it still held the lease. With --format json:
     {"run": {...}, "warnings": [...]}.
 
-    Example: fencepost runs show demo-0001 --format json
+    Example: fencepost runs create order-17 && fencepost runs show order-17 --format json
     """
     store = run_store(run_id, readonly=True)
     detail = RunDetail(store.runs.get(run_id), reconfirm_warnings(store, run_id))
@@ -490,7 +490,7 @@ def runs_cancel(run_id: str, out: Output) -> None:
     Exits 0 when the request is recorded or already was; 1 (the reason on stderr) when the run is
     unknown or already settled. Given the shards of a set (--db repeated), acts on the run's shard.
 
-    Example: fencepost runs cancel demo-0007
+    Example: fencepost runs create order-17 && fencepost runs cancel order-17
     """
     from fencepost.runstore.outcomes import AlreadyRequested, CancelRequested, Terminal
 
