@@ -571,6 +571,8 @@ def runs_create(run_id: str, state_json: str, out: Output) -> None:
     bad line or an id that already exists changes nothing). The database must exist (fencepost init).
     Given the shards of a set (--db repeated), the run is created on the shard its id places on
     (RUN_ID "-" needs one store that is no shard of a set); one shard of a set given alone is refused.
+    With RUN_ID "-" and --format json, prints {"created": [...]}; jsonl and csv print one
+    {"run_id"} row per created run.
 
     Example: fencepost runs create order-17 --state '{"step": 0}'
     """
@@ -592,7 +594,9 @@ def runs_create(run_id: str, state_json: str, out: Output) -> None:
         if out.is_table:
             out.message(f"created {created} run(s)")
         else:
-            out.record({"created": [rid for rid, _ in pairs]})
+            # json: the document {"created": [...]}; jsonl and csv: one row per run, as listings print.
+            out.rows([{"run_id": rid} for rid, _ in pairs], [], document={"created": [rid for rid, _ in pairs]},
+                     fields=["run_id"])
         return
     store.runs.create(run_id, state_json)
     if out.is_table:
