@@ -41,6 +41,7 @@ from fencepost._values import ascii_digits
 from fencepost.errors import DatabaseMissing, FencepostError, OpenError, PersistenceError
 
 T = TypeVar("T")
+E = TypeVar("E", bound=BaseException)
 
 DEFAULT_URL = "sqlite:///.flows/flows.db"
 DEFAULT_SCHEMA = "fencepost"
@@ -711,7 +712,12 @@ def open_detail(problem: str, where: str, *, mode: str = "writing", sqlite: bool
 
 def map_failure(exc: DbFailure, error_cls: type[FencepostError], method: str, subject: str) -> FencepostError:
     """Translate a ``DbFailure`` into a store error with a value-free message."""
-    err = error_cls(exc.category, method, failure_detail(subject, exc))
+    return carry_failure(error_cls(exc.category, method, failure_detail(subject, exc)), exc)
+
+
+def carry_failure(err: E, exc: DbFailure) -> E:
+    """``err`` (raised for the database failure ``exc``) with the driver's code (``db_code``) and
+    whether waiting may cure it (``transient``), as every store error from the database carries them."""
     err.db_code = exc.code  # type: ignore[attr-defined]
     err.transient = exc.transient  # type: ignore[attr-defined]
     return err
