@@ -173,3 +173,28 @@ def test_the_cli_refuses_it_as_a_usage_error_and_creates_nothing(tmp_path) -> No
     assert done.returncode == 2, done
     assert done.stderr.startswith("Error: --db: ") and "directory" in done.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------------------ option text that is not name=value
+def test_a_question_mark_in_a_sqlite_path_is_refused_not_taken_as_a_truncated_path(tmp_path) -> None:
+    """``sqlite:///.../we?ird.db``: the text after ``?`` was dropped (no ``=``), and the store was
+    created at ``.../we``."""
+    message = _refused(f"sqlite:///{tmp_path / 'x' / 'we'}?ird.db")
+    assert "name=value" in message and "%3F" in message
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("after_a_valid_option", [False, True])
+def test_option_text_without_an_equals_sign_is_refused_without_quoting_it(backend: str, tmp_path,
+                                                                         after_a_valid_option: bool) -> None:
+    valid = "synchronous=FULL&" if backend == "sqlite" else "connect_timeout=5&"
+    message = _refused(_url(backend, tmp_path, f"{valid if after_a_valid_option else ''}{SECRET}"))
+    assert "name=value" in message
+    assert not (tmp_path / "not-yet").exists()
+
+
+def test_a_question_mark_written_as_percent_3f_is_part_of_the_path(tmp_path) -> None:
+    (tmp_path / "x").mkdir()
+    store = fencepost.open(f"sqlite:///{tmp_path / 'x' / 'we'}%3Fird.db")
+    store.close()
+    assert (tmp_path / "x" / "we?ird.db").exists() and not (tmp_path / "x" / "we").exists()

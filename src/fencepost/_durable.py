@@ -41,6 +41,7 @@ from fencepost._values import ascii_digits
 from fencepost.errors import DatabaseMissing, FencepostError, OpenError, PersistenceError
 
 T = TypeVar("T")
+E = TypeVar("E", bound=BaseException)
 
 DEFAULT_URL = "sqlite:///.flows/flows.db"
 DEFAULT_SCHEMA = "fencepost"
@@ -231,7 +232,12 @@ def parse_url(url: str) -> tuple[URL, dict[str, str]]:
     # default, so fencepost's own options are looked for in the raw query string too.
     raw_query = url.partition("?")[2].partition("#")[0]
     for pair in raw_query.split("&"):
-        key, _, value = pair.partition("=")
+        key, equals, value = pair.partition("=")
+        if pair and not equals:
+            # The URL parser drops it without a word; in a SQLite URL it is most often the rest of a
+            # file name holding a '?', and the store would be made at the path cut short there.
+            raise ValueError("the URL's options (after '?') hold text that is not name=value; "
+                             "a '?' in a SQLite file's path is written %3F")
         if key in _OWN_OPTIONS and value == "":
             raise ValueError(f"{key} is given without a value")
     for key, value in query.items():
@@ -706,7 +712,12 @@ def open_detail(problem: str, where: str, *, mode: str = "writing", sqlite: bool
 
 def map_failure(exc: DbFailure, error_cls: type[FencepostError], method: str, subject: str) -> FencepostError:
     """Translate a ``DbFailure`` into a store error with a value-free message."""
-    err = error_cls(exc.category, method, failure_detail(subject, exc))
+    return carry_failure(error_cls(exc.category, method, failure_detail(subject, exc)), exc)
+
+
+def carry_failure(err: E, exc: DbFailure) -> E:
+    """``err`` (raised for the database failure ``exc``) with the driver's code (``db_code``) and
+    whether waiting may cure it (``transient``), as every store error from the database carries them."""
     err.db_code = exc.code  # type: ignore[attr-defined]
     err.transient = exc.transient  # type: ignore[attr-defined]
     return err

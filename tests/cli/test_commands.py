@@ -247,3 +247,25 @@ def test_python_dash_m_fencepost_runs_the_command(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "fencepost", "no-such-command"], capture_output=True, text=True,
                          env=env, timeout=60)
     assert bad.returncode == 2 and "No such command" in bad.stderr, bad
+
+
+def test_a_second_projection_builder_is_told_to_stop_the_first(run_cli, db_url):
+    """``projection rebuild`` while another builder held the name said only "another builder is
+    applying this projection name on this target": no name, no target, nothing to do about it."""
+    import fencepost
+    from fencepost.projections import ProjectionBuilder, RunsByStatus
+
+    assert run_cli("--db", db_url, "init").code == 0
+    store = fencepost.open(db_url)
+    holder = ProjectionBuilder(store, db_url, RunsByStatus())
+    try:
+        holder.catch_up()
+        for command in (["projection", "rebuild"], ["projection", "run"]):
+            result = run_cli("--db", db_url, *command)
+            assert result.code == 1, result
+            assert len(result.err.strip().splitlines()) == 1, result
+            assert "runs_by_status" in result.err and "stop" in result.err, result
+            assert "projection run --follow" in result.err, result
+    finally:
+        holder.close()
+        store.close()

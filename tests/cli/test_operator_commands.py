@@ -159,3 +159,23 @@ def test_runs_create_dash_names_the_line_that_is_not_utf8_and_creates_nothing(ru
     assert bom.returncode == 0, bom
     with fencepost.open(db_url, readonly=True) as store:
         assert sorted(r.run_id for r in store.feed.list_runs(None, None, 10).runs) == ["b1", "b2"]
+
+
+def test_runs_create_dash_prints_one_row_per_created_run_in_csv_and_jsonl(run_cli, db_url):
+    """csv printed one "created" cell holding a JSON list; jsonl one line holding that list."""
+    import csv
+    import io
+
+    _init(run_cli, db_url)
+    ids = ["c1", "c,2", 'c"3']
+    lines = "".join(json.dumps({"run_id": rid}) + "\n" for rid in ids)
+    result = _stdin(db_url, ["runs", "create", "-", "--format", "csv"], lines)
+    assert result.code == 0, result
+    assert list(csv.reader(io.StringIO(result.out))) == [["run_id"], *[[rid] for rid in ids]]
+    more = [f"l{i}" for i in range(3)]
+    result = _stdin(db_url, ["runs", "create", "-", "--format", "jsonl"], "".join(
+        json.dumps({"run_id": rid}) + "\n" for rid in more))
+    assert result.code == 0, result
+    assert [json.loads(line) for line in result.out.splitlines()] == [{"run_id": rid} for rid in more]
+    result = _stdin(db_url, ["runs", "create", "-", "--json"], json.dumps({"run_id": "j1"}) + "\n")
+    assert result.code == 0 and json.loads(result.out) == {"created": ["j1"]}, result

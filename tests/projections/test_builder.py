@@ -380,3 +380,21 @@ def test_only_the_last_page_of_a_pass_and_the_swap_wait_for_the_disk(store, targ
         projection.pages.clear()
         builder.catch_up()
         assert projection.pages == ["durable"]  # a pass of one page: as before
+
+
+def test_builder_busy_names_the_projection_and_target_and_says_what_to_do(store, target_url):
+    """It said only "another builder is applying this projection name on this target"."""
+    _seed(store, 2)
+    first = ProjectionBuilder(store, target_url, RunsByStatus())
+    second = ProjectionBuilder(store, target_url, RunsByStatus())
+    try:
+        first.catch_up()
+        with pytest.raises(ProjectionError) as caught:
+            second.catch_up()
+        message = str(caught.value)
+        assert caught.value.code == "builder_busy"
+        assert "runs_by_status" in message and first.target.where in message
+        assert "stop" in message and "lock_timeout" in message
+    finally:
+        first.close()
+        second.close()

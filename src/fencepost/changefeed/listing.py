@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import bindparam, func, select
 from sqlalchemy.engine import Connection
 
-from fencepost._durable import DbFailure
+from fencepost._durable import DbFailure, carry_failure
 from fencepost.changefeed import _sql
 from fencepost.changefeed.cursor import (
     MAX_LIST_LIMIT,
@@ -161,10 +161,8 @@ def _read(store: Store, method: str, body: Any) -> Any:
     except FencepostError:
         raise
     except DbFailure as exc:
-        err = RunStoreError("list_failed", method, f"listing failed ({exc.category})"
-                            + (f": {exc.reason}" if exc.reason else ""))
-        err.db_code = exc.code  # type: ignore[attr-defined]
-        raise err from None
+        raise carry_failure(RunStoreError("list_failed", method, f"listing failed ({exc.category})"
+                                          + (f": {exc.reason}" if exc.reason else "")), exc) from None
     except Corrupt as exc:
         # The same verdict and rule as ``runs.get`` and ``feed.read``; the listing's own code wraps it.
         err = RunStoreError("list_failed", method, f"decode_failed: {exc}")

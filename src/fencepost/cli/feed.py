@@ -221,7 +221,7 @@ def feed_snapshot(run_ids: tuple[str, ...], out: Output) -> None:
     With --format json, prints the batch {"source", "revision", "snapshots": [...]}; jsonl and csv
     print the snapshots alone (each with "type": Observed or Missing).
 
-    Example: fencepost feed snapshot demo-0001 demo-0002
+    Example: fencepost runs create order-17 && fencepost feed snapshot order-17 order-18
     """
     from fencepost.changefeed.feed import MAX_READ_IDS
 

@@ -40,7 +40,7 @@ def journal_show(run_id: str, companion: bool, after: int | None, limit: int, ou
     --format json, prints the page {"entries": [...], "has_more": ...}; jsonl and csv print the
     entries alone. Exits 1 when RUN_ID names neither a run nor any journal entries.
 
-    Example: fencepost journal show demo-0001 --companion
+    Example: fencepost runs create order-17 && fencepost journal show order-17 --companion
     """
     from fencepost.journal import companion_stream
 
@@ -79,7 +79,7 @@ def journal_replay(run_id: str | None, every: bool, out: Output) -> None:
     and violations by rule. Exits 1 when any history breaks a rule, or when RUN_ID names neither a
     run nor any ownership facts.
 
-    Example: fencepost journal replay demo-0001
+    Example: fencepost runs create order-17 && fencepost journal replay order-17
     """
     if every == (run_id is not None):
         raise click.UsageError("give a RUN_ID or --all (not both)")

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import click
 
-from fencepost.cli._common import CliContext, FiniteRange, _checked_url, read_store, stop_on_signals
+from fencepost.cli._common import CliContext, FiniteRange, _checked_url, fail, read_store, stop_on_signals
 from fencepost.cli._output import Column, Output, output_options, to_data
 
 # The names ``projection status`` shows; the dashed spellings are accepted too.
@@ -62,6 +64,23 @@ def _builder(obj: CliContext, which: str, target: str | None, *, readonly_target
         url = target or obj.resolved_url
     target_db: Any = _readonly_target(url) if readonly_target else url
     return ProjectionBuilder(source, target_db, make_projection(which), lock_timeout=5.0)
+
+
+@contextmanager
+def _busy_explained(which: str) -> Iterator[None]:
+    """``builder_busy`` (another builder held the name for the 5 s the command waits) said as what to
+    do from the command line; the library's advice (``lock_timeout``) is no option here."""
+    from fencepost.errors import ProjectionError
+
+    try:
+        yield
+    except ProjectionError as exc:
+        if exc.code != "builder_busy":
+            raise
+        where = getattr(exc, "target", "its target")
+        raise fail(f"another builder is applying projection {which} on {where} (a fencepost projection run "
+                   f"--follow, a fencepost demo, or an application's ProjectionBuilder): stop it first, then "
+                   f"run this command again") from None
 
 
 def _readonly_target(url: str) -> Any:
@@ -119,7 +138,7 @@ def projection_run(obj: CliContext, which: str, target: str | None, follow: bool
     ctx = click.get_current_context()
     if not follow and ctx.get_parameter_source("interval") is click.core.ParameterSource.COMMANDLINE:
         raise click.UsageError("--interval needs --follow (a single catch-up prints one result)")
-    with _builder(obj, which, target) as builder:
+    with _busy_explained(which), _builder(obj, which, target) as builder:
         if follow:
             _follow(obj, builder, which, target, interval, out)
             return
@@ -223,7 +242,7 @@ def projection_rebuild(obj: CliContext, which: str, target: str | None, source_n
         raise click.UsageError("--source names one of several stores (--db NAME=URL ...); one store was given")
     if source_name is not None and source_name not in obj.stores(readonly=True):
         raise click.UsageError("--source names none of the given stores")
-    with _builder(obj, which, target) as builder:
+    with _busy_explained(which), _builder(obj, which, target) as builder:
         result = builder.rebuild(source_name) if source_name is not None else builder.rebuild()
     if isinstance(result, dict):
         records = _per_store(result)

@@ -437,7 +437,7 @@ def runs_show(run_id: str, out: Output) -> None:
     without a confirmed heartbeat, then proved it still held the lease. With --format json:
     {"run": {...}, "warnings": [...]}.
 
-    Example: fencepost runs show demo-0001 --format json
+    Example: fencepost runs create order-17 && fencepost runs show order-17 --format json
     """
     store = run_store(run_id, readonly=True)
     detail = RunDetail(store.runs.get(run_id), reconfirm_warnings(store, run_id))
@@ -490,7 +490,7 @@ def runs_cancel(run_id: str, out: Output) -> None:
     Exits 0 when the request is recorded or already was; 1 (the reason on stderr) when the run is
     unknown or already settled. Given the shards of a set (--db repeated), acts on the run's shard.
 
-    Example: fencepost runs cancel demo-0007
+    Example: fencepost runs create order-17 && fencepost runs cancel order-17
     """
     from fencepost.runstore.outcomes import AlreadyRequested, CancelRequested, Terminal
 
@@ -571,6 +571,8 @@ def runs_create(run_id: str, state_json: str, out: Output) -> None:
     bad line or an id that already exists changes nothing). The database must exist (fencepost init).
     Given the shards of a set (--db repeated), the run is created on the shard its id places on
     (RUN_ID "-" needs one store that is no shard of a set); one shard of a set given alone is refused.
+    With RUN_ID "-" and --format json, prints {"created": [...]}; jsonl and csv print one
+    {"run_id"} row per created run.
 
     Example: fencepost runs create order-17 --state '{"step": 0}'
     """
@@ -592,7 +594,9 @@ def runs_create(run_id: str, state_json: str, out: Output) -> None:
         if out.is_table:
             out.message(f"created {created} run(s)")
         else:
-            out.record({"created": [rid for rid, _ in pairs]})
+            # json: the document {"created": [...]}; jsonl and csv: one row per run, as listings print.
+            out.rows([{"run_id": rid} for rid, _ in pairs], [], document={"created": [rid for rid, _ in pairs]},
+                     fields=["run_id"])
         return
     store.runs.create(run_id, state_json)
     if out.is_table:

@@ -16,7 +16,7 @@ from sqlalchemy import bindparam, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
-from fencepost._durable import DbFailure, failure_detail
+from fencepost._durable import DbFailure, carry_failure, failure_detail
 from fencepost._schema import flows_journal_events as ev
 from fencepost._values import SAFE_MAX, identifier_problem, is_safe_int, text_problem
 from fencepost.errors import FencepostError, JournalError
@@ -324,9 +324,8 @@ class Journal:
         try:
             return self._store.db.write(body)
         except DbFailure as exc:
-            err = JournalError("sink_failed", method, failure_detail("journal write", exc))
+            err = carry_failure(JournalError("sink_failed", method, failure_detail("journal write", exc)), exc)
             err.cause_code = exc.category  # type: ignore[attr-defined]
-            err.db_code = exc.code  # type: ignore[attr-defined]
             raise err from None
 
     # ------------------------------------------------------------------ public appends
@@ -451,9 +450,8 @@ class Journal:
         try:
             return self._store.db.read(fn)
         except DbFailure as exc:
-            err = JournalError("read_failed", method, failure_detail("journal read", exc))
-            err.db_code = exc.code  # type: ignore[attr-defined]
-            raise err from None
+            raise carry_failure(JournalError("read_failed", method, failure_detail("journal read", exc)),
+                                exc) from None
 
 
 _LOG_PAGE = (

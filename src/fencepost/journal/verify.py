@@ -18,7 +18,7 @@ import msgspec
 from sqlalchemy import bindparam, select
 from sqlalchemy.engine import Connection
 
-from fencepost._durable import DbFailure, failure_detail
+from fencepost._durable import DbFailure, carry_failure, failure_detail
 from fencepost._schema import flows_journal_events as ev
 from fencepost._values import is_safe_int
 from fencepost.errors import JournalError
@@ -192,7 +192,7 @@ def verify(store: Store, *, anchor: Head | None = None) -> VerifyReport:
     try:
         checker, anchor_hash = store.db.read(run)
     except DbFailure as exc:
-        raise JournalError("read_failed", "verify", failure_detail("journal read", exc)) from None
+        raise carry_failure(JournalError("read_failed", "verify", failure_detail("journal read", exc)), exc) from None
     if anchor is not None and anchor_hash != anchor.entry_hash:
         checker.breaks += 1
         if checker.first is None:
@@ -214,5 +214,5 @@ def head(store: Store) -> Head | None:
     try:
         row = store.db.read(lambda conn: conn.execute(stmt).first())
     except DbFailure as exc:
-        raise JournalError("read_failed", "head", failure_detail("journal read", exc)) from None
+        raise carry_failure(JournalError("read_failed", "head", failure_detail("journal read", exc)), exc) from None
     return None if row is None else Head(position=int(row.position), entry_hash=row.entry_hash)

@@ -53,9 +53,14 @@ class BuilderLock:
             if self._try():
                 return
             if deadline is not None and time.monotonic() >= deadline:
-                raise ProjectionError(
-                    "builder_busy", "acquire", "another builder is applying this projection name on this target"
+                busy = ProjectionError(
+                    "builder_busy", "acquire",
+                    f"another builder is applying projection {self._name!r} on {self._target.where}: stop it "
+                    f"first (it holds the name until it is closed or its process exits), or give lock_timeout "
+                    f"to wait for it"
                 )
+                busy.target = self._target.where  # the CLI says it in its own words
+                raise busy
             time.sleep(0.05)
 
     def _try(self) -> bool:
