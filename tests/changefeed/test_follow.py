@@ -341,9 +341,19 @@ def test_follow_resumes_after_its_postgresql_connections_are_killed(store, db_ur
 
                 return peer.db.write(body)
 
+            def listening() -> bool:
+                return bool(peer.db.read(lambda conn: conn.execute(
+                    text("SELECT count(*) FROM pg_stat_activity WHERE application_name = :a"), {"a": app}
+                ).scalar()))
+
             assert kill() == 1
             commit("during")  # sent while the listener is gone: its NOTIFY is lost
             assert follower.wait_for(lambda c: c[-1].run_id == "during", timeout=20)
+            # The follower may deliver "during" from a read before its listener has reconnected
+            # (a loaded machine): wait for the listener to come back, then kill it again.
+            deadline = time.monotonic() + 20
+            while not listening() and time.monotonic() < deadline:
+                time.sleep(0.05)
             assert kill() == 1  # the listener came back
             time.sleep(0.3)
             commit("after")

@@ -18,21 +18,10 @@ import fencepost
 from fencepost import journal
 from fencepost.errors import JournalError, RunStoreError
 from tests.conftest import require_postgres
-from tests.worker.test_outage_in_run import LockHolder, _short_wait
+from tests.worker.test_outage_in_run import _short_wait, outage  # noqa: F401 - fixture
 
 
-@pytest.fixture
-def outage(db_url: str, backend: str):
-    store = fencepost.open(_short_wait(db_url, backend))
-    holder = LockHolder(db_url, backend)
-    try:
-        yield store, holder
-    finally:
-        holder.close()
-        store.close()
-
-
-def test_a_journal_write_failing_on_a_held_write_lock_is_transient(outage) -> None:
+def test_a_journal_write_failing_on_a_held_write_lock_is_transient(outage) -> None:  # noqa: F811
     store, holder = outage
     store.runs.create("r1", "{}")
     holder.hold()
@@ -67,8 +56,6 @@ def test_a_journal_write_refused_for_good_is_not_transient(db_url: str) -> None:
 def pg_table_locked(db_url: str, backend: str):
     """A PostgreSQL store waiting 100 ms for locks, and ``lock(table)``: another session holding an
     ACCESS EXCLUSIVE lock on it (every read of it then times out)."""
-    if backend != "postgresql":
-        pytest.skip("a SQLite reader in WAL mode never waits for a lock")
     require_postgres()
     store = fencepost.open(_short_wait(db_url, backend))
     schema = db_url.rsplit("schema=", 1)[1]
@@ -90,6 +77,8 @@ def pg_table_locked(db_url: str, backend: str):
         store.close()
 
 
+# PostgreSQL only: a SQLite reader in WAL mode never waits for a lock, so no read there can time out.
+@pytest.mark.parametrize("backend", ["postgresql"])
 def test_change_feed_and_journal_reads_timing_out_on_a_lock_are_transient(pg_table_locked) -> None:
     store, lock = pg_table_locked
     store.runs.create("r1", "{}")

@@ -6,6 +6,7 @@ both backends, real threads, every wait bounded). Each test's docstring says wha
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -103,10 +104,16 @@ def test_stop_then_start_from_another_thread_while_a_hook_holds_again_does_not_h
         assert hook_done.wait(5)
         assert restarted.wait(5), "start() from another thread hung behind a loop that never stopped"
         store.runs = original
-        # Exactly one loop runs afterwards, and it renews the run the hook held.
-        for t in (20_000, 21_000, 22_000):
+        # Exactly one loop runs afterwards, and it renews the run the hook held. On a loaded
+        # machine a heartbeat write may outlast settle()'s grace for a pulse in flight, so the clock
+        # keeps moving (a second a step, inside the lease) until the renewal has landed.
+        t = 19_000
+        deadline = time.monotonic() + 15
+        while store.runs.get("r2").heartbeat_at_ms < 21_000 and time.monotonic() < deadline:
+            t += 1_000
             clock.set(t)
             sup.settle()
+            time.sleep(0.02)
         assert [t.name for t in threading.enumerate()].count("fencepost-supervisor") == 1
         assert sup.held() == ["r2"]
         assert store.runs.get("r2").heartbeat_at_ms >= 21_000
