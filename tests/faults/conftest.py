@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -26,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+import fencepost
 from tests.changefeed.test_follow_server_restart import PrivateServer, _pg_bin
 from tests.cli.conftest import run_cli  # noqa: F401 - the CLI fixture, for the CLI fault tests
 
@@ -315,3 +317,54 @@ def record(fault: str, backend: str, seen: str, recovered_s: float) -> None:
     """Print one line for the fault report (``pytest tests/faults -s | grep FAULT-REPORT``):
     the fault, what the caller saw, and the seconds from the fault clearing to a successful write."""
     print(f"\nFAULT-REPORT | {fault} | {backend} | {seen} | {recovered_s:.3f}s")
+
+
+@contextlib.contextmanager
+def reader_as_nobody(url: str):
+    """A read-only store on ``url`` in a forked child without root's override (uid ``nobody``): it
+    reads the run ids, and the block runs once it has. Yields ``go()``: the child then reads the run
+    ids again and run ``r2``'s status, and ``go`` returns ``[ids, ids, status]`` (an exception's repr
+    in place of what failed)."""
+    import pickle
+
+    to_child_r, to_child_w = os.pipe()
+    to_parent_r, to_parent_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the reader
+        try:
+            os.close(to_child_w)
+            os.close(to_parent_r)
+            seen: list = []
+            try:
+                if os.geteuid() == 0:
+                    os.setgroups([])
+                    os.setgid(65534)
+                    os.setuid(65534)
+                with fencepost.open(url, readonly=True) as store:
+                    seen.append(sorted(r.run_id for r in store.feed.iter_runs()))
+                    os.write(to_parent_w, b"r")
+                    os.read(to_child_r, 1)  # go(): the block has written
+                    seen.append(sorted(r.run_id for r in store.feed.iter_runs()))
+                    seen.append(store.runs.get("r2").status)
+            except BaseException as exc:  # reported to the test
+                seen.append(repr(exc))
+            os.write(to_parent_w, pickle.dumps(seen))
+        finally:
+            os._exit(0)
+    os.close(to_child_r)
+    os.close(to_parent_w)
+
+    def go() -> list:
+        os.write(to_child_w, b"g")
+        data = b""
+        while chunk := os.read(to_parent_r, 65536):
+            data += chunk
+        return pickle.loads(data)
+
+    try:
+        assert os.read(to_parent_r, 1) == b"r", "the reader failed before its first read"
+        yield go
+    finally:
+        os.close(to_child_w)
+        os.waitpid(pid, 0)
+        os.close(to_parent_r)

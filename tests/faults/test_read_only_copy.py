@@ -22,7 +22,7 @@ import pytest
 
 import fencepost
 from tests.cli.test_migrations_cli import _cli_in_process
-from tests.faults.conftest import unprivileged
+from tests.faults.conftest import reader_as_nobody, unprivileged
 
 READS = (
     ["runs", "list"],
@@ -178,47 +178,13 @@ def test_a_reader_of_an_unwritable_directory_sees_a_writer_that_comes_along(copy
     neither see a writer's later commits nor notice its checkpoints rewriting pages under a read.
     So a read that starts after a ``-shm`` file appeared beside the database (someone who may write
     the directory opened it) reads through a new connection the usual way, and sees the commits."""
-    import pickle
-
     copy.protect("directory")
-    to_child_r, to_child_w = os.pipe()
-    to_parent_r, to_parent_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the reader, uid nobody
-        try:
-            os.close(to_child_w)
-            os.close(to_parent_r)
-            seen: list = []
-            try:
-                if os.geteuid() == 0:
-                    os.setgroups([])
-                    os.setgid(65534)
-                    os.setuid(65534)
-                with fencepost.open(copy.url, readonly=True) as store:
-                    seen.append(sorted(r.run_id for r in store.feed.iter_runs()))
-                    os.write(to_parent_w, b"r")
-                    os.read(to_child_r, 1)  # the writer has committed and keeps its store open
-                    seen.append(sorted(r.run_id for r in store.feed.iter_runs()))
-                    seen.append(store.runs.get("r2").status)
-            except BaseException as exc:  # reported to the test
-                seen.append(repr(exc))
-            os.write(to_parent_w, pickle.dumps(seen))
-        finally:
-            os._exit(0)
-    os.close(to_child_r)
-    os.close(to_parent_w)
-    try:
-        assert os.read(to_parent_r, 1) == b"r"
+    with reader_as_nobody(copy.url) as go:
         with fencepost.open(copy.url) as writer:  # root may write the directory
             writer.runs.create("r2", "{}")
             assert (copy.home / "flows.db-shm").exists()
-            os.write(to_child_w, b"g")
-            data = b""
-            while chunk := os.read(to_parent_r, 65536):
-                data += chunk
-    finally:
-        os.waitpid(pid, 0)
-    assert pickle.loads(data) == [["r1"], ["r1", "r2"], "pending"]
+            seen = go()  # the writer keeps its store open meanwhile
+    assert seen == [["r1"], ["r1", "r2"], "pending"]
 
 
 def test_a_read_only_open_reads_the_file_whose_path_has_uri_characters(tmp_path: Path) -> None:
