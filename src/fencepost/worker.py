@@ -122,10 +122,22 @@ _TRANSITIONED = Transitioned()
 _GONE_FOR_GOOD = ("closed", "read_only", FILE_REPLACED)
 
 
-def _unavailable(exc: FencepostError) -> bool:
-    """Whether ``exc`` says the database did not answer (worth sweeping again), not that the call or
-    the store is wrong: a closed or read-only store, or one whose file was replaced, never comes back."""
-    return exc.code == "persistence_failed" and getattr(exc, "db_code", None) not in _GONE_FOR_GOOD
+def _worth_waiting(exc: BaseException, *, sweep: bool = False) -> bool:
+    """Whether waiting may cure the failure ``exc``: the one rule for every retry in the worker.
+
+    Only a ``persistence_failed`` error qualifies, never a refused argument; a lost fence is an
+    outcome, not an error, and is never retried. A run's own writes, and the reads and claim writes
+    made for one run during a sweep, retry what the database marked ``transient``: unavailable or
+    busy (a lost connection, a server not accepting, a write lock held past the wait). With
+    ``sweep`` the question is whether to sweep again later, so any other persistence failure (a full
+    disk too) is waited out, except a store that never comes back (``_GONE_FOR_GOOD``: closed,
+    read-only, or its file replaced), which ends the worker.
+    """
+    if not isinstance(exc, FencepostError) or exc.code != "persistence_failed":
+        return False
+    if sweep:
+        return getattr(exc, "db_code", None) not in _GONE_FOR_GOOD
+    return getattr(exc, "transient", False) is True
 
 
 class WorkerStats(msgspec.Struct):
@@ -281,7 +293,7 @@ class Worker:
                     # An unavailable database (a server restarting, a write lock held past the busy
                     # timeout) is waited out: the leases in hand ride on supervision's write
                     # tolerance meanwhile. Anything else, a closed store included, ends the worker.
-                    if not _unavailable(exc):
+                    if not _worth_waiting(exc, sweep=True):
                         raise
                     if not backoff:
                         log.warning("worker: database unavailable (%s); sweeping again once it answers",
@@ -450,7 +462,7 @@ class Worker:
             try:
                 return self.store.runs.get(run_id)
             except RunStoreError as exc:
-                if not _transient(exc) or clock.now_ms() + backoff * 1000 >= deadline_ms:
+                if not _worth_waiting(exc) or clock.now_ms() + backoff * 1000 >= deadline_ms:
                     raise
                 time.sleep(backoff)
                 backoff = min(backoff * 2, _MAX_BACKOFF_S)
@@ -569,7 +581,7 @@ class Worker:
         """``call()``, a fenced write to ``ctx``'s run, retried while the database is unavailable or busy.
 
         A worker host expects an outage shorter than the lease to be ridden out, so a transient
-        failure (``_transient``: never a refused argument, a lost fence or a store that cannot come
+        failure (``_worth_waiting``: never a refused argument, a lost fence or a store that cannot come
         back) is retried with a backoff (0.1 s doubling to 2 s) until the lease's deadline as it
         stood at the first failure, at most ``WRITE_TOLERANCE``: the persisted heartbeat protects the
         run from a takeover until then. The lease is checked before every attempt, so nothing is
@@ -593,7 +605,7 @@ class Worker:
                     return _TRANSITIONED
                 raise
             except RunStoreError as exc:
-                if not _transient(exc):
+                if not _worth_waiting(exc):
                     raise
                 unknown = unknown or COMMIT_UNKNOWN in exc.detail
                 if give_up_at is None:
@@ -677,15 +689,6 @@ class Worker:
             # Acknowledge at once (within one interval of the request), before the function notices.
             self.store.runs.acknowledge_cancel(run_id, self.owner, now)
             held[run_id]._cancelled.set()
-
-
-def _transient(exc: BaseException) -> bool:
-    """Whether ``exc`` says the database was unavailable or busy (a lost connection, a server not
-    accepting, a write lock held past the wait), so the same write may succeed once it answers. Never
-    a refused argument (``invalid_run``), a full disk, a closed or read-only store; a lost fence is an
-    outcome, not an error, and is never retried."""
-    return (isinstance(exc, RunStoreError) and exc.code == "persistence_failed"
-            and getattr(exc, "transient", False) is True)
 
 
 def _pause(lease: Lease, seconds: float) -> None:
