@@ -422,6 +422,10 @@ class Worker:
     def _take_one(self, cand: dict[str, Any]) -> RunRow | None:
         runs = self.store.runs
         now = self.store.clock.now_ms()
+        # The wall-clock start of the claim's write budget (``TOLERANCE_MS``): the retries below
+        # measure it on the monotonic clock, so a store clock that stands still (``ManualClock``)
+        # cannot keep them going; fencing is the store's, on its own clock, as ever.
+        started = time.monotonic()
         run_id = cand["run_id"]
         if cand["claim_host_id"] is not None:
             self._recover_claim(cand, now)
@@ -437,32 +441,42 @@ class Worker:
             claimed = runs.claim(run_id, expected, self.owner, now)
         if not isinstance(claimed, Claimed):
             return None
+        budget_ends = started + TOLERANCE_MS / 1000
         try:
             activated = runs.activate(run_id, self.owner, claimed.claimed_at_ms, expected)
-        except BaseException:
-            runs.abandon_claim(run_id, self.owner, claimed.claimed_at_ms)
+        except BaseException as exc:
+            # Released at once, or the run would wait for the claim to go stale (``STALE_AFTER``).
+            # The activation failed most likely because the database is unavailable, so the release
+            # rides the outage out within the claim's budget (not after an interrupt: one attempt).
+            until = budget_ends if isinstance(exc, Exception) else started
+            self._retry_for_run(run_id, "releasing the claim",
+                                lambda: runs.abandon_claim(run_id, self.owner, claimed.claimed_at_ms), until)
             raise
         if not isinstance(activated, Activated):
             return None
         # Activated with a first heartbeat at about now: the run is this worker's from here on.
-        row = self._read_taken(run_id, now + TOLERANCE_MS)
+        # A run dropped here would sit ``running``, held by nobody, until its lease expired.
+        row = self._retry_for_run(run_id, "reading the run just activated", lambda: runs.get(run_id), budget_ends)
         self._count("claimed")
         if cand["status"] == "running":
             self._count("takeovers")
             log.info("took over a run whose lease expired", extra={"run_id": run_id})
         return row
 
-    def _read_taken(self, run_id: str, deadline_ms: int) -> RunRow:
-        """The row of ``run_id``, just activated by this worker. A database that is unavailable or
-        busy is waited out (with the usual backoff) until ``deadline_ms``, the activation's write
-        budget: a run dropped here would sit ``running``, held by nobody, until its lease expired."""
-        clock = self.store.clock
+    def _retry_for_run(self, run_id: str, what: str, call: Callable[[], Any], until: float) -> Any:
+        """``call()``, a step of taking ``run_id`` during a sweep, retried with the usual backoff while
+        the database is unavailable or busy (``_worth_waiting``), until the monotonic time ``until``;
+        then the last failure is raised. Like ``_owned_write`` for a run not yet held: the steps retried
+        here (reading the row, releasing the claim) are safe to repeat, since the claim's token fences
+        them in the store."""
         backoff = _FIRST_BACKOFF_S
         while True:
             try:
-                return self.store.runs.get(run_id)
+                return call()
             except RunStoreError as exc:
-                if not _worth_waiting(exc) or clock.now_ms() + backoff * 1000 >= deadline_ms:
+                if not _worth_waiting(exc) or time.monotonic() + backoff >= until:
+                    log.warning("run %s: %s failed (%s)", run_id, what, getattr(exc, "db_code", None) or exc.code,
+                                extra={"run_id": run_id})
                     raise
                 time.sleep(backoff)
                 backoff = min(backoff * 2, _MAX_BACKOFF_S)

@@ -8,10 +8,88 @@ choose the exact call that fails. Each test's docstring says what was wrong.
 
 from __future__ import annotations
 
+import threading
+import time
+from typing import Any
+
 import pytest
 
 import fencepost.worker as worker_mod
 from fencepost.errors import RunStoreError
+from fencepost.worker import Worker
+from tests.worker.test_database_outage import _run_in_thread, _wait_for
+from tests.worker.test_outage_in_run import (
+    BOUND_S,
+    outage,  # noqa: F401 - fixture
+)
+from tests.worker.test_partial_sweep import FailAt
+
+
+def test_a_claim_whose_activation_met_an_outage_is_released_once_it_ends(outage):  # noqa: F811
+    """``activate`` failed because the database was unavailable, and so did the ``abandon_claim``
+    that follows: the claim stayed until it was stale (30 s) and only then was recovered, so the run
+    waited half a minute after the outage ended. Now the abandon is retried within the claim's
+    budget and the run is taken as soon as the database answers."""
+    store, holder = outage
+    store.runs.create("r1", "{}")
+    real_activate, real_abandon = store.runs.activate, store.runs.abandon_claim
+    abandon_failed = threading.Event()
+
+    def activate(*args: Any, **kwargs: Any) -> Any:
+        if not holder.held and not abandon_failed.is_set():
+            holder.hold()  # the outage begins between claim and activate
+        return real_activate(*args, **kwargs)
+
+    def abandon_claim(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return real_abandon(*args, **kwargs)
+        except RunStoreError:
+            abandon_failed.set()
+            raise
+
+    store.runs.activate, store.runs.abandon_claim = activate, abandon_claim
+    worker = Worker(store, lambda ctx: {"done": True}, concurrency=1)
+    stop = threading.Event()
+    t, outcome = _run_in_thread(worker, stop)
+    try:
+        assert abandon_failed.wait(BOUND_S), "the outage never reached abandon_claim"
+        assert store.runs.get("r1").status == "pending"
+        holder.free()
+        ended = time.monotonic()
+        assert _wait_for(lambda: store.runs.get("r1").status == "completed", 10), store.runs.get("r1")
+        assert time.monotonic() - ended < 10
+    finally:
+        holder.free()
+        stop.set()
+        t.join(BOUND_S)
+    assert outcome and outcome[0].completed == 1 and outcome[0].recovered_claims == 0, outcome
+
+
+def test_the_read_after_activation_gives_up_on_the_wall_clock(store, monkeypatch):
+    """The read of a just-activated run's row retried until a deadline on the store's clock: with a
+    ``ManualClock`` (tests, simulations) that never moves, an outage kept ``take()`` retrying
+    forever. The retry loop now measures its budget on a monotonic wall clock."""
+    monkeypatch.setattr(worker_mod, "TOLERANCE_MS", 3000)  # a 3 s budget: more than the longest backoff
+    store.runs.create("r1", "{}")
+    fault = FailAt(store, "get", set(range(1, 10_000)))
+    worker = Worker(store, lambda ctx: None, concurrency=1)
+    result: list = []
+
+    def take() -> None:
+        fault.thread = threading.current_thread()
+        try:
+            result.append(worker.take(1))
+        except BaseException as exc:
+            result.append(exc)
+
+    t = threading.Thread(target=take, daemon=True)
+    started = time.monotonic()
+    t.start()
+    t.join(BOUND_S)
+    assert result, "take() kept retrying the read"
+    assert isinstance(result[0], RunStoreError) and result[0].transient is True, result  # type: ignore[attr-defined]
+    # It gives up once the next pause would pass the 3 s budget: after about 1.5 s of retries.
+    assert 1.0 < time.monotonic() - started < 8, time.monotonic() - started
 
 
 @pytest.mark.parametrize("db_code, sweep, run_write", [
