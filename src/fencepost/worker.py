@@ -51,8 +51,8 @@ from fencepost.runstore.outcomes import Activated, Claimed, FenceLost, GuardFail
 from fencepost.runstore.ownership import Lease, LeaseLost, Supervisor
 from fencepost.runstore.rows import LivenessEvidence, RunFailure, RunRow, RunSnapshot
 
-__all__ = ["SUSPEND_BACKOFF_S", "Cancelled", "RunContext", "Stopping", "Suspend", "UnstorableResult", "Worker",
-           "WorkerStats", "default_owner"]
+__all__ = ["STOP_GRACE_S", "SUSPEND_BACKOFF_S", "Cancelled", "RunContext", "Stopping", "Suspend", "UnstorableResult",
+           "Worker", "WorkerStats", "default_owner"]
 
 log = logging.getLogger("fencepost.worker")
 
@@ -115,6 +115,11 @@ def _state_text(value: Any, what: str) -> str | None:
 _FIRST_BACKOFF_S = 0.1
 _MAX_BACKOFF_S = 2.0
 _TRANSITIONED = Transitioned()
+
+#: Seconds a worker that was asked to stop keeps retrying a write the database did not take (a
+#: settlement, a checkpoint, releasing a claim), counted from when it noticed the stop; one last
+#: attempt is made at the end of it, then the run is left to lapse (see ``Worker.run``).
+STOP_GRACE_S = 2.0
 
 
 #: ``db_code`` of a store that never comes back: closed, read-only, or (SQLite) kept to a file that
@@ -196,13 +201,19 @@ class RunContext:
         to cancel: that answer (``GuardFailed``) raises ``Cancelled``; a lost fence raises ``LeaseLost``.
         A database that is unavailable or busy is retried with a backoff while the lease's write
         budget lasts (never once the lease is lost); only an outage longer than that, or a failure
-        waiting cannot cure, raises ``RunStoreError``.
+        waiting cannot cure, raises ``RunStoreError``. While the worker is stopping the retries end
+        after ``STOP_GRACE_S`` and raise ``Stopping`` (the state given here is then not recorded).
         """
         text = _json.encode(state).decode()
-        runs = self.worker.store.runs
+        worker, runs = self.worker, self.worker.store.runs
         # A database that is briefly unavailable is waited out within the lease (``_owned_write``).
-        outcome = self.worker._owned_write(self, "checkpoint", lambda: runs.transition_owned(
-            self.run_id, self.owner, "running", state_json=text, guard={"cancel_requested": "absent"}))
+        try:
+            outcome = worker._owned_write(self, "checkpoint", lambda: runs.transition_owned(
+                self.run_id, self.owner, "running", state_json=text, guard={"cancel_requested": "absent"}))
+        except RunStoreError as exc:
+            if worker._stop_deadline() is not None and _worth_waiting(exc):
+                raise Stopping(self.run_id) from exc
+            raise
         if isinstance(outcome, GuardFailed):
             self._cancelled.set()
             raise Cancelled(self.run_id)
@@ -247,6 +258,8 @@ class Worker:
         self._lock = threading.Lock()
         self._done = threading.Event()
         self._stopping = threading.Event()
+        self._stop_event: threading.Event | None = None  # run()'s ``stop``
+        self._stop_at: float | None = None  # monotonic end of the stop grace, once a stop was noticed
         self._gauge_attrs = {"host": self.owner.host_id, "pid": self.owner.pid, "worker": self.owner.nonce[:8]}
 
     def _count(self, name: str) -> None:
@@ -260,6 +273,13 @@ class Worker:
         Returns the counts. When ``stop`` is set no new run is taken; runs in hand finish, or are
         parked ``suspended`` (from their last checkpoint) when they next call ``check()``. A killed
         process instead leaves them ``running`` until their leases expire and a peer takes them over.
+
+        A write that is waiting out an unavailable database when ``stop`` is set (a settlement, a
+        checkpoint, releasing a claim) keeps retrying for ``STOP_GRACE_S`` more and is attempted at
+        least once after the stop was noticed; then it is given up on (a checkpoint raises
+        ``Stopping``), and its run stays ``running`` until its lease lapses and a peer takes it over,
+        from its last checkpoint. So a stop during an outage returns within about ``STOP_GRACE_S`` plus
+        two of the database's own waits for one call, rather than the lease's whole write budget.
         """
         problem = stop_problem(stop)
         if problem:
@@ -268,6 +288,7 @@ class Worker:
             raise ValueError("until_idle must be True or False")
         stop = stop if stop is not None else threading.Event()
         self._stopping.clear()
+        self._stop_event, self._stop_at = stop, None
         clock = self.store.clock
         self.supervisor.start()
         pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="fencepost-run")
@@ -314,11 +335,30 @@ class Worker:
             # ``check()`` (their leases are still renewed meanwhile). A process that must stop at
             # once is killed instead, and its leases simply expire.
             self._stopping.set()
+            self._stop_deadline()  # the stop grace of writes still retrying counts from here at the latest
             pool.shutdown(wait=True, cancel_futures=True)
             self._reap()
             self.supervisor.stop()
             _gauges.worker_in_flight.discard(**self._gauge_attrs)
         return self.stats
+
+    def _stop_deadline(self) -> float | None:
+        """The monotonic time at which retries give up because the worker is stopping (``STOP_GRACE_S``
+        after the stop was first noticed), or None while it is not stopping."""
+        if self._stop_at is None:
+            stop = self._stop_event
+            if not (self._stopping.is_set() or (stop is not None and stop.is_set())):
+                return None
+            with self._lock:
+                if self._stop_at is None:
+                    self._stop_at = time.monotonic() + STOP_GRACE_S
+        return self._stop_at
+
+    def _stop_passed(self, began: float) -> bool:
+        """Whether a retry loop must give up for the stop: the grace is over and the attempt that just
+        failed (begun at ``began``, monotonic) started after the stop was noticed (its last attempt)."""
+        until = self._stop_deadline()
+        return until is not None and time.monotonic() >= until and began >= until - STOP_GRACE_S
 
     def _resting_now(self) -> set[str]:
         """The runs this worker suspended that are still resting (forgetting those whose time is up)."""
@@ -465,20 +505,21 @@ class Worker:
 
     def _retry_for_run(self, run_id: str, what: str, call: Callable[[], Any], until: float) -> Any:
         """``call()``, a step of taking ``run_id`` during a sweep, retried with the usual backoff while
-        the database is unavailable or busy (``_worth_waiting``), until the monotonic time ``until``;
-        then the last failure is raised. Like ``_owned_write`` for a run not yet held: the steps retried
-        here (reading the row, releasing the claim) are safe to repeat, since the claim's token fences
-        them in the store."""
+        the database is unavailable or busy (``_worth_waiting``), until the monotonic time ``until``
+        or the end of the stop grace; then the last failure is raised. Like ``_owned_write`` for a
+        run not yet held: the steps retried here (reading the row, releasing the claim) are safe to
+        repeat, since the claim's token fences them in the store."""
         backoff = _FIRST_BACKOFF_S
         while True:
+            began = time.monotonic()
             try:
                 return call()
             except RunStoreError as exc:
-                if not _worth_waiting(exc) or time.monotonic() + backoff >= until:
+                if not _worth_waiting(exc) or time.monotonic() + backoff >= until or self._stop_passed(began):
                     log.warning("run %s: %s failed (%s)", run_id, what, getattr(exc, "db_code", None) or exc.code,
                                 extra={"run_id": run_id})
                     raise
-                time.sleep(backoff)
+                _pause(backoff, None, self._stop_deadline)
                 backoff = min(backoff * 2, _MAX_BACKOFF_S)
 
     def _evidence_kind(self, owner: OwnerId) -> str:
@@ -504,7 +545,13 @@ class Worker:
             self._count("lost")
             log.warning("run %s: lease lost, left to its current owner", ctx.run_id, extra={"run_id": ctx.run_id})
         except Exception as exc:
-            log.error("settling a run failed\n%s", self._log_traceback(ctx.run_id, exc), extra={"run_id": ctx.run_id})
+            if self._stop_deadline() is not None and _worth_waiting(exc):
+                # Given up on for the stop (``_owned_write`` said so): the run lapses, nothing is lost.
+                log.warning("run %s: not settled before the worker stopped (%s)", ctx.run_id,
+                            getattr(exc, "db_code", None) or getattr(exc, "code", None), extra={"run_id": ctx.run_id})
+            else:
+                log.error("settling a run failed\n%s", self._log_traceback(ctx.run_id, exc),
+                          extra={"run_id": ctx.run_id})
         finally:
             ctx.lease.release()
             self._done.set()
@@ -600,7 +647,8 @@ class Worker:
         stood at the first failure, at most ``WRITE_TOLERANCE``: the persisted heartbeat protects the
         run from a takeover until then. The lease is checked before every attempt, so nothing is
         tried once it is lost (and every attempt is fenced in the store as ever). Then the last
-        failure is raised.
+        failure is raised. Once the worker is stopping the retries end sooner: after ``STOP_GRACE_S``,
+        with at least one attempt begun after the stop was noticed (``_stop_passed``).
 
         ``landed()`` tells whether an earlier attempt whose COMMIT got no answer did land: a retry
         that then finds the fence gone (``FenceLost``, or the lease lost to the next pulse) returns
@@ -611,6 +659,7 @@ class Worker:
         give_up_at: int | None = None
         unknown = False  # an attempt's COMMIT got no answer: it may have landed
         while True:
+            began = time.monotonic()
             try:
                 ctx.lease.check()
                 result = call()
@@ -630,7 +679,11 @@ class Worker:
                     log.warning("run %s: %s: the database did not answer within the lease; giving up", ctx.run_id,
                                 what, extra={"run_id": ctx.run_id})
                     raise
-                _pause(ctx.lease, backoff)
+                if self._stop_passed(began):
+                    log.warning("run %s: %s: the worker is stopping and the database did not answer; the run is "
+                                "left for its lease to lapse", ctx.run_id, what, extra={"run_id": ctx.run_id})
+                    raise
+                _pause(backoff, ctx.lease, self._stop_deadline)
                 backoff = min(backoff * 2, _MAX_BACKOFF_S)
                 continue
             if give_up_at is not None:
@@ -705,11 +758,13 @@ class Worker:
             held[run_id]._cancelled.set()
 
 
-def _pause(lease: Lease, seconds: float) -> None:
-    """Sleep ``seconds``, ending early once ``lease`` is lost (the next attempt then refuses)."""
+def _pause(seconds: float, lease: Lease | None, stop_deadline: Callable[[], float | None]) -> None:
+    """Sleep ``seconds``, ending early once ``lease`` is lost (the next attempt then refuses) or at
+    ``stop_deadline()``, the end of the worker's stop grace once it is stopping."""
     end = time.monotonic() + seconds
-    while not lease.lost:
-        left = end - time.monotonic()
+    while lease is None or not lease.lost:
+        until = stop_deadline()
+        left = (end if until is None else min(end, until)) - time.monotonic()
         if left <= 0:
             return
         time.sleep(min(left, 0.02))
