@@ -28,7 +28,7 @@ from tests.worker.test_partial_sweep import FailAt
 
 # One write's own wait before it reports the outage (SQLite: busy_timeout_ms; PostgreSQL retries a
 # lock timeout for about 4 s), as in ``test_outage_in_run``.
-ONE_CALL_S = {"sqlite": 1.0, "postgresql": 3.5}
+ONE_CALL_S = {"sqlite": 1.0, "postgresql": 4.0}
 
 
 def test_stopping_a_worker_whose_settlement_waits_out_an_outage_is_prompt(outage):  # noqa: F811
@@ -67,8 +67,8 @@ def test_stopping_a_worker_whose_settlement_waits_out_an_outage_is_prompt(outage
         t.join(BOUND_S)
         took = time.monotonic() - stopped
         assert not t.is_alive()
-        # The attempt in flight (or the grace, if longer), then one last attempt: about 7 s on
-        # PostgreSQL and 3 s on SQLite, where it took the rest of the 19 s budget (13-17 s).
+        # The attempt in flight (or the grace, if longer), then one last attempt: 7-8 s measured on
+        # PostgreSQL, 2 s on SQLite, where it took the rest of the 19 s budget (13-17 s measured).
         one_call = ONE_CALL_S[holder.backend]
         assert took < max(one_call, STOP_GRACE_S) + one_call + 1.5, took
         assert max(attempts) > stopped, "no attempt after the stop"  # one last attempt, at least
