@@ -51,8 +51,8 @@ from fencepost.runstore.outcomes import Activated, Claimed, FenceLost, GuardFail
 from fencepost.runstore.ownership import Lease, LeaseLost, Supervisor
 from fencepost.runstore.rows import LivenessEvidence, RunFailure, RunRow, RunSnapshot
 
-__all__ = ["SUSPEND_BACKOFF_S", "Cancelled", "RunContext", "Stopping", "Suspend", "UnstorableResult", "Worker",
-           "WorkerStats", "default_owner"]
+__all__ = ["STOP_GRACE_S", "SUSPEND_BACKOFF_S", "Cancelled", "RunContext", "Stopping", "Suspend", "UnstorableResult",
+           "Worker", "WorkerStats", "default_owner"]
 
 log = logging.getLogger("fencepost.worker")
 
@@ -116,16 +116,33 @@ _FIRST_BACKOFF_S = 0.1
 _MAX_BACKOFF_S = 2.0
 _TRANSITIONED = Transitioned()
 
+#: Seconds a worker that was asked to stop keeps retrying a write the database did not take (a
+#: settlement, a checkpoint, releasing a claim), counted from when it noticed the stop; one last
+#: attempt is made at the end of it, then the run is left to lapse (see ``Worker.run``).
+STOP_GRACE_S = 2.0
+
 
 #: ``db_code`` of a store that never comes back: closed, read-only, or (SQLite) kept to a file that
 #: was deleted or replaced at its path (open the store again).
 _GONE_FOR_GOOD = ("closed", "read_only", FILE_REPLACED)
 
 
-def _unavailable(exc: FencepostError) -> bool:
-    """Whether ``exc`` says the database did not answer (worth sweeping again), not that the call or
-    the store is wrong: a closed or read-only store, or one whose file was replaced, never comes back."""
-    return exc.code == "persistence_failed" and getattr(exc, "db_code", None) not in _GONE_FOR_GOOD
+def _worth_waiting(exc: BaseException, *, sweep: bool = False) -> bool:
+    """Whether waiting may cure the failure ``exc``: the one rule for every retry in the worker.
+
+    Only a ``persistence_failed`` error qualifies, never a refused argument; a lost fence is an
+    outcome, not an error, and is never retried. A run's own writes, and the reads and claim writes
+    made for one run during a sweep, retry what the database marked ``transient``: unavailable or
+    busy (a lost connection, a server not accepting, a write lock held past the wait). With
+    ``sweep`` the question is whether to sweep again later, so any other persistence failure (a full
+    disk too) is waited out, except a store that never comes back (``_GONE_FOR_GOOD``: closed,
+    read-only, or its file replaced), which ends the worker.
+    """
+    if not isinstance(exc, FencepostError) or exc.code != "persistence_failed":
+        return False
+    if sweep:
+        return getattr(exc, "db_code", None) not in _GONE_FOR_GOOD
+    return getattr(exc, "transient", False) is True
 
 
 class WorkerStats(msgspec.Struct):
@@ -184,13 +201,19 @@ class RunContext:
         to cancel: that answer (``GuardFailed``) raises ``Cancelled``; a lost fence raises ``LeaseLost``.
         A database that is unavailable or busy is retried with a backoff while the lease's write
         budget lasts (never once the lease is lost); only an outage longer than that, or a failure
-        waiting cannot cure, raises ``RunStoreError``.
+        waiting cannot cure, raises ``RunStoreError``. While the worker is stopping the retries end
+        after ``STOP_GRACE_S`` and raise ``Stopping`` (the state given here is then not recorded).
         """
         text = _json.encode(state).decode()
-        runs = self.worker.store.runs
+        worker, runs = self.worker, self.worker.store.runs
         # A database that is briefly unavailable is waited out within the lease (``_owned_write``).
-        outcome = self.worker._owned_write(self, "checkpoint", lambda: runs.transition_owned(
-            self.run_id, self.owner, "running", state_json=text, guard={"cancel_requested": "absent"}))
+        try:
+            outcome = worker._owned_write(self, "checkpoint", lambda: runs.transition_owned(
+                self.run_id, self.owner, "running", state_json=text, guard={"cancel_requested": "absent"}))
+        except RunStoreError as exc:
+            if worker._stop_deadline() is not None and _worth_waiting(exc):
+                raise Stopping(self.run_id) from exc
+            raise
         if isinstance(outcome, GuardFailed):
             self._cancelled.set()
             raise Cancelled(self.run_id)
@@ -235,6 +258,8 @@ class Worker:
         self._lock = threading.Lock()
         self._done = threading.Event()
         self._stopping = threading.Event()
+        self._stop_event: threading.Event | None = None  # run()'s ``stop``
+        self._stop_at: float | None = None  # monotonic end of the stop grace, once a stop was noticed
         self._gauge_attrs = {"host": self.owner.host_id, "pid": self.owner.pid, "worker": self.owner.nonce[:8]}
 
     def _count(self, name: str) -> None:
@@ -248,6 +273,13 @@ class Worker:
         Returns the counts. When ``stop`` is set no new run is taken; runs in hand finish, or are
         parked ``suspended`` (from their last checkpoint) when they next call ``check()``. A killed
         process instead leaves them ``running`` until their leases expire and a peer takes them over.
+
+        A write that is waiting out an unavailable database when ``stop`` is set (a settlement, a
+        checkpoint, releasing a claim) keeps retrying for ``STOP_GRACE_S`` more and is attempted at
+        least once after the stop was noticed; then it is given up on (a checkpoint raises
+        ``Stopping``), and its run stays ``running`` until its lease lapses and a peer takes it over,
+        from its last checkpoint. So a stop during an outage returns within about ``STOP_GRACE_S`` plus
+        two of the database's own waits for one call, rather than the lease's whole write budget.
         """
         problem = stop_problem(stop)
         if problem:
@@ -256,6 +288,7 @@ class Worker:
             raise ValueError("until_idle must be True or False")
         stop = stop if stop is not None else threading.Event()
         self._stopping.clear()
+        self._stop_event, self._stop_at = stop, None
         clock = self.store.clock
         self.supervisor.start()
         pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="fencepost-run")
@@ -281,7 +314,7 @@ class Worker:
                     # An unavailable database (a server restarting, a write lock held past the busy
                     # timeout) is waited out: the leases in hand ride on supervision's write
                     # tolerance meanwhile. Anything else, a closed store included, ends the worker.
-                    if not _unavailable(exc):
+                    if not _worth_waiting(exc, sweep=True):
                         raise
                     if not backoff:
                         log.warning("worker: database unavailable (%s); sweeping again once it answers",
@@ -302,11 +335,30 @@ class Worker:
             # ``check()`` (their leases are still renewed meanwhile). A process that must stop at
             # once is killed instead, and its leases simply expire.
             self._stopping.set()
+            self._stop_deadline()  # the stop grace of writes still retrying counts from here at the latest
             pool.shutdown(wait=True, cancel_futures=True)
             self._reap()
             self.supervisor.stop()
             _gauges.worker_in_flight.discard(**self._gauge_attrs)
         return self.stats
+
+    def _stop_deadline(self) -> float | None:
+        """The monotonic time at which retries give up because the worker is stopping (``STOP_GRACE_S``
+        after the stop was first noticed), or None while it is not stopping."""
+        if self._stop_at is None:
+            stop = self._stop_event
+            if not (self._stopping.is_set() or (stop is not None and stop.is_set())):
+                return None
+            with self._lock:
+                if self._stop_at is None:
+                    self._stop_at = time.monotonic() + STOP_GRACE_S
+        return self._stop_at
+
+    def _stop_passed(self, began: float) -> bool:
+        """Whether a retry loop must give up for the stop: the grace is over and the attempt that just
+        failed (begun at ``began``, monotonic) started after the stop was noticed (its last attempt)."""
+        until = self._stop_deadline()
+        return until is not None and time.monotonic() >= until and began >= until - STOP_GRACE_S
 
     def _resting_now(self) -> set[str]:
         """The runs this worker suspended that are still resting (forgetting those whose time is up)."""
@@ -410,6 +462,10 @@ class Worker:
     def _take_one(self, cand: dict[str, Any]) -> RunRow | None:
         runs = self.store.runs
         now = self.store.clock.now_ms()
+        # The wall-clock start of the claim's write budget (``TOLERANCE_MS``): the retries below
+        # measure it on the monotonic clock, so a store clock that stands still (``ManualClock``)
+        # cannot keep them going; fencing is the store's, on its own clock, as ever.
+        started = time.monotonic()
         run_id = cand["run_id"]
         if cand["claim_host_id"] is not None:
             self._recover_claim(cand, now)
@@ -425,34 +481,45 @@ class Worker:
             claimed = runs.claim(run_id, expected, self.owner, now)
         if not isinstance(claimed, Claimed):
             return None
+        budget_ends = started + TOLERANCE_MS / 1000
         try:
             activated = runs.activate(run_id, self.owner, claimed.claimed_at_ms, expected)
-        except BaseException:
-            runs.abandon_claim(run_id, self.owner, claimed.claimed_at_ms)
+        except BaseException as exc:
+            # Released at once, or the run would wait for the claim to go stale (``STALE_AFTER``).
+            # The activation failed most likely because the database is unavailable, so the release
+            # rides the outage out within the claim's budget (not after an interrupt: one attempt).
+            until = budget_ends if isinstance(exc, Exception) else started
+            self._retry_for_run(run_id, "releasing the claim",
+                                lambda: runs.abandon_claim(run_id, self.owner, claimed.claimed_at_ms), until)
             raise
         if not isinstance(activated, Activated):
             return None
         # Activated with a first heartbeat at about now: the run is this worker's from here on.
-        row = self._read_taken(run_id, now + TOLERANCE_MS)
+        # A run dropped here would sit ``running``, held by nobody, until its lease expired.
+        row = self._retry_for_run(run_id, "reading the run just activated", lambda: runs.get(run_id), budget_ends)
         self._count("claimed")
         if cand["status"] == "running":
             self._count("takeovers")
             log.info("took over a run whose lease expired", extra={"run_id": run_id})
         return row
 
-    def _read_taken(self, run_id: str, deadline_ms: int) -> RunRow:
-        """The row of ``run_id``, just activated by this worker. A database that is unavailable or
-        busy is waited out (with the usual backoff) until ``deadline_ms``, the activation's write
-        budget: a run dropped here would sit ``running``, held by nobody, until its lease expired."""
-        clock = self.store.clock
+    def _retry_for_run(self, run_id: str, what: str, call: Callable[[], Any], until: float) -> Any:
+        """``call()``, a step of taking ``run_id`` during a sweep, retried with the usual backoff while
+        the database is unavailable or busy (``_worth_waiting``), until the monotonic time ``until``
+        or the end of the stop grace; then the last failure is raised. Like ``_owned_write`` for a
+        run not yet held: the steps retried here (reading the row, releasing the claim) are safe to
+        repeat, since the claim's token fences them in the store."""
         backoff = _FIRST_BACKOFF_S
         while True:
+            began = time.monotonic()
             try:
-                return self.store.runs.get(run_id)
+                return call()
             except RunStoreError as exc:
-                if not _transient(exc) or clock.now_ms() + backoff * 1000 >= deadline_ms:
+                if not _worth_waiting(exc) or time.monotonic() + backoff >= until or self._stop_passed(began):
+                    log.warning("run %s: %s failed (%s)", run_id, what, getattr(exc, "db_code", None) or exc.code,
+                                extra={"run_id": run_id})
                     raise
-                time.sleep(backoff)
+                _pause(backoff, None, self._stop_deadline)
                 backoff = min(backoff * 2, _MAX_BACKOFF_S)
 
     def _evidence_kind(self, owner: OwnerId) -> str:
@@ -478,7 +545,13 @@ class Worker:
             self._count("lost")
             log.warning("run %s: lease lost, left to its current owner", ctx.run_id, extra={"run_id": ctx.run_id})
         except Exception as exc:
-            log.error("settling a run failed\n%s", self._log_traceback(ctx.run_id, exc), extra={"run_id": ctx.run_id})
+            if self._stop_deadline() is not None and _worth_waiting(exc):
+                # Given up on for the stop (``_owned_write`` said so): the run lapses, nothing is lost.
+                log.warning("run %s: not settled before the worker stopped (%s)", ctx.run_id,
+                            getattr(exc, "db_code", None) or getattr(exc, "code", None), extra={"run_id": ctx.run_id})
+            else:
+                log.error("settling a run failed\n%s", self._log_traceback(ctx.run_id, exc),
+                          extra={"run_id": ctx.run_id})
         finally:
             ctx.lease.release()
             self._done.set()
@@ -569,12 +642,13 @@ class Worker:
         """``call()``, a fenced write to ``ctx``'s run, retried while the database is unavailable or busy.
 
         A worker host expects an outage shorter than the lease to be ridden out, so a transient
-        failure (``_transient``: never a refused argument, a lost fence or a store that cannot come
+        failure (``_worth_waiting``: never a refused argument, a lost fence or a store that cannot come
         back) is retried with a backoff (0.1 s doubling to 2 s) until the lease's deadline as it
         stood at the first failure, at most ``WRITE_TOLERANCE``: the persisted heartbeat protects the
         run from a takeover until then. The lease is checked before every attempt, so nothing is
         tried once it is lost (and every attempt is fenced in the store as ever). Then the last
-        failure is raised.
+        failure is raised. Once the worker is stopping the retries end sooner: after ``STOP_GRACE_S``,
+        with at least one attempt begun after the stop was noticed (``_stop_passed``).
 
         ``landed()`` tells whether an earlier attempt whose COMMIT got no answer did land: a retry
         that then finds the fence gone (``FenceLost``, or the lease lost to the next pulse) returns
@@ -585,6 +659,7 @@ class Worker:
         give_up_at: int | None = None
         unknown = False  # an attempt's COMMIT got no answer: it may have landed
         while True:
+            began = time.monotonic()
             try:
                 ctx.lease.check()
                 result = call()
@@ -593,7 +668,7 @@ class Worker:
                     return _TRANSITIONED
                 raise
             except RunStoreError as exc:
-                if not _transient(exc):
+                if not _worth_waiting(exc):
                     raise
                 unknown = unknown or COMMIT_UNKNOWN in exc.detail
                 if give_up_at is None:
@@ -604,7 +679,11 @@ class Worker:
                     log.warning("run %s: %s: the database did not answer within the lease; giving up", ctx.run_id,
                                 what, extra={"run_id": ctx.run_id})
                     raise
-                _pause(ctx.lease, backoff)
+                if self._stop_passed(began):
+                    log.warning("run %s: %s: the worker is stopping and the database did not answer; the run is "
+                                "left for its lease to lapse", ctx.run_id, what, extra={"run_id": ctx.run_id})
+                    raise
+                _pause(backoff, ctx.lease, self._stop_deadline)
                 backoff = min(backoff * 2, _MAX_BACKOFF_S)
                 continue
             if give_up_at is not None:
@@ -679,20 +758,13 @@ class Worker:
             held[run_id]._cancelled.set()
 
 
-def _transient(exc: BaseException) -> bool:
-    """Whether ``exc`` says the database was unavailable or busy (a lost connection, a server not
-    accepting, a write lock held past the wait), so the same write may succeed once it answers. Never
-    a refused argument (``invalid_run``), a full disk, a closed or read-only store; a lost fence is an
-    outcome, not an error, and is never retried."""
-    return (isinstance(exc, RunStoreError) and exc.code == "persistence_failed"
-            and getattr(exc, "transient", False) is True)
-
-
-def _pause(lease: Lease, seconds: float) -> None:
-    """Sleep ``seconds``, ending early once ``lease`` is lost (the next attempt then refuses)."""
+def _pause(seconds: float, lease: Lease | None, stop_deadline: Callable[[], float | None]) -> None:
+    """Sleep ``seconds``, ending early once ``lease`` is lost (the next attempt then refuses) or at
+    ``stop_deadline()``, the end of the worker's stop grace once it is stopping."""
     end = time.monotonic() + seconds
-    while not lease.lost:
-        left = end - time.monotonic()
+    while lease is None or not lease.lost:
+        until = stop_deadline()
+        left = (end if until is None else min(end, until)) - time.monotonic()
         if left <= 0:
             return
         time.sleep(min(left, 0.02))
