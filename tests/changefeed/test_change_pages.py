@@ -146,3 +146,103 @@ def test_follow_batches_refuses_bad_arguments_at_once(store):
         store.feed.follow_batches(Position("nothex", 0))
     with pytest.raises(ValueError):
         store.feed.follow_batches(poll_interval=0)
+
+
+# Values a SQLite row can hold once its CHECK constraints are bypassed, beside the ones fencepost
+# writes: a page must be accepted or refused exactly as the row statement's driver rows would be.
+_ODD_SQLITE_VALUES = {
+    "real in an integer column": "UPDATE flows_runs SET started_at_ms = 1.5 WHERE run_id = 'victim'",
+    "text in an integer column": "UPDATE flows_runs SET started_at_ms = 'soon' WHERE run_id = 'victim'",
+    "integer above 2**53": "UPDATE flows_runs SET started_at_ms = 9007199254740992 WHERE run_id = 'victim'",
+    "integer in a text column": "UPDATE flows_runs SET waiting_reason = 7 WHERE run_id = 'victim'",
+    "NUL inside text": "UPDATE flows_runs SET waiting_reason = 'a' || char(0) || 'b' WHERE run_id = 'victim'",
+    "astral and separator text": "UPDATE flows_runs SET waiting_reason = 'é😀' || char(8232) WHERE run_id = 'victim'",
+    "blob state": "UPDATE flows_runs SET state_json = x'7b7d' WHERE run_id = 'victim'",
+    "blob failure": "UPDATE flows_runs SET status = 'failed', finished_at_ms = 5, failure_json = "
+                    "CAST('{\"type\": \"E\", \"message\": \"m\", \"traceback\": \"t\"}' AS BLOB) "
+                    "WHERE run_id = 'victim'",
+    "text that is not UTF-8": "UPDATE flows_runs SET state_json = CAST(x'7bff7d' AS TEXT) WHERE run_id = 'victim'",
+    "tombstone flag a REAL just under 1": "UPDATE flows_run_changes SET deleted = 0.9999999999999999 "
+                                          "WHERE run_id = 'gone'",
+    "real revision": "UPDATE flows_run_changes SET revision = 1.5 WHERE run_id = 'victim'",
+}
+
+
+def _outcome(store: fencepost.Store) -> tuple:
+    try:
+        page = store.feed.changes_with_snapshots(Position(store.feed.position().source, 0))
+    except fencepost.FencepostError as exc:
+        return ("refused", type(exc), exc.code, exc.detail)
+    except Exception as exc:  # text that is not UTF-8 fails in the driver's own decoding
+        return ("failed", type(exc), str(exc))
+    return ("page", page)
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("case", list(_ODD_SQLITE_VALUES), ids=list(_ODD_SQLITE_VALUES))
+def test_a_sqlite_page_read_as_one_json_value_answers_as_its_rows_would(store, raw, case, monkeypatch):
+    """SQLite only (PostgreSQL pages are read row by row): a page comes back as one JSON value
+    (``feed._page_rows``). Whatever SQLite stores, the answer (page or refusal) is the one the row
+    statement gives; a REAL just under 1 as a tombstone's flag, which JSON would print as 1.0, must
+    stay refused."""
+    from fencepost.changefeed import feed as feed_module
+
+    raw.exec_driver_sql("PRAGMA ignore_check_constraints = ON")
+    for run_id in ("victim", "gone", "other"):
+        insert_run(raw, run_id)
+    delete_run(raw, "gone")
+    raw.commit()
+    raw.exec_driver_sql(_ODD_SQLITE_VALUES[case])
+    raw.commit()
+    used = []
+    page_rows = feed_module._page_rows
+    monkeypatch.setattr(feed_module, "_page_rows", lambda conn, params: used.append(1) or page_rows(conn, params))
+    one_value = _outcome(store)
+    monkeypatch.setattr(feed_module, "_page_rows", lambda conn, params: None)
+    by_rows = _outcome(store)
+    assert used and one_value == by_rows
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_a_plain_sqlite_page_is_read_as_one_json_value(store, raw):
+    """SQLite only: the rows decoded from the one JSON value are the row statement's rows."""
+    from fencepost._statements import run
+    from fencepost.changefeed import _sql as feed_sql
+    from fencepost.changefeed import feed as feed_module
+
+    _seed(store, 30)
+    update_run(raw, "r-003", status="running", owner_host_id="h", owner_pid=7, owner_nonce="n",
+               heartbeat_at_ms=4, cancel_requested_at_ms=5, waiting_reason="approval", waiting_token="t",
+               waiting_request='{"ask": "é"}')
+    raw.commit()
+    params = {"after": 0, "watermark": store.feed.position().revision, "n": 501}
+
+    def both(conn):
+        return feed_module._page_rows(conn, params), run(conn, feed_sql.CHANGES_WITH_RUNS, params).fetchall()
+
+    one_value, by_rows = store.db.read(both)
+    assert one_value is not None and len(one_value) == 30
+    assert one_value == [tuple(r) for r in by_rows]
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_a_sqlite_page_longer_than_one_value_may_be_is_read_row_by_row(store):
+    """SQLite only: a page whose JSON would pass SQLite's length limit (large states) is read by
+    the row statement instead, in the same snapshot, and answers the same."""
+    import sqlite3
+
+    from fencepost.changefeed import feed as feed_module
+
+    _seed(store, 40)
+    params = {"after": 0, "watermark": store.feed.position().revision, "n": 501}
+
+    def limited(conn):
+        driver = conn.connection.driver_connection
+        before = driver.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 2000)
+        try:
+            return feed_module._page_rows(conn, params)
+        finally:
+            driver.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, before)
+
+    assert store.db.read(limited) is None
+    assert store.db.read(lambda conn: feed_module._page_rows(conn, params)) is not None

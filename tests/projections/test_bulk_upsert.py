@@ -85,3 +85,22 @@ def test_a_row_missing_a_column_is_refused_on_both_backends(store) -> None:
         store.db.write(lambda conn: _sql.upsert_many(conn, store.db.backend, table, ("k",),
                                                                  [{"k": "a", "n": 1}, {"k": "b"}]))
     assert store.db.read(lambda conn: conn.execute(select(table)).all()) == []
+
+
+def test_rows_given_as_tuples_are_upserted_as_the_same_rows_as_dicts(store, backend: str) -> None:
+    """``upsert_values`` (a page built as tuples in column order, as ``RunsByStatus`` builds it)
+    stores what ``upsert_many`` stores, replaces by the key, and refuses a tuple of another width
+    before anything is written."""
+    db: Database = store.db
+    plain, _mixed = _tables()
+    db.write(lambda conn: plain.create(conn))
+    first = [(f"k{i}", 2**53 - 1 - i, f'"quoted" \\ {i} ✓') for i in range(300)]
+    db.write(lambda conn: _sql.upsert_values(conn, db.backend, plain, ("k",), first))
+    again = [("k1", 7, None), ("new", None, "fresh")]
+    db.write(lambda conn: _sql.upsert_values(conn, db.backend, plain, ("k",), again))
+    expected = {k: (n, s) for k, n, s in first}
+    expected.update({k: (n, s) for k, n, s in again})
+    assert db.read(lambda conn: {r.k: (r.n, r.s) for r in conn.execute(select(plain))}) == expected
+    with pytest.raises(ValueError, match="2 values for 3 columns"):
+        db.write(lambda conn: _sql.upsert_values(conn, db.backend, plain, ("k",), [("z", 1, "s"), ("y", 1)]))
+    assert db.read(lambda conn: conn.execute(select(plain).where(plain.c.k == "z")).all()) == []

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import and_, bindparam, or_, select, update
+from sqlalchemy import LargeBinary, and_, bindparam, cast, func, or_, select, update
 
 from fencepost._schema import flows_run_changes, flows_run_source, flows_runs
 from fencepost._statements import Sql
@@ -77,6 +77,16 @@ CHANGES_WITH_RUNS = Sql(
     .where(changes.revision > bindparam("after"), changes.revision <= bindparam("watermark"))
     .order_by(changes.revision)
     .limit(bindparam("n"))
+)
+
+# SQLite: the same page as ONE value, the JSON array of its rows (``json_array`` of the columns
+# above, in the page's revision order), so the driver hands over one bytes object instead of a
+# Python tuple of 27 objects per row. Sent as a BLOB: the text is decoded (and its UTF-8 checked)
+# by the JSON decoder, once. See ``feed._page_rows``: what it cannot represent exactly goes back to
+# the row statement.
+_page = CHANGES_WITH_RUNS.stmt.subquery("page")
+CHANGES_WITH_RUNS_JSON = Sql(
+    select(cast(func.json_group_array(func.json_array(*_page.c)), LargeBinary)).select_from(_page)
 )
 
 LIST_BASE = select(

@@ -12,7 +12,10 @@ import secrets
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+from sqlalchemy import Integer
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
 
 from fencepost._durable import DbFailure, map_failure
 from fencepost._statements import run
@@ -130,9 +133,10 @@ class ChangeFeed:
         def body(conn: Connection) -> ChangePage:
             current = _current_for(conn, wanted, method)
             source, watermark = current.source, current.revision
-            rows = run(
-                conn, _sql.CHANGES_WITH_RUNS, {"after": wanted.revision, "watermark": watermark, "n": limit + 1}
-            ).fetchall()
+            params = {"after": wanted.revision, "watermark": watermark, "n": limit + 1}
+            rows = _page_rows(conn, params)
+            if rows is None:
+                rows = run(conn, _sql.CHANGES_WITH_RUNS, params).fetchall()
             has_more = len(rows) > limit
             if has_more:
                 rows = rows[:limit]
@@ -325,6 +329,56 @@ class ChangeFeed:
         from fencepost.changefeed.follow import afollow
 
         return afollow(self, position, stop=stop, poll_interval=poll_interval)
+
+
+# The page statement's columns as the JSON page carries them: an INTEGER column as an int, a TEXT
+# column as a str (or null), and the change row's revision and run id always present. Only what
+# the row statement's driver would return as exactly that type and value decodes; anything else
+# (a REAL, a BLOB, text that is not UTF-8, a value of another type than its column's) fails here.
+_PAGE_ROW = tuple[tuple(  # type: ignore[misc]
+    (int if c.name == "revision" else str if c.name == "change_run_id"
+     else int | None if isinstance(c.type, Integer) else str | None)
+    for c in _sql.CHANGES_WITH_RUNS_JSON.stmt.get_final_froms()[0].c
+)]
+_page_decoder = msgspec.json.Decoder(list[_PAGE_ROW])
+_SQLITE_TOOBIG = 18
+
+
+def _page_rows(conn: Connection, params: dict[str, Any]) -> list[Any] | None:
+    """SQLite: the rows of ``CHANGES_WITH_RUNS`` read as one JSON page and decoded in one call, or
+    None when the page must be read row by row (another backend, or a page the JSON cannot carry
+    exactly).
+
+    Each row is the tuple the row statement's driver returns for it, value for value: SQLite writes
+    integers and UTF-8 text exactly in JSON, and the decoder accepts nothing else (a REAL, which
+    JSON would round, is refused; a BLOB is refused by ``json_array`` itself). The caller then
+    decodes the rows as it decodes the driver's, so a page is accepted or refused by the same rule
+    either way, and whatever does not come through exactly is read again by the row statement in
+    the same snapshot (a failed read statement leaves a SQLite transaction as it was).
+    """
+    if conn.dialect.name != "sqlite":
+        return None
+    try:
+        found = run(conn, _sql.CHANGES_WITH_RUNS_JSON, params).fetchone()
+    except DBAPIError as exc:
+        # A BLOB value ("JSON cannot hold BLOB values") or a page over SQLite's length limit.
+        code = getattr(exc.orig, "sqlite_errorcode", None)
+        if code == _SQLITE_TOOBIG or "JSON cannot hold BLOB" in str(exc.orig):
+            return None
+        raise
+    if found is None or type(found[0]) is not bytes:
+        return None
+    try:
+        rows = _page_decoder.decode(found[0])
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    # json_group_array keeps the order the page's subquery delivers; never rely on it unchecked.
+    last = -1
+    for row in rows:
+        if row[-3] <= last:
+            return None
+        last = row[-3]
+    return rows
 
 
 def _current_for(conn: Connection, wanted: Position, method: str) -> Position:

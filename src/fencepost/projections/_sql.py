@@ -12,7 +12,7 @@ from sqlalchemy import BigInteger, Column, Integer, MetaData, Select, Table, Tex
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.expression import Executable
 
-from fencepost._dialects import in_json_ids, statement_cache
+from fencepost._dialects import Backend, in_json_ids, statement_cache
 
 metadata = MetaData()
 
@@ -159,6 +159,14 @@ def _for_rows(stmt: Executable, dialect: Any) -> tuple[str, Any]:
     return str(compiled), itemgetter(*positions) if len(positions) > 1 else (lambda row, n=positions[0]: (row[n],))
 
 
+def _upsert(backend: Any, table: Table, conflict: tuple[str, ...]) -> Executable:
+    stmt = backend.insert(table)
+    return stmt.on_conflict_do_update(
+        index_elements=list(conflict),
+        set_={c.name: stmt.excluded[c.name] for c in table.columns if c.name not in conflict},
+    )
+
+
 def upsert_many(conn: Connection, backend: Any, table: Table, conflict: tuple[str, ...],
                 rows: list[dict[str, Any]]) -> None:
     """Insert ``rows`` into ``table``, replacing every other column of a row whose ``conflict`` key exists.
@@ -179,11 +187,42 @@ def upsert_many(conn: Connection, backend: Any, table: Table, conflict: tuple[st
     key = ("upsert", conflict, conn.dialect.name)
     found = cache.get(key)
     if found is None:
-        stmt = backend.insert(table)
-        stmt = stmt.on_conflict_do_update(
-            index_elements=list(conflict),
-            set_={c.name: stmt.excluded[c.name] for c in table.columns if c.name not in conflict},
-        )
-        found = cache[key] = _for_rows(stmt, conn.dialect)
+        found = cache[key] = _for_rows(_upsert(backend, table, conflict), conn.dialect)
     sql, getter = found
     conn.exec_driver_sql(sql, rows if getter is None else list(map(getter, rows)))
+
+
+def upsert_values(conn: Connection, backend: Any, table: Table, conflict: tuple[str, ...],
+                  rows: list[tuple[Any, ...]]) -> None:
+    """``upsert_many`` for rows given as tuples of every column of ``table``, in its column order.
+
+    A page built as tuples skips a dict per row and the dict-to-parameters step: with a positional
+    driver (SQLite) the tuples are sent as they are. A backend that sends a page as one statement
+    (``Backend.bulk_upsert``) is given the rows as dicts. A tuple of another length than the table's
+    columns raises ``ValueError`` before anything is sent.
+    """
+    if not rows:
+        return
+    names = [c.name for c in table.columns]
+    for row in rows:
+        if len(row) != len(names):
+            raise ValueError(f"a row of {table.name} has {len(row)} values for {len(names)} columns")
+    if type(backend).bulk_upsert is not Backend.bulk_upsert:
+        upsert_many(conn, backend, table, conflict, [dict(zip(names, row, strict=True)) for row in rows])
+        return
+    cache = statement_cache(table)
+    key = ("upsert values", conflict, conn.dialect.name)
+    found = cache.get(key)
+    if found is None:
+        compiled = _upsert(backend, table, conflict).compile(dialect=conn.dialect)
+        positions = list(compiled.positiontup or ()) if compiled.positional else None
+        # None: the tuples are the parameters as they are; else how a tuple becomes them.
+        order: Any = None
+        if positions is None:
+            order = lambda row: dict(zip(names, row, strict=True))  # noqa: E731 - a named-parameter driver
+        elif positions != names:
+            pick = itemgetter(*(names.index(n) for n in positions))
+            order = (lambda row: (pick(row),)) if len(positions) == 1 else pick
+        found = cache[key] = (str(compiled), order)
+    sql, order = found
+    conn.exec_driver_sql(sql, rows if order is None else list(map(order, rows)))

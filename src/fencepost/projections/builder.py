@@ -638,8 +638,8 @@ class ProjectionBuilder:
                 for update in accepted:
                     self.projection.apply(target, update)
             table = _sql.run_revisions_shadow if shadow else _sql.run_revisions
-            _sql.upsert_many(conn, self.target.backend, table, ("name", "run_id"), [
-                {"name": name, "run_id": run_id, "source": s, "revision": r} for run_id, (s, r) in newest.items()
+            _sql.upsert_values(conn, self.target.backend, table, ("name", "run_id"), [
+                (name, run_id, s, r) for run_id, (s, r) in newest.items()
             ])
         return len(accepted), rejected
 

@@ -84,15 +84,14 @@ class RunsByStatus:
     def apply_batch(self, target: Target, updates: Sequence[Observed | Missing]) -> None:
         """Apply a page: the builder hands over at most one update per run id per page."""
         table = target.table(self.table.name)
-        rows: dict[str, dict[str, Any]] = {}
+        rows: dict[str, tuple[Any, ...]] = {}
         gone: dict[str, None] = {}
         label = target.source_name if self.by_source else None
         for item in updates:
             if isinstance(item, Observed):
                 gone.pop(item.run_id, None)
-                row = rows[item.run_id] = _row(item)
-                if label is not None:
-                    row["source_name"] = label
+                row = _row(item)
+                rows[item.run_id] = row if label is None else (label, *row)
             else:
                 rows.pop(item.run_id, None)
                 gone[item.run_id] = None
@@ -104,32 +103,33 @@ class RunsByStatus:
             conn.execute(delete(table).where(where), {"ids": _json_list(gone)})
         if rows:
             key = ("source_name", "run_id") if label is not None else ("run_id",)
-            _sql.upsert_many(target.conn, target.backend, table, key, list(rows.values()))
+            _sql.upsert_values(target.conn, target.backend, table, key, list(rows.values()))
 
 
 def _json_list(ids: Iterable[str]) -> str:
     return msgspec.json.encode(list(ids)).decode()
 
 
-def _row(item: Observed) -> dict[str, Any]:
+def _row(item: Observed) -> tuple[Any, ...]:
+    """The row of ``item``, in the table's column order (after ``source_name`` when keyed by it)."""
     owner = item.owner
     cancel = item.cancellation
     ack = cancel.acknowledgement if cancel is not None else None
-    return {
-        "run_id": item.run_id,
-        "status": item.status,
-        "flow_name": item.flow_name,
-        "owner_host_id": owner.host_id if owner else None,
-        "owner_pid": owner.pid if owner else None,
-        "owner_nonce": owner.nonce if owner else None,
-        "created_at_ms": item.created_at_ms,
-        "started_at_ms": item.started_at_ms,
-        "finished_at_ms": item.finished_at_ms,
-        "cancel_requested_at_ms": cancel.requested_at_ms if cancel else None,
-        "cancel_acknowledged_at_ms": ack.observed_at_ms if ack else None,
-        "source": item.source,
-        "revision": item.revision,
-    }
+    return (
+        item.run_id,
+        item.status,
+        item.flow_name,
+        owner.host_id if owner else None,
+        owner.pid if owner else None,
+        owner.nonce if owner else None,
+        item.created_at_ms,
+        item.started_at_ms,
+        item.finished_at_ms,
+        cancel.requested_at_ms if cancel else None,
+        ack.observed_at_ms if ack else None,
+        item.source,
+        item.revision,
+    )
 
 
 class OwnershipHistory:
