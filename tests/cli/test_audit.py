@@ -243,3 +243,28 @@ def test_journal_show_of_an_id_with_no_run_and_no_entries_is_an_error(run_cli, s
         "flows.run-store.deleted"], kept
     past_the_end = run_cli("--db", settled, "journal", "show", "r1", "--companion", "--after", "50")
     assert past_the_end.code == 0, past_the_end
+
+
+def test_verify_names_every_break_not_only_the_first(run_cli, settled):
+    """Defect (audit): two tampers (an edited fact of r1, a deleted fact of r2) printed "journal
+    broken: N break(s); first at run r1 ..." and nothing about r2: the table names every break, one
+    line each, and --json lists them (``first_breaks``); no payload value is printed."""
+    with fencepost.open(settled) as store:
+        store.runs.create("r2", "{}")
+        assert isinstance(store.runs.claim_and_own("r2", store.runs.get("r2"), A, store.clock.now_ms()), Activated)
+        store.runs.transition_owned("r2", A, "completed")
+    with fencepost.open(settled) as store, store.db.connect() as conn:
+        _drop_append_only_guard(store, conn)
+        conn.execute(update(events).where(events.c.run_id == companion_stream("r1"), events.c.seq == 1)
+                     .values(payload_json='{"runId":"r1","owner":{"hostId":"evil","pid":1,"nonce":"x"},'
+                                          '"grantedAtMs":0,"password":"hunter2-secret"}'))
+        conn.execute(events.delete().where(events.c.run_id == companion_stream("r2"), events.c.seq == 1))
+        conn.commit()
+    broken = run_cli("--db", settled, "journal", "verify")
+    assert broken.code == 1, broken
+    assert "first at run r1 (its companion stream) seq 1" in broken.out, broken
+    assert "run r2 (its companion stream) seq 2" in broken.out, broken
+    assert "hunter2" not in broken.out + broken.err
+    report = json.loads(run_cli("--db", settled, "journal", "verify", "--json").out)
+    assert {b["run_id"] for b in report["first_breaks"]} == {"r1", "r2"}
+    assert len(report["first_breaks"]) == report["breaks"]

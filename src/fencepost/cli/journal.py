@@ -171,6 +171,17 @@ def _anchor(value: str | None) -> Any:
         raise click.BadParameter(f"{expected}: {exc.detail}", param_hint="--anchor") from None
 
 
+def _break_place(b: Any) -> str:
+    """Where a break is and what it is (never a payload value)."""
+    if b.what == "anchor":  # a position, not an entry of a stream: it has no seq
+        return f"the anchor (position {b.position}): {b.detail}"
+    if b.run_id is not None and b.run_id != b.stream:
+        place = f"run {b.run_id} (its companion stream)"
+    else:
+        place = f"stream {b.stream}"
+    return f"{place} seq {b.seq} (position {b.position}): {b.what}, {b.detail}"
+
+
 @journal.command("verify")
 @click.option("--anchor", metavar="POSITION:HASH", default=None,
               help="A head recorded earlier (printed by verify): also prove the entry there is unchanged.")
@@ -196,17 +207,13 @@ def journal_verify(anchor: str | None, out: Output) -> None:
         out.message(f"journal verified: {report.entries_checked} entries in "
                     f"{report.streams_checked} streams, chains intact{tail}")
     else:
-        b = report.first_break
-        where = ""
-        if b is not None:
-            if b.what == "anchor":  # a position, not an entry of a stream: it has no seq
-                where = f" first at the anchor (position {b.position}): {b.detail}"
-            else:
-                if b.run_id is not None and b.run_id != b.stream:
-                    place = f"run {b.run_id} (its companion stream)"
-                else:
-                    place = f"stream {b.stream}"
-                where = f" first at {place} seq {b.seq} (position {b.position}): {b.what}, {b.detail}"
+        listed = report.first_breaks
+        where = f" first at {_break_place(listed[0])}" if listed else ""
         out.message(f"journal broken: {report.breaks} break(s);{where}")
+        for b in listed[1:]:  # every other break, one line each, so each tampered place is named
+            out.message(f"  then at {_break_place(b)}")
+        if report.breaks > len(listed):
+            out.message(f"  and {report.breaks - len(listed)} more after these (only the first "
+                        f"{len(listed)} are listed)")
     if not report.ok:
         raise fail(f"the journal is broken: {report.breaks} break(s)")

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from fencepost._store import Store
 
 PAGE = 2000
+MAX_LISTED = 100  # breaks a report lists (``first_breaks``); ``breaks`` counts every one
 
 
 class Head(msgspec.Struct, frozen=True):
@@ -58,7 +59,11 @@ class Break(msgspec.Struct, frozen=True):
 
 
 class VerifyReport(msgspec.Struct, frozen=True):
-    """``ok`` when every link holds; ``first_break`` is the lowest-position problem, ``breaks`` the count."""
+    """``ok`` when every link holds; ``first_break`` is the lowest-position problem, ``breaks`` the count.
+
+    ``first_breaks`` lists the breaks themselves in position order (an anchor break last), at most
+    ``MAX_LISTED`` (100) of them, so tampering in several places is named place by place.
+    """
 
     ok: bool
     entries_checked: int
@@ -66,6 +71,7 @@ class VerifyReport(msgspec.Struct, frozen=True):
     breaks: int
     first_break: Break | None
     head: Head | None
+    first_breaks: tuple[Break, ...] = ()
 
 
 _PAGE = (
@@ -87,14 +93,14 @@ class _Checker:
         self.streams: dict[str, tuple[int, str]] = {}
         self.count = 0
         self.breaks = 0
-        self.first: Break | None = None
+        self.listed: list[Break] = []
         self.last: Head | None = None
 
     def fail(self, row: Any, what: str, detail: str) -> None:
         self.breaks += 1
-        if self.first is None:
-            self.first = Break(stream=row.run_id, seq=int(row.seq), position=int(row.position), what=what,
-                               detail=detail, run_id=_run_of(row))
+        if len(self.listed) < MAX_LISTED:
+            self.listed.append(Break(stream=row.run_id, seq=int(row.seq), position=int(row.position), what=what,
+                                     detail=detail, run_id=_run_of(row)))
 
     def check(self, row: Any) -> None:
         self.count += 1
@@ -195,16 +201,17 @@ def verify(store: Store, *, anchor: Head | None = None) -> VerifyReport:
         raise carry_failure(JournalError("read_failed", "verify", failure_detail("journal read", exc)), exc) from None
     if anchor is not None and anchor_hash != anchor.entry_hash:
         checker.breaks += 1
-        if checker.first is None:
+        if len(checker.listed) < MAX_LISTED:
             detail = "the anchored entry is missing" if anchor_hash is None else "the anchored entry has another hash"
-            checker.first = Break(stream="", seq=-1, position=anchor.position, what="anchor", detail=detail)
+            checker.listed.append(Break(stream="", seq=-1, position=anchor.position, what="anchor", detail=detail))
     return VerifyReport(
         ok=checker.breaks == 0,
         entries_checked=checker.count,
         streams_checked=len(checker.streams),
         breaks=checker.breaks,
-        first_break=checker.first,
+        first_break=checker.listed[0] if checker.listed else None,
         head=checker.last,
+        first_breaks=tuple(checker.listed),
     )
 
 
