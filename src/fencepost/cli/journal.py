@@ -74,7 +74,8 @@ def journal_replay(run_id: str | None, every: bool, out: Output) -> None:
     """Rebuild a run's ownership history from its consensus facts alone and check it.
 
     Checks: never two owners at once, every activation preceded by its claim, every steal and
-    expiry justified by the heartbeat and cutoff the store recorded, no release by a non-holder.
+    expiry justified by the heartbeat and cutoff the store recorded, no release by a non-holder, and
+    no fact edited or removed by hand (chain_broken: the facts' stream fails its hash chain).
     With --all, every run with ownership facts is replayed and the summary counts runs, intervals
     and violations by rule. Exits 1 when any history breaks a rule, or when RUN_ID names neither a
     run nor any ownership facts.
