@@ -77,7 +77,8 @@ def journal_replay(run_id: str | None, every: bool, out: Output) -> None:
     expiry justified by the heartbeat and cutoff the store recorded, no release by a non-holder, and
     no fact edited or removed by hand (chain_broken: the facts' stream fails its hash chain).
     With --all, every run with ownership facts is replayed and the summary counts runs, intervals
-    and violations by rule. Exits 1 when any history breaks a rule, or when RUN_ID names neither a
+    and violations by rule (json: the summary with every history; jsonl: one history per line;
+    csv: one row per run). Exits 1 when any history breaks a rule, or when RUN_ID names neither a
     run nor any ownership facts.
 
     Example: fencepost runs create order-17 && fencepost journal replay order-17
@@ -120,11 +121,21 @@ INTERVAL_COLUMNS = [
 ]
 
 
+REPLAY_ALL_FIELDS = ("run_id", "facts", "intervals", "violations", "first_violation", "stream")
+
+
 def _replay_all(store: Any, out: Output) -> None:
     from fencepost.journal.replay import replay_all
 
     summary = replay_all(store)
-    if not out.is_table:
+    if out.format == "jsonl":  # one history per line, as `replay RUN_ID --format jsonl` prints one
+        out.rows(to_data(summary.histories), [])
+    elif out.format == "csv":  # one row per run; `replay RUN_ID --format csv` has its intervals
+        out.rows([{"run_id": h.run_id, "facts": h.facts, "intervals": len(h.intervals),
+                   "violations": len(h.violations),
+                   "first_violation": f"{h.violations[0].rule} at seq {h.violations[0].seq}" if h.violations else "",
+                   "stream": h.stream} for h in summary.histories], [], fields=REPLAY_ALL_FIELDS)
+    elif not out.is_table:
         out.record({"ok": summary.ok, "runs": summary.runs, "intervals": summary.intervals,
                     "violations": summary.violations, "unattributed_streams": summary.unattributed_streams,
                     "histories": to_data(summary.histories)})
