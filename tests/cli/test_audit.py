@@ -243,3 +243,55 @@ def test_journal_show_of_an_id_with_no_run_and_no_entries_is_an_error(run_cli, s
         "flows.run-store.deleted"], kept
     past_the_end = run_cli("--db", settled, "journal", "show", "r1", "--companion", "--after", "50")
     assert past_the_end.code == 0, past_the_end
+
+
+def test_verify_names_every_break_not_only_the_first(run_cli, settled):
+    """Defect (audit): two tampers (an edited fact of r1, a deleted fact of r2) printed "journal
+    broken: N break(s); first at run r1 ..." and nothing about r2: the table names every break, one
+    line each, and --json lists them (``first_breaks``); no payload value is printed."""
+    with fencepost.open(settled) as store:
+        store.runs.create("r2", "{}")
+        assert isinstance(store.runs.claim_and_own("r2", store.runs.get("r2"), A, store.clock.now_ms()), Activated)
+        store.runs.transition_owned("r2", A, "completed")
+    with fencepost.open(settled) as store, store.db.connect() as conn:
+        _drop_append_only_guard(store, conn)
+        conn.execute(update(events).where(events.c.run_id == companion_stream("r1"), events.c.seq == 1)
+                     .values(payload_json='{"runId":"r1","owner":{"hostId":"evil","pid":1,"nonce":"x"},'
+                                          '"grantedAtMs":0,"password":"hunter2-secret"}'))
+        conn.execute(events.delete().where(events.c.run_id == companion_stream("r2"), events.c.seq == 1))
+        conn.commit()
+    broken = run_cli("--db", settled, "journal", "verify")
+    assert broken.code == 1, broken
+    assert "first at run r1 (its companion stream) seq 1" in broken.out, broken
+    assert "run r2 (its companion stream) seq 2" in broken.out, broken
+    assert "hunter2" not in broken.out + broken.err
+    report = json.loads(run_cli("--db", settled, "journal", "verify", "--json").out)
+    assert {b["run_id"] for b in report["first_breaks"]} == {"r1", "r2"}
+    assert len(report["first_breaks"]) == report["breaks"]
+
+
+def test_replay_all_prints_one_row_per_run_in_csv_and_jsonl(run_cli, settled):
+    """Defect (audit): ``replay --all --format csv`` printed one row whose ``histories`` cell held
+    every run's history as JSON text (jsonl one line holding the whole summary), so a spreadsheet or
+    ``jq`` per line saw one record. Now csv is one row per run (run_id, facts, intervals,
+    violations, first_violation, stream) and jsonl one history per line, as ``replay RUN_ID``
+    prints it; json keeps the summary."""
+    import csv
+    import io
+
+    with fencepost.open(settled) as store:
+        store.runs.create("r2", "{}")
+        assert isinstance(store.runs.claim_and_own("r2", store.runs.get("r2"), A, store.clock.now_ms()), Activated)
+    _forge_second_owner(settled, "r2")
+    as_csv = run_cli("--db", settled, "journal", "replay", "--all", "--format", "csv")
+    assert as_csv.code == 1, as_csv
+    rows = list(csv.DictReader(io.StringIO(as_csv.out)))
+    assert [(r["run_id"], r["intervals"], r["violations"]) for r in rows] == [("r1", "1", "0"), ("r2", "2", "2")]
+    assert rows[0]["first_violation"] == "" and rows[1]["first_violation"].startswith("activated_without_claim at seq")
+    assert rows[1]["stream"] == companion_stream("r2") and rows[1]["facts"] == "3"
+    as_jsonl = run_cli("--db", settled, "journal", "replay", "--all", "--format", "jsonl")
+    assert as_jsonl.code == 1, as_jsonl
+    lines = [json.loads(line) for line in as_jsonl.out.splitlines()]
+    one = json.loads(run_cli("--db", settled, "journal", "replay", "r1", "--format", "jsonl").out)
+    assert [h["run_id"] for h in lines] == ["r1", "r2"] and lines[0] == one
+    assert "histories" in json.loads(run_cli("--db", settled, "journal", "replay", "--all", "--json").out)

@@ -15,7 +15,7 @@ from fencepost.clock import SystemClock
 from fencepost.journal.owner import OwnerId
 from fencepost.runstore.outcomes import Claimed
 from fencepost.runstore.rows import RunRow
-from tests.cli.conftest import fencepost_exe
+from tests.cli.conftest import assert_one_line_error, fencepost_exe
 
 A = OwnerId("host-a", 101, "owner-a")
 
@@ -269,3 +269,33 @@ def test_a_second_projection_builder_is_told_to_stop_the_first(run_cli, db_url):
     finally:
         holder.close()
         store.close()
+
+
+def test_feed_tail_resumes_from_a_source_and_revision_and_refuses_another_source(run_cli, populated, tmp_path):
+    """Defect (downstream tailer): ``--from`` took a revision alone, "of the current source". A
+    tailer that saved where it stopped (every change prints its ``source`` and ``revision``) and
+    resumed after the database was restored or rotated, or pointed at another database, got the
+    new source's changes after that revision with exit 0: the rotation it must rebuild on went
+    unnoticed, and changes were skipped. ``--from SOURCE:REVISION`` resumes there on the same
+    source and exits 1 saying the source changed otherwise, before printing anything."""
+    changes = [json.loads(line) for line in
+               run_cli("--db", populated, "feed", "tail", "--format", "jsonl").out.splitlines()]
+    mid = changes[1]
+    resumed = run_cli("--db", populated, "feed", "tail", "--from", f"{mid['source']}:{mid['revision']}",
+                      "--format", "jsonl")
+    assert resumed.code == 0, resumed
+    assert [json.loads(line) for line in resumed.out.splitlines()] == changes[2:]
+    # An upper-case source is the same source.
+    same = run_cli("--db", populated, "feed", "tail", "--from", f"{mid['source'].upper()}:{mid['revision']}")
+    assert same.code == 0, same
+    rotated = json.loads(run_cli("--db", populated, "source", "rotate", "--json").out)
+    after = run_cli("--db", populated, "feed", "tail", "--from", f"{mid['source']}:{mid['revision']}",
+                    "--format", "jsonl")
+    assert_one_line_error(after)
+    assert after.code == 1 and after.out == "", after
+    assert mid["source"] in after.err and rotated["source"] in after.err and "--from 0" in after.err, after
+    # A source that is not 32 hex digits is a usage error naming the option.
+    for bad in ("abc:1", f"{mid['source']}:", f"{mid['source']}x:1"):
+        refused = run_cli("--db", populated, "feed", "tail", "--from", bad)
+        assert_one_line_error(refused)
+        assert refused.code == 2 and "--from" in refused.err, refused

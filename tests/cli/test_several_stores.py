@@ -631,3 +631,17 @@ def test_init_refuses_a_blank_store_in_place_of_a_member_of_a_founded_set(run_cl
     assert [_state(a), _state(b), _state(blank)] == before
     with fencepost.open(blank) as store:
         assert membership.read(store) is None
+
+
+def test_feed_tail_from_a_named_store_source_and_revision(run_cli, two_stores):
+    """``--from NAME=SOURCE:REVISION`` resumes one store on its own source; another store's source
+    (a cursor kept for the wrong store, or a rotated one) exits 1 naming the store, printing nothing."""
+    db = _db_args(two_stores)
+    doc = json.loads(run_cli(*db, "feed", "tail", "--json").out)
+    source = {c["store"]: c["source"] for c in doc}
+    later = run_cli(*db, "feed", "tail", "--from", f"edge={source['edge']}:2", "--from", "central=2", "--json")
+    assert later.code == 0, later
+    assert [(c["store"], c["run_id"]) for c in json.loads(later.out)] == [("edge", "a3")]
+    wrong = run_cli(*db, "feed", "tail", "--from", f"edge={source['central']}:2")
+    assert_one_line_error(wrong)
+    assert wrong.code == 1 and wrong.out == "" and "store edge" in wrong.err and "--from edge=0" in wrong.err, wrong

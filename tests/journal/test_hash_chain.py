@@ -234,3 +234,25 @@ def test_a_malformed_anchor_is_refused_naming_the_field_not_reported_as_a_break(
             assert caught.value.code == "invalid_event" and f"anchor.{field}" in str(caught.value), anchor
     upper = verify(store, anchor=Head(position=good.position, entry_hash=good.entry_hash.upper()))
     assert upper.ok, upper.first_break
+
+
+def test_every_break_is_listed_not_only_the_first(store: fencepost.Store, raw, monkeypatch) -> None:
+    """Defect (audit): the report carried ``first_break`` and a count, so an auditor facing two
+    tampers in different places (an edited payload, a deleted entry further on) learnt where the
+    first was and only that "4 breaks" existed: finding the second meant repairing the first.
+    ``first_breaks`` lists them in position order, bounded (``MAX_LISTED``), ``breaks`` counts all."""
+    _fill(store)
+    _drop_triggers(store, raw)
+    raw.execute(text("UPDATE flows_journal_events SET payload_json = :p WHERE position = 2"), {"p": '{"i":10}'})
+    raw.execute(text("DELETE FROM flows_journal_events WHERE position = 6"))
+    raw.commit()
+    report = verify(store)
+    assert not report.ok and report.breaks == len(report.first_breaks) >= 3
+    assert report.first_breaks[0] == report.first_break
+    listed = [(b.position, b.what) for b in report.first_breaks]
+    assert listed[0] == (2, "content") and (7, "position") in listed, listed
+    assert listed == sorted(listed, key=lambda p: p[0])
+    # Bounded: a journal broken at every entry lists MAX_LISTED breaks and counts them all.
+    monkeypatch.setattr(sys.modules["fencepost.journal.verify"], "MAX_LISTED", 2)
+    capped = verify(store)
+    assert capped.breaks == report.breaks and capped.first_breaks == report.first_breaks[:2]

@@ -210,3 +210,36 @@ def test_public_appends_refuse_the_run_stores_companion_stream(store: fencepost.
     assert store.journal.entries(companion_stream("run")).entries == []
     # Another producer's companion stream stays open to public appends.
     store.journal.append_unfenced(companion_stream("run", "engine"), "flows.engine.note", {}, source_id="engine")
+
+
+def test_a_fact_edited_or_removed_after_it_was_written_is_reported_not_replayed_as_consistent(
+        store: fencepost.Store, raw) -> None:
+    """Defect (audit): replay read the facts as stored and judged them alone, so an edited fact
+    (the owner's pid rewritten in every fact, by hand) replayed as a
+    consistent history with the forged owner: an auditor who ran ``journal replay`` without
+    ``journal verify`` was told all was well. Replay also checks the companion stream's own hash
+    chain and reports ``chain_broken`` at each fact whose links or hashes do not hold."""
+    from sqlalchemy import text
+
+    fact(store, "run", "claimed", A, 0, 0)
+    fact(store, "run", "activated", A, 0, 5)
+    fact(store, "run", "released", A, None, 9_000)
+    fact(store, "other", "claimed", B, 0, 9_500)
+    assert ownership_history(store, "run").ok
+    on = " ON flows_journal_events" if store.db.name == "postgresql" else ""
+    for name in ("flows_journal_events_no_update_v1", "flows_journal_events_no_delete_v1"):
+        raw.execute(text(f"DROP TRIGGER {name}{on}"))
+    raw.execute(text("UPDATE flows_journal_events SET payload_json = REPLACE(payload_json, :a, :b) "
+                     "WHERE run_id = :s"),
+                {"a": f'"pid":{A.pid}', "b": '"pid":4242', "s": companion_stream("run")})
+    raw.commit()
+    edited = ownership_history(store, "run")
+    assert [(v.rule, v.seq) for v in edited.violations] == [("chain_broken", s) for s in range(3)], edited
+    assert edited.intervals[0].owner.pid == 4242  # replayed as stored, and reported
+    assert "payload" in edited.violations[0].detail and "4242" not in edited.violations[0].detail
+    # A removed middle fact: the next one no longer follows its predecessor.
+    raw.execute(text("DELETE FROM flows_journal_events WHERE run_id = :s AND seq = 1"), {"s": companion_stream("run")})
+    raw.commit()
+    removed = ownership_history(store, "run")
+    assert [v.seq for v in removed.violations if v.rule == "chain_broken"] == [0, 2], removed
+    assert ownership_history(store, "other").ok  # an intact stream beside it replays clean

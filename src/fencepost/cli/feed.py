@@ -42,32 +42,45 @@ def feed() -> None:
     """Tail run changes and read run snapshots."""
 
 
+_HEX = frozenset("0123456789abcdef")
+
+
 class Revision(click.ParamType):
-    """``REVISION`` (0 or more), or ``NAME=REVISION`` for one of several stores."""
+    """``[NAME=][SOURCE:]REVISION``: a revision (0 or more), optionally of a named source (the
+    ``source`` a change printed, 32 hex digits), for one of several stores with ``NAME=``. Converts
+    to ``(name or None, source or None, revision)``."""
 
-    name = "[NAME=]REVISION"
+    name = "[NAME=][SOURCE:]REVISION"
 
-    def convert(self, value: Any, param: Any, ctx: Any) -> tuple[str | None, int]:
+    def convert(self, value: Any, param: Any, ctx: Any) -> tuple[str | None, str | None, int]:
         if isinstance(value, tuple):
             return value
         head, sep, tail = str(value).strip().rpartition("=")
+        source, colon, tail = tail.rpartition(":")
+        if colon:
+            source = source.lower()
+            if len(source) != 32 or not _HEX.issuperset(source):
+                self.fail("a source is the 32 hex digits a change printed, as SOURCE:REVISION", param, ctx)
         if ascii_digits(tail) and (not sep or head):
             if len(tail) > 17 or int(tail) > MAX_SAFE_INTEGER:  # int() refuses thousands of digits
                 self.fail(f"a revision is at most {MAX_SAFE_INTEGER}", param, ctx)
-            return (head if sep else None, int(tail))
-        self.fail("must be a revision (0 or more), or NAME=REVISION for one store of several", param, ctx)
+            return (head if sep else None, source if colon else None, int(tail))
+        self.fail("must be a revision (0 or more), SOURCE:REVISION, or NAME=[SOURCE:]REVISION for one store "
+                  "of several", param, ctx)
 
 
 @feed.command("tail")
 @click.option("--from", "starts", type=Revision(), multiple=True,
-              help="Start after this revision of the current source [default: 0]. With several stores "
-                   "it applies to each; NAME=REVISION (repeatable) sets one store's.")
+              help="Start after this revision of the current source [default: 0]. SOURCE:REVISION (the "
+                   "source and revision a change printed) resumes there and exits 1 if the store's source is "
+                   "no longer SOURCE (rotated, or another database). With several stores it applies to each; "
+                   "NAME=[SOURCE:]REVISION (repeatable) sets one store's.")
 @click.option("--follow", "-f", is_flag=True,
               help="Keep following new changes until stopped (Ctrl-C exits 130, SIGTERM exits 0).")
 @click.option("--limit", default=500, show_default=True, type=click.IntRange(1, 1000),
               help="Changes per page.")
 @output_options
-def feed_tail(starts: tuple[tuple[str | None, int], ...], follow: bool, limit: int, out: Output) -> None:
+def feed_tail(starts: tuple[tuple[str | None, str | None, int], ...], follow: bool, limit: int, out: Output) -> None:
     """Print the changes after a revision (one line each), then stop or --follow.
 
     Each change has run_id, source, revision and deleted. With --follow, json prints one object per
@@ -85,13 +98,14 @@ def feed_tail(starts: tuple[tuple[str | None, int], ...], follow: bool, limit: i
     if obj.labelled:
         _tail_across(obj.stores(readonly=True), starts, follow, limit, out)
         return
-    if any(name is not None for name, _ in starts):
+    if any(name is not None for name, _, _ in starts):
         raise click.UsageError("--from NAME=REVISION needs several stores (--db repeated)")
     if len(starts) > 1:
         raise click.UsageError(f"--from was given {len(starts)} times: give it once")
     store = read_store()
     head = store.feed.position()
-    start = Position(head.source, starts[0][1] if starts else 0)
+    _refuse_other_source(starts[0][1] if starts else None, head)
+    start = Position(head.source, starts[0][2] if starts else 0)
     _refuse_ahead(start.revision, head.revision)
     with _rotation_explained({None: store}):
         if follow:
@@ -137,25 +151,27 @@ def _rotation_explained(stores: Mapping[str | None, Any]) -> Iterator[None]:
 LABELLED_CHANGE_COLUMNS = [Column("store", "store", wrap=False), *CHANGE_COLUMNS]
 
 
-def _tail_across(stores: dict[str, Any], starts: tuple[tuple[str | None, int], ...], follow: bool, limit: int,
-                 out: Output) -> None:
+def _tail_across(stores: dict[str, Any], starts: tuple[tuple[str | None, str | None, int], ...], follow: bool,
+                 limit: int, out: Output) -> None:
     """``feed tail`` over several stores: each change labelled with its store's name."""
     from fencepost.changefeed import Position
     from fencepost.shards.router import merged_changes, merged_follow
 
-    every = [rev for name, rev in starts if name is None]
-    given = [name for name, _ in starts if name is not None]
+    every = [(source, rev) for name, source, rev in starts if name is None]
+    given = [name for name, _, _ in starts if name is not None]
     if len(every) > 1 or len(given) != len(set(given)):
         raise click.UsageError("--from was given twice for one store: give REVISION once and NAME=REVISION "
                                "once per store")
-    default = every[0] if every else 0
-    named = {name: rev for name, rev in starts if name is not None}
+    default = every[0] if every else (None, 0)
+    named = {name: (source, rev) for name, source, rev in starts if name is not None}
     if not set(named) <= set(stores):
         raise click.UsageError("--from NAME=REVISION names no given store")
     positions = {}
     for name, store in stores.items():
         head = store.feed.position()
-        positions[name] = Position(head.source, named.get(name, default))
+        source, revision = named.get(name, default)
+        _refuse_other_source(source, head, name)
+        positions[name] = Position(head.source, revision)
         _refuse_ahead(positions[name].revision, head.revision, name)
 
     def record(item: Any) -> dict[str, Any]:
@@ -175,6 +191,20 @@ def _tail_across(stores: dict[str, Any], starts: tuple[tuple[str | None, int], .
         emit = out.stream(LABELLED_CHANGE_COLUMNS, ["store", *_change_fields()])
         for item in changes:
             emit(record(item))
+
+
+def _refuse_other_source(source: str | None, head: Any, store: str | None = None) -> None:
+    """A --from SOURCE:REVISION of a source the store no longer has: exit 1 before printing anything.
+
+    Its revisions mean nothing on the store's source (rotated after a restore, or another
+    database): resuming there would skip changes silently, so the tailer must start again."""
+    if source is None or source == head.source:
+        return
+    which = "the store's source" if store is None else f"store {store}: its source"
+    again = "--from 0" if store is None else f"--from {store}=0"
+    raise fail(f"--from names source {source}, but {which} is {head.source} (at revision {head.revision}): it "
+               f"was rotated, or this is another database, and positions of one source mean nothing in another: "
+               f"start again with {again} to see every run and tombstone")
 
 
 def _refuse_ahead(start: int, head: int, store: str | None = None) -> None:

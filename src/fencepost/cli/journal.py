@@ -74,9 +74,11 @@ def journal_replay(run_id: str | None, every: bool, out: Output) -> None:
     """Rebuild a run's ownership history from its consensus facts alone and check it.
 
     Checks: never two owners at once, every activation preceded by its claim, every steal and
-    expiry justified by the heartbeat and cutoff the store recorded, no release by a non-holder.
+    expiry justified by the heartbeat and cutoff the store recorded, no release by a non-holder, and
+    no fact edited or removed by hand (chain_broken: the facts' stream fails its hash chain).
     With --all, every run with ownership facts is replayed and the summary counts runs, intervals
-    and violations by rule. Exits 1 when any history breaks a rule, or when RUN_ID names neither a
+    and violations by rule (json: the summary with every history; jsonl: one history per line;
+    csv: one row per run). Exits 1 when any history breaks a rule, or when RUN_ID names neither a
     run nor any ownership facts.
 
     Example: fencepost runs create order-17 && fencepost journal replay order-17
@@ -119,11 +121,21 @@ INTERVAL_COLUMNS = [
 ]
 
 
+REPLAY_ALL_FIELDS = ("run_id", "facts", "intervals", "violations", "first_violation", "stream")
+
+
 def _replay_all(store: Any, out: Output) -> None:
     from fencepost.journal.replay import replay_all
 
     summary = replay_all(store)
-    if not out.is_table:
+    if out.format == "jsonl":  # one history per line, as `replay RUN_ID --format jsonl` prints one
+        out.rows(to_data(summary.histories), [])
+    elif out.format == "csv":  # one row per run; `replay RUN_ID --format csv` has its intervals
+        out.rows([{"run_id": h.run_id, "facts": h.facts, "intervals": len(h.intervals),
+                   "violations": len(h.violations),
+                   "first_violation": f"{h.violations[0].rule} at seq {h.violations[0].seq}" if h.violations else "",
+                   "stream": h.stream} for h in summary.histories], [], fields=REPLAY_ALL_FIELDS)
+    elif not out.is_table:
         out.record({"ok": summary.ok, "runs": summary.runs, "intervals": summary.intervals,
                     "violations": summary.violations, "unattributed_streams": summary.unattributed_streams,
                     "histories": to_data(summary.histories)})
@@ -171,6 +183,17 @@ def _anchor(value: str | None) -> Any:
         raise click.BadParameter(f"{expected}: {exc.detail}", param_hint="--anchor") from None
 
 
+def _break_place(b: Any) -> str:
+    """Where a break is and what it is (never a payload value)."""
+    if b.what == "anchor":  # a position, not an entry of a stream: it has no seq
+        return f"the anchor (position {b.position}): {b.detail}"
+    if b.run_id is not None and b.run_id != b.stream:
+        place = f"run {b.run_id} (its companion stream)"
+    else:
+        place = f"stream {b.stream}"
+    return f"{place} seq {b.seq} (position {b.position}): {b.what}, {b.detail}"
+
+
 @journal.command("verify")
 @click.option("--anchor", metavar="POSITION:HASH", default=None,
               help="A head recorded earlier (printed by verify): also prove the entry there is unchanged.")
@@ -196,17 +219,13 @@ def journal_verify(anchor: str | None, out: Output) -> None:
         out.message(f"journal verified: {report.entries_checked} entries in "
                     f"{report.streams_checked} streams, chains intact{tail}")
     else:
-        b = report.first_break
-        where = ""
-        if b is not None:
-            if b.what == "anchor":  # a position, not an entry of a stream: it has no seq
-                where = f" first at the anchor (position {b.position}): {b.detail}"
-            else:
-                if b.run_id is not None and b.run_id != b.stream:
-                    place = f"run {b.run_id} (its companion stream)"
-                else:
-                    place = f"stream {b.stream}"
-                where = f" first at {place} seq {b.seq} (position {b.position}): {b.what}, {b.detail}"
+        listed = report.first_breaks
+        where = f" first at {_break_place(listed[0])}" if listed else ""
         out.message(f"journal broken: {report.breaks} break(s);{where}")
+        for b in listed[1:]:  # every other break, one line each, so each tampered place is named
+            out.message(f"  then at {_break_place(b)}")
+        if report.breaks > len(listed):
+            out.message(f"  and {report.breaks - len(listed)} more after these (only the first "
+                        f"{len(listed)} are listed)")
     if not report.ok:
         raise fail(f"the journal is broken: {report.breaks} break(s)")

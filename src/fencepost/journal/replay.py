@@ -21,6 +21,8 @@ and ``evidence`` kind. Replaying the facts in ``seq`` order rebuilds the ownersh
 * ``expired_without_claim``, ``expired_while_fresh``: a recovery needs a pending claim that was older
   than the recorded cutoff (and a cutoff within the skew allowance of the store clock);
 * ``released_without_hold``, ``malformed_fact``, ``wrong_run``, ``unknown_fact``.
+* ``chain_broken``: the companion stream's own hash chain breaks at this entry (edited or removed by
+  hand; ``verify.stream_breaks``), so forged facts never replay as a consistent history.
 
 Facts written before the evidence fields existed still replay: without ``heartbeatAtMs`` an
 activation proves the owner's heartbeat only down to its grant minus the skew allowance, and a
@@ -41,6 +43,7 @@ from fencepost._values import identifier_problem, is_safe_int
 from fencepost.errors import JournalError
 from fencepost.journal.entries import Entry
 from fencepost.journal.owner import OwnerId
+from fencepost.journal.verify import stream_breaks
 
 if TYPE_CHECKING:
     from fencepost._store import Store
@@ -384,9 +387,23 @@ def ownership_history(store: Store, run_id: str) -> OwnershipHistory:
         raise JournalError("invalid_event", "ownership_history", f"run_id {problem}")
     stream = companion_stream(run_id)
     replay = _Replay(run_id)
+    types: dict[int, str] = {}
     for e in _facts(store, stream):
+        types[e.seq] = e.event_type
         replay.apply(e)
-    return replay.result(stream)
+    history = replay.result(stream)
+    # The facts are judged as stored; a fact edited or removed by hand must not pass as history.
+    chain: dict[int, list[Any]] = {}
+    for b in stream_breaks(store, stream):
+        chain.setdefault(b.seq, []).append(b)
+    if not chain:
+        return history
+    tampered = [Violation(seq=seq, position=bs[0].position, event_type=types.get(seq, ""), rule="chain_broken",
+                          detail="the stream's hash chain breaks here (" + "; ".join(
+                              f"{b.what}: {b.detail}" for b in bs) + "): run journal verify")
+                for seq, bs in chain.items()]
+    violations = sorted([*tampered, *history.violations], key=lambda v: v.seq)
+    return msgspec.structs.replace(history, violations=violations)
 
 
 class ReplaySummary(msgspec.Struct, frozen=True):

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from fencepost._store import Store
 
 PAGE = 2000
+MAX_LISTED = 100  # breaks a report lists (``first_breaks``); ``breaks`` counts every one
 
 
 class Head(msgspec.Struct, frozen=True):
@@ -58,7 +59,11 @@ class Break(msgspec.Struct, frozen=True):
 
 
 class VerifyReport(msgspec.Struct, frozen=True):
-    """``ok`` when every link holds; ``first_break`` is the lowest-position problem, ``breaks`` the count."""
+    """``ok`` when every link holds; ``first_break`` is the lowest-position problem, ``breaks`` the count.
+
+    ``first_breaks`` lists the breaks themselves in position order (an anchor break last), at most
+    ``MAX_LISTED`` (100) of them, so tampering in several places is named place by place.
+    """
 
     ok: bool
     entries_checked: int
@@ -66,6 +71,7 @@ class VerifyReport(msgspec.Struct, frozen=True):
     breaks: int
     first_break: Break | None
     head: Head | None
+    first_breaks: tuple[Break, ...] = ()
 
 
 _PAGE = (
@@ -80,6 +86,59 @@ _PAGE = (
 )
 
 
+def entry_problems(row: Any, prev: tuple[int, str] | None) -> list[tuple[str, str]]:
+    """What is wrong with one stored entry within its stream: ``(what, detail)`` pairs (see
+    ``Break``), given the ``(seq, entry_hash)`` of the stream's previous entry (None for its
+    first). The log's own links (``position``, ``log_link``) are the caller's."""
+    problems = []
+    expected_seq = 0 if prev is None else prev[0] + 1
+    if int(row.seq) != expected_seq:
+        problems.append(("seq", f"expected seq {expected_seq} in the stream, found {int(row.seq)}"))
+    if row.stream_prev_hash != (ZERO_HASH if prev is None else prev[1]):
+        problems.append(("stream_link", "stream_prev_hash does not match the previous entry in the stream"))
+    if content_hash(row.event_type, row.payload_json, row.meta_json) != row.content_hash:
+        problems.append(("content", "event type, payload or meta differ from what was hashed"))
+    if entry_hash(row._mapping) != row.entry_hash:
+        problems.append(("entry_hash", "the entry's fields differ from what was hashed"))
+    if event_id_for(row.run_id, row.source_id, int(row.source_seq)) != row.event_id:
+        problems.append(("event_id", "event_id is not derived from run_id, source_id and source_seq"))
+    return problems
+
+
+_STREAM_PAGE = (
+    select(*_PAGE.selected_columns)
+    .where(ev.c.run_id == bindparam("stream"), ev.c.seq > bindparam("after"))
+    .order_by(ev.c.seq)
+    .limit(bindparam("n"))
+)
+
+
+def stream_breaks(store: Store, stream: str) -> list[Break]:
+    """Every break of one stream's own chain (``seq``, ``stream_link``, ``content``, ``entry_hash``,
+    ``event_id``; one ``Break`` per problem), read in ``seq`` order in one read snapshot. The
+    links between streams (the global log) are ``verify``'s: this is the check a replay of one run
+    makes on the facts it judges."""
+
+    def run(conn: Connection) -> list[Break]:
+        found: list[Break] = []
+        prev: tuple[int, str] | None = None
+        after = -1
+        while True:
+            rows = conn.execute(_STREAM_PAGE, {"stream": stream, "after": after, "n": PAGE}).all()
+            for row in rows:
+                found.extend(Break(stream=row.run_id, seq=int(row.seq), position=int(row.position), what=what,
+                                   detail=detail) for what, detail in entry_problems(row, prev))
+                prev = (int(row.seq), row.entry_hash)
+            if len(rows) < PAGE:
+                return found
+            after = int(rows[-1].seq)
+
+    try:
+        return store.db.read(run)
+    except DbFailure as exc:
+        raise carry_failure(JournalError("read_failed", "verify", failure_detail("journal read", exc)), exc) from None
+
+
 class _Checker:
     def __init__(self) -> None:
         self.expected_position = 1
@@ -87,14 +146,14 @@ class _Checker:
         self.streams: dict[str, tuple[int, str]] = {}
         self.count = 0
         self.breaks = 0
-        self.first: Break | None = None
+        self.listed: list[Break] = []
         self.last: Head | None = None
 
     def fail(self, row: Any, what: str, detail: str) -> None:
         self.breaks += 1
-        if self.first is None:
-            self.first = Break(stream=row.run_id, seq=int(row.seq), position=int(row.position), what=what,
-                               detail=detail, run_id=_run_of(row))
+        if len(self.listed) < MAX_LISTED:
+            self.listed.append(Break(stream=row.run_id, seq=int(row.seq), position=int(row.position), what=what,
+                                     detail=detail, run_id=_run_of(row)))
 
     def check(self, row: Any) -> None:
         self.count += 1
@@ -103,18 +162,8 @@ class _Checker:
             self.fail(row, "position", f"expected position {self.expected_position}, found {position}")
         if row.log_prev_hash != self.log_prev:
             self.fail(row, "log_link", "log_prev_hash does not match the previous entry in the log")
-        prev = self.streams.get(row.run_id)
-        expected_seq = 0 if prev is None else prev[0] + 1
-        if int(row.seq) != expected_seq:
-            self.fail(row, "seq", f"expected seq {expected_seq} in the stream, found {int(row.seq)}")
-        if row.stream_prev_hash != (ZERO_HASH if prev is None else prev[1]):
-            self.fail(row, "stream_link", "stream_prev_hash does not match the previous entry in the stream")
-        if content_hash(row.event_type, row.payload_json, row.meta_json) != row.content_hash:
-            self.fail(row, "content", "event type, payload or meta differ from what was hashed")
-        if entry_hash(row._mapping) != row.entry_hash:
-            self.fail(row, "entry_hash", "the entry's fields differ from what was hashed")
-        if event_id_for(row.run_id, row.source_id, int(row.source_seq)) != row.event_id:
-            self.fail(row, "event_id", "event_id is not derived from run_id, source_id and source_seq")
+        for what, detail in entry_problems(row, self.streams.get(row.run_id)):
+            self.fail(row, what, detail)
         # Continue from what is stored, so one break is reported once, not at every later entry.
         self.expected_position = position + 1
         self.log_prev = row.entry_hash
@@ -195,16 +244,17 @@ def verify(store: Store, *, anchor: Head | None = None) -> VerifyReport:
         raise carry_failure(JournalError("read_failed", "verify", failure_detail("journal read", exc)), exc) from None
     if anchor is not None and anchor_hash != anchor.entry_hash:
         checker.breaks += 1
-        if checker.first is None:
+        if len(checker.listed) < MAX_LISTED:
             detail = "the anchored entry is missing" if anchor_hash is None else "the anchored entry has another hash"
-            checker.first = Break(stream="", seq=-1, position=anchor.position, what="anchor", detail=detail)
+            checker.listed.append(Break(stream="", seq=-1, position=anchor.position, what="anchor", detail=detail))
     return VerifyReport(
         ok=checker.breaks == 0,
         entries_checked=checker.count,
         streams_checked=len(checker.streams),
         breaks=checker.breaks,
-        first_break=checker.first,
+        first_break=checker.listed[0] if checker.listed else None,
         head=checker.last,
+        first_breaks=tuple(checker.listed),
     )
 
 
