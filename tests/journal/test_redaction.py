@@ -262,7 +262,9 @@ def test_jwt_after_prefixes(prefix: str) -> None:
 
 
 def test_linear_time_on_hostile_inputs() -> None:
-    """RD-32: each case well under 2 s."""
+    """RD-32: each case well under 2 s. Measured in this process's CPU time, not wall time: a
+    quadratic pattern on these inputs costs minutes of CPU, while a loaded machine (other test
+    workers) can stretch the wall time of a linear one past the bound."""
     cases = [
         ("word " * 80_000 + "api_key=9f8e7d6c5b4a", lambda out: out.endswith(f"api_key={REDACTED}")),
         ("-----BEGIN PRIVATE KEY-----" * 48_000, lambda out: out == "-----BEGIN PRIVATE KEY-----" * 48_000),
@@ -277,9 +279,9 @@ def test_linear_time_on_hostile_inputs() -> None:
         ("&" * 100_000 + "=", lambda out: out == "&" * 100_000 + "="),
     ]
     for text_in, check in cases:
-        start = time.perf_counter()
+        start = time.process_time()
         out = r(text_in)
-        assert time.perf_counter() - start < 2.0
+        assert time.process_time() - start < 2.0
         assert check(out)
 
 
