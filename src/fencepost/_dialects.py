@@ -450,16 +450,24 @@ class SqliteBackend(Backend):
         writers = self._writers
         path = file[0]
 
+        # The pool proxy's ``dbapi_connection`` is the sqlite3 connection itself (pysqlite's driver
+        # connection): read as a plain attribute, not through the proxy's properties, and COMMIT
+        # called on it directly (the proxy only forwards ``commit`` from its ``__getattr__``, after
+        # a failed attribute lookup on every transaction).
         def do_begin(dbapi_connection: Any) -> None:
             if dbapi_connection in writers:
                 _check_file(file)
-                dbapi_connection.driver_connection.execute("BEGIN IMMEDIATE")
+                dbapi_connection.dbapi_connection.execute("BEGIN IMMEDIATE")
             else:
                 if path is not None:
                     _check_read(dbapi_connection.info, path)
-                dbapi_connection.driver_connection.execute("BEGIN")
+                dbapi_connection.dbapi_connection.execute("BEGIN")
+
+        def do_commit(dbapi_connection: Any) -> None:
+            dbapi_connection.dbapi_connection.commit()
 
         engine.dialect.do_begin = do_begin  # type: ignore[method-assign]
+        engine.dialect.do_commit = do_commit  # type: ignore[method-assign]
         if not readonly and background and self.path:
             self.checkpointer = Checkpointer(self.path, synchronous)
             # A store dropped without ``close`` does not leave its thread (and connection) behind.

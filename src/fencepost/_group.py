@@ -157,7 +157,8 @@ class GroupCommit:
                     leading = call.state == _LEAD  # handed the lead: lead the next group
                     outcome = call.outcome
                 if leading:
-                    self._gather()
+                    if self._last_members:
+                        self._gather()
                     outcome = self._run_group(fn, taken)
             except BaseException:
                 if call is not None:
@@ -200,7 +201,8 @@ class GroupCommit:
     # ------------------------------------------------------------------ leader
     def _end_group(self, taken: list[_Call]) -> None:
         """After leading: answer any call the group took but did not answer, pass the lead on."""
-        self._answer_all(taken, alone=True)  # whatever ended the group early: nothing of it committed
+        if taken:
+            self._answer_all(taken, alone=True)  # whatever ended the group early: nothing of it committed
         self._last_members = len(taken)
         with self._lock:
             self._pass_lead()
@@ -236,25 +238,9 @@ class GroupCommit:
                     # Nobody joined yet: the transaction holds only this body. Roll it back.
                     db._settle(conn, trans, True, getattr(own[1], "raw", None))
                     return own
-                raw = conn.connection.dbapi_connection
-                # A member's savepoint is released just before the next member's is set (one round
-                # trip where the driver joins statements); COMMIT releases the last one.
-                open_only = (_SAVEPOINT,)
-                release_then_open = ((f"{_RELEASE}; {_SAVEPOINT}",) if db.backend.joins_statements
-                                     else (_RELEASE, _SAVEPOINT))
-                opening = open_only
-                try:
-                    while len(taken) + 1 < MAX_MEMBERS:
-                        with self._lock:
-                            if not self._queue:
-                                break
-                            call = self._queue.popleft()
-                            call.state = _TAKEN
-                            taken.append(call)
-                        call.outcome = call.context.run(self._member, conn, raw, call.fn, opening)
-                        held = call.outcome[0] == _OK  # a failed member's savepoint is already gone
-                        opening = release_then_open if held else open_only
-                except _Broken:
+                # Nobody queued (a lone writer, the usual case): straight to the COMMIT. A call that
+                # queues just after this look waits for the lead, as one queuing after the COMMIT.
+                if self._queue and not self._take_members(conn, taken):
                     db._settle(conn, trans, True, None)
                     return (_ALONE, None, [])  # the finally answers every taken call: run alone
                 committing = True
@@ -274,7 +260,8 @@ class GroupCommit:
                     if isinstance(exc, SQLAlchemyError):
                         return (_RAISED, unknown, [])
                     raise
-                self._answer_all(taken)
+                if taken:
+                    self._answer_all(taken)
                 return own
             except BaseException:
                 if not committing:
@@ -282,6 +269,31 @@ class GroupCommit:
                 raise
             finally:
                 self._group = None
+
+    def _take_members(self, conn: Connection, taken: list[_Call]) -> bool:
+        """Run the queued bodies (into ``taken``) in the open group transaction, each behind its
+        savepoint; False when the transaction cannot go on (a savepoint could not be rolled back)."""
+        raw = conn.connection.dbapi_connection
+        # A member's savepoint is released just before the next member's is set (one round trip
+        # where the driver joins statements); COMMIT releases the last one.
+        open_only = (_SAVEPOINT,)
+        release_then_open = ((f"{_RELEASE}; {_SAVEPOINT}",) if self._db.backend.joins_statements
+                             else (_RELEASE, _SAVEPOINT))
+        opening = open_only
+        try:
+            while len(taken) + 1 < MAX_MEMBERS:
+                with self._lock:
+                    if not self._queue:
+                        break
+                    call = self._queue.popleft()
+                    call.state = _TAKEN
+                    taken.append(call)
+                call.outcome = call.context.run(self._member, conn, raw, call.fn, opening)
+                held = call.outcome[0] == _OK  # a failed member's savepoint is already gone
+                opening = release_then_open if held else open_only
+        except _Broken:
+            return False
+        return True
 
     def _answer_all(self, taken: list[_Call], *, alone: bool = False) -> None:
         """Wake every taken call not yet answered (with "run alone" as its outcome when ``alone``)."""

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy.engine import Connection
+from sqlalchemy.engine.default import DefaultDialect
 from sqlalchemy.exc import DBAPIError
 
 
@@ -63,9 +64,9 @@ def run(conn: Connection, q: Sql, params: dict[str, Any] | None) -> Any:
         params = {**defaults, **(params or {})}
     if order is not None:
         params = order(params)
-    raw = conn.connection.driver_connection
+    raw = _driver(conn, dialect)
     try:
-        if _observed(conn):
+        if (conn._has_events or conn.engine._has_events) and _observed(conn):
             return _run_observed(conn, raw, text_, params)
         return raw.execute(text_, params)  # type: ignore[union-attr]
     except dialect.loaded_dbapi.Error as exc:
@@ -82,7 +83,7 @@ def run_many(conn: Connection, q: Sql, rows: list[dict[str, Any]]) -> None:
         rows = [{**defaults, **r} for r in rows]
     if order is not None:
         rows = [order(r) for r in rows]  # type: ignore[misc]
-    raw = conn.connection.driver_connection
+    raw = _driver(conn, dialect)
     try:
         if _observed(conn):
             _run_observed(conn, raw, text_, rows, many=True)
@@ -95,6 +96,21 @@ def run_many(conn: Connection, q: Sql, rows: list[dict[str, Any]]) -> None:
     except dialect.loaded_dbapi.Error as exc:
         raise DBAPIError.instance(None, None, exc, dialect.loaded_dbapi.Error, hide_parameters=True,
                                   dialect=dialect) from None
+
+
+# Dialect classes whose driver connection is the DBAPI connection itself (pysqlite, psycopg).
+_PLAIN_DRIVER: dict[type, bool] = {}
+
+
+def _driver(conn: Connection, dialect: Any) -> Any:
+    """The driver connection under ``conn``: the pool proxy's ``dbapi_connection`` attribute when
+    the dialect does not wrap it (read directly, not through two properties and a dialect call)."""
+    fairy = conn.connection
+    plain = _PLAIN_DRIVER.get(type(dialect))
+    if plain is None:
+        plain = _PLAIN_DRIVER[type(dialect)] = (
+            type(dialect).get_driver_connection is DefaultDialect.get_driver_connection)
+    return fairy.dbapi_connection if plain else fairy.driver_connection
 
 
 def _observed(conn: Connection) -> bool:

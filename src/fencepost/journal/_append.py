@@ -9,7 +9,7 @@ redacted, checked and encoded *before* any sequence is allocated, so a refused e
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy.engine import Connection
@@ -40,13 +40,17 @@ def content_hash(event_type: str, payload_json: str, meta_json: str) -> str:
     return hashlib.sha256(canonical_json([event_type, payload_json, meta_json])).hexdigest()
 
 
-def entry_hash(row: dict[str, Any]) -> str:
+def entry_hash(row: Mapping[str, Any]) -> str:
     """Hash over an entry's canonical bytes, including both predecessors' hashes."""
-    material = [
+    return chain_hash(
         row["run_id"], row["seq"], row["event_id"], row["source_id"], row["source_seq"],
         row["emitted_at_ms"], row["event_type"], row["payload_json"], row["meta_json"],
         row["position"], row["stream_prev_hash"], row["log_prev_hash"],
-    ]
+    )
+
+
+def chain_hash(*material: Any) -> str:
+    """``entry_hash`` of the fields given in its order (the append path has them at hand, not in a row)."""
     return hashlib.sha256(canonical_json(material)).hexdigest()
 
 
@@ -157,10 +161,13 @@ def append_prepared(
                 "invalid_event", method, "journal sequence is outside the allocatable safe integer range"
             )
         chash = content_hash(event_type, payload_json, meta_json)
-        row = {
+        event_id = event_id_for(run_id, source_id, source_seq)
+        h = chain_hash(run_id, seq, event_id, source_id, source_seq, emitted_at_ms, event_type, payload_json,
+                       meta_json, position, stream_prev, log_prev)
+        rows.append({
             "run_id": run_id,
             "seq": seq,
-            "event_id": event_id_for(run_id, source_id, source_seq),
+            "event_id": event_id,
             "source_id": source_id,
             "source_seq": source_seq,
             "emitted_at_ms": emitted_at_ms,
@@ -171,15 +178,15 @@ def append_prepared(
             "position": position,
             "stream_prev_hash": stream_prev,
             "log_prev_hash": log_prev,
-        }
-        row["entry_hash"] = h = entry_hash(row)
-        rows.append(row)
+            "entry_hash": h,
+        })
         in_batch[source_seq] = (seq, position, chash, event_type, payload_json, meta_json)
         receipts.append(Accepted(seq=seq, source_seq=source_seq, position=position))
         stream_prev = log_prev = h
         seq += 1
         position += 1
-        next_source = max(next_source, source_seq + 1)
+        if source_seq >= next_source:
+            next_source = source_seq + 1
     if len(rows) == 1:
         run(conn, INSERT, rows[0])
     elif rows:

@@ -307,10 +307,8 @@ class SqlConsensus:
 
     def guard_and_heads(self, conn: Connection, run_id: str, owner: OwnerId, source_id: str) -> tuple[bool, Any]:
         """``guard``, and the journal's heads of ``run_id`` for ``source_id``, in one statement."""
-        p = _o(owner)
-        p["run_id"] = run_id
-        p["source_id"] = source_id
-        row = run(conn, GUARDED_HEADS, p).fetchone()
+        row = run(conn, GUARDED_HEADS, {"o_host": owner.host_id, "o_pid": owner.pid, "o_nonce": owner.nonce,
+                                        "run_id": run_id, "source_id": source_id}).fetchone()
         return bool(row[5]), row[:5]
 
     def claim(self, conn: Connection, run_id: str, claimant: OwnerId, now_ms: int) -> Claimed | Rejected:

@@ -80,16 +80,16 @@ def _owner_problem(owner: object) -> str | None:
     return None
 
 
-def _input_problem(run_id: object, event_type: object, source_id: object, source_seq: object,
-                   dedupe: object) -> str | None:
-    for name, value in (("run_id", run_id), ("event_type", event_type), ("source_id", source_id)):
-        p = _id_problem(value)
-        if p:
-            return f"{name} {p}"
+_UNCHECKED = object()
+
+
+def _entry_problem(event_type: object, source_seq: object) -> str | None:
+    """Why one entry's own fields break the journal input contract (its stream's already passed)."""
+    p = _id_problem(event_type)
+    if p:
+        return f"event_type {p}"
     if source_seq is not None and not (is_safe_int(source_seq) and source_seq < SAFE_MAX):  # type: ignore[operator]
         return "source_seq must be a non-negative safe integer below 2**53 - 1"
-    if dedupe not in ("content", "identity"):
-        return "dedupe must be 'content' or 'identity'"
     return None
 
 
@@ -252,33 +252,51 @@ class Journal:
                 raise JournalError("invalid_event", method, f"{method} requires a well-formed owner fence ({p})")
         if type(entries) not in (list, tuple) or not entries:
             raise JournalError("invalid_event", method, "entries must be a non-empty list")
-        p = _input_problem(run_id, "event", source_id, None, dedupe)
+        # The stream's fields once, then each entry's own (``_entry_problem``).
+        p = _id_problem(run_id)
+        if p is None:
+            p = _id_problem(source_id)
+            if p is None:
+                if dedupe != "content" and dedupe != "identity":
+                    p = "dedupe must be 'content' or 'identity'"
+            else:
+                p = f"source_id {p}"
+        else:
+            p = f"run_id {p}"
         if p:
             raise JournalError("invalid_event", method, f"event violates the journal input contract: {p}")
         if run_id.startswith(_RUN_STORE_COMPANION):
             # Only the run store writes its companion stream (inside the mutation's transaction):
             # a public append there could forge ownership facts an auditor replays.
             raise JournalError("invalid_event", method, "run_id is the run store's reserved companion stream")
-        self._refuse_credential("run_id", run_id, method)
-        self._refuse_credential("source_id", source_id, method)
-        redact = self._redactor()
-        checked_types: set[str] = set()
+        clean = self._clean_ids
+        if run_id not in clean:
+            self._refuse_credential("run_id", run_id, method)
+        if source_id not in clean:
+            self._refuse_credential("source_id", source_id, method)
+        redaction = self._redaction
+        redact = redaction if redaction.enabled else None
+        prepare = _append.prepare
+        checked_type: object = _UNCHECKED  # the event type checked last: a batch's entries mostly share one
         items = []
         for e in entries:
             if type(e) is not NewEntry:
                 raise JournalError("invalid_event", method, "entries must be NewEntry values")
             event_type, source_seq = e.event_type, e.source_seq
-            if type(event_type) is not str or event_type not in checked_types or source_seq is not None:
-                p = _input_problem(run_id, event_type, source_id, source_seq, dedupe)
+            if event_type is not checked_type or source_seq is not None:
+                p = _entry_problem(event_type, source_seq)
                 if p:
                     raise JournalError("invalid_event", method, f"event violates the journal input contract: {p}")
-                if event_type not in checked_types:
+                if event_type not in clean:
                     self._refuse_credential("event_type", event_type, method)
-                checked_types.add(event_type)
-            payload_json = _append.prepare(e.payload, "payload", redact, method)
-            meta_json = "{}" if e.meta is None else _append.prepare(e.meta, "meta", redact, method)
-            items.append((event_type, payload_json, meta_json, source_seq))
-        return items, self._now(method)
+                checked_type = event_type
+            meta = e.meta
+            items.append((event_type, prepare(e.payload, "payload", redact, method),
+                          "{}" if meta is None else prepare(meta, "meta", redact, method), source_seq))
+        now = self._store.clock.now_ms()
+        if type(now) is not int or not 0 <= now <= SAFE_MAX:
+            raise JournalError("invalid_event", method, "clock reading must be a non-negative safe integer")
+        return items, now
 
     def _append_body(self, conn: Connection, run_id: str, items: list[tuple[str, str, str, int | None]],
                      owner: OwnerId | None, source_id: str, dedupe: str, now: int,

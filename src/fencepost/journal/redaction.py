@@ -541,7 +541,7 @@ class Redaction:
             if not math.isfinite(value):
                 raise NotDurable("contains a non-finite number")
             return value
-        if isinstance(value, dict | list | tuple):
+        if t is dict or t is list or isinstance(value, (dict, list, tuple)):
             if depth >= self.max_depth:
                 raise RedactionError(f"redaction depth exceeds {self.max_depth}")
             ident = id(value)
@@ -549,7 +549,7 @@ class Redaction:
                 return CIRCULAR
             st.path.add(ident)
             try:
-                if isinstance(value, dict):
+                if t is dict or isinstance(value, dict):
                     return self._walk_dict(value, depth, st)
                 return self._walk_list(value, depth, st)
             finally:
