@@ -343,8 +343,8 @@ class ProjectionBuilder:
         """
 
         def body(conn: Connection) -> tuple[list[tuple[Checkpoint | None, RebuildRecord | None]], bool]:
-            backend = self.target.backend
-            missing = any(not backend.has_table(conn, t.name) for t in self._tables.live.values())
+            names = [t.name for t in self._tables.live.values()]
+            missing = not self.target.backend.existing_tables(conn, names).issuperset(names)
             return [(checkpoints.load(conn, share.checkpoint), checkpoints.last_rebuild(conn, share.checkpoint))
                     for share in self._shares], missing
 
@@ -688,9 +688,9 @@ class ProjectionBuilder:
 
         def body(conn: Connection) -> None:
             self._claim_tables(conn)
-            backend = self.target.backend
-            live_missing = any(not backend.has_table(conn, t.name) for t in self._tables.live.values())
-            shadow_missing = any(not backend.has_table(conn, t.name) for t in self._tables.shadow.values())
+            found = self.target.backend.existing_tables(conn, [t.name for t in self._tables.all()])
+            live_missing = any(t.name not in found for t in self._tables.live.values())
+            shadow_missing = any(t.name not in found for t in self._tables.shadow.values())
             # A live table dropped after an odd number of rebuilds left its declared index names
             # on the shadow table (as did every swap of earlier versions): give them back first.
             self._tables.settle_index_names(conn)
@@ -708,11 +708,12 @@ class ProjectionBuilder:
 
     def _tables_missing(self) -> bool:
         """Whether a table of the projection (live or shadow) is missing on the target: dropped since
-        this builder prepared it. One catalog read, at each call of ``catch_up``, ``rebuild``,
-        ``offer`` and each pass of ``run``: a drop with nothing new to write would otherwise go
-        unnoticed, the checkpoint reporting an absent read model as caught up."""
-        backend = self.target.backend
-        return self._read(lambda conn: any(not backend.has_table(conn, t.name) for t in self._tables.all()))
+        this builder prepared it. One catalog query (whatever the number of tables), at each call of
+        ``catch_up``, ``rebuild``, ``offer`` and each pass of ``run``: a drop with nothing new to
+        write would otherwise go unnoticed, the checkpoint reporting an absent read model as caught up."""
+        names = [t.name for t in self._tables.all()]
+        found = self._read(lambda conn: self.target.backend.existing_tables(conn, names))
+        return not found.issuperset(names)
 
     def _start_over(self, conn: Connection, share: Share, *, live: bool) -> None:
         """Tables of the projection were missing (dropped on the target) and have just been created
