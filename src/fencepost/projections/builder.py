@@ -659,13 +659,17 @@ class ProjectionBuilder:
             return
         found = self.target.connect_problem()
         if found is not None:
-            raise self._unusable_target(method, *found)
+            raise self._unusable_target(method, found.problem, found.code, found.note, transient=found.transient)
         self._reached = True
 
-    def _unusable_target(self, method: str, problem: str, code: str | None, note: str | None = None
-                         ) -> ProjectionError:
+    def _unusable_target(self, method: str, problem: str, code: str | None, note: str | None = None, *,
+                         transient: bool) -> ProjectionError:
+        """The target's failure named like an open failure, with ``db_code`` and ``transient`` as
+        every error from the database carries them (a server not accepting connections, a write
+        lock held past the wait: True; a database that is not there, not a database: False)."""
         err = ProjectionError(problem, method, "projection target: " + self.target.open_detail(problem, note))
         err.db_code = code  # type: ignore[attr-defined]
+        err.transient = transient  # type: ignore[attr-defined]
         return err
 
     def _target_failure(self, exc: DbFailure, method: str) -> ProjectionError:
@@ -673,7 +677,7 @@ class ProjectionBuilder:
         the driver's code says what is wrong with the database (not a database, missing ...)."""
         problem = self.target.backend.open_problem(exc.code)
         if problem is not None:
-            return self._unusable_target(method, problem, exc.code)
+            return self._unusable_target(method, problem, exc.code, transient=exc.transient)
         return map_failure(exc, ProjectionError, method, "projection target")  # type: ignore[return-value]
 
     def _prepare(self) -> None:
