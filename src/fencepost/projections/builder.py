@@ -390,7 +390,8 @@ class ProjectionBuilder:
     def offer(self, updates: Iterable[Any], source_name: str | None = None) -> CatchUp:
         """Apply snapshots obtained elsewhere (``store.feed.read``), each only if it ``is_newer``.
 
-        The checkpoint does not move; stale or foreign-source updates are rejected and counted.
+        The checkpoint does not move; stale or foreign-source updates are rejected and counted
+        (in ``status().rejected`` too), as is everything offered before the projection's first page.
         With named sources, ``source_name`` says whose store the snapshots were read from.
         ``updates`` must be an iterable of ``Observed``/``Missing`` snapshots, or the ``Batch``
         ``store.feed.read`` returns (``ConsensusFact``s for a consensus projection); anything else is
@@ -402,9 +403,10 @@ class ProjectionBuilder:
 
         def body(conn: Connection) -> tuple[int, int]:
             cp = self._load_in(conn, share)
-            if cp.source is None:
-                return 0, len(items)
-            accepted, rejected = self._apply_in(conn, share, cp.source, items, shadow=False)
+            if cp.source is None:  # before the first page nothing can be compared: counted as rejected
+                accepted, rejected = 0, len(items)
+            else:
+                accepted, rejected = self._apply_in(conn, share, cp.source, items, shadow=False)
             conn.execute(
                 _sql.checkpoints.update().where(_sql.checkpoints.c.name == share.checkpoint).values(
                     applied=_sql.checkpoints.c.applied + accepted,
