@@ -213,6 +213,10 @@ class ProjectionBuilder:
         self._running = threading.Lock()
         # Test hook: called after each committed page with (shadow, page).
         self._after_page: Callable[[bool, Page], None] | None = None
+        # Called with (source label or None, reason) once a rebuild has begun (committed): a shadow
+        # fill from revision 0, or a dropped live table built again (``table_missing``). The CLI's
+        # ``projection run --follow`` says so with it.
+        self._on_rebuild: Callable[[str | None, str], None] | None = None
 
     # ------------------------------------------------------------------ public surface
     def catch_up(self) -> CatchUp | dict[str, CatchUp]:
@@ -559,7 +563,11 @@ class ProjectionBuilder:
                 self._tables.reset(conn, self.target.backend, share)
                 checkpoints.start_shadow(conn, cp, source=source, reason=reason, now_ms=self._now(share))
 
-            self._write(start)
+            def start_and_say(conn: Connection) -> None:
+                start(conn)
+                self._rebuild_begun(share, reason)
+
+            self._write(start_and_say)
             cp = self._read(lambda conn: self._load_in(conn, share))
         applied = rejected = 0
         while True:
@@ -580,6 +588,12 @@ class ProjectionBuilder:
 
         self._write(swap)
         return applied, rejected
+
+    def _rebuild_begun(self, share: Share, reason: str) -> None:
+        """Inside the write that begins a rebuild: tell ``_on_rebuild`` once that write has committed."""
+        hook = self._on_rebuild
+        if hook is not None:
+            self.target.after_commit(lambda: hook(share.label, reason))
 
     def _commit(self, share: Share, cp: Checkpoint, page: Page, *, shadow: bool) -> tuple[int, int]:
         expected_source = cp.shadow_source if shadow else (cp.source or page.source)
@@ -734,6 +748,7 @@ class ProjectionBuilder:
             self._tables.reset_live(conn, backend, share)
             self._tables.reset(conn, backend, share)
             checkpoints.restart(conn, cp, now_ms=now)
+            self._rebuild_begun(share, "table_missing")
         elif cp.shadow_source is not None and cp.shadow_reason is not None:
             self._tables.reset(conn, backend, share)
             checkpoints.start_shadow(conn, cp, source=cp.shadow_source, reason=cp.shadow_reason, now_ms=now)
