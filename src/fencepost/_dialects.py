@@ -223,6 +223,10 @@ class Backend:
 
     def has_table(self, conn: Connection, name: str) -> bool:
         """Whether table ``name`` exists in the store's namespace."""
+        return name in self.existing_tables(conn, (name,))
+
+    def existing_tables(self, conn: Connection, names: Collection[str]) -> set[str]:
+        """Which of the tables ``names`` exist in the store's namespace: one catalog query."""
         raise NotImplementedError
 
     def split_script(self, script: str) -> list[str]:
@@ -541,11 +545,15 @@ class SqliteBackend(Backend):
     def insert(table: Any) -> Any:
         return sqlite_dialect.insert(table)
 
-    def has_table(self, conn: Connection, name: str) -> bool:
-        row = conn.exec_driver_sql(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
-        ).first()
-        return row is not None
+    def existing_tables(self, conn: Connection, names: Collection[str]) -> set[str]:
+        wanted = list(dict.fromkeys(names))
+        if not wanted:
+            return set()
+        marks = ", ".join("?" * len(wanted))
+        rows = conn.exec_driver_sql(
+            f"SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ({marks})", tuple(wanted)
+        )
+        return {str(name) for (name,) in rows}
 
     def greatest(self, a: Any, b: Any) -> Any:
         return func.max(a, b)
@@ -570,6 +578,11 @@ class SqliteBackend(Backend):
         if _strip_comments(buffer.strip()):
             raise ValueError("migration script ends with an incomplete statement")
         return statements
+
+
+# Which of a list of tables exist in a schema: one statement, the names bound as one array.
+_PG_TABLES = text("SELECT tablename FROM pg_tables WHERE schemaname = :s AND tablename = ANY(:t)").bindparams(
+    bindparam("t", type_=pg_dialect.ARRAY(Text())))
 
 
 class PostgresBackend(Backend):
@@ -741,11 +754,12 @@ class PostgresBackend(Backend):
     def script_epilogue(self) -> list[str]:
         return ["COMMIT"]
 
-    def has_table(self, conn: Connection, name: str) -> bool:
-        row = conn.execute(
-            text("SELECT 1 FROM pg_tables WHERE schemaname = :s AND tablename = :t"), {"s": self.schema, "t": name}
-        ).first()
-        return row is not None
+    def existing_tables(self, conn: Connection, names: Collection[str]) -> set[str]:
+        wanted = list(dict.fromkeys(names))
+        if not wanted:
+            return set()
+        rows = conn.execute(_PG_TABLES, {"s": self.schema, "t": wanted})
+        return {str(name) for (name,) in rows}
 
     def greatest(self, a: Any, b: Any) -> Any:
         return func.greatest(a, b)

@@ -18,7 +18,7 @@ import time
 import weakref
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 from urllib.parse import quote
 
 from sqlalchemy import create_engine
@@ -63,6 +63,17 @@ class DbFailure(Exception):
         # held past the wait): the same call may succeed once it answers again.
         self.transient = transient
         super().__init__(f"{category} ({code or 'no code'})")
+
+
+class ConnectProblem(NamedTuple):
+    """Why connecting failed: an ``OpenError`` code (``cannot_connect``, ``auth_failed``,
+    ``database_missing`` ...), the driver's code, a value-free sentence the diagnosis adds (the URL
+    options a failure depends on, another writer's lock), and whether waiting may cure it."""
+
+    problem: str
+    code: str | None
+    note: str | None
+    transient: bool
 
 
 def failure_detail(subject: str, exc: DbFailure) -> str:
@@ -368,12 +379,11 @@ class Database:
         """Connect once, without retrying, so an open that cannot even connect says why at once."""
         found = self.connect_problem()
         if found is not None:
-            raise self._open_error(*found)  # outside the handler: the driver's exception quotes the URL
+            # Outside the handler: the driver's exception quotes the URL.
+            raise self._open_error(found.problem, found.code, found.note)
 
-    def connect_problem(self) -> tuple[str, str | None, str | None] | None:
-        """Connect once, without retrying: ``None`` when it connects, else why not, as an ``OpenError``
-        code (``cannot_connect``, ``auth_failed``, ``database_missing`` ...), the driver's code, and
-        a value-free sentence the diagnosis adds (the URL options a failure depends on), if any."""
+    def connect_problem(self) -> ConnectProblem | None:
+        """Connect once, without retrying: ``None`` when it connects, else why not (``ConnectProblem``)."""
         try:
             self.engine.connect().close()
         except DBAPIError as exc:
@@ -381,7 +391,12 @@ class Database:
             problem, note = self.backend.open_problem(code), None
             if problem is None and code is None:
                 problem, note = self.backend.explain_connect(self.engine)
-            return problem or "open_failed", code, note
+            elif problem is None:
+                note = self.backend.reason(exc, code)  # another writer's lock, a timeout ...
+            problem = problem or "open_failed"
+            # A refused login reaches libpq as a lost connection would: the diagnosis decides.
+            transient = problem in ("cannot_connect", "open_failed") and self.backend.is_transient(exc)
+            return ConnectProblem(problem, code, note, transient)
         return None
 
     def open_error(self, exc: DbFailure) -> OpenError:

@@ -12,7 +12,10 @@ forgotten), and a missing shadow table restarts the shadow fill.
 
 from __future__ import annotations
 
-from sqlalchemy import text
+import threading
+import time
+
+from sqlalchemy import event, text
 
 from fencepost.projections import ProjectionBuilder, RunsByStatus
 from tests.projections import _runs
@@ -123,3 +126,57 @@ def test_status_shows_a_dropped_table_as_pending_until_a_builder_builds_it(store
         builder.catch_up()
         status = builder.status()
         assert (status.pending_rebuild, status.lag) == (None, 0)
+
+
+def _catalog_statements(builder: ProjectionBuilder):
+    """A list that fills with every catalog lookup of table existence the builder sends to its target."""
+    seen: list[str] = []
+
+    def on_before(_conn, _cursor, statement, parameters, _context, _many):
+        if "sqlite_master" in statement or "pg_tables" in statement:
+            seen.append(statement)
+        return statement, parameters
+
+    event.listen(builder.target.engine, "before_cursor_execute", on_before, retval=True)
+    return seen, lambda: event.remove(builder.target.engine, "before_cursor_execute", on_before)
+
+
+def test_each_call_looks_for_the_projections_tables_with_one_catalog_query(store, target_url):
+    """Defect: every ``catch_up``, ``offer`` and pass of ``run`` looked each table of the projection
+    (live and shadow) up in the catalog with a statement of its own: two round trips for a
+    one-table projection, more for each table it declares, before anything was applied. Now one
+    query lists which of them exist, and a dropped table is still noticed by it."""
+    _seed(store, 3)
+    with ProjectionBuilder(store, target_url, RunsByStatus(), poll_interval=0.05) as builder:
+        builder.catch_up()
+        seen, stop_counting = _catalog_statements(builder)
+        try:
+            builder.catch_up()
+            assert len(seen) == 1, seen
+            builder.offer(store.feed.read(["run-0"]))
+            assert len(seen) == 2, seen
+            passes = []
+            prepare = builder._prepare
+
+            def counted() -> None:
+                passes.append(1)
+                prepare()
+
+            builder._prepare = counted  # type: ignore[method-assign]
+            stop = threading.Event()
+            runner = threading.Thread(target=builder.run, args=(stop,))
+            runner.start()
+            try:
+                deadline = time.monotonic() + 20
+                while len(passes) < 4 and time.monotonic() < deadline:
+                    stop.wait(0.02)
+            finally:
+                stop.set()
+                runner.join(timeout=20)
+            assert len(passes) >= 4 and len(seen) == 2 + len(passes), (len(passes), seen)
+        finally:
+            stop_counting()
+        _drop(builder, TABLE)
+        assert builder.status().pending_rebuild == "table_missing"
+        assert builder.catch_up().applied == 3
+        assert builder.target.read(_runs.projected_rows) == store.db.read(_runs.live_rows)

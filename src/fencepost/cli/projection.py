@@ -131,7 +131,8 @@ def projection_run(obj: CliContext, which: str, target: str | None, follow: bool
 
     With --follow, prints a status line every --interval seconds: the position the projection
     reflects, its lag and the updates applied per second (json/jsonl: one object per line with
-    the projection status fields and applied_per_s).
+    the projection status fields and applied_per_s), and a line each time a rebuild starts (the
+    source rotated or rewound, a table of the projection was dropped on the target).
 
     Example: fencepost projection run --name runs_by_status --follow
     """
@@ -171,6 +172,15 @@ def _follow(obj: CliContext, builder: Any, which: str, target: str | None, inter
             stop.set()
 
     emit = out.stream([])
+    if out.is_table:
+        # Every rebuild the builder begins gets a line of its own, a dropped live table's too: the
+        # status lines name a rebuild only while one is pending when they are sampled.
+        def rebuilding(store: str | None, reason: str) -> None:
+            label = f"{store}  " if store is not None else ""
+            why = ": a table of the projection was missing on the target" if reason == "table_missing" else ""
+            click.echo(f"{label}{builder.name}  rebuild started ({reason}){why}")
+
+        builder._on_rebuild = rebuilding
     builder._prepare()  # create the target first: the read-only watcher below must find it
     with stop_on_signals() as stop, _builder(obj, which, target, readonly_target=True) as watcher:
         thread = threading.Thread(target=work, args=(stop,), name=f"projection-{which}", daemon=True)

@@ -69,11 +69,15 @@ class BuilderLock:
                 fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
             except OSError as exc:  # read-only media, no permission, a full inode table ...
                 reason = errno.errorcode.get(exc.errno or 0, "an OS error")
+                # Waiting may cure running out of file handles (or an interrupted open), not the rest.
+                transient = exc.errno in (errno.EINTR, errno.EAGAIN, errno.EMFILE, errno.ENFILE)
             else:
                 reason = None
             if reason is not None:
-                raise ProjectionError("persistence_failed", "acquire",
+                err = ProjectionError("persistence_failed", "acquire",
                                       f"projection target: cannot open the builder's lock file beside it ({reason})")
+                err.transient = transient  # type: ignore[attr-defined]
+                raise err
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

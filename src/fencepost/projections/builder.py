@@ -213,6 +213,10 @@ class ProjectionBuilder:
         self._running = threading.Lock()
         # Test hook: called after each committed page with (shadow, page).
         self._after_page: Callable[[bool, Page], None] | None = None
+        # Called with (source label or None, reason) once a rebuild has begun (committed): a shadow
+        # fill from revision 0, or a dropped live table built again (``table_missing``). The CLI's
+        # ``projection run --follow`` says so with it.
+        self._on_rebuild: Callable[[str | None, str], None] | None = None
 
     # ------------------------------------------------------------------ public surface
     def catch_up(self) -> CatchUp | dict[str, CatchUp]:
@@ -343,8 +347,8 @@ class ProjectionBuilder:
         """
 
         def body(conn: Connection) -> tuple[list[tuple[Checkpoint | None, RebuildRecord | None]], bool]:
-            backend = self.target.backend
-            missing = any(not backend.has_table(conn, t.name) for t in self._tables.live.values())
+            names = [t.name for t in self._tables.live.values()]
+            missing = not self.target.backend.existing_tables(conn, names).issuperset(names)
             return [(checkpoints.load(conn, share.checkpoint), checkpoints.last_rebuild(conn, share.checkpoint))
                     for share in self._shares], missing
 
@@ -390,7 +394,8 @@ class ProjectionBuilder:
     def offer(self, updates: Iterable[Any], source_name: str | None = None) -> CatchUp:
         """Apply snapshots obtained elsewhere (``store.feed.read``), each only if it ``is_newer``.
 
-        The checkpoint does not move; stale or foreign-source updates are rejected and counted.
+        The checkpoint does not move; stale or foreign-source updates are rejected and counted
+        (in ``status().rejected`` too), as is everything offered before the projection's first page.
         With named sources, ``source_name`` says whose store the snapshots were read from.
         ``updates`` must be an iterable of ``Observed``/``Missing`` snapshots, or the ``Batch``
         ``store.feed.read`` returns (``ConsensusFact``s for a consensus projection); anything else is
@@ -402,9 +407,10 @@ class ProjectionBuilder:
 
         def body(conn: Connection) -> tuple[int, int]:
             cp = self._load_in(conn, share)
-            if cp.source is None:
-                return 0, len(items)
-            accepted, rejected = self._apply_in(conn, share, cp.source, items, shadow=False)
+            if cp.source is None:  # before the first page nothing can be compared: counted as rejected
+                accepted, rejected = 0, len(items)
+            else:
+                accepted, rejected = self._apply_in(conn, share, cp.source, items, shadow=False)
             conn.execute(
                 _sql.checkpoints.update().where(_sql.checkpoints.c.name == share.checkpoint).values(
                     applied=_sql.checkpoints.c.applied + accepted,
@@ -557,7 +563,11 @@ class ProjectionBuilder:
                 self._tables.reset(conn, self.target.backend, share)
                 checkpoints.start_shadow(conn, cp, source=source, reason=reason, now_ms=self._now(share))
 
-            self._write(start)
+            def start_and_say(conn: Connection) -> None:
+                start(conn)
+                self._rebuild_begun(share, reason)
+
+            self._write(start_and_say)
             cp = self._read(lambda conn: self._load_in(conn, share))
         applied = rejected = 0
         while True:
@@ -578,6 +588,12 @@ class ProjectionBuilder:
 
         self._write(swap)
         return applied, rejected
+
+    def _rebuild_begun(self, share: Share, reason: str) -> None:
+        """Inside the write that begins a rebuild: tell ``_on_rebuild`` once that write has committed."""
+        hook = self._on_rebuild
+        if hook is not None:
+            self.target.after_commit(lambda: hook(share.label, reason))
 
     def _commit(self, share: Share, cp: Checkpoint, page: Page, *, shadow: bool) -> tuple[int, int]:
         expected_source = cp.shadow_source if shadow else (cp.source or page.source)
@@ -659,13 +675,17 @@ class ProjectionBuilder:
             return
         found = self.target.connect_problem()
         if found is not None:
-            raise self._unusable_target(method, *found)
+            raise self._unusable_target(method, found.problem, found.code, found.note, transient=found.transient)
         self._reached = True
 
-    def _unusable_target(self, method: str, problem: str, code: str | None, note: str | None = None
-                         ) -> ProjectionError:
+    def _unusable_target(self, method: str, problem: str, code: str | None, note: str | None = None, *,
+                         transient: bool) -> ProjectionError:
+        """The target's failure named like an open failure, with ``db_code`` and ``transient`` as
+        every error from the database carries them (a server not accepting connections, a write
+        lock held past the wait: True; a database that is not there, not a database: False)."""
         err = ProjectionError(problem, method, "projection target: " + self.target.open_detail(problem, note))
         err.db_code = code  # type: ignore[attr-defined]
+        err.transient = transient  # type: ignore[attr-defined]
         return err
 
     def _target_failure(self, exc: DbFailure, method: str) -> ProjectionError:
@@ -673,7 +693,7 @@ class ProjectionBuilder:
         the driver's code says what is wrong with the database (not a database, missing ...)."""
         problem = self.target.backend.open_problem(exc.code)
         if problem is not None:
-            return self._unusable_target(method, problem, exc.code)
+            return self._unusable_target(method, problem, exc.code, transient=exc.transient)
         return map_failure(exc, ProjectionError, method, "projection target")  # type: ignore[return-value]
 
     def _prepare(self) -> None:
@@ -688,9 +708,9 @@ class ProjectionBuilder:
 
         def body(conn: Connection) -> None:
             self._claim_tables(conn)
-            backend = self.target.backend
-            live_missing = any(not backend.has_table(conn, t.name) for t in self._tables.live.values())
-            shadow_missing = any(not backend.has_table(conn, t.name) for t in self._tables.shadow.values())
+            found = self.target.backend.existing_tables(conn, [t.name for t in self._tables.all()])
+            live_missing = any(t.name not in found for t in self._tables.live.values())
+            shadow_missing = any(t.name not in found for t in self._tables.shadow.values())
             # A live table dropped after an odd number of rebuilds left its declared index names
             # on the shadow table (as did every swap of earlier versions): give them back first.
             self._tables.settle_index_names(conn)
@@ -708,11 +728,12 @@ class ProjectionBuilder:
 
     def _tables_missing(self) -> bool:
         """Whether a table of the projection (live or shadow) is missing on the target: dropped since
-        this builder prepared it. One catalog read, at each call of ``catch_up``, ``rebuild``,
-        ``offer`` and each pass of ``run``: a drop with nothing new to write would otherwise go
-        unnoticed, the checkpoint reporting an absent read model as caught up."""
-        backend = self.target.backend
-        return self._read(lambda conn: any(not backend.has_table(conn, t.name) for t in self._tables.all()))
+        this builder prepared it. One catalog query (whatever the number of tables), at each call of
+        ``catch_up``, ``rebuild``, ``offer`` and each pass of ``run``: a drop with nothing new to
+        write would otherwise go unnoticed, the checkpoint reporting an absent read model as caught up."""
+        names = [t.name for t in self._tables.all()]
+        found = self._read(lambda conn: self.target.backend.existing_tables(conn, names))
+        return not found.issuperset(names)
 
     def _start_over(self, conn: Connection, share: Share, *, live: bool) -> None:
         """Tables of the projection were missing (dropped on the target) and have just been created
@@ -727,6 +748,7 @@ class ProjectionBuilder:
             self._tables.reset_live(conn, backend, share)
             self._tables.reset(conn, backend, share)
             checkpoints.restart(conn, cp, now_ms=now)
+            self._rebuild_begun(share, "table_missing")
         elif cp.shadow_source is not None and cp.shadow_reason is not None:
             self._tables.reset(conn, backend, share)
             checkpoints.start_shadow(conn, cp, source=cp.shadow_source, reason=cp.shadow_reason, now_ms=now)
