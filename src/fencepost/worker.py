@@ -488,9 +488,16 @@ class Worker:
             # Released at once, or the run would wait for the claim to go stale (``STALE_AFTER``).
             # The activation failed most likely because the database is unavailable, so the release
             # rides the outage out within the claim's budget (not after an interrupt: one attempt).
-            until = budget_ends if isinstance(exc, Exception) else started
-            self._retry_for_run(run_id, "releasing the claim",
-                                lambda: runs.abandon_claim(run_id, self.owner, claimed.claimed_at_ms), until)
+            # An interrupt (Ctrl-C) goes on whatever the release met: the sweep would take a release
+            # that failed for an outage as the outage and sweep on. Its claim then goes stale.
+            interrupted = not isinstance(exc, Exception)
+            try:
+                self._retry_for_run(run_id, "releasing the claim",
+                                    lambda: runs.abandon_claim(run_id, self.owner, claimed.claimed_at_ms),
+                                    started if interrupted else budget_ends)
+            except Exception:
+                if not interrupted:
+                    raise
             raise
         if not isinstance(activated, Activated):
             return None

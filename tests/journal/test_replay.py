@@ -243,3 +243,31 @@ def test_a_fact_edited_or_removed_after_it_was_written_is_reported_not_replayed_
     removed = ownership_history(store, "run")
     assert [v.seq for v in removed.violations if v.rule == "chain_broken"] == [0, 2], removed
     assert ownership_history(store, "other").ok  # an intact stream beside it replays clean
+
+
+def test_a_runs_last_facts_removed_by_hand_are_reported_not_replayed_as_consistent(
+        store: fencepost.Store, raw) -> None:
+    """Defect (review): replay checks the companion stream's own chain, which cannot see its last
+    entries removed (the entries left still link to each other): deleting a steal's facts from the
+    end of a run's stream replayed as the first owner's clean, open interval (ok, exit 0). The
+    global log can see it: the entry after the stream's last one no longer links to it. Replay now
+    reports ``chain_broken`` at the stream's last remaining fact then; a stream whose last fact is
+    the journal's very last entry is, as in ``verify``, only caught with an anchor."""
+    from sqlalchemy import text
+
+    fact(store, "run", "claimed", A, 0, 0)
+    fact(store, "run", "activated", A, 0, 5)
+    fact(store, "run", "stolen", B, 30_001, 30_001)
+    fact(store, "run", "activated", B, 30_001, 30_001)
+    fact(store, "other", "claimed", B, 0, 30_500)  # the journal goes on after the run's facts
+    assert ownership_history(store, "run").ok
+    on = " ON flows_journal_events" if store.db.name == "postgresql" else ""
+    raw.execute(text(f"DROP TRIGGER flows_journal_events_no_delete_v1{on}"))
+    raw.execute(text("DELETE FROM flows_journal_events WHERE run_id = :s AND seq >= 2"),
+                {"s": companion_stream("run")})
+    raw.commit()
+    cut = ownership_history(store, "run")
+    assert [i.owner for i in cut.intervals] == [A]  # replayed as stored, and reported
+    assert [(v.rule, v.seq) for v in cut.violations] == [("chain_broken", 1)], cut
+    assert "log" in cut.violations[0].detail
+    assert ownership_history(store, "other").ok  # the stream after it is intact on its own

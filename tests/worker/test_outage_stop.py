@@ -223,3 +223,27 @@ def test_one_rule_says_what_the_sweep_and_a_run_wait_out(db_code, sweep, run_wri
     assert worker_mod._worth_waiting(err) is run_write
     refused = RunStoreError("invalid_run", "transition_owned", "state_json is too large")
     assert not worker_mod._worth_waiting(refused, sweep=True) and not worker_mod._worth_waiting(refused)
+
+
+def test_an_interrupt_during_activation_is_not_swallowed_by_a_failed_claim_release(store):
+    """Defect (review): Ctrl-C landing in ``activate`` released the claim (one attempt) and, when that
+    release failed because the database was unavailable, its ``RunStoreError`` replaced the
+    interrupt: the sweep took it for an outage and swept on, so the worker ignored the Ctrl-C. The
+    interrupt now propagates; the claim left behind goes stale and is recovered as after a kill."""
+    store.runs.create("r1", "{}")
+    released: list[Any] = []
+
+    def activate(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    def abandon_claim(*args: Any, **kwargs: Any) -> Any:
+        released.append(args)
+        err = RunStoreError("persistence_failed", "abandon_claim", "run persistence failed")
+        err.transient = True  # type: ignore[attr-defined]
+        raise err
+
+    store.runs.activate, store.runs.abandon_claim = activate, abandon_claim
+    worker = Worker(store, lambda ctx: None, concurrency=1)
+    with pytest.raises(KeyboardInterrupt):
+        worker.take(1)
+    assert len(released) == 1  # one attempt after an interrupt, as before

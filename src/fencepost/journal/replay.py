@@ -22,7 +22,9 @@ and ``evidence`` kind. Replaying the facts in ``seq`` order rebuilds the ownersh
   than the recorded cutoff (and a cutoff within the skew allowance of the store clock);
 * ``released_without_hold``, ``malformed_fact``, ``wrong_run``, ``unknown_fact``.
 * ``chain_broken``: the companion stream's own hash chain breaks at this entry (edited or removed by
-  hand; ``verify.stream_breaks``), so forged facts never replay as a consistent history.
+  hand; ``verify.stream_breaks``), or the journal's next entry does not follow the stream's last
+  (its newest facts removed). Facts rewritten with fresh hashes, or removed while they were the
+  journal's newest entries, need ``verify`` with an anchor.
 
 Facts written before the evidence fields existed still replay: without ``heartbeatAtMs`` an
 activation proves the owner's heartbeat only down to its grant minus the skew allowance, and a

@@ -113,15 +113,27 @@ _STREAM_PAGE = (
 )
 
 
+_NEXT_IN_LOG = (
+    select(ev.c.position, ev.c.log_prev_hash)
+    .where(ev.c.position > bindparam("after"))
+    .order_by(ev.c.position)
+    .limit(1)
+)
+
+
 def stream_breaks(store: Store, stream: str) -> list[Break]:
     """Every break of one stream's own chain (``seq``, ``stream_link``, ``content``, ``entry_hash``,
-    ``event_id``; one ``Break`` per problem), read in ``seq`` order in one read snapshot. The
-    links between streams (the global log) are ``verify``'s: this is the check a replay of one run
-    makes on the facts it judges."""
+    ``event_id``; one ``Break`` per problem), read in ``seq`` order in one read snapshot, and a
+    ``log_link`` break at its last entry when the log's next entry does not follow it: entries
+    removed from the end of a stream leave the rest of its chain intact, so only the log shows
+    them (unless they were the journal's newest entries, which only an anchor proves). The other
+    links between streams are ``verify``'s: this is the check a replay of one run makes on the
+    facts it judges."""
 
     def run(conn: Connection) -> list[Break]:
         found: list[Break] = []
         prev: tuple[int, str] | None = None
+        last: Any = None
         after = -1
         while True:
             rows = conn.execute(_STREAM_PAGE, {"stream": stream, "after": after, "n": PAGE}).all()
@@ -129,9 +141,19 @@ def stream_breaks(store: Store, stream: str) -> list[Break]:
                 found.extend(Break(stream=row.run_id, seq=int(row.seq), position=int(row.position), what=what,
                                    detail=detail) for what, detail in entry_problems(row, prev))
                 prev = (int(row.seq), row.entry_hash)
+                last = row
             if len(rows) < PAGE:
-                return found
+                break
             after = int(rows[-1].seq)
+        if last is not None:
+            position = int(last.position)
+            nxt = conn.execute(_NEXT_IN_LOG, {"after": position}).first()
+            if nxt is not None and (int(nxt.position) != position + 1 or nxt.log_prev_hash != last.entry_hash):
+                found.append(Break(stream=last.run_id, seq=int(last.seq), position=position, what="log_link",
+                                   detail=f"the log's next entry (position {int(nxt.position)}) does not follow "
+                                          "this one: an entry after it, maybe this stream's next, was removed "
+                                          "or edited"))
+        return found
 
     try:
         return store.db.read(run)
