@@ -202,7 +202,8 @@ class RunContext:
         A database that is unavailable or busy is retried with a backoff while the lease's write
         budget lasts (never once the lease is lost); only an outage longer than that, or a failure
         waiting cannot cure, raises ``RunStoreError``. While the worker is stopping the retries end
-        after ``STOP_GRACE_S`` and raise ``Stopping`` (the state given here is then not recorded).
+        after ``STOP_GRACE_S`` and raise ``Stopping``: the state given here is then not known to be
+        recorded (it is not, unless the last attempt's COMMIT landed without its answer arriving).
         """
         text = _json.encode(state).decode()
         worker, runs = self.worker, self.worker.store.runs
