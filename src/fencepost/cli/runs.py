@@ -505,7 +505,7 @@ def runs_cancel(run_id: str, out: Output) -> None:
         raise fail(str(RunStoreError("not_found_row", "request_cancel", "no run with this id")))
     if out.is_table:
         done = "cancellation requested" if isinstance(outcome, CancelRequested) else "already requested"
-        out.message(f"{run_id}: {done}")
+        out.message(f"{one_line(run_id)}: {done}")
     else:
         out.record({"run_id": run_id, **to_data(outcome)})
 
@@ -528,7 +528,7 @@ def _create_on_shard(obj: CliContext, run_id: str, state_json: str, out: Output)
     shards.runs.create(run_id, state_json)
     home = shards.locate(run_id)
     if out.is_table:
-        out.message(f"created {run_id} on {home}")
+        out.message(f"created {one_line(run_id)} on {home}")
     else:
         out.record({"store": home, **run_record(shards.runs.get(run_id))})
 
@@ -600,7 +600,7 @@ def runs_create(run_id: str, state_json: str, out: Output) -> None:
         return
     store.runs.create(run_id, state_json)
     if out.is_table:
-        out.message(f"created {run_id}")
+        out.message(f"created {one_line(run_id)}")
     else:
         out.record(run_record(store.runs.get(run_id)))
 
@@ -639,8 +639,8 @@ def runs_retry(run_id: str, new_run_id: str | None, out: Output) -> None:
     if not out.is_table:
         out.record(run_record(row))
     else:
-        out.message(f"created {row.run_id}: round {row.round_ordinal} of lineage {row.lineage_id}, "
-                    f"pending, from the last state of {row.parent_run_id}")
+        out.message(f"created {one_line(row.run_id)}: round {row.round_ordinal} of lineage "
+                    f"{one_line(row.lineage_id)}, pending, from the last state of {one_line(row.parent_run_id)}")
 
 
 @runs.command("delete")
@@ -669,6 +669,6 @@ def runs_delete(run_id: str, force: bool, out: Output) -> None:
                        "and deletes it") from None
         raise
     if out.is_table:
-        out.message(f"deleted {run_id}")
+        out.message(f"deleted {one_line(run_id)}")
     else:
         out.record({"deleted": run_id, "forced": force})
