@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from fencepost.cli._common import (
     JsonText,
     NonEmpty,
     RunIdType,
+    error_text,
     fail,
     owner_text,
     read_store,
@@ -534,10 +536,12 @@ def _create_on_shard(obj: CliContext, run_id: str, state_json: str, out: Output)
 
 
 # --------------------------------------------------------------------------- operator commands
-def _parse_ndjson(stream: Any) -> list[tuple[str, str]]:
+def _parse_ndjson(stream: Any) -> tuple[list[tuple[str, str]], list[int]]:
     """``{"run_id": ..., "state": <JSON>}`` per line of UTF-8 bytes (blank lines skipped, a byte order
-    mark before the first accepted); errors name the line, never its content."""
+    mark before the first accepted), and the line number each pair came from; errors name the line,
+    never its content."""
     pairs: list[tuple[str, str]] = []
+    line_numbers: list[int] = []
     for n, raw in enumerate(stream, start=1):
         try:
             line = raw.decode("utf-8-sig" if n == 1 else "utf-8")
@@ -555,7 +559,23 @@ def _parse_ndjson(stream: Any) -> list[tuple[str, str]]:
         if extra:
             raise click.ClickException(f"stdin line {n}: unknown field(s) {', '.join(sorted(extra))}")
         pairs.append((doc["run_id"], msgspec.json.encode(doc.get("state", {})).decode()))
-    return pairs
+        line_numbers.append(n)
+    return pairs, line_numbers
+
+
+_RUNS_INDEX = re.compile(r"runs\[(\d+)\](\.?)")
+
+
+def _on_stdin_lines(exc: Exception, line_numbers: list[int]) -> click.ClickException:
+    """A refusal of ``create_many`` naming ``runs[i]`` (an index over the runs alone, from 0) as the
+    user counts: ``stdin line N``. Nothing was created; the message says so, and names no value."""
+    def line(m: re.Match[str]) -> str:
+        i = int(m.group(1))
+        where = f"stdin line {line_numbers[i]}" if i < len(line_numbers) else m.group(0)
+        return f"{where}: " if m.group(2) else where
+
+    text = _RUNS_INDEX.sub(line, error_text(exc))
+    return fail(f"{text}; no run was created")
 
 
 @runs.command("create")
@@ -589,8 +609,15 @@ def runs_create(run_id: str, state_json: str, out: Output) -> None:
     store = write_store(create=False)
     _refuse_one_shard(store)
     if run_id == "-":
-        pairs = _parse_ndjson(click.get_binary_stream("stdin"))
-        created = store.runs.create_many(pairs)
+        from fencepost.errors import RunStoreError
+
+        pairs, line_numbers = _parse_ndjson(click.get_binary_stream("stdin"))
+        try:
+            created = store.runs.create_many(pairs)
+        except RunStoreError as exc:
+            if not _RUNS_INDEX.search(str(exc)):
+                raise
+            raise _on_stdin_lines(exc, line_numbers) from None
         if out.is_table:
             out.message(f"created {created} run(s)")
         else:
