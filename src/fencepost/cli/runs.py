@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import re
+import shlex
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -314,8 +316,6 @@ def runs_list(statuses: tuple[str, ...], flow: str | None, after: int | None, be
 
     Example: fencepost runs list --status running --desc --limit 20
     """
-    import shlex
-
     filters = list_filters(statuses, flow, after, before)
     obj = click.get_current_context().find_object(CliContext)
     if obj.labelled:
@@ -327,7 +327,7 @@ def runs_list(statuses: tuple[str, ...], flow: str | None, after: int | None, be
     records = [run_record(r) for r in rows]
     footer = [f"showing {len(records)} of {total}"]
     if next_cursor is not None:
-        footer.append(f"next page: --cursor {shlex.quote(next_cursor)}")
+        footer.append(f"next page: --cursor {pasteable(next_cursor)}")
     out.rows(records, RUN_COLUMNS, title=f"{len(records)} run(s)", footer=footer,
              document={"runs": records, "next_cursor": next_cursor, "total": total}, fields=_run_fields())
 
@@ -338,14 +338,12 @@ STORE_COLUMN = Column("store", "store", wrap=False)
 def _list_across(stores: dict[str, Any], filters: dict[str, Any], cursor: str | None, limit: int,
                  descending: bool, out: Output) -> None:
     """One page of runs merged from several stores by (created, run id), each labelled with its store."""
-    import shlex
-
     shown, next_cursor = merged_page(stores, filters, cursor, limit, descending)
     total = sum(store.feed.count_runs(filters) for store in stores.values())
     records = [{"store": name, **run_record(row)} for name, row in shown]
     footer = [f"showing {len(records)} of {total} in {len(stores)} stores"]
     if next_cursor is not None:
-        footer.append(f"next page: --cursor {shlex.quote(next_cursor)}")
+        footer.append(f"next page: --cursor {pasteable(next_cursor)}")
     out.rows(records, [STORE_COLUMN, *RUN_COLUMNS], title=f"{len(records)} run(s)", footer=footer,
              document={"runs": records, "next_cursor": next_cursor, "total": total},
              fields=["store", *_run_fields()])
@@ -386,6 +384,19 @@ def merged_page(stores: Mapping[str, Any], filters: dict[str, Any], cursor: str 
                                          last.run_id, newest_first=descending)
     more = any(resume.get(name, "") is not None for name in stores)
     return [(name, row) for _, _, name, row in shown], _encode_across(resume) if more else None
+
+
+def pasteable(cursor: str) -> str:
+    """``cursor`` as a table prints it to be pasted back: shell-quoted, and ASCII. A cursor is JSON
+    text holding the last run id shown; a table escapes what a terminal must not show raw (``\\xa0``
+    for U+00A0), which JSON would not read back, so every non-ASCII character is written as the JSON
+    escape ``\\uNNNN`` instead: the same cursor once decoded."""
+    if not cursor.isascii():
+        try:
+            cursor = json.dumps(json.loads(cursor), ensure_ascii=True, separators=(",", ":"))
+        except ValueError:
+            pass  # not JSON: shown as it is (escaped by the table)
+    return shlex.quote(cursor)
 
 
 def _encode_across(resume: dict[str, str | None]) -> str:
