@@ -622,7 +622,11 @@ def runs_create(run_id: str, state_json: str, out: Output) -> None:
     if run_id == "-":
         from fencepost.errors import RunStoreError
 
-        pairs, line_numbers = _parse_ndjson(click.get_binary_stream("stdin"))
+        stdin = click.get_binary_stream("stdin")
+        if stdin.isatty():  # typed at a terminal: say what it waits for (a pipe or a file needs no word)
+            click.echo('reading runs from stdin, one JSON object a line ({"run_id": "...", "state": {...}}); '
+                       "end with Ctrl-D", err=True)
+        pairs, line_numbers = _parse_ndjson(stdin)
         try:
             created = store.runs.create_many(pairs)
         except RunStoreError as exc:
