@@ -235,6 +235,9 @@ def parse_url(url: str) -> tuple[URL, dict[str, str]]:
         parsed = None
     if parsed is None:
         raise ValueError("database URL could not be parsed")
+    if parsed.drivername.partition("+")[0] == "postgres":
+        # The scheme hosting platforms hand out (DATABASE_URL=postgres://...): PostgreSQL's own alias.
+        parsed = parsed.set(drivername="postgresql+psycopg")
     backend = parsed.get_backend_name()
     if backend not in ("sqlite", "postgresql"):
         raise ValueError("unsupported database URL scheme (use sqlite:/// or postgresql://)")

@@ -60,7 +60,7 @@ def test_runs_create_dash_reads_ndjson_from_stdin_all_or_nothing(run_cli, db_url
     batch = json.dumps({"run_id": "fresh"}) + "\n" + json.dumps({"run_id": "n1"}) + "\n"
     dup = _stdin(db_url, ["runs", "create", "-"], batch)
     assert_one_line_error(dup)
-    assert "already exists" in dup.err and "runs[1]" in dup.err
+    assert "already exists" in dup.err and "stdin line 2" in dup.err
     bad = _stdin(db_url, ["runs", "create", "-"], json.dumps({"run_id": "fresh2"}) + "\n{oops\n")
     assert_one_line_error(bad)
     assert "line 2" in bad.err

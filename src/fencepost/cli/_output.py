@@ -20,7 +20,6 @@ import csv
 import functools
 import re
 import sys
-import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,36 +31,38 @@ FORMATS = ("table", "json", "jsonl", "csv")
 
 _encoder = msgspec.json.Encoder()
 _CAMEL = re.compile(r"(?<=[a-z0-9])([A-Z])")
-# Characters a table never shows as themselves: controls (Cc) a terminal acts on, invisible format
-# characters (Cf: the bidirectional overrides and isolates, zero-width spaces and joiners, the byte
-# order mark, the soft hyphen ...) that reorder or hide the text around them, and the Unicode line and
-# paragraph separators (Zl, Zp). Tab, newline and carriage return stay (a table handles those).
-_HIDDEN = frozenset({"Cc", "Cf", "Zl", "Zp"})
+# Characters a table never shows as themselves: every one Python does not call printable. Controls
+# (Cc) a terminal acts on; invisible format characters (Cf: the bidirectional overrides and isolates,
+# zero-width spaces and joiners, the byte order mark, the soft hyphen ...) that reorder or hide the
+# text around them; the Unicode line and paragraph separators (Zl, Zp); every space but U+0020 (Zs:
+# U+3000, U+00A0, U+2007 look like the space of another id); private-use (Co) and unassigned (Cn)
+# code points, drawn as blanks, boxes or whatever a font puts there; and lone surrogates (Cs: a byte
+# decoded with surrogateescape), which a UTF-8 terminal cannot even be sent. Tab, newline and carriage
+# return stay in free text (a table handles those).
 _KEPT = frozenset("\t\n\r")
 
 
 def printable(text: str) -> str:
-    """``text`` for a terminal, as the store holds it but with nothing hidden or acted on: every
-    control character (``ESC``, ``BEL``, the C1 ``CSI`` ...) and every invisible format character
-    (``U+202E`` RIGHT-TO-LEFT OVERRIDE, ``U+200B`` ZERO WIDTH SPACE, ``U+FEFF`` ...) written as
-    ``\\xNN``, ``\\uNNNN`` or ``\\UNNNNNNNN``, so text a store holds (a run id, a flow name, a failure
-    message) never clears a screen, sets a window title or shows as another run's id. Tab and line
-    ends stay."""
-    if text.isprintable():  # the usual case: no control, format or separator character at all
+    """``text`` for a terminal, as the store holds it but with nothing hidden, acted on or passed off
+    as something else: every control character (``ESC``, ``BEL``, the C1 ``CSI`` ...), invisible
+    format character (``U+202E`` RIGHT-TO-LEFT OVERRIDE, ``U+200B`` ZERO WIDTH SPACE ...), space other
+    than U+0020 (``U+3000``, ``U+00A0`` ...), private-use, unassigned or surrogate code point written
+    as ``\\xNN``, ``\\uNNNN`` or ``\\UNNNNNNNN``, so text a store holds (a run id, a flow name, a
+    failure message) never clears a screen, sets a window title or shows as another run's id. Tab and
+    line ends stay; so does a backslash (``one_line`` escapes it in an identifier)."""
+    if text.isprintable():  # the usual case: nothing Python calls unprintable
         return text
-    return "".join(_escaped(ch) if ch not in _KEPT and unicodedata.category(ch) in _HIDDEN else ch
-                   for ch in text)
+    return "".join(ch if ch.isprintable() or ch in _KEPT else _escaped(ch) for ch in text)
 
 
 def one_line(text: str) -> str:
-    """``printable(text)`` with tab and line ends escaped too (``\\x09``, ``\\x0a``, ``\\x0d``): for an
-    identifier, which a table shows on one line. Joined with a space, ``order<LF>17`` would show as
-    ``order 17``, another run's id; a tab would look like the gap between two columns."""
-    text = printable(text)
-    return _LINE_ENDS.sub(lambda m: _escaped(m.group()), text) if _LINE_ENDS.search(text) else text
-
-
-_LINE_ENDS = re.compile(r"[\t\n\r]")
+    """``printable(text)`` with tab and line ends escaped too (``\\x09``, ``\\x0a``, ``\\x0d``), and a
+    backslash written ``\\\\``: for an identifier, which a table shows on one line. Joined with a space,
+    ``order<LF>17`` would show as ``order 17``, another run's id; a tab would look like the gap between
+    two columns; an id holding the four characters ``\\x1b`` would read as one holding ESC, escaped."""
+    if text.isprintable() and "\\" not in text:
+        return text
+    return "".join("\\\\" if ch == "\\" else ch if ch.isprintable() else _escaped(ch) for ch in text)
 
 
 def _escaped(ch: str) -> str:
@@ -231,8 +232,23 @@ def output_options(fn: Callable) -> Callable:
 
 # ---------------------------------------------------------------------- writers
 def _write_json(value: Any) -> None:
-    sys.stdout.write(_encoder.encode(value).decode() + "\n")
+    try:
+        text = _encoder.encode(value).decode()
+    except UnicodeEncodeError:  # a lone surrogate, which msgspec refuses: JSON escapes it instead
+        import json
+
+        text = _surrogates_escaped(json.dumps(to_data(value), ensure_ascii=False, separators=(",", ":")))
+    sys.stdout.write(text + "\n")
     sys.stdout.flush()
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _surrogates_escaped(text: str) -> str:
+    """``text`` with each lone surrogate written ``\\uDCFF``: in JSON the same text, decoded; in CSV,
+    which has no escape, six characters a UTF-8 output can hold (it cannot hold the surrogate)."""
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) if _SURROGATE.search(text) else text
 
 
 def _csv_cell(value: Any) -> Any:
@@ -242,8 +258,13 @@ def _csv_cell(value: Any) -> Any:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, dict | list | tuple | msgspec.Struct):
-        return _encoder.encode(value).decode()
-    return value
+        try:
+            return _encoder.encode(value).decode()
+        except UnicodeEncodeError:  # a lone surrogate (see _write_json)
+            import json
+
+            return _surrogates_escaped(json.dumps(to_data(value), ensure_ascii=False, separators=(",", ":")))
+    return _surrogates_escaped(value) if isinstance(value, str) else value
 
 
 def _write_csv(records: Sequence[Mapping[str, Any]], fields: Sequence[str] = ()) -> None:

@@ -8,7 +8,7 @@ import click
 
 from fencepost._values import ascii_digits
 from fencepost.cli._common import MAX_SAFE_INTEGER, RunIdType, fail, owner_text, read_store, run_exists, table, when
-from fencepost.cli._output import Column, Output, output_options, to_data
+from fencepost.cli._output import Column, Output, one_line, output_options, to_data
 
 ENTRY_COLUMNS = [
     Column("seq", "seq", wrap=False),
@@ -150,7 +150,7 @@ def _replay_all(store: Any, out: Output) -> None:
                   [(h.run_id, len(h.violations), f"{h.violations[0].rule} at seq {h.violations[0].seq}")
                    for h in broken])
         for stream in summary.unattributed_streams:
-            click.echo(f"unattributed ownership facts on {stream} name no run that hashes to it")
+            click.echo(f"unattributed ownership facts on {one_line(stream)} name no run that hashes to it")
         if summary.ok:
             click.echo("every ownership history is consistent")
     if not summary.ok:

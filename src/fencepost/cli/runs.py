@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import re
+import shlex
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -16,6 +19,7 @@ from fencepost.cli._common import (
     JsonText,
     NonEmpty,
     RunIdType,
+    error_text,
     fail,
     owner_text,
     read_store,
@@ -312,8 +316,6 @@ def runs_list(statuses: tuple[str, ...], flow: str | None, after: int | None, be
 
     Example: fencepost runs list --status running --desc --limit 20
     """
-    import shlex
-
     filters = list_filters(statuses, flow, after, before)
     obj = click.get_current_context().find_object(CliContext)
     if obj.labelled:
@@ -325,7 +327,7 @@ def runs_list(statuses: tuple[str, ...], flow: str | None, after: int | None, be
     records = [run_record(r) for r in rows]
     footer = [f"showing {len(records)} of {total}"]
     if next_cursor is not None:
-        footer.append(f"next page: --cursor {shlex.quote(next_cursor)}")
+        footer.append(f"next page: --cursor {pasteable(next_cursor)}")
     out.rows(records, RUN_COLUMNS, title=f"{len(records)} run(s)", footer=footer,
              document={"runs": records, "next_cursor": next_cursor, "total": total}, fields=_run_fields())
 
@@ -336,14 +338,12 @@ STORE_COLUMN = Column("store", "store", wrap=False)
 def _list_across(stores: dict[str, Any], filters: dict[str, Any], cursor: str | None, limit: int,
                  descending: bool, out: Output) -> None:
     """One page of runs merged from several stores by (created, run id), each labelled with its store."""
-    import shlex
-
     shown, next_cursor = merged_page(stores, filters, cursor, limit, descending)
     total = sum(store.feed.count_runs(filters) for store in stores.values())
     records = [{"store": name, **run_record(row)} for name, row in shown]
     footer = [f"showing {len(records)} of {total} in {len(stores)} stores"]
     if next_cursor is not None:
-        footer.append(f"next page: --cursor {shlex.quote(next_cursor)}")
+        footer.append(f"next page: --cursor {pasteable(next_cursor)}")
     out.rows(records, [STORE_COLUMN, *RUN_COLUMNS], title=f"{len(records)} run(s)", footer=footer,
              document={"runs": records, "next_cursor": next_cursor, "total": total},
              fields=["store", *_run_fields()])
@@ -384,6 +384,19 @@ def merged_page(stores: Mapping[str, Any], filters: dict[str, Any], cursor: str 
                                          last.run_id, newest_first=descending)
     more = any(resume.get(name, "") is not None for name in stores)
     return [(name, row) for _, _, name, row in shown], _encode_across(resume) if more else None
+
+
+def pasteable(cursor: str) -> str:
+    """``cursor`` as a table prints it to be pasted back: shell-quoted, and ASCII. A cursor is JSON
+    text holding the last run id shown; a table escapes what a terminal must not show raw (``\\xa0``
+    for U+00A0), which JSON would not read back, so every non-ASCII character is written as the JSON
+    escape ``\\uNNNN`` instead: the same cursor once decoded."""
+    if not cursor.isascii():
+        try:
+            cursor = json.dumps(json.loads(cursor), ensure_ascii=True, separators=(",", ":"))
+        except ValueError:
+            pass  # not JSON: shown as it is (escaped by the table)
+    return shlex.quote(cursor)
 
 
 def _encode_across(resume: dict[str, str | None]) -> str:
@@ -505,7 +518,7 @@ def runs_cancel(run_id: str, out: Output) -> None:
         raise fail(str(RunStoreError("not_found_row", "request_cancel", "no run with this id")))
     if out.is_table:
         done = "cancellation requested" if isinstance(outcome, CancelRequested) else "already requested"
-        out.message(f"{run_id}: {done}")
+        out.message(f"{one_line(run_id)}: {done}")
     else:
         out.record({"run_id": run_id, **to_data(outcome)})
 
@@ -528,16 +541,18 @@ def _create_on_shard(obj: CliContext, run_id: str, state_json: str, out: Output)
     shards.runs.create(run_id, state_json)
     home = shards.locate(run_id)
     if out.is_table:
-        out.message(f"created {run_id} on {home}")
+        out.message(f"created {one_line(run_id)} on {home}")
     else:
         out.record({"store": home, **run_record(shards.runs.get(run_id))})
 
 
 # --------------------------------------------------------------------------- operator commands
-def _parse_ndjson(stream: Any) -> list[tuple[str, str]]:
+def _parse_ndjson(stream: Any) -> tuple[list[tuple[str, str]], list[int]]:
     """``{"run_id": ..., "state": <JSON>}`` per line of UTF-8 bytes (blank lines skipped, a byte order
-    mark before the first accepted); errors name the line, never its content."""
+    mark before the first accepted), and the line number each pair came from; errors name the line,
+    never its content."""
     pairs: list[tuple[str, str]] = []
+    line_numbers: list[int] = []
     for n, raw in enumerate(stream, start=1):
         try:
             line = raw.decode("utf-8-sig" if n == 1 else "utf-8")
@@ -555,7 +570,23 @@ def _parse_ndjson(stream: Any) -> list[tuple[str, str]]:
         if extra:
             raise click.ClickException(f"stdin line {n}: unknown field(s) {', '.join(sorted(extra))}")
         pairs.append((doc["run_id"], msgspec.json.encode(doc.get("state", {})).decode()))
-    return pairs
+        line_numbers.append(n)
+    return pairs, line_numbers
+
+
+_RUNS_INDEX = re.compile(r"runs\[(\d+)\](\.?)")
+
+
+def _on_stdin_lines(exc: Exception, line_numbers: list[int]) -> click.ClickException:
+    """A refusal of ``create_many`` naming ``runs[i]`` (an index over the runs alone, from 0) as the
+    user counts: ``stdin line N``. Nothing was created; the message says so, and names no value."""
+    def line(m: re.Match[str]) -> str:
+        i = int(m.group(1))
+        where = f"stdin line {line_numbers[i]}" if i < len(line_numbers) else m.group(0)
+        return f"{where}: " if m.group(2) else where
+
+    text = _RUNS_INDEX.sub(line, error_text(exc))
+    return fail(f"{text}; no run was created")
 
 
 @runs.command("create")
@@ -589,8 +620,19 @@ def runs_create(run_id: str, state_json: str, out: Output) -> None:
     store = write_store(create=False)
     _refuse_one_shard(store)
     if run_id == "-":
-        pairs = _parse_ndjson(click.get_binary_stream("stdin"))
-        created = store.runs.create_many(pairs)
+        from fencepost.errors import RunStoreError
+
+        stdin = click.get_binary_stream("stdin")
+        if stdin.isatty():  # typed at a terminal: say what it waits for (a pipe or a file needs no word)
+            click.echo('reading runs from stdin, one JSON object a line ({"run_id": "...", "state": {...}}); '
+                       "end with Ctrl-D", err=True)
+        pairs, line_numbers = _parse_ndjson(stdin)
+        try:
+            created = store.runs.create_many(pairs)
+        except RunStoreError as exc:
+            if not _RUNS_INDEX.search(str(exc)):
+                raise
+            raise _on_stdin_lines(exc, line_numbers) from None
         if out.is_table:
             out.message(f"created {created} run(s)")
         else:
@@ -600,7 +642,7 @@ def runs_create(run_id: str, state_json: str, out: Output) -> None:
         return
     store.runs.create(run_id, state_json)
     if out.is_table:
-        out.message(f"created {run_id}")
+        out.message(f"created {one_line(run_id)}")
     else:
         out.record(run_record(store.runs.get(run_id)))
 
@@ -639,8 +681,8 @@ def runs_retry(run_id: str, new_run_id: str | None, out: Output) -> None:
     if not out.is_table:
         out.record(run_record(row))
     else:
-        out.message(f"created {row.run_id}: round {row.round_ordinal} of lineage {row.lineage_id}, "
-                    f"pending, from the last state of {row.parent_run_id}")
+        out.message(f"created {one_line(row.run_id)}: round {row.round_ordinal} of lineage "
+                    f"{one_line(row.lineage_id)}, pending, from the last state of {one_line(row.parent_run_id)}")
 
 
 @runs.command("delete")
@@ -669,6 +711,6 @@ def runs_delete(run_id: str, force: bool, out: Output) -> None:
                        "and deletes it") from None
         raise
     if out.is_table:
-        out.message(f"deleted {run_id}")
+        out.message(f"deleted {one_line(run_id)}")
     else:
         out.record({"deleted": run_id, "forced": force})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import logging
 import multiprocessing
 import os
 import signal
@@ -16,6 +17,7 @@ import click
 import msgspec
 
 from fencepost.cli._common import CliContext, StopRelay, console, table, write_store
+from fencepost.cli._output import one_line, printable
 
 
 def load_task(ref: str, import_dir: str | None = None) -> Any:
@@ -52,6 +54,20 @@ def _first_line(exc: BaseException) -> str:
     return lines[0] if lines else "no message"
 
 
+class TerminalSafeFormatter(logging.Formatter):
+    """Log lines for the operator's terminal, showing stored text as a table does: the record's run
+    id (given as ``extra={"run_id": ...}`` and as an argument) as an identifier (``one_line``: a
+    newline in it can forge no log line), the rest of the line with control and invisible characters
+    escaped (``printable``: a traceback keeps its line ends)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        run_id = getattr(record, "run_id", None)
+        if isinstance(run_id, str) and isinstance(record.args, tuple) and run_id in record.args:
+            record = logging.makeLogRecord(record.__dict__)
+            record.args = tuple(one_line(a) if a == run_id else a for a in record.args)  # type: ignore[union-attr]
+        return printable(super().format(record))
+
+
 def worker_process(url: str | dict[str, str], task: str, concurrency: int, until_idle: bool,
                    clock_spec: tuple[int, float] | None, prefix: str | None, results: Any,
                    log_level: str = "WARNING", liveness: str = "lease", import_dir: str | None = None) -> None:
@@ -61,6 +77,8 @@ def worker_process(url: str | dict[str, str], task: str, concurrency: int, until
     import fencepost
 
     logging.basicConfig(level=log_level, format=f"%(asctime)s worker {os.getpid()} %(levelname)s %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(TerminalSafeFormatter(handler.formatter._fmt if handler.formatter else None))
     from fencepost.cli.demo import ScaledClock
     from fencepost.runstore.liveness import same_host_pid_probe
     from fencepost.worker import Worker
