@@ -86,6 +86,23 @@ def _sqlite_name(exc: BaseException) -> str:
     return getattr(getattr(exc, "orig", None), "sqlite_errorname", None) or ""
 
 
+def _undecodable(exc: BaseException) -> bool:
+    """Whether ``exc`` is sqlite3's failure to decode a fetched TEXT value as UTF-8 (stored bytes
+    that are not UTF-8: SQLite takes whatever a statement casts to TEXT).
+
+    Told by its shape, not its text: every error SQLite itself reports carries its code
+    (``sqlite_errorcode``, Python 3.11+); an ``OperationalError`` without one is raised by the
+    driver, and while rows are read that is only the UTF-8 decode of a TEXT column.
+    """
+    orig = getattr(exc, "orig", None)
+    return type(orig) is sqlite3.OperationalError and getattr(orig, "sqlite_errorcode", None) is None
+
+
+# The column sqlite3 names in that failure (a name from fencepost's own statement, never a value);
+# the stored bytes it quotes after it are never shown.
+_UNDECODABLE_COLUMN = re.compile(r"Could not decode to UTF-8 column '([A-Za-z0-9_.()]{1,64})' with text ")
+
+
 def _by_prefix(reasons: dict[str, str], code: str | None) -> str | None:
     """The entry of ``reasons`` whose key is ``code`` or the start of an extended code (``SQLITE_BUSY_TIMEOUT``)."""
     if not code:
@@ -528,9 +545,15 @@ class SqliteBackend(Backend):
         name = _sqlite_name(exc) or None
         if name and name.startswith("SQLITE_CONSTRAINT"):
             return "constraint", name
+        if name is None and _undecodable(exc):
+            return "decode_failed", None
         return "persistence_failed", name
 
     def reason(self, exc: BaseException, code: str | None) -> str | None:
+        if code is None and _undecodable(exc):
+            column = _UNDECODABLE_COLUMN.match(str(exc.orig))  # type: ignore[attr-defined]
+            where = f" in column '{column.group(1)}'" if column else ""
+            return f"a stored text value{where} is not valid UTF-8"
         return _by_prefix(_SQLITE_REASONS, code)
 
     def commit_unknown(self, exc: BaseException) -> bool:

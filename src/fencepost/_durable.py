@@ -34,6 +34,7 @@ from fencepost._dialects import (
     SqliteBackend,
 )
 from fencepost._group import GroupCommit
+from fencepost._statements import wrapped
 from fencepost._txn import PROCESS
 from fencepost._txn import Txn as _Txn
 from fencepost._txn import current as _current
@@ -49,7 +50,8 @@ MAX_ATTEMPTS = 12
 
 
 class DbFailure(Exception):
-    """A database failure, value-free: ``category`` is ``constraint`` or ``persistence_failed``."""
+    """A database failure, value-free: ``category`` is ``constraint``, ``persistence_failed``, or
+    ``decode_failed`` (a stored value the driver cannot decode: SQLite TEXT that is not UTF-8)."""
 
     def __init__(self, category: str, code: str | None, reason: str | None = None, *,
                  reconnect: bool = False, transient: bool = False) -> None:
@@ -77,8 +79,20 @@ class ConnectProblem(NamedTuple):
 
 
 def failure_detail(subject: str, exc: DbFailure) -> str:
-    """``"<subject> persistence failed"``, with the reason when fencepost knows it."""
+    """``"<subject> persistence failed"``, with the reason when fencepost knows it (for a stored
+    value that cannot be decoded, ``"<subject>: <what cannot be decoded>"``)."""
+    if exc.category == DECODE_FAILED:
+        return f"{subject}: {exc.reason or 'a stored value cannot be decoded'}"
     return f"{subject} persistence failed" + (f": {exc.reason}" if exc.reason else "")
+
+
+DECODE_FAILED = "decode_failed"
+
+
+def failure_code(exc: DbFailure, usual: str) -> str:
+    """The code of the store error for ``exc``: ``decode_failed`` for a stored value that cannot
+    be decoded (the code every component gives a corrupt stored row), else ``usual``."""
+    return DECODE_FAILED if exc.category == DECODE_FAILED else usual
 
 
 # The reason of a COMMIT that got no answer: nothing may repeat it blindly (see CommitUnknown).
@@ -607,7 +621,12 @@ class Database:
                         self.backend.relax_in_transaction(conn)
                 result = fn(conn)
             except BaseException as exc:
-                self._settle(conn, trans, write, exc)
+                # A driver error raised while the body fetched rows from a driver cursor (see
+                # ``_statements.wrapped``) is classified like any other.
+                failed = wrapped(conn.dialect, exc)
+                self._settle(conn, trans, write, failed)
+                if failed is not exc:
+                    raise failed from None
                 raise
             finally:
                 _current.reset(token)

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
+from fencepost._statements import wrapped
 from fencepost._txn import PROCESS, Txn, current
 
 if TYPE_CHECKING:
@@ -340,6 +341,7 @@ class GroupCommit:
     def _raised(self, exc: BaseException) -> Outcome:
         """How a raising body is answered: as a single write would answer it."""
         db = self._db
+        exc = wrapped(db.engine.dialect, exc)  # a driver error raised while the body fetched rows
         if isinstance(exc, DBAPIError):
             if exc.connection_invalidated or db.backend.is_transient(exc):
                 return (_ALONE, None, [])  # the single write would retry: so do we, alone

@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.engine.default import DefaultDialect
 from sqlalchemy.exc import DBAPIError
 
@@ -71,8 +71,7 @@ def run(conn: Connection, q: Sql, params: dict[str, Any] | None) -> Any:
         return raw.execute(text_, params)  # type: ignore[union-attr]
     except dialect.loaded_dbapi.Error as exc:
         # Re-wrap so Database.write classifies (and retries) by driver code, as for Core calls.
-        raise DBAPIError.instance(None, None, exc, dialect.loaded_dbapi.Error, hide_parameters=True,
-                                  dialect=dialect) from None
+        raise wrapped(dialect, exc) from None
 
 
 def run_many(conn: Connection, q: Sql, rows: list[dict[str, Any]]) -> None:
@@ -94,8 +93,22 @@ def run_many(conn: Connection, q: Sql, rows: list[dict[str, Any]]) -> None:
         finally:
             cursor.close()
     except dialect.loaded_dbapi.Error as exc:
-        raise DBAPIError.instance(None, None, exc, dialect.loaded_dbapi.Error, hide_parameters=True,
-                                  dialect=dialect) from None
+        raise wrapped(dialect, exc) from None
+
+
+def wrapped(dialect: Dialect, exc: BaseException) -> BaseException:
+    """``exc`` as SQLAlchemy wraps a driver error (``DBAPIError``, without SQL or parameters) when it
+    is the driver's own, else ``exc`` itself.
+
+    ``run`` hands the caller the driver's cursor, so a failure while its rows are fetched (SQLite
+    decodes each TEXT value then: a value that is not UTF-8 fails there) reaches ``Database`` as
+    the driver raised it; this is how it is wrapped there, as ``run`` wraps a failed execute.
+    """
+    error = dialect.loaded_dbapi.Error
+    if isinstance(exc, error) and not isinstance(exc, DBAPIError):
+        return DBAPIError.instance(None, None, exc, error, hide_parameters=True,  # type: ignore[arg-type]
+                                   dialect=dialect)
+    return exc
 
 
 # Dialect classes whose driver connection is the DBAPI connection itself (pysqlite, psycopg).

@@ -161,8 +161,11 @@ def _read(store: Store, method: str, body: Any) -> Any:
     except FencepostError:
         raise
     except DbFailure as exc:
-        raise carry_failure(RunStoreError("list_failed", method, f"listing failed ({exc.category})"
-                                          + (f": {exc.reason}" if exc.reason else "")), exc) from None
+        err = carry_failure(RunStoreError("list_failed", method, f"listing failed ({exc.category})"
+                                          + (f": {exc.reason}" if exc.reason else "")), exc)
+        if exc.category == "decode_failed":  # a stored value that cannot be decoded: as a corrupt row
+            err.cause = {"code": "decode_failed"}  # type: ignore[attr-defined]
+        raise err from None
     except Corrupt as exc:
         # The same verdict and rule as ``runs.get`` and ``feed.read``; the listing's own code wraps it.
         err = RunStoreError("list_failed", method, f"decode_failed: {exc}")

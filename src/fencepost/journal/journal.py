@@ -16,7 +16,7 @@ from sqlalchemy import bindparam, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
-from fencepost._durable import DbFailure, carry_failure, failure_detail
+from fencepost._durable import DbFailure, carry_failure, failure_code, failure_detail
 from fencepost._schema import flows_journal_events as ev
 from fencepost._values import SAFE_MAX, identifier_problem, is_safe_int, text_problem
 from fencepost.errors import FencepostError, JournalError
@@ -468,7 +468,8 @@ class Journal:
         try:
             return self._store.db.read(fn)
         except DbFailure as exc:
-            raise carry_failure(JournalError("read_failed", method, failure_detail("journal read", exc)),
+            raise carry_failure(JournalError(failure_code(exc, "read_failed"), method,
+                                             failure_detail("journal read", exc)),
                                 exc) from None
 
 

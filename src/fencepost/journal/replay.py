@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from sqlalchemy import select
 
-from fencepost._durable import DbFailure, carry_failure, failure_detail
+from fencepost._durable import DbFailure, carry_failure, failure_code, failure_detail
 from fencepost._schema import flows_journal_events as _events
 from fencepost._values import identifier_problem, is_safe_int
 from fencepost.errors import JournalError
@@ -448,7 +448,8 @@ def replay_all(store: Store) -> ReplaySummary:
     try:
         streams = store.db.read(lambda conn: list(conn.execute(_FACT_STREAMS).scalars()))
     except DbFailure as exc:
-        raise carry_failure(JournalError("read_failed", "replay_all", failure_detail("journal read", exc)),
+        raise carry_failure(JournalError(failure_code(exc, "read_failed"), "replay_all",
+                                         failure_detail("journal read", exc)),
                             exc) from None
     histories: list[OwnershipHistory] = []
     orphans: list[str] = []

@@ -15,10 +15,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import msgspec
-from sqlalchemy import bindparam, select
+from sqlalchemy import LargeBinary, String, bindparam, cast, select
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
 
-from fencepost._durable import DbFailure, carry_failure, failure_detail
+from fencepost._durable import DbFailure, carry_failure, failure_code, failure_detail
 from fencepost._schema import flows_journal_events as ev
 from fencepost._values import is_safe_int
 from fencepost.errors import JournalError
@@ -44,7 +45,8 @@ class Break(msgspec.Struct, frozen=True):
     ``what`` is one of ``position`` (a gap or repeat in the global log), ``log_link`` (the entry does
     not follow its log predecessor), ``seq`` (a gap or repeat in the stream), ``stream_link`` (the
     entry does not follow its stream predecessor), ``content`` (type, payload or meta differ from
-    what was hashed), ``entry_hash`` (any other field differs), ``event_id`` and ``anchor``.
+    what was hashed), ``entry_hash`` (any other field differs), ``event_id``, ``encoding`` (a stored
+    text value of the entry is not valid UTF-8, the columns named; possible on SQLite only) and ``anchor``.
     ``run_id`` is the run the entry belongs to: the stream itself, or for a companion stream
     (``flows.companion/...``, named by a hash) the run its ``meta.runId`` names when that run hashes
     to the stream; None when it cannot be told (or for an anchor break).
@@ -113,6 +115,16 @@ _STREAM_PAGE = (
 )
 
 
+_TEXT_COLUMNS = frozenset(c.name for c in _PAGE.selected_columns if isinstance(c.type, String))
+# The page with its text columns read as the stored bytes (SQLite: CAST AS BLOB keeps them as they are).
+_BYTES_PAGE = (
+    select(*(cast(c, LargeBinary).label(c.name) if c.name in _TEXT_COLUMNS else c for c in _PAGE.selected_columns))
+    .where(ev.c.position > bindparam("after"))
+    .order_by(ev.c.position)
+    .limit(bindparam("n"))
+)
+
+
 _NEXT_IN_LOG = (
     select(ev.c.position, ev.c.log_prev_hash)
     .where(ev.c.position > bindparam("after"))
@@ -161,6 +173,40 @@ def stream_breaks(store: Store, stream: str) -> list[Break]:
         raise carry_failure(JournalError("read_failed", "verify", failure_detail("journal read", exc)), exc) from None
 
 
+class _Undecodable:
+    """An entry of a page read as bytes, some of whose text ``columns`` are not UTF-8 (those are
+    held with U+FFFD in place of each bad byte, so nothing shows the stored bytes)."""
+
+    def __init__(self, values: dict[str, Any], columns: list[str]) -> None:
+        self.__dict__.update(values)
+        self.columns = columns
+
+
+def _decoded(row: Any) -> Any:
+    """A row of ``_BYTES_PAGE`` as ``_PAGE`` would have returned it, or ``_Undecodable``."""
+    values = dict(row._mapping)
+    bad: list[str] = []
+    for name in _TEXT_COLUMNS:
+        raw = values[name]
+        if type(raw) is bytes:
+            try:
+                values[name] = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                values[name] = raw.decode("utf-8", "replace")
+                bad.append(name)
+    if bad:
+        return _Undecodable(values, sorted(bad))
+    return _Row(values)
+
+
+class _Row:
+    """A decoded row of ``_BYTES_PAGE``: its columns as attributes and as ``_mapping``."""
+
+    def __init__(self, values: dict[str, Any]) -> None:
+        self.__dict__.update(values)
+        self._mapping = values
+
+
 class _Checker:
     def __init__(self) -> None:
         self.expected_position = 1
@@ -176,6 +222,18 @@ class _Checker:
         if len(self.listed) < MAX_LISTED:
             self.listed.append(Break(stream=row.run_id, seq=int(row.seq), position=int(row.position), what=what,
                                      detail=detail, run_id=_run_of(row)))
+
+    def undecodable(self, row: _Undecodable) -> None:
+        """An entry holding text that is not UTF-8: one ``encoding`` break; the chain continues
+        from what it stores (its other checks would only repeat the same break)."""
+        self.count += 1
+        self.fail(row, "encoding", f"stored {', '.join(row.columns)} {'is' if len(row.columns) == 1 else 'are'} "
+                                   "not valid UTF-8")
+        position = int(row.position)
+        self.expected_position = position + 1
+        self.log_prev = row.entry_hash
+        self.streams[row.run_id] = (int(row.seq), row.entry_hash)
+        self.last = Head(position=position, entry_hash=row.entry_hash)
 
     def check(self, row: Any) -> None:
         self.count += 1
@@ -251,9 +309,19 @@ def verify(store: Store, *, anchor: Head | None = None) -> VerifyReport:
         after = 0
         anchor_hash: str | None = None
         while True:
-            rows = conn.execute(_PAGE, {"after": after, "n": PAGE}).all()
+            try:
+                rows = conn.execute(_PAGE, {"after": after, "n": PAGE}).all()
+            except DBAPIError as exc:
+                # A stored text value that is not UTF-8 (SQLite): the same page again, its text read
+                # as bytes, so the entry that holds it is reported as a break, not the whole verify.
+                if store.db.backend.classify(exc)[0] != "decode_failed":
+                    raise
+                rows = [_decoded(r) for r in conn.execute(_BYTES_PAGE, {"after": after, "n": PAGE})]
             for row in rows:
-                checker.check(row)
+                if type(row) is _Undecodable:
+                    checker.undecodable(row)
+                else:
+                    checker.check(row)
                 if anchor is not None and int(row.position) == anchor.position:
                     anchor_hash = row.entry_hash
             if len(rows) < PAGE:
@@ -263,7 +331,8 @@ def verify(store: Store, *, anchor: Head | None = None) -> VerifyReport:
     try:
         checker, anchor_hash = store.db.read(run)
     except DbFailure as exc:
-        raise carry_failure(JournalError("read_failed", "verify", failure_detail("journal read", exc)), exc) from None
+        raise carry_failure(JournalError(failure_code(exc, "read_failed"), "verify",
+                                         failure_detail("journal read", exc)), exc) from None
     if anchor is not None and anchor_hash != anchor.entry_hash:
         checker.breaks += 1
         if len(checker.listed) < MAX_LISTED:
@@ -286,5 +355,6 @@ def head(store: Store) -> Head | None:
     try:
         row = store.db.read(lambda conn: conn.execute(stmt).first())
     except DbFailure as exc:
-        raise carry_failure(JournalError("read_failed", "head", failure_detail("journal read", exc)), exc) from None
+        raise carry_failure(JournalError(failure_code(exc, "read_failed"), "head",
+                                         failure_detail("journal read", exc)), exc) from None
     return None if row is None else Head(position=int(row.position), entry_hash=row.entry_hash)

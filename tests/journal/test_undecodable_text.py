@@ -1,0 +1,72 @@
+"""A journal entry holding TEXT that is not valid UTF-8 (written by hand after the append-only
+triggers were dropped, or by a foreign tool): reads fail as ``decode_failed`` naming the column,
+``verify`` reports the entry as an ``encoding`` break and checks the rest.
+
+SQLite only: SQLite stores whatever bytes a statement casts to TEXT; PostgreSQL refuses invalid
+UTF-8 on input in a UTF8 database; a SQL_ASCII database (which would take any bytes) cannot hold a
+store at all today (opening it fails: psycopg returns its text as bytes).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import fencepost
+from fencepost.journal import verify
+
+pytestmark = pytest.mark.parametrize("backend", ["sqlite"])
+
+# ``{"i":"\xff"}``: valid JSON to SQLite (it does not check UTF-8), invalid UTF-8.
+BAD_PAYLOAD = "CAST(x'7b2269223a22ff227d' AS TEXT)"
+
+
+@pytest.fixture
+def spoiled(store: fencepost.Store, raw) -> fencepost.Store:
+    """Positions 1..9 over streams run-0..run-2; position 5 (run-1, seq 1) holds invalid UTF-8."""
+    for i in range(9):
+        store.journal.append_unfenced(f"run-{i % 3}", "step", {"i": i}, source_id="w")
+    raw.exec_driver_sql("DROP TRIGGER flows_journal_events_no_update_v1")
+    raw.exec_driver_sql(f"UPDATE flows_journal_events SET payload_json = {BAD_PAYLOAD} WHERE position = 5")
+    raw.commit()
+    return store
+
+
+def _clean(message: str) -> None:
+    assert "\\xff" not in message and "\ufffd" not in message
+
+
+def test_entries_and_log_are_decode_failed_naming_the_column(spoiled):
+    with pytest.raises(fencepost.JournalError) as err:
+        spoiled.journal.entries("run-1")
+    assert err.value.code == "decode_failed"
+    assert "payload_json" in str(err.value) and "UTF-8" in str(err.value)
+    _clean(str(err.value))
+    with pytest.raises(fencepost.JournalError) as err:
+        list(spoiled.journal.log())
+    assert err.value.code == "decode_failed" and "payload_json" in str(err.value)
+    # The other streams are still readable.
+    assert [e.seq for e in spoiled.journal.entries("run-0").entries] == [0, 1, 2]
+
+
+def test_verify_reports_an_encoding_break_and_checks_the_rest(spoiled):
+    report = verify(spoiled)
+    assert not report.ok
+    assert report.entries_checked == 9
+    assert report.breaks == 1
+    brk = report.first_break
+    assert brk is not None
+    assert (brk.position, brk.stream, brk.seq, brk.what) == (5, "run-1", 1, "encoding")
+    assert "payload_json" in brk.detail and "UTF-8" in brk.detail
+    _clean(brk.detail)
+    assert report.head is not None and report.head.position == 9
+
+
+def test_verify_names_every_undecodable_column(store, raw):
+    store.journal.append_unfenced("run-0", "step", {"i": 0}, source_id="w")
+    raw.exec_driver_sql("DROP TRIGGER flows_journal_events_no_update_v1")
+    raw.exec_driver_sql(f"UPDATE flows_journal_events SET payload_json = {BAD_PAYLOAD}, "
+                        "event_type = CAST(x'73ff' AS TEXT)")
+    raw.commit()
+    brk = verify(store).first_break
+    assert brk is not None and brk.what == "encoding"
+    assert "event_type" in brk.detail and "payload_json" in brk.detail
