@@ -9,8 +9,9 @@ import math
 import os
 import re
 import signal
+import sys
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
@@ -522,6 +523,63 @@ def stop_on_signals() -> Iterator[threading.Event]:
         relay.close()
     if interrupted:
         raise SystemExit(INTERRUPTED)
+
+
+def progress_columns() -> tuple[Any, ...]:
+    """The columns of every progress bar the command line draws (the demo's too): what is being
+    done, the bar, ``done/total`` and the time elapsed."""
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+
+    return TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
+
+
+def progress_option(fn: Callable) -> Callable:
+    """Add ``--no-progress`` to a long-running command; pass the choice as ``progress`` (bool)."""
+    return click.option("--no-progress", "no_progress", is_flag=True,
+                        help="Draw no progress bar (one is drawn on stderr only when stderr is a terminal).")(
+        _pass_progress(fn))
+
+
+def _pass_progress(fn: Callable) -> Callable:
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, no_progress: bool, **kwargs: Any) -> Any:
+        return fn(*args, progress=not no_progress, **kwargs)
+
+    return wrapper
+
+
+@contextmanager
+def progress_bar(description: str, *, enabled: bool = True) -> Iterator[Callable[[int, int], None] | None]:
+    """A progress bar on stderr for long work, as a library ``on_progress(done, total)`` callback.
+
+    Yields ``None`` (the library then counts nothing) unless ``enabled`` and stderr is a terminal:
+    a pipe or a file, and so a script or a ``--format json`` consumer, sees nothing more on stderr
+    and the same bytes on stdout. Each call sets the bar to ``done`` of ``total`` (a read the library
+    retries starts it again from 0). The bar is removed when the block ends, before the result prints.
+    """
+    if not enabled or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.progress import Progress
+
+    with Progress(*progress_columns(), console=err_console, transient=True) as bar:
+        task = bar.add_task(printable_text(description), total=None)
+
+        def on_progress(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield on_progress
+
+
+def printable_text(text: str) -> str:
+    """``text`` with nothing a terminal acts on, and no rich markup read from it."""
+    from rich.markup import escape
+
+    from fencepost.cli._output import one_line
+
+    return escape(one_line(text))
 
 
 def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:

@@ -42,6 +42,13 @@ control character the text holds (ESC, BEL, ...) as `\\xNN`, and an invisible fo
 right-to-left override, a zero-width space, a byte order mark, ...) as `\\uNNNN`, so a run id or
 flow name never drives the terminal nor shows as another; the other formats keep the exact text.
 
+**Progress.** `journal verify`, `journal replay --all`, `projection rebuild` and `projection run`
+(without `--follow`) draw a progress bar on stderr while they work (entries, runs or revisions done
+of the total), and only when stderr is a terminal: on a pipe or a file, and so for a script or a
+`--format json` consumer, stdout and stderr are exactly what they would be without it. The bar is
+gone before the result prints; `--no-progress` draws none on a terminal either. Ctrl-C stops the
+command (exit 130); a projection resumes from the last page it committed.
+
 **Errors and exit codes.** An error is one line on stderr starting with `Error:`, never a
 traceback (set `FENCEPOST_DEBUG=1` to see one); data goes to stdout.
 

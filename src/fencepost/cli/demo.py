@@ -25,9 +25,9 @@ from typing import Any
 
 import click
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import Progress
 
-from fencepost.cli._common import CliContext, FiniteRange, console, echo_error, fail, table
+from fencepost.cli._common import CliContext, FiniteRange, console, echo_error, fail, progress_columns, table
 
 TERMINAL = ("completed", "failed", "cancelled")
 DEMO_TASK = "fencepost.cli.demo:demo_task"
@@ -137,8 +137,7 @@ def demo(obj: CliContext, n_runs: int, n_workers: int, speed: float, timeout: fl
     # then the builder lock is released.
     with ProjectionBuilder(store, url, RunsByStatus(), lock_timeout=10.0) as builder:
         _hold_projection(builder)
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=console, transient=False) as progress:
+        with Progress(*progress_columns(), console=console, transient=False) as progress:
             task = progress.add_task("creating runs", total=n_runs)
             rng = random.Random(7)
             for i in range(n_runs):

@@ -7,7 +7,18 @@ from typing import Any
 import click
 
 from fencepost._values import ascii_digits
-from fencepost.cli._common import MAX_SAFE_INTEGER, RunIdType, fail, owner_text, read_store, run_exists, table, when
+from fencepost.cli._common import (
+    MAX_SAFE_INTEGER,
+    RunIdType,
+    fail,
+    owner_text,
+    progress_bar,
+    progress_option,
+    read_store,
+    run_exists,
+    table,
+    when,
+)
 from fencepost.cli._output import Column, Output, one_line, output_options, to_data
 
 ENTRY_COLUMNS = [
@@ -69,8 +80,9 @@ def _short(payload: Any) -> str:
 @journal.command("replay")
 @click.argument("run_id", required=False, type=RunIdType())
 @click.option("--all", "every", is_flag=True, help="Replay every run that has ownership facts and summarise.")
+@progress_option
 @output_options
-def journal_replay(run_id: str | None, every: bool, out: Output) -> None:
+def journal_replay(run_id: str | None, every: bool, out: Output, progress: bool) -> None:
     """Rebuild a run's ownership history from its consensus facts alone and check it.
 
     Checks: never two owners at once, every activation preceded by its claim, every steal and
@@ -78,8 +90,8 @@ def journal_replay(run_id: str | None, every: bool, out: Output) -> None:
     no fact edited or removed by hand (chain_broken: the facts' stream fails its hash chain).
     With --all, every run with ownership facts is replayed and the summary counts runs, intervals
     and violations by rule (json: the summary with every history; jsonl: one history per line;
-    csv: one row per run). Exits 1 when any history breaks a rule, or when RUN_ID names neither a
-    run nor any ownership facts.
+    csv: one row per run; on a terminal, a progress bar on stderr counts the runs replayed). Exits
+    1 when any history breaks a rule, or when RUN_ID names neither a run nor any ownership facts.
 
     Example: fencepost runs create order-17 && fencepost journal replay order-17
     """
@@ -87,7 +99,7 @@ def journal_replay(run_id: str | None, every: bool, out: Output) -> None:
         raise click.UsageError("give a RUN_ID or --all (not both)")
     store = read_store()
     if every:
-        _replay_all(store, out)
+        _replay_all(store, out, progress)
         return
     from fencepost.journal import ownership_history
 
@@ -124,10 +136,11 @@ INTERVAL_COLUMNS = [
 REPLAY_ALL_FIELDS = ("run_id", "facts", "intervals", "violations", "first_violation", "stream")
 
 
-def _replay_all(store: Any, out: Output) -> None:
+def _replay_all(store: Any, out: Output, progress: bool) -> None:
     from fencepost.journal.replay import replay_all
 
-    summary = replay_all(store)
+    with progress_bar("replaying ownership histories", enabled=progress) as on_progress:
+        summary = replay_all(store, on_progress=on_progress)
     if out.format == "jsonl":  # one history per line, as `replay RUN_ID --format jsonl` prints one
         out.rows(to_data(summary.histories), [])
     elif out.format == "csv":  # one row per run; `replay RUN_ID --format csv` has its intervals
@@ -197,13 +210,15 @@ def _break_place(b: Any) -> str:
 @journal.command("verify")
 @click.option("--anchor", metavar="POSITION:HASH", default=None,
               help="A head recorded earlier (printed by verify): also prove the entry there is unchanged.")
+@progress_option
 @output_options
-def journal_verify(anchor: str | None, out: Output) -> None:
+def journal_verify(anchor: str | None, out: Output, progress: bool) -> None:
     """Verify every stream's hash chain and the global position sequence.
 
     Exits 1 when an entry was edited, removed or reordered. The report ends with the journal head
     (POSITION:HASH); keep it elsewhere and pass it back with --anchor to prove later that nothing
-    up to it was removed or rewritten.
+    up to it was removed or rewritten. On a terminal, a progress bar on stderr counts the entries
+    checked (Ctrl-C stops the verification, exit 130).
 
     Example: fencepost journal verify --anchor 1042:5f1c...e9
     """
@@ -211,7 +226,8 @@ def journal_verify(anchor: str | None, out: Output) -> None:
 
     head = _anchor(anchor)
     store = read_store()
-    report = verify(store, anchor=head)
+    with progress_bar("verifying journal entries", enabled=progress) as on_progress:
+        report = verify(store, anchor=head, on_progress=on_progress)
     if not out.is_table:
         out.record(to_data(report))
     elif report.ok:

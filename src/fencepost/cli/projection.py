@@ -10,7 +10,16 @@ from typing import Any
 
 import click
 
-from fencepost.cli._common import CliContext, FiniteRange, _checked_url, fail, read_store, stop_on_signals
+from fencepost.cli._common import (
+    CliContext,
+    FiniteRange,
+    _checked_url,
+    fail,
+    progress_bar,
+    progress_option,
+    read_store,
+    stop_on_signals,
+)
 from fencepost.cli._output import Column, Output, output_options, to_data
 
 # The names ``projection status`` shows; the dashed spellings are accepted too.
@@ -123,16 +132,19 @@ def projection() -> None:
               help="Keep following the feed until stopped (Ctrl-C exits 130, SIGTERM exits 0).")
 @click.option("--interval", type=FiniteRange(0.1, 3600), default=2.0, show_default=True,
               help="With --follow: seconds between status lines.")
+@progress_option
 @output_options
 @click.pass_obj
 def projection_run(obj: CliContext, which: str, target: str | None, follow: bool, interval: float,
-                   out: Output) -> None:
+                   out: Output, progress: bool) -> None:
     """Catch the projection up with the source (or keep it in step with --follow).
 
-    With --follow, prints a status line every --interval seconds: the position the projection
-    reflects, its lag and the updates applied per second (json/jsonl: one object per line with
-    the projection status fields and applied_per_s), and a line each time a rebuild starts (the
-    source rotated or rewound, a table of the projection was dropped on the target).
+    Without --follow, a progress bar on stderr (when it is a terminal) shows the revision reached
+    of the source's head. With --follow, prints a status line every --interval seconds: the
+    position the projection reflects, its lag and the updates applied per second (json/jsonl: one
+    object per line with the projection status fields and applied_per_s), and a line each time a
+    rebuild starts (the source rotated or rewound, a table of the projection was dropped on the
+    target).
 
     Example: fencepost projection run --name runs_by_status --follow
     """
@@ -143,7 +155,8 @@ def projection_run(obj: CliContext, which: str, target: str | None, follow: bool
         if follow:
             _follow(obj, builder, which, target, interval, out)
             return
-        result = builder.catch_up()
+        with progress_bar(f"catching up {which}", enabled=progress) as on_progress:
+            result = builder.catch_up(on_progress=on_progress)
     if isinstance(result, dict):
         records = _per_store(result)
         if out.is_table:
@@ -240,11 +253,15 @@ def projection_status(obj: CliContext, which: str, target: str | None, out: Outp
 @_options
 @click.option("--source", "source_name", metavar="NAME", default=None,
               help="With several stores: rebuild only this store's rows (default: every store's).")
+@progress_option
 @output_options
 @click.pass_obj
 def projection_rebuild(obj: CliContext, which: str, target: str | None, source_name: str | None,
-                       out: Output) -> None:
+                       out: Output, progress: bool) -> None:
     """Rebuild the projection from revision 0 of the current source.
+
+    A progress bar on stderr (when it is a terminal) shows the revision reached of the source's
+    head (with several stores, each store's in turn).
 
     Example: fencepost projection rebuild --name ownership_history
     """
@@ -253,7 +270,8 @@ def projection_rebuild(obj: CliContext, which: str, target: str | None, source_n
     if source_name is not None and source_name not in obj.stores(readonly=True):
         raise click.UsageError("--source names none of the given stores")
     with _busy_explained(which), _builder(obj, which, target) as builder:
-        result = builder.rebuild(source_name) if source_name is not None else builder.rebuild()
+        with progress_bar(f"rebuilding {which}", enabled=progress) as on_progress:
+            result = builder.rebuild(source_name, on_progress=on_progress)
     if isinstance(result, dict):
         records = _per_store(result)
         if out.is_table:

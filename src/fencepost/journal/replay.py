@@ -33,7 +33,7 @@ steal without a recorded reading is judged against that bound. Violations are re
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -429,6 +429,15 @@ class ReplaySummary(msgspec.Struct, frozen=True):
         return not self.violations and not self.unattributed_streams
 
 
+def _run_named_by(store: Store, stream: str, companion_stream: Callable[[str], str]) -> str | None:
+    """The run a companion stream belongs to: the first ``runId`` its facts name that hashes to it."""
+    for e in _facts(store, stream):
+        named = e.payload.get("runId") if type(e.payload) is dict else None
+        if type(named) is str and named and companion_stream(named) == stream:
+            return named
+    return None
+
+
 _FACT_STREAMS = (
     select(_events.c.run_id).distinct()
     .where(_events.c.source_id == FACT_SOURCE, _events.c.event_type.like(FACT_PREFIX + "%"),
@@ -437,14 +446,21 @@ _FACT_STREAMS = (
 )
 
 
-def replay_all(store: Store) -> ReplaySummary:
+def replay_all(store: Store, *, on_progress: Callable[[int, int], None] | None = None) -> ReplaySummary:
     """Replay every run that has ownership facts (``ownership_history`` of each), with totals.
 
     A run is found through its companion stream: the run id is the ``runId`` its facts name that
     hashes to that stream.
+
+    ``on_progress(replayed, total)``, when given, is called with ``(0, total)`` once the companion
+    streams are listed (``total`` of them) and after each stream is judged, so the last call has
+    ``replayed == total``. An exception it raises (``KeyboardInterrupt`` ...) ends the replay and
+    propagates.
     """
     from fencepost.journal import companion_stream
 
+    if on_progress is not None and not callable(on_progress):
+        raise JournalError("invalid_event", "replay_all", "on_progress must be callable (or None)")
     try:
         streams = store.db.read(lambda conn: list(conn.execute(_FACT_STREAMS).scalars()))
     except DbFailure as exc:
@@ -454,20 +470,19 @@ def replay_all(store: Store) -> ReplaySummary:
     histories: list[OwnershipHistory] = []
     orphans: list[str] = []
     counts: dict[str, int] = {}
-    for stream in streams:
-        run_id = None
-        for e in _facts(store, stream):
-            named = e.payload.get("runId") if type(e.payload) is dict else None
-            if type(named) is str and named and companion_stream(named) == stream:
-                run_id = named
-                break
+    if on_progress is not None:
+        on_progress(0, len(streams))
+    for done, stream in enumerate(streams, start=1):
+        run_id = _run_named_by(store, stream, companion_stream)
         if run_id is None:
             orphans.append(stream)
-            continue
-        h = ownership_history(store, run_id)
-        histories.append(h)
-        for v in h.violations:
-            counts[v.rule] = counts.get(v.rule, 0) + 1
+        else:
+            h = ownership_history(store, run_id)
+            histories.append(h)
+            for v in h.violations:
+                counts[v.rule] = counts.get(v.rule, 0) + 1
+        if on_progress is not None:
+            on_progress(done, len(streams))
     histories.sort(key=lambda h: h.run_id)
     return ReplaySummary(runs=len(histories), intervals=sum(len(h.intervals) for h in histories),
                          violations=dict(sorted(counts.items())), unattributed_streams=orphans,

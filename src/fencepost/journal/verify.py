@@ -12,10 +12,11 @@ ticket, another database) and pass it back as ``anchor``: the chain then proves 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import msgspec
-from sqlalchemy import LargeBinary, String, bindparam, cast, select
+from sqlalchemy import LargeBinary, String, bindparam, cast, func, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
@@ -291,16 +292,30 @@ def checked_anchor(anchor: object) -> Head:
     return Head(position=anchor.position, entry_hash=digest)
 
 
-def verify(store: Store, *, anchor: Head | None = None) -> VerifyReport:
+_COUNT = select(func.count()).select_from(ev)
+
+
+def verify(store: Store, *, anchor: Head | None = None,
+           on_progress: Callable[[int, int], None] | None = None) -> VerifyReport:
     """Check every link of the journal's hash chains and return a report (never raises on a break).
 
-    Reads the whole log in ``position`` order inside one read snapshot. With ``anchor`` (a ``Head``
-    recorded earlier), also checks that the entry at that position still carries that hash (in any
-    letter case); an anchor that no entry could match (a position that is not an integer >= 1, a
-    hash that is not 64 hex digits) is ``invalid_event`` naming the field, never a break.
+    Reads the whole log in ``position`` order, ``PAGE`` (2000) entries at a time, inside one read
+    snapshot. With ``anchor`` (a ``Head`` recorded earlier), also checks that the entry at that
+    position still carries that hash (in any letter case); an anchor that no entry could match (a
+    position that is not an integer >= 1, a hash that is not 64 hex digits) is ``invalid_event``
+    naming the field, never a break.
+
+    ``on_progress(checked, total)``, when given, is called with ``(0, total)`` before the first
+    page and after every page with the entries checked so far; ``total`` is the number of entries
+    in the snapshot verified (counted in that snapshot, so the last call has ``checked == total``).
+    When the store retries the read after a transient failure (a dropped connection), the calls
+    start again from 0. Without it, nothing is counted. An exception it raises (``KeyboardInterrupt``
+    ...) ends the verification and propagates.
     """
     if anchor is not None:
         anchor = checked_anchor(anchor)
+    if on_progress is not None and not callable(on_progress):
+        raise JournalError("invalid_event", "verify", "on_progress must be callable (or None)")
 
     def run(conn: Connection) -> tuple[_Checker, str | None]:
         # Everything a pass learns is made here: the store retries this whole read after a
@@ -308,6 +323,10 @@ def verify(store: Store, *, anchor: Head | None = None) -> VerifyReport:
         checker = _Checker()
         after = 0
         anchor_hash: str | None = None
+        total = 0
+        if on_progress is not None:
+            total = int(conn.execute(_COUNT).scalar_one())
+            on_progress(0, total)
         while True:
             try:
                 rows = conn.execute(_PAGE, {"after": after, "n": PAGE}).all()
@@ -324,6 +343,8 @@ def verify(store: Store, *, anchor: Head | None = None) -> VerifyReport:
                     checker.check(row)
                 if anchor is not None and int(row.position) == anchor.position:
                     anchor_hash = row.entry_hash
+            if on_progress is not None and rows:
+                on_progress(checker.count, total)
             if len(rows) < PAGE:
                 return checker, anchor_hash
             after = int(rows[-1].position)

@@ -219,24 +219,36 @@ class ProjectionBuilder:
         self._on_rebuild: Callable[[str | None, str], None] | None = None
 
     # ------------------------------------------------------------------ public surface
-    def catch_up(self) -> CatchUp | dict[str, CatchUp]:
+    def catch_up(self, *, on_progress: Callable[[int, int], None] | None = None) -> CatchUp | dict[str, CatchUp]:
         """Apply everything up to the source's current revision, rebuilding first if it rotated.
 
         Returns the updates applied and rejected by this call, whether a rebuild was swapped in,
         and the revision the projection now reflects. With named sources: one ``CatchUp`` per
         source name; every source is caught up even when one fails, then the first failure is raised.
+
+        ``on_progress(revision, head)``, when given, is called before the first page and after every
+        page (``batch_size`` changes) with the revision the projection (or the shadow copy a rebuild
+        fills) has reached and the source's head revision, read at every page (at least
+        ``revision``); the last call has ``revision == head``. With named sources, each source is
+        reported in turn, from its own revision to its own head. An exception it raises
+        (``KeyboardInterrupt`` ...) stops the catch-up after the last committed page, which the
+        next call resumes from.
         """
+        self._check_progress(on_progress, "catchUp")
         self._acquire()
         if self.sources is None:
-            return self._catch_up(self._shares[0])
-        return self._each(self._shares, self._catch_up)
+            return self._catch_up(self._shares[0], on_progress)
+        return self._each(self._shares, lambda share: self._catch_up(share, on_progress))
 
-    def rebuild(self, source_name: str | None = None) -> CatchUp | dict[str, CatchUp]:
+    def rebuild(self, source_name: str | None = None, *,
+                on_progress: Callable[[int, int], None] | None = None) -> CatchUp | dict[str, CatchUp]:
         """Rebuild from revision 0 of the current source into a shadow copy, then swap it in.
 
         With named sources, every source's share is rebuilt, or only ``source_name``'s; the rows of
-        the other sources are left as they are.
+        the other sources are left as they are. ``on_progress`` is reported as by ``catch_up``,
+        from revision 0.
         """
+        self._check_progress(on_progress, "rebuild")
         shares = self._select(source_name, "rebuild")
         self._acquire()
 
@@ -252,11 +264,11 @@ class ProjectionBuilder:
 
         if self.sources is None:
             start(shares[0])
-            return self._catch_up(shares[0])
+            return self._catch_up(shares[0], on_progress)
 
         def one(share: Share) -> CatchUp:
             start(share)
-            return self._catch_up(share)
+            return self._catch_up(share, on_progress)
 
         return self._each(shares, one)
 
@@ -503,7 +515,12 @@ class ProjectionBuilder:
         return {"projection": self.name, "source": share.label}
 
     # ------------------------------------------------------------------ catch-up and rebuild
-    def _catch_up(self, share: Share) -> CatchUp:
+    @staticmethod
+    def _check_progress(on_progress: object, method: str) -> None:
+        if on_progress is not None and not callable(on_progress):
+            raise ProjectionError("invalid_projection", method, "on_progress must be callable (or None)")
+
+    def _catch_up(self, share: Share, on_progress: Callable[[int, int], None] | None = None) -> CatchUp:
         applied = rejected = 0
         rebuilt = False
         races = 0
@@ -514,9 +531,11 @@ class ProjectionBuilder:
                 source, head = feed.head()
                 reason = self._pending_reason(share, cp, source, head)
                 if reason is not None:
-                    a, r = self._rebuild(share, cp, reason, source, head)
+                    a, r = self._rebuild(share, cp, reason, source, head, on_progress)
                     applied, rejected, rebuilt, races = applied + a, rejected + r, True, 0
                     continue
+                if on_progress is not None:
+                    on_progress(cp.revision, max(head, cp.revision))
                 page = feed.page(source, cp.revision, self.batch_size)
                 a, r = self._commit(share, cp, page, shadow=False)
             except (SourceChanged, CheckpointMoved):
@@ -534,6 +553,8 @@ class ProjectionBuilder:
             applied, rejected, races = applied + a, rejected + r, 0
             _gauges.projection_lag.set(max(0, head - page.next_revision), **self._gauge_labels(share))
             if not page.has_more:
+                if on_progress is not None:
+                    on_progress(page.next_revision, page.next_revision)
                 return CatchUp(applied, rejected, rebuilt, page.next_revision)
 
     def _pending_reason(self, share: Share, cp: Checkpoint, source: str, head: int) -> str | None:
@@ -546,7 +567,8 @@ class ProjectionBuilder:
                 return "journal_diverged"
         return cp.shadow_reason
 
-    def _rebuild(self, share: Share, cp: Checkpoint, reason: str, source: str, head: int) -> tuple[int, int]:
+    def _rebuild(self, share: Share, cp: Checkpoint, reason: str, source: str, head: int,
+                 on_progress: Callable[[int, int], None] | None = None) -> tuple[int, int]:
         feed = share.feed
         resumable = (
             cp.shadow_source == source
@@ -572,6 +594,8 @@ class ProjectionBuilder:
         applied = rejected = 0
         while True:
             assert cp.shadow_revision is not None
+            if on_progress is not None:
+                on_progress(cp.shadow_revision, max(head, cp.shadow_revision))
             page = feed.page(source, cp.shadow_revision, self.batch_size)
             a, r = self._commit(share, cp, page, shadow=True)
             applied, rejected = applied + a, rejected + r
