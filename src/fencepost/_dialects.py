@@ -603,6 +603,26 @@ class SqliteBackend(Backend):
         return statements
 
 
+# The code (``db_code``) of a PostgreSQL database refused for its encoding: the setting it comes from.
+_NOT_UTF8_CODE = "server_encoding"
+_ENCODING_NAME = re.compile(r"^[A-Za-z0-9_]{1,32}$")
+
+
+def _not_utf8(encoding: str | None) -> Exception:
+    """The driver error a new connection to a database whose encoding is not UTF8 fails with.
+
+    A driver error (psycopg's ``NotSupportedError``), so SQLAlchemy wraps it like any refused
+    connection and it reaches ``fencepost.open`` (or a later call) through the usual failure path;
+    ``fencepost_encoding`` carries the encoding's name, which ``classify`` and ``reason`` read.
+    """
+    import psycopg
+
+    name = encoding if encoding and _ENCODING_NAME.match(encoding) else "not UTF8"
+    err = psycopg.NotSupportedError(f"the database's encoding is {name}, not UTF8")
+    err.fencepost_encoding = name  # type: ignore[attr-defined]
+    return err
+
+
 # Which of a list of tables exist in a schema: one statement, the names bound as one array.
 _PG_TABLES = text("SELECT tablename FROM pg_tables WHERE schemaname = :s AND tablename = ANY(:t)").bindparams(
     bindparam("t", type_=pg_dialect.ARRAY(Text())))
@@ -627,6 +647,16 @@ class PostgresBackend(Backend):
 
     def configure(self, engine: Engine, *, readonly: bool, options: dict[str, str]) -> None:
         schema = self.schema
+
+        # First of the connect listeners, before SQLAlchemy's own first-connect setup, which
+        # cannot even read the server's version from a SQL_ASCII database (psycopg returns its
+        # text as bytes). The encoding came with the login: no round trip.
+        @event.listens_for(engine, "connect", insert=True)
+        def _check_encoding(dbapi_connection: Any, _record: Any) -> None:
+            encoding = dbapi_connection.info.parameter_status("server_encoding")
+            if encoding != "UTF8":
+                dbapi_connection.close()
+                raise _not_utf8(encoding)
 
         @event.listens_for(engine, "connect")
         def _connect(dbapi_connection: Any, _record: Any) -> None:
@@ -685,6 +715,10 @@ class PostgresBackend(Backend):
         return isinstance(exc, DBAPIError) and self._lost(exc)
 
     def reason(self, exc: BaseException, code: str | None) -> str | None:
+        encoding = getattr(getattr(exc, "orig", None), "fencepost_encoding", None)
+        if encoding is not None:
+            return (f"the database's encoding is {encoding}, and fencepost needs a UTF8 database "
+                    "(CREATE DATABASE ... ENCODING 'UTF8')")
         if isinstance(exc, DBAPIError) and self._lost(exc):
             return "the connection to the server was lost"
         if code is None:
@@ -692,7 +726,10 @@ class PostgresBackend(Backend):
         return _PG_REASONS.get(code) or _PG_REASONS.get(code[:2])
 
     def classify(self, exc: BaseException) -> tuple[str, str | None]:
-        code = getattr(getattr(exc, "orig", None), "sqlstate", None)
+        orig = getattr(exc, "orig", None)
+        if getattr(orig, "fencepost_encoding", None) is not None:
+            return "persistence_failed", _NOT_UTF8_CODE
+        code = getattr(orig, "sqlstate", None)
         if code and code.startswith("23"):
             return "constraint", code
         return "persistence_failed", code

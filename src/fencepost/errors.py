@@ -128,7 +128,8 @@ class OpenError(FencepostError):
     ``permission_denied``, ``needs_migrations``, ``schema_too_new``, ``schema_mismatch``, ``disk_full``,
     and ``open_failed`` for any other database failure. The message names the SQLite path or the
     PostgreSQL URL with its password masked, never other values; ``db_code`` is the driver's code when there is one
-    (``SQLITE_NOTADB``, ``3D000`` ...), else ``None``.
+    (``SQLITE_NOTADB``, ``3D000`` ...; ``server_encoding`` for a PostgreSQL database whose encoding
+    is not UTF8), else ``None``.
     """
 
     component = "Store"
