@@ -126,6 +126,10 @@ class ProjectionBuilder:
         A database URL (or an open ``Database``): the source's own database or another one, on
         either backend. The builder's tables (migration block ``projections``) and the projection's
         tables are created there if absent. An empty URL is refused (it never means the default).
+        A URL is parsed and its file or server checked here, as ``fencepost.open`` does: a URL that
+        is not one (a bad scheme, option or schema name) raises ``ValueError``, a SQLite path that
+        cannot be a file (its parent is a file) ``OpenError``; failures met on first contact with
+        the database (no server, no such database, not a database) are ``ProjectionError``.
     projection:
         The read model (``RunsByStatus``, ``OwnershipHistory`` or your own ``Projection``).
     batch_size:
