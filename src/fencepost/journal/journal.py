@@ -253,16 +253,15 @@ class Journal:
         if type(entries) not in (list, tuple) or not entries:
             raise JournalError("invalid_event", method, "entries must be a non-empty list")
         # The stream's fields once, then each entry's own (``_entry_problem``).
-        p = _id_problem(run_id)
-        if p is None:
-            p = _id_problem(source_id)
-            if p is None:
-                if dedupe != "content" and dedupe != "identity":
-                    p = "dedupe must be 'content' or 'identity'"
-            else:
-                p = f"source_id {p}"
+        p = None
+        for name, value in (("run_id", run_id), ("source_id", source_id)):
+            problem = _id_problem(value)
+            if problem:
+                p = f"{name} {problem}"
+                break
         else:
-            p = f"run_id {p}"
+            if dedupe not in ("content", "identity"):
+                p = "dedupe must be 'content' or 'identity'"
         if p:
             raise JournalError("invalid_event", method, f"event violates the journal input contract: {p}")
         if run_id.startswith(_RUN_STORE_COMPANION):
@@ -274,8 +273,7 @@ class Journal:
             self._refuse_credential("run_id", run_id, method)
         if source_id not in clean:
             self._refuse_credential("source_id", source_id, method)
-        redaction = self._redaction
-        redact = redaction if redaction.enabled else None
+        redact = self._redactor()
         prepare = _append.prepare
         checked_type: object = _UNCHECKED  # the event type checked last: a batch's entries mostly share one
         items = []
@@ -293,10 +291,7 @@ class Journal:
             meta = e.meta
             items.append((event_type, prepare(e.payload, "payload", redact, method),
                           "{}" if meta is None else prepare(meta, "meta", redact, method), source_seq))
-        now = self._store.clock.now_ms()
-        if type(now) is not int or not 0 <= now <= SAFE_MAX:
-            raise JournalError("invalid_event", method, "clock reading must be a non-negative safe integer")
-        return items, now
+        return items, self._now(method)
 
     def _append_body(self, conn: Connection, run_id: str, items: list[tuple[str, str, str, int | None]],
                      owner: OwnerId | None, source_id: str, dedupe: str, now: int,
