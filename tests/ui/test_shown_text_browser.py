@@ -1,8 +1,9 @@
-"""Stored text on the console's pages in a real browser: a run id or flow name holding a bidi
-override, a zero-width or a control character shows it visibly (``\\u202e``, as the CLI does)
-instead of reordering the page around it, and the longest run id wraps instead of pushing the
-page's columns off screen. Both backends at once: one console over a SQLite and a PostgreSQL store,
-one browser session. Skips or fails as ``test_browser`` does."""
+"""The runs page and a run's page in a real browser, with data a real store holds: a run id or flow
+name holding a bidi override, a zero-width or a control character shows it visibly (``\\u202e``,
+as the CLI does) instead of reordering the page around it; the longest run id wraps instead of
+pushing the page's columns off screen; an old run changing status does not jump to the top of the
+newest page. Both backends at once: one console over a SQLite and a PostgreSQL store, one browser
+session. Skips or fails as ``test_browser`` does."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from fencepost.ui import create_app
 from fencepost.ui.server import UiServer
 from tests.conftest import drop_schema, require_postgres
 
+from .conftest import PENDING, TESTER
 from .test_browser import _until, browser  # noqa: F401  (the browser fixture)
 
 BIDI = "evil\u202eexe.txt"  # shows as "eviltxt.exe" when the override is applied
@@ -32,6 +34,8 @@ def mixed(tmp_path: Path) -> Iterator[tuple[str, dict[str, fencepost.Store]]]:
     urls = {"lite": f"sqlite:///{tmp_path / 'lite.db'}", "pg": f"{require_postgres()}?schema={schema}"}
     writers = {name: fencepost.open(url) for name, url in urls.items()}
     try:
+        for i in range(60):  # more than the first page holds (50)
+            writers["lite"].runs.create(f"old-{i:02d}", '{"flowName": "old"}')
         writers["lite"].runs.create(BIDI, '{"flowName": "bidi\\u202eflow\\u001b[31m"}')
         writers["pg"].runs.create(LONG, '{"flowName": "long"}')
         with UiServer(create_app(urls, tick=0.2, poll_interval=0.3)) as server:
@@ -62,7 +66,13 @@ def _fits(d: Any) -> bool:
     return d.execute_script("return document.documentElement.scrollWidth <= window.innerWidth;")
 
 
-def test_hidden_characters_show_visibly_and_long_ids_wrap(mixed, browser):  # noqa: F811
+def _row_ids(d: Any) -> list[str]:
+    return d.execute_script(
+        "return [...document.querySelectorAll('#runs tr[data-run-id]')].map((t) => t.dataset.runId);")
+
+
+def test_hidden_characters_show_visibly_long_ids_wrap_and_old_runs_stay_off_the_newest_page(
+        mixed, browser):  # noqa: F811
     url, writers = mixed
     browser.get(url + "/")
     _until(browser, "the runs page is live", _live)
@@ -77,6 +87,15 @@ def test_hidden_characters_show_visibly_and_long_ids_wrap(mixed, browser):  # no
     cells = _row_texts(browser, LIVE)
     assert cells[1] == "live\\u2067x\\u200b" and cells[3] == "bidi\\u2067live", cells
     assert _hidden_in_page(browser) == []
+
+    # A run older than the whole page changes (a worker claims it): the page has no row for it, and
+    # it used to be prepended as if new, so a busy store grew the newest page by a row a change.
+    before = _row_ids(browser)
+    assert "old-00" not in before
+    writers["lite"].runs.claim_and_own("old-00", PENDING, TESTER, writers["lite"].clock.now_ms())
+    writers["lite"].runs.create("after-claim", '{"flowName": "old"}')  # its event follows the claim's
+    _until(browser, "the run created after the claim appears", lambda d: _row_texts(d, "after-claim") is not None)
+    assert _row_ids(browser) == ["after-claim", *before]
 
     for store, run_id in (("lite", BIDI), ("pg", LONG), ("pg", LIVE)):
         browser.execute_script(

@@ -175,7 +175,8 @@ def _bad_listing(exc: RunStoreError) -> BadInput | None:
 def _row(r: Any) -> dict[str, Any]:
     return {
         "run_id": r.run_id, "status": r.status, "flow": flow_text(r.flow_name) or "-", "owner": owner_text(r.owner),
-        "created": when(r.created_at_ms), "started": when(r.started_at_ms), "finished": when(r.finished_at_ms),
+        "created": when(r.created_at_ms), "created_ms": r.created_at_ms,
+        "started": when(r.started_at_ms), "finished": when(r.finished_at_ms),
         "cancel": "requested" if r.cancellation is not None else "-",
         "lineage": r.lineage_id if r.lineage_id != r.run_id else "-", "round": r.round_ordinal,
         "revision": r.revision,

@@ -77,8 +77,15 @@
     }
     if (!row) {
       if (document.body.dataset.liveRows !== "prepend") return; // a filtered or older page
+      // A run the page has no row for is new, unless older pages exist and it was created no later
+      // than this page's oldest row: then it is one of theirs that changed (a worker claimed it),
+      // and a reload would not show it here either.
+      const rows = tbody.querySelectorAll("tr[data-run-id]");
+      const oldest = rows.length ? Number(rows[rows.length - 1].dataset.created) : null;
+      if (document.getElementById("next-page") && oldest !== null && ev.created_at_ms <= oldest) return;
       row = document.createElement("tr");
       row.dataset.runId = ev.run_id;
+      row.dataset.created = String(ev.created_at_ms);
       if (store) { row.dataset.store = store; row.append(cell(store, "store mono")); }
       const link = document.createElement("a");
       link.href = runHref(store, ev.run_id);
