@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 import fencepost
+from fencepost.cli._output import printable
 from fencepost.ui import create_app
 from fencepost.ui.server import UiServer
 
@@ -28,7 +29,7 @@ ODD_IDS = [
 ]
 ROW = re.compile(r'<tr data-run-id="([^"]*)"(?: data-store="([^"]*)")?[^>]*>.*?<a href="([^"]*)"', re.S)
 TITLE = re.compile(r'<h1>run <span class="mono">(.*?)</span>', re.S)
-BODY_ID = re.compile(r'<body data-page="run" data-run-id="([^"]*)"')
+BODY_ID = re.compile(r'<body data-page="run"[^>]* data-run-id="([^"]*)"')
 
 
 def _create(url: str, ids: list[str]) -> None:
@@ -53,14 +54,16 @@ def _page(base: str, href: str) -> httpx.Response:
 
 
 def _shown(response: httpx.Response) -> str:
-    """The run id a run page is about (its title, and the id its live updates follow)."""
+    """The run id a run page is about (the id its live updates follow; its title shows that id as
+    the CLI does, a control character written ``\\x1b``)."""
     assert response.status_code == 200, (response.status_code, response.text[:300])
     title = TITLE.search(response.text)
     assert title is not None, response.text[:300]
     body = BODY_ID.search(response.text)
-    if body is not None:
-        assert unescape(body.group(1)) == unescape(title.group(1))
-    return unescape(title.group(1))
+    if body is None:  # a fragment: its title alone
+        return unescape(title.group(1))
+    assert printable(unescape(body.group(1))) == unescape(title.group(1))
+    return unescape(body.group(1))
 
 
 def _fragment(href: str) -> str:
@@ -83,7 +86,7 @@ def test_every_run_id_is_reached_from_the_runs_listing(served):
         assert _shown(_page(served, href)) == run_id, (run_id, href)
         fragment = _page(served, _fragment(href))  # what the run page fetches when the run changes
         assert fragment.status_code == 200 and "<html" not in fragment.text, run_id
-        assert _shown(fragment) == run_id
+        assert _shown(fragment) == printable(run_id)
 
 
 def test_the_documented_address_reaches_every_run_but_the_dot_ones(served):
@@ -133,7 +136,7 @@ def test_every_run_id_is_reached_across_several_stores(two_stores):
         assert unquote(href).startswith(f"/runs/{store}/"), href
         page = _page(two_stores, href)
         assert _shown(page) == run_id and f'id="run-store">{store}<' in page.text, (run_id, href)
-        assert _shown(_page(two_stores, _fragment(href))) == run_id
+        assert _shown(_page(two_stores, _fragment(href))) == printable(run_id)
     # Without the store: redirected to the one store that holds the run, at an address that reaches it.
     for run_id in ODD_IDS:
         href = "/runs/?id=" + quote(run_id, safe="") if run_id in (".", "..") else "/runs/" + quote(run_id, safe="")

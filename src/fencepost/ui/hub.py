@@ -183,13 +183,27 @@ class FeedHub:
                     self.publish("run", data, str(change.revision), ("", change.revision))
                     self._dirty.set()
             except SourceChanged:
-                # A rotation or a restored copy: positions of the old source mean nothing now.
-                self.position = feed.position()
-                with self._lock:
-                    self._samples.clear()
-                self.publish("reset", {"reason": "source_changed"})
+                self._guarded(self._source_changed)
             except Exception as exc:  # never let the follower die silently
                 self._follower_failed(exc)
+
+    def _source_changed(self) -> None:
+        # A rotation or a restored copy: positions of the old source mean nothing now.
+        self.position = self.store.feed.position()
+        with self._lock:
+            self._samples.clear()
+        self.publish("reset", {"reason": "source_changed"})
+
+    def _guarded(self, step: Callable[[], None]) -> None:
+        """Run ``step`` of the follower's recovery; its failure counts as the follower's own.
+
+        A SQLite file moved away reads as a replaced file (``SourceChanged``), and the new position
+        cannot be read either until the file is back: the follower must wait and retry, not die.
+        """
+        try:
+            step()
+        except Exception as exc:
+            self._follower_failed(exc)
 
     def _follower_failed(self, exc: Exception) -> None:
         """Note why the follower stopped and wait a second before it follows again.
@@ -354,16 +368,20 @@ class MultiFeedHub(FeedHub):
                     self.publish("run", data, f"{name}:{change.revision}", (name, change.revision))
                     self._dirty.set()
             except SourceChanged:
-                # One store's source rotated (merged_follow does not say which): restart those.
-                for name, store in self.stores.items():
-                    now = store.feed.position()
-                    if self.positions.get(name) is None or now.source != self.positions[name].source:
-                        self.positions[name] = now
-                        with self._lock:
-                            self._store_samples[name].clear()
-                self.publish("reset", {"reason": "source_changed"})
+                self._guarded(self._source_changed)
             except Exception as exc:  # never let the follower die silently
                 self._follower_failed(exc)
+
+    def _source_changed(self) -> None:
+        # One store's source rotated (merged_follow does not say which): restart those. Every
+        # position is read before any is replaced, so a store that cannot answer changes nothing.
+        now = {name: store.feed.position() for name, store in self.stores.items()}
+        for name, position in now.items():
+            if self.positions.get(name) is None or position.source != self.positions[name].source:
+                self.positions[name] = position
+                with self._lock:
+                    self._store_samples[name].clear()
+        self.publish("reset", {"reason": "source_changed"})
 
     def _sample(self) -> None:
         from fencepost.journal import head

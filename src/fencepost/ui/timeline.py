@@ -40,7 +40,9 @@ def _key(owner: Any) -> tuple[str, int, str] | None:
 
 
 def _label(key: tuple[str, int, str]) -> str:
-    return f"{key[0]}/{key[1]}/{key[2][:8]}"
+    from fencepost.cli._output import printable
+
+    return printable(f"{key[0]}/{key[1]}/{key[2][:8]}")  # a host id is text a worker chose
 
 
 def _fmt_span(ms: float) -> str:

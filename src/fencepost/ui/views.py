@@ -9,8 +9,9 @@ shows what the journal would have stored, never more.
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
@@ -18,9 +19,10 @@ from urllib.parse import urlencode
 import msgspec
 from sqlalchemy import func, select
 
+from fencepost._durable import DbFailure, map_failure
 from fencepost._schema import flows_runs
 from fencepost._values import SAFE_MAX, ascii_digits, is_safe_int
-from fencepost.errors import FencepostError, RunStoreError
+from fencepost.errors import FencepostError, PersistenceError, RunStoreError
 from fencepost.journal.redaction import Redaction, RedactionError
 
 if TYPE_CHECKING:
@@ -173,7 +175,8 @@ def _bad_listing(exc: RunStoreError) -> BadInput | None:
 def _row(r: Any) -> dict[str, Any]:
     return {
         "run_id": r.run_id, "status": r.status, "flow": flow_text(r.flow_name) or "-", "owner": owner_text(r.owner),
-        "created": when(r.created_at_ms), "started": when(r.started_at_ms), "finished": when(r.finished_at_ms),
+        "created": when(r.created_at_ms), "created_ms": r.created_at_ms,
+        "started": when(r.started_at_ms), "finished": when(r.finished_at_ms),
         "cancel": "requested" if r.cancellation is not None else "-",
         "lineage": r.lineage_id if r.lineage_id != r.run_id else "-", "round": r.round_ordinal,
         "revision": r.revision,
@@ -232,10 +235,22 @@ def runs_page_across(stores: Mapping[str, Store], query: Mapping[str, str]) -> d
             **_queries(query, next_cursor)}
 
 
+@contextlib.contextmanager
+def store_reads(subject: str) -> Iterator[None]:
+    """Reads the console makes on a store's database itself (not through a store method) fail as the
+    store's own do: a ``PersistenceError`` with the error code, which the pages and the event stream
+    report, never the plumbing's ``DbFailure`` (a 500 ``internal_error`` with a traceback)."""
+    try:
+        yield
+    except DbFailure as exc:
+        raise map_failure(exc, PersistenceError, "console", subject) from None
+
+
 def status_counts(store: Store) -> dict[str, int]:
     """How many runs are in each status (one grouped read of the run table)."""
     stmt = select(flows_runs.c.status, func.count()).group_by(flows_runs.c.status)
-    found = dict(store.db.read(lambda conn: [tuple(r) for r in conn.execute(stmt)]))
+    with store_reads("status counts"):
+        found = dict(store.db.read(lambda conn: [tuple(r) for r in conn.execute(stmt)]))
     return {s: int(found.get(s, 0)) for s in STATUSES}
 
 
@@ -433,8 +448,12 @@ def projections(store: Store) -> list[dict[str, Any]]:
 
     Uses ``ProjectionBuilder.status()`` / ``rebuilds()``, both read-only, on the store's own database.
     """
+    with store_reads("projections"):
+        return _projections(store)
+
+
+def _projections(store: Store) -> list[dict[str, Any]]:
     from fencepost._migrations import applied, pending
-    from fencepost.errors import PersistenceError
     from fencepost.projections import ProjectionBuilder
     from fencepost.projections._sql import checkpoints as cp_table
 
@@ -475,7 +494,8 @@ def oldest_heartbeat(store: Store) -> tuple[str, int] | None:
     r = flows_runs.c
     stmt = (select(r.run_id, r.heartbeat_at_ms).where(r.status == "running", r.heartbeat_at_ms.is_not(None))
             .order_by(r.heartbeat_at_ms, r.run_id).limit(1))
-    row = store.db.read(lambda conn: conn.execute(stmt).first())
+    with store_reads("oldest heartbeat"):
+        row = store.db.read(lambda conn: conn.execute(stmt).first())
     return None if row is None else (row[0], int(row[1]))
 
 

@@ -27,10 +27,24 @@
     return span;
   }
 
+  // Stored text as the server's pages show it: every control, invisible format (a bidi override,
+  // a zero-width space), private-use or unassigned character and every space but U+0020 written
+  // \xNN, \uNNNN or \UNNNNNNNN, so that it never reorders the page nor passes for other text.
+  // Tab and line breaks stay.
+  const HIDDEN = /[\p{Cc}\p{Cf}\p{Co}\p{Cn}\p{Cs}\p{Zl}\p{Zp}\p{Zs}]/gu;
+  function shown(text) {
+    return String(text).replace(HIDDEN, (ch) => {
+      if (ch === " " || ch === "\t" || ch === "\n" || ch === "\r") return ch;
+      const code = ch.codePointAt(0);
+      const [prefix, width] = code <= 0xff ? ["\\x", 2] : code <= 0xffff ? ["\\u", 4] : ["\\U", 8];
+      return prefix + code.toString(16).padStart(width, "0");
+    });
+  }
+
   function cell(text, cls) {
     const td = document.createElement("td");
     if (cls) td.className = cls;
-    td.textContent = text;
+    td.textContent = shown(text);
     return td;
   }
 
@@ -63,12 +77,19 @@
     }
     if (!row) {
       if (document.body.dataset.liveRows !== "prepend") return; // a filtered or older page
+      // A run the page has no row for is new, unless older pages exist and it was created no later
+      // than this page's oldest row: then it is one of theirs that changed (a worker claimed it),
+      // and a reload would not show it here either.
+      const rows = tbody.querySelectorAll("tr[data-run-id]");
+      const oldest = rows.length ? Number(rows[rows.length - 1].dataset.created) : null;
+      if (document.getElementById("next-page") && oldest !== null && ev.created_at_ms <= oldest) return;
       row = document.createElement("tr");
       row.dataset.runId = ev.run_id;
+      row.dataset.created = String(ev.created_at_ms);
       if (store) { row.dataset.store = store; row.append(cell(store, "store mono")); }
       const link = document.createElement("a");
       link.href = runHref(store, ev.run_id);
-      link.textContent = ev.run_id;
+      link.textContent = shown(ev.run_id);
       const first = document.createElement("td");
       first.appendChild(link);
       row.append(first, cell("", "status"), cell(ev.flow_name || "-"), cell("", "owner mono"),
@@ -80,7 +101,7 @@
     row.dataset.revision = String(ev.revision);
     const status = row.querySelector(".status");
     status.replaceChildren(badge(ev.status));
-    row.querySelector(".owner").textContent = ev.owner || "-";
+    row.querySelector(".owner").textContent = shown(ev.owner || "-");
     row.querySelector(".cancel").textContent = ev.cancel_requested ? "requested" : "-";
     row.querySelector(".started").textContent = fmtTime(ev.started_at_ms);
     row.querySelector(".finished").textContent = fmtTime(ev.finished_at_ms);
@@ -173,9 +194,9 @@
             const o = h.oldest_heartbeat;
             const a = document.createElement("a");
             a.href = runHref(store, o.run_id);
-            a.textContent = o.run_id;
+            a.textContent = shown(o.run_id);
             const text = " at " + o.at + " (" + o.age_s + " s ago)";
-            if (td.textContent !== o.run_id + text) { td.replaceChildren(a, document.createTextNode(text)); flash(td); }
+            if (td.textContent !== a.textContent + text) { td.replaceChildren(a, document.createTextNode(text)); flash(td); }
             continue;
           }
         } else if (f === "subscribers") {
