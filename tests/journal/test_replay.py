@@ -271,3 +271,42 @@ def test_a_runs_last_facts_removed_by_hand_are_reported_not_replayed_as_consiste
     assert [(v.rule, v.seq) for v in cut.violations] == [("chain_broken", 1)], cut
     assert "log" in cut.violations[0].detail
     assert ownership_history(store, "other").ok  # the stream after it is intact on its own
+
+
+def _journal_statements(store: fencepost.Store, call) -> tuple[object, list[str]]:
+    """``call()``'s result and every statement it sent that reads the journal table."""
+    from sqlalchemy import event
+
+    seen: list[str] = []
+
+    def on_before(_conn, _cursor, statement, parameters, _context, _many):
+        if "flows_journal_events" in statement:
+            seen.append(statement)
+        return statement, parameters
+
+    event.listen(store.db.engine, "before_cursor_execute", on_before, retval=True)
+    try:
+        result = call()
+    finally:
+        event.remove(store.db.engine, "before_cursor_execute", on_before)
+    return result, seen
+
+
+def test_replay_reads_each_companion_stream_once(store: fencepost.Store) -> None:
+    """Replay reads a run's facts once and judges them, names their run and checks their chain from
+    that one read: one statement for the stream's rows and one for the log entry after its last
+    (the check that the stream's newest facts were not removed). It used to read each stream three
+    times (``replay --all``: to find its run, to judge its facts, to check its chain)."""
+    from fencepost.journal import replay_all
+
+    for run in ("r1", "r2", "r3"):
+        fact(store, run, "claimed", A, 0, 0)
+        fact(store, run, "activated", A, 0, 5)
+        fact(store, run, "released", A, None, 9_000)
+    history, seen = _journal_statements(store, lambda: ownership_history(store, "r2"))
+    assert history.ok and history.facts == 3
+    assert len(seen) == 2, seen
+    summary, seen = _journal_statements(store, lambda: replay_all(store))
+    assert summary.ok and summary.runs == 3 and summary.intervals == 3
+    # The listing of the companion streams, then two statements per run.
+    assert len(seen) == 1 + 2 * 3, seen
