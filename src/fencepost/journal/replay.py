@@ -20,7 +20,8 @@ and ``evidence`` kind. Replaying the facts in ``seq`` order rebuilds the ownersh
   allowance; ``evidence_invalid``: the evidence kind's host rule does not hold;
 * ``expired_without_claim``, ``expired_while_fresh``: a recovery needs a pending claim that was older
   than the recorded cutoff (and a cutoff within the skew allowance of the store clock);
-* ``released_without_hold``, ``malformed_fact``, ``wrong_run``, ``unknown_fact``.
+* ``released_without_hold``, ``malformed_fact`` (also a stored fact the journal cannot decode), ``wrong_run``,
+  ``unknown_fact``.
 * ``chain_broken``: the companion stream's own hash chain breaks at this entry (edited or removed by
   hand; ``verify.stream_breaks``), or the journal's next entry does not follow the stream's last
   (its newest facts removed). Facts rewritten with fresh hashes, or removed while they were the
@@ -389,13 +390,20 @@ def _read_stream(store: Store, stream: str, method: str) -> _Stream:
                             exc) from None
 
 
-def _facts(stream: _Stream, method: str) -> Iterator[Entry]:
-    """The stream's consensus facts, decoded (``decode_failed`` for ``method`` when one cannot be);
-    an entry whose text is not UTF-8 is skipped: its ``encoding`` break reports it."""
+def _facts(stream: _Stream) -> Iterator[Entry | Violation]:
+    """The stream's consensus facts, decoded; a fact the journal's decoder refuses comes back as
+    its ``malformed_fact`` violation (naming the field and position, never the value). An entry
+    whose text is not UTF-8 is skipped: its ``encoding`` break reports it."""
     for row in stream.rows:
-        if (type(row) is not _Undecodable and row.event_type.startswith(FACT_PREFIX)
-                and row.source_id == FACT_SOURCE):
-            yield entry_from_row(row, method)
+        if (type(row) is _Undecodable or not row.event_type.startswith(FACT_PREFIX)
+                or row.source_id != FACT_SOURCE):
+            continue
+        try:
+            yield entry_from_row(row, "ownership_history")
+        except JournalError as exc:
+            event_type = row.event_type if identifier_problem(row.event_type) is None else ""
+            yield Violation(seq=int(row.seq), position=int(row.position), event_type=event_type,
+                            rule="malformed_fact", detail=exc.detail)
 
 
 def ownership_history(store: Store, run_id: str) -> OwnershipHistory:
@@ -404,7 +412,8 @@ def ownership_history(store: Store, run_id: str) -> OwnershipHistory:
     Reads the run's ``run-store`` companion stream in ``seq`` order, once; entries that are not
     ``flows.consensus.*`` facts of the ``flows.run-store`` producer are skipped. Rule breaks are
     returned in ``violations``; an entry edited or removed by hand, or holding stored text that is
-    not UTF-8, is ``chain_broken`` at its seq (the latter is not judged).
+    not UTF-8, is ``chain_broken`` at its seq (the latter is not judged), and a fact the journal
+    cannot decode is ``malformed_fact`` (not applied).
     """
     from fencepost.journal import companion_stream
 
@@ -417,7 +426,12 @@ def ownership_history(store: Store, run_id: str) -> OwnershipHistory:
 def _history(run_id: str, stream: _Stream) -> OwnershipHistory:
     replay = _Replay(run_id)
     types: dict[int, str] = {}
-    for e in _facts(stream, "ownership_history"):
+    for e in _facts(stream):
+        if type(e) is Violation:
+            replay.facts += 1
+            replay.violations.append(e)
+            continue
+        assert type(e) is Entry
         types[e.seq] = e.event_type
         replay.apply(e)
     history = replay.result(stream.name)
@@ -458,7 +472,9 @@ class ReplaySummary(msgspec.Struct, frozen=True):
 
 def _run_named_by(stream: _Stream, companion_stream: Callable[[str], str]) -> str | None:
     """The run a companion stream belongs to: the first ``runId`` its facts name that hashes to it."""
-    for e in _facts(stream, "replay_all"):
+    for e in _facts(stream):
+        if type(e) is not Entry:
+            continue
         named = e.payload.get("runId") if type(e.payload) is dict else None
         if type(named) is str and named and companion_stream(named) == stream.name:
             return named
