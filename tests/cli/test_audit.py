@@ -196,7 +196,8 @@ def test_an_undecodable_stored_entry_is_named_by_position_on_every_read(run_cli,
     out of range, written by someone with database access) made ``journal show``, ``journal replay``
     and ``journal replay --all`` fail with "stored payload or meta is not valid JSON" and no hint of
     which entry: the auditor could not find it. The error names its position (as verify does), and
-    never the stored value."""
+    never the stored value. Replay reports the fact as ``malformed_fact`` naming its position (exit
+    1, like any broken history) and goes on with the other facts and runs."""
     with fencepost.open(settled) as store, store.db.connect() as conn:
         _drop_append_only_guard(store, conn)
         conn.execute(update(events).where(events.c.run_id == companion_stream("r1"), events.c.seq == 1)
@@ -204,12 +205,15 @@ def test_an_undecodable_stored_entry_is_named_by_position_on_every_read(run_cli,
         conn.commit()
         position = conn.execute(events.select().with_only_columns(events.c.position)
                                 .where(events.c.run_id == companion_stream("r1"), events.c.seq == 1)).scalar()
-    for args in (("journal", "show", "r1", "--companion"), ("journal", "replay", "r1"),
-                 ("journal", "replay", "--all", "--json")):
+    result = run_cli("--db", settled, "journal", "show", "r1", "--companion")
+    assert_one_line_error(result)
+    assert result.code == 1 and "decode_failed" in result.err, result
+    assert f"position {position}" in result.err, result
+    assert "hunter2-LEAK" not in result.err + result.out
+    for args in (("journal", "replay", "r1"), ("journal", "replay", "--all", "--json")):
         result = run_cli("--db", settled, *args)
-        assert_one_line_error(result)
-        assert result.code == 1 and "decode_failed" in result.err, result
-        assert f"position {position}" in result.err, result
+        assert result.code == 1 and "Traceback" not in result.err, result
+        assert "malformed_fact" in result.out and f"position {position}" in result.out, result
         assert "hunter2-LEAK" not in result.err + result.out
     broken = run_cli("--db", settled, "journal", "verify")
     assert broken.code == 1 and f"(position {position})" in broken.out and "hunter2-LEAK" not in broken.out

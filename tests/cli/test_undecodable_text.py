@@ -47,6 +47,49 @@ def test_reads_exit_1_with_one_line_naming_the_column(run_cli, spoiled_url, args
     assert "\ufffd" not in result.err + result.out and "\\xff" not in result.err + result.out
 
 
+@pytest.fixture
+def spoiled_fact_url(tmp_path) -> str:
+    """Runs r1 and r2, each claimed and owned (facts ``claimed`` seq 0, ``activated`` seq 1); r1's
+    ``activated`` fact holds a payload that is not valid UTF-8."""
+    from fencepost.journal import OwnerId, companion_stream
+
+    url = f"sqlite:///{tmp_path / 'facts.db'}"
+    with fencepost.open(url) as store:
+        for run in ("r1", "r2"):
+            store.runs.create(run, "{}")
+            store.runs.claim_and_own(run, store.runs.get(run), OwnerId("h", 1, "n"), store.clock.now_ms())
+        conn = store.db.connect()
+        try:
+            conn.exec_driver_sql("DROP TRIGGER flows_journal_events_no_update_v1")
+            conn.exec_driver_sql("UPDATE flows_journal_events SET payload_json = CAST(x'7b2269223a22ff227d' AS TEXT) "
+                                 f"WHERE run_id = '{companion_stream('r1')}' AND seq = 1")
+            conn.commit()
+        finally:
+            conn.close()
+    return url
+
+
+@pytest.mark.parametrize("args", [("r1",), ("--all",), ("r1", "--format", "json"), ("--all", "--format", "json")])
+def test_journal_replay_reports_the_undecodable_fact_naming_the_column(run_cli, spoiled_fact_url, args):
+    """Replay reports the fact as ``chain_broken`` naming the column (exit 1, like any broken
+    history), instead of ending with ``decode_failed`` naming no run or entry."""
+    result = run_cli("--db", spoiled_fact_url, "journal", "replay", *args)
+    assert result.code == 1, result
+    assert "Traceback" not in result.err + result.out
+    assert "decode_failed" not in result.err + result.out, result
+    assert "chain_broken" in result.out, result
+    if args != ("--all",):  # the --all table counts violations by rule; the others carry each one's detail
+        assert "payload_json" in result.out, result
+    assert "\ufffd" not in result.err + result.out and "\\xff" not in result.err + result.out
+    assert "\\ufffd" not in result.out  # nor as a JSON escape
+
+
+def test_journal_replay_all_still_replays_the_intact_run(run_cli, spoiled_fact_url):
+    result = run_cli("--db", spoiled_fact_url, "journal", "replay", "--all")
+    assert "2 run(s) replayed" in result.out, result
+    assert "1 of 2 run(s) break the ownership rules" in result.err, result
+
+
 def test_journal_verify_reports_an_encoding_break(run_cli, spoiled_url):
     result = run_cli("--db", spoiled_url, "journal", "verify")
     assert result.code == 1, result

@@ -271,3 +271,83 @@ def test_a_runs_last_facts_removed_by_hand_are_reported_not_replayed_as_consiste
     assert [(v.rule, v.seq) for v in cut.violations] == [("chain_broken", 1)], cut
     assert "log" in cut.violations[0].detail
     assert ownership_history(store, "other").ok  # the stream after it is intact on its own
+
+
+def _journal_statements(store: fencepost.Store, call) -> tuple[object, list[str]]:
+    """``call()``'s result and every statement it sent that reads the journal table."""
+    from sqlalchemy import event
+
+    seen: list[str] = []
+
+    def on_before(_conn, _cursor, statement, parameters, _context, _many):
+        if "flows_journal_events" in statement:
+            seen.append(statement)
+        return statement, parameters
+
+    event.listen(store.db.engine, "before_cursor_execute", on_before, retval=True)
+    try:
+        result = call()
+    finally:
+        event.remove(store.db.engine, "before_cursor_execute", on_before)
+    return result, seen
+
+
+def test_replay_reads_each_companion_stream_once(store: fencepost.Store) -> None:
+    """Replay reads a run's facts once and judges them, names their run and checks their chain from
+    that one read: one statement for the stream's rows and one for the log entry after its last
+    (the check that the stream's newest facts were not removed). It used to read each stream three
+    times (``replay --all``: to find its run, to judge its facts, to check its chain)."""
+    from fencepost.journal import replay_all
+
+    for run in ("r1", "r2", "r3"):
+        fact(store, run, "claimed", A, 0, 0)
+        fact(store, run, "activated", A, 0, 5)
+        fact(store, run, "released", A, None, 9_000)
+    history, seen = _journal_statements(store, lambda: ownership_history(store, "r2"))
+    assert history.ok and history.facts == 3
+    assert len(seen) == 2, seen
+    summary, seen = _journal_statements(store, lambda: replay_all(store))
+    assert summary.ok and summary.runs == 3 and summary.intervals == 3
+    # The listing of the companion streams, then two statements per run.
+    assert len(seen) == 1 + 2 * 3, seen
+
+
+def test_a_fact_that_cannot_be_decoded_is_reported_and_the_other_runs_still_replay(
+        store: fencepost.Store, raw) -> None:
+    """Defect: a fact the journal's own decoder refuses ended the whole replay with
+    ``decode_failed``, ``replay --all`` included: one bad row hid every other run's history. Each
+    backend gets the corruption it can hold once its guards are removed by hand: on SQLite a NUL in
+    the event type (the CHECK constraints allow it), on PostgreSQL (where text can hold neither NUL
+    nor bytes that are not UTF-8) a payload that is not JSON once its CHECK constraint is dropped.
+    Replay reports the fact (``malformed_fact``, naming what cannot be decoded and where, never the
+    value; ``chain_broken`` too, as the edit breaks the hash), does not apply it, and goes on."""
+    from sqlalchemy import text
+
+    from fencepost.journal import replay_all
+
+    for run in ("run", "other"):
+        fact(store, run, "claimed", A, 0, 0)
+        fact(store, run, "activated", A, 0, 5)
+        fact(store, run, "released", A, None, 9_000)
+    where = {"s": companion_stream("run")}
+    if store.db.name == "postgresql":
+        raw.execute(text("DROP TRIGGER flows_journal_events_no_update_v1 ON flows_journal_events"))
+        raw.execute(text("ALTER TABLE flows_journal_events DROP CONSTRAINT flows_journal_events_payload_json_check"))
+        raw.execute(text("UPDATE flows_journal_events SET payload_json = 'secret-ish' WHERE run_id = :s AND seq = 1"),
+                    where)
+        field = "payload"
+    else:
+        raw.execute(text("DROP TRIGGER flows_journal_events_no_update_v1"))
+        raw.execute(text("UPDATE flows_journal_events SET event_type = event_type || CAST(x'00' AS TEXT) "
+                         "WHERE run_id = :s AND seq = 1"), where)
+        field = "event_type"
+    raw.commit()
+    history = ownership_history(store, "run")
+    assert [(v.rule, v.seq) for v in history.violations] == [("chain_broken", 1), ("malformed_fact", 1)], history
+    malformed = history.violations[1]
+    assert field in malformed.detail and "position 2" in malformed.detail, malformed
+    assert "secret-ish" not in malformed.detail and "\x00" not in malformed.detail + malformed.event_type
+    assert history.facts == 3 and history.intervals == []  # reported, not applied
+    summary = replay_all(store)
+    assert summary.runs == 2 and summary.violations == {"chain_broken": 1, "malformed_fact": 1}
+    assert [h.run_id for h in summary.histories if h.ok] == ["other"]

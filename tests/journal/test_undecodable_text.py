@@ -70,3 +70,42 @@ def test_verify_names_every_undecodable_column(store, raw):
     brk = verify(store).first_break
     assert brk is not None and brk.what == "encoding"
     assert "event_type" in brk.detail and "payload_json" in brk.detail
+
+
+@pytest.fixture
+def spoiled_fact(store: fencepost.Store, raw) -> fencepost.Store:
+    """Runs ``run`` and ``other`` with three ownership facts each; ``run``'s second fact (seq 1)
+    holds a payload that is not valid UTF-8."""
+    from fencepost.journal import companion_stream
+    from tests.journal.conftest import A
+    from tests.journal.test_replay import fact
+
+    for run in ("run", "other"):
+        fact(store, run, "claimed", A, 0, 0)
+        fact(store, run, "activated", A, 0, 5)
+        fact(store, run, "released", A, None, 9_000)
+    raw.exec_driver_sql("DROP TRIGGER flows_journal_events_no_update_v1")
+    raw.exec_driver_sql(f"UPDATE flows_journal_events SET payload_json = {BAD_PAYLOAD} "
+                        f"WHERE run_id = '{companion_stream('run')}' AND seq = 1")
+    raw.commit()
+    return store
+
+
+def test_replay_reports_an_undecodable_fact_as_chain_broken_naming_the_column(spoiled_fact):
+    """Defect: replay read the facts through ``entries``, so one fact holding text that is not UTF-8
+    ended the replay with ``decode_failed`` naming no run and no entry (``replay --all`` judged no
+    run at all), while ``verify`` reports the same entry as a break and goes on. Replay now reports
+    it as ``chain_broken`` at its seq, naming the column (never the bytes), judges the other facts,
+    and replays the other runs."""
+    from fencepost.journal import ownership_history, replay_all
+
+    history = ownership_history(spoiled_fact, "run")
+    assert [(v.rule, v.seq) for v in history.violations] == [("chain_broken", 1)], history
+    detail = history.violations[0].detail
+    assert "payload_json" in detail and "UTF-8" in detail, detail
+    _clean(detail + history.violations[0].event_type)
+    assert history.facts == 2  # the undecodable fact is reported, not judged
+    assert ownership_history(spoiled_fact, "other").ok
+    summary = replay_all(spoiled_fact)
+    assert (summary.runs, summary.violations, summary.unattributed_streams) == (2, {"chain_broken": 1}, [])
+    assert [h.ok for h in summary.histories] == [True, False]  # other, run

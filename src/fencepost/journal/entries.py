@@ -6,6 +6,9 @@ from typing import Any
 
 import msgspec
 
+from fencepost._values import SAFE_MAX, is_safe_int, text_problem
+from fencepost.errors import JournalError
+
 
 class Entry(msgspec.Struct, frozen=True):
     """One committed journal entry.
@@ -69,3 +72,33 @@ class EntriesPage(msgspec.Struct, frozen=True):
 
     entries: list[Entry]
     has_more: bool
+
+
+_decode_any = msgspec.json.Decoder()
+
+
+def entry_from_row(row: Any, method: str) -> Entry:
+    """A stored journal row as an ``Entry``, checked: ``decode_failed`` (for ``method``) naming the
+    field and the entry's position, never what it holds."""
+    # Where the row is (its position, the key verify reports too), so an auditor can find it;
+    # never what it holds.
+    where = f" (the entry at position {row.position})" if is_safe_int(row.position) else ""
+    try:
+        payload = _decode_any.decode(row.payload_json)
+        meta = _decode_any.decode(row.meta_json)
+    except (msgspec.DecodeError, TypeError):
+        raise JournalError("decode_failed", method,
+                           f"stored payload or meta cannot be decoded as JSON{where}") from None
+    for name in ("seq", "source_seq", "emitted_at_ms", "position"):
+        v = getattr(row, name)
+        if not (is_safe_int(v) and v < SAFE_MAX) and not (name in ("emitted_at_ms", "position") and v == SAFE_MAX):
+            raise JournalError("decode_failed", method, f"stored {name} is outside the safe integer range{where}")
+    for name in ("run_id", "event_id", "source_id", "event_type"):
+        v = getattr(row, name)
+        if type(v) is not str or text_problem(v):
+            raise JournalError("decode_failed", method, f"stored {name} is not a valid identifier{where}")
+    return Entry(
+        run_id=row.run_id, seq=row.seq, event_id=row.event_id, source_id=row.source_id, source_seq=row.source_seq,
+        emitted_at_ms=row.emitted_at_ms, event_type=row.event_type, payload=payload, meta=meta,
+        position=row.position, entry_hash=row.entry_hash,
+    )

@@ -11,19 +11,19 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import msgspec
 from sqlalchemy import bindparam, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
 from fencepost._durable import DbFailure, carry_failure, failure_code, failure_detail
 from fencepost._schema import flows_journal_events as ev
-from fencepost._values import SAFE_MAX, identifier_problem, is_safe_int, text_problem
+from fencepost._values import SAFE_MAX, identifier_problem, is_safe_int
 from fencepost.errors import FencepostError, JournalError
 from fencepost.journal import _append
 from fencepost.journal._sql import ENTRY_COLUMNS
 from fencepost.journal.consensus import CheckedConsensus, SqlConsensus, StrategyAnswerError
 from fencepost.journal.entries import Accepted, Duplicate, EntriesPage, Entry, NewEntry
+from fencepost.journal.entries import entry_from_row as _decode
 from fencepost.journal.owner import OwnerId
 from fencepost.journal.redaction import DEFAULT, Redaction
 from fencepost.journal.replay import FACT_PREFIX, FACT_SOURCE
@@ -39,8 +39,6 @@ _RUN_STORE_COMPANION = "flows.companion/run-store/"
 MAXIMUM_ENTRIES_LIMIT = 10_000
 #: Most event types one ``entries`` filter may name.
 MAXIMUM_EVENT_TYPES = 64
-
-_decode_any = msgspec.json.Decoder()
 
 # Run ids, source ids, event types and owners repeat on every append; remember the valid ones.
 _valid: set[object] = set()
@@ -471,28 +469,3 @@ class Journal:
 _LOG_PAGE = (
     select(*ENTRY_COLUMNS).where(ev.c.position > bindparam("after")).order_by(ev.c.position).limit(bindparam("n"))
 )
-
-
-def _decode(row: Any, method: str) -> Entry:
-    # Where the row is (its position, the key verify reports too), so an auditor can find it;
-    # never what it holds.
-    where = f" (the entry at position {row.position})" if is_safe_int(row.position) else ""
-    try:
-        payload = _decode_any.decode(row.payload_json)
-        meta = _decode_any.decode(row.meta_json)
-    except (msgspec.DecodeError, TypeError):
-        raise JournalError("decode_failed", method,
-                           f"stored payload or meta cannot be decoded as JSON{where}") from None
-    for name in ("seq", "source_seq", "emitted_at_ms", "position"):
-        v = getattr(row, name)
-        if not (is_safe_int(v) and v < SAFE_MAX) and not (name in ("emitted_at_ms", "position") and v == SAFE_MAX):
-            raise JournalError("decode_failed", method, f"stored {name} is outside the safe integer range{where}")
-    for name in ("run_id", "event_id", "source_id", "event_type"):
-        v = getattr(row, name)
-        if type(v) is not str or text_problem(v):
-            raise JournalError("decode_failed", method, f"stored {name} is not a valid identifier{where}")
-    return Entry(
-        run_id=row.run_id, seq=row.seq, event_id=row.event_id, source_id=row.source_id, source_seq=row.source_seq,
-        emitted_at_ms=row.emitted_at_ms, event_type=row.event_type, payload=payload, meta=meta,
-        position=row.position, entry_hash=row.entry_hash,
-    )

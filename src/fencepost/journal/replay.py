@@ -20,7 +20,8 @@ and ``evidence`` kind. Replaying the facts in ``seq`` order rebuilds the ownersh
   allowance; ``evidence_invalid``: the evidence kind's host rule does not hold;
 * ``expired_without_claim``, ``expired_while_fresh``: a recovery needs a pending claim that was older
   than the recorded cutoff (and a cutoff within the skew allowance of the store clock);
-* ``released_without_hold``, ``malformed_fact``, ``wrong_run``, ``unknown_fact``.
+* ``released_without_hold``, ``malformed_fact`` (also a stored fact the journal cannot decode), ``wrong_run``,
+  ``unknown_fact``.
 * ``chain_broken``: the companion stream's own hash chain breaks at this entry (edited or removed by
   hand; ``verify.stream_breaks``), or the journal's next entry does not follow the stream's last
   (its newest facts removed). Facts rewritten with fresh hashes, or removed while they were the
@@ -38,14 +39,15 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 from sqlalchemy import select
+from sqlalchemy.engine import Connection
 
 from fencepost._durable import DbFailure, carry_failure, failure_code, failure_detail
 from fencepost._schema import flows_journal_events as _events
 from fencepost._values import identifier_problem, is_safe_int
 from fencepost.errors import JournalError
-from fencepost.journal.entries import Entry
+from fencepost.journal.entries import Entry, entry_from_row
 from fencepost.journal.owner import OwnerId
-from fencepost.journal.verify import stream_breaks
+from fencepost.journal.verify import Break, _Undecodable, rows_breaks, stream_rows
 
 if TYPE_CHECKING:
     from fencepost._store import Store
@@ -363,40 +365,79 @@ _DETAILS = {
 }
 
 
-def _facts(store: Store, stream: str) -> Iterator[Entry]:
-    after = -1
-    while True:
-        page = store.journal.entries(stream, after=after, limit=10_000)
-        for e in page.entries:
-            if e.event_type.startswith(FACT_PREFIX) and e.source_id == FACT_SOURCE:
-                yield e
-        if not page.has_more:
-            return
-        after = page.entries[-1].seq
+class _Stream(msgspec.Struct, frozen=True):
+    """One companion stream as one read found it: its stored rows in ``seq`` order (an entry
+    holding text that is not UTF-8 as ``verify``'s ``_Undecodable``) and its chain's breaks."""
+
+    name: str
+    rows: list[Any]
+    breaks: list[Break]
+
+
+def _read_stream(store: Store, stream: str, method: str) -> _Stream:
+    """Read ``stream`` once: the same rows serve to name its run, judge its facts and check its
+    chain, in one read snapshot (two statements: the rows, and the log entry after the last)."""
+
+    def run(conn: Connection) -> _Stream:
+        rows = stream_rows(store, conn, stream)
+        return _Stream(stream, rows, rows_breaks(conn, rows))
+
+    try:
+        return store.db.read(run)
+    except DbFailure as exc:
+        raise carry_failure(JournalError(failure_code(exc, "read_failed"), method,
+                                         failure_detail("journal read", exc)),
+                            exc) from None
+
+
+def _facts(stream: _Stream) -> Iterator[Entry | Violation]:
+    """The stream's consensus facts, decoded; a fact the journal's decoder refuses comes back as
+    its ``malformed_fact`` violation (naming the field and position, never the value). An entry
+    whose text is not UTF-8 is skipped: its ``encoding`` break reports it."""
+    for row in stream.rows:
+        if (type(row) is _Undecodable or not row.event_type.startswith(FACT_PREFIX)
+                or row.source_id != FACT_SOURCE):
+            continue
+        try:
+            yield entry_from_row(row, "ownership_history")
+        except JournalError as exc:
+            event_type = row.event_type if identifier_problem(row.event_type) is None else ""
+            yield Violation(seq=int(row.seq), position=int(row.position), event_type=event_type,
+                            rule="malformed_fact", detail=exc.detail)
 
 
 def ownership_history(store: Store, run_id: str) -> OwnershipHistory:
     """Rebuild and check the ownership history of ``run_id`` from its consensus facts alone.
 
-    Reads the run's ``run-store`` companion stream in ``seq`` order; entries that are not
+    Reads the run's ``run-store`` companion stream in ``seq`` order, once; entries that are not
     ``flows.consensus.*`` facts of the ``flows.run-store`` producer are skipped. Rule breaks are
-    returned in ``violations``.
+    returned in ``violations``; an entry edited or removed by hand, or holding stored text that is
+    not UTF-8, is ``chain_broken`` at its seq (the latter is not judged), and a fact the journal
+    cannot decode is ``malformed_fact`` (not applied).
     """
     from fencepost.journal import companion_stream
 
     problem = identifier_problem(run_id)
     if problem:
         raise JournalError("invalid_event", "ownership_history", f"run_id {problem}")
-    stream = companion_stream(run_id)
+    return _history(run_id, _read_stream(store, companion_stream(run_id), "ownership_history"))
+
+
+def _history(run_id: str, stream: _Stream) -> OwnershipHistory:
     replay = _Replay(run_id)
     types: dict[int, str] = {}
-    for e in _facts(store, stream):
+    for e in _facts(stream):
+        if type(e) is Violation:
+            replay.facts += 1
+            replay.violations.append(e)
+            continue
+        assert type(e) is Entry
         types[e.seq] = e.event_type
         replay.apply(e)
-    history = replay.result(stream)
+    history = replay.result(stream.name)
     # The facts are judged as stored; a fact edited or removed by hand must not pass as history.
     chain: dict[int, list[Any]] = {}
-    for b in stream_breaks(store, stream):
+    for b in stream.breaks:
         chain.setdefault(b.seq, []).append(b)
     if not chain:
         return history
@@ -429,11 +470,13 @@ class ReplaySummary(msgspec.Struct, frozen=True):
         return not self.violations and not self.unattributed_streams
 
 
-def _run_named_by(store: Store, stream: str, companion_stream: Callable[[str], str]) -> str | None:
+def _run_named_by(stream: _Stream, companion_stream: Callable[[str], str]) -> str | None:
     """The run a companion stream belongs to: the first ``runId`` its facts name that hashes to it."""
-    for e in _facts(store, stream):
+    for e in _facts(stream):
+        if type(e) is not Entry:
+            continue
         named = e.payload.get("runId") if type(e.payload) is dict else None
-        if type(named) is str and named and companion_stream(named) == stream:
+        if type(named) is str and named and companion_stream(named) == stream.name:
             return named
     return None
 
@@ -473,11 +516,12 @@ def replay_all(store: Store, *, on_progress: Callable[[int, int], None] | None =
     if on_progress is not None:
         on_progress(0, len(streams))
     for done, stream in enumerate(streams, start=1):
-        run_id = _run_named_by(store, stream, companion_stream)
+        read = _read_stream(store, stream, "replay_all")
+        run_id = _run_named_by(read, companion_stream)
         if run_id is None:
             orphans.append(stream)
         else:
-            h = ownership_history(store, run_id)
+            h = _history(run_id, read)
             histories.append(h)
             for v in h.violations:
                 counts[v.rule] = counts.get(v.rule, 0) + 1

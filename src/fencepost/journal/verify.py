@@ -108,20 +108,24 @@ def entry_problems(row: Any, prev: tuple[int, str] | None) -> list[tuple[str, st
     return problems
 
 
+_TEXT_COLUMNS = frozenset(c.name for c in _PAGE.selected_columns if isinstance(c.type, String))
+# The page's columns with its text read as the stored bytes (SQLite: CAST AS BLOB keeps them as they are).
+_BYTES_COLUMNS = tuple(cast(c, LargeBinary).label(c.name) if c.name in _TEXT_COLUMNS else c
+                       for c in _PAGE.selected_columns)
+_BYTES_PAGE = select(*_BYTES_COLUMNS).where(ev.c.position > bindparam("after")).order_by(ev.c.position).limit(
+    bindparam("n"))
+
+
 _STREAM_PAGE = (
     select(*_PAGE.selected_columns)
     .where(ev.c.run_id == bindparam("stream"), ev.c.seq > bindparam("after"))
     .order_by(ev.c.seq)
     .limit(bindparam("n"))
 )
-
-
-_TEXT_COLUMNS = frozenset(c.name for c in _PAGE.selected_columns if isinstance(c.type, String))
-# The page with its text columns read as the stored bytes (SQLite: CAST AS BLOB keeps them as they are).
-_BYTES_PAGE = (
-    select(*(cast(c, LargeBinary).label(c.name) if c.name in _TEXT_COLUMNS else c for c in _PAGE.selected_columns))
-    .where(ev.c.position > bindparam("after"))
-    .order_by(ev.c.position)
+_STREAM_BYTES_PAGE = (
+    select(*_BYTES_COLUMNS)
+    .where(ev.c.run_id == bindparam("stream"), ev.c.seq > bindparam("after"))
+    .order_by(ev.c.seq)
     .limit(bindparam("n"))
 )
 
@@ -134,44 +138,71 @@ _NEXT_IN_LOG = (
 )
 
 
+def _page(store: Store, conn: Connection, stmt: Any, as_bytes: Any, params: dict[str, Any]) -> list[Any]:
+    """One page of rows; when a stored text value is not UTF-8 (SQLite), the same page again with
+    its text read as bytes, so the entry holding it comes back as ``_Undecodable`` instead of
+    failing the whole read."""
+    try:
+        return conn.execute(stmt, params).all()
+    except DBAPIError as exc:
+        if store.db.backend.classify(exc)[0] != "decode_failed":
+            raise
+        return [_decoded(r) for r in conn.execute(as_bytes, params)]
+
+
+def stream_rows(store: Store, conn: Connection, stream: str) -> list[Any]:
+    """Every stored row of one stream in ``seq`` order (all of ``_PAGE``'s columns), read on
+    ``conn``; an entry holding text that is not UTF-8 comes back as ``_Undecodable``."""
+    rows: list[Any] = []
+    after = -1
+    while True:
+        page = _page(store, conn, _STREAM_PAGE, _STREAM_BYTES_PAGE, {"stream": stream, "after": after, "n": PAGE})
+        rows.extend(page)
+        if len(page) < PAGE:
+            return rows
+        after = int(page[-1].seq)
+
+
+def rows_breaks(conn: Connection, rows: list[Any]) -> list[Break]:
+    """The breaks of one stream's chain given all its rows (``stream_rows``), and the ``log_link``
+    break at its last entry (see ``stream_breaks``): one more statement, on ``conn``."""
+    found: list[Break] = []
+    prev: tuple[int, str] | None = None
+    for row in rows:
+        problems = ([("encoding", _encoding_detail(row))] if type(row) is _Undecodable
+                    else entry_problems(row, prev))
+        found.extend(Break(stream=row.run_id, seq=int(row.seq), position=int(row.position), what=what,
+                           detail=detail) for what, detail in problems)
+        prev = (int(row.seq), row.entry_hash)
+    if rows:
+        last = rows[-1]
+        position = int(last.position)
+        nxt = conn.execute(_NEXT_IN_LOG, {"after": position}).first()
+        if nxt is not None and (int(nxt.position) != position + 1 or nxt.log_prev_hash != last.entry_hash):
+            found.append(Break(stream=last.run_id, seq=int(last.seq), position=position, what="log_link",
+                               detail=f"the log's next entry (position {int(nxt.position)}) does not follow "
+                                      "this one: an entry after it, maybe this stream's next, was removed "
+                                      "or edited"))
+    return found
+
+
 def stream_breaks(store: Store, stream: str) -> list[Break]:
     """Every break of one stream's own chain (``seq``, ``stream_link``, ``content``, ``entry_hash``,
-    ``event_id``; one ``Break`` per problem), read in ``seq`` order in one read snapshot, and a
-    ``log_link`` break at its last entry when the log's next entry does not follow it: entries
-    removed from the end of a stream leave the rest of its chain intact, so only the log shows
-    them (unless they were the journal's newest entries, which only an anchor proves). The other
-    links between streams are ``verify``'s: this is the check a replay of one run makes on the
-    facts it judges."""
-
-    def run(conn: Connection) -> list[Break]:
-        found: list[Break] = []
-        prev: tuple[int, str] | None = None
-        last: Any = None
-        after = -1
-        while True:
-            rows = conn.execute(_STREAM_PAGE, {"stream": stream, "after": after, "n": PAGE}).all()
-            for row in rows:
-                found.extend(Break(stream=row.run_id, seq=int(row.seq), position=int(row.position), what=what,
-                                   detail=detail) for what, detail in entry_problems(row, prev))
-                prev = (int(row.seq), row.entry_hash)
-                last = row
-            if len(rows) < PAGE:
-                break
-            after = int(rows[-1].seq)
-        if last is not None:
-            position = int(last.position)
-            nxt = conn.execute(_NEXT_IN_LOG, {"after": position}).first()
-            if nxt is not None and (int(nxt.position) != position + 1 or nxt.log_prev_hash != last.entry_hash):
-                found.append(Break(stream=last.run_id, seq=int(last.seq), position=position, what="log_link",
-                                   detail=f"the log's next entry (position {int(nxt.position)}) does not follow "
-                                          "this one: an entry after it, maybe this stream's next, was removed "
-                                          "or edited"))
-        return found
-
+    ``event_id``, ``encoding``; one ``Break`` per problem), read in ``seq`` order in one read
+    snapshot, and a ``log_link`` break at its last entry when the log's next entry does not follow
+    it: entries removed from the end of a stream leave the rest of its chain intact, so only the log
+    shows them (unless they were the journal's newest entries, which only an anchor proves). The
+    other links between streams are ``verify``'s: this is the check a replay of one run makes on
+    the facts it judges."""
     try:
-        return store.db.read(run)
+        return store.db.read(lambda conn: rows_breaks(conn, stream_rows(store, conn, stream)))
     except DbFailure as exc:
-        raise carry_failure(JournalError("read_failed", "verify", failure_detail("journal read", exc)), exc) from None
+        raise carry_failure(JournalError(failure_code(exc, "read_failed"), "verify",
+                                         failure_detail("journal read", exc)), exc) from None
+
+
+def _encoding_detail(row: _Undecodable) -> str:
+    return f"stored {', '.join(row.columns)} {'is' if len(row.columns) == 1 else 'are'} not valid UTF-8"
 
 
 class _Undecodable:
@@ -228,8 +259,7 @@ class _Checker:
         """An entry holding text that is not UTF-8: one ``encoding`` break; the chain continues
         from what it stores (its other checks would only repeat the same break)."""
         self.count += 1
-        self.fail(row, "encoding", f"stored {', '.join(row.columns)} {'is' if len(row.columns) == 1 else 'are'} "
-                                   "not valid UTF-8")
+        self.fail(row, "encoding", _encoding_detail(row))
         position = int(row.position)
         self.expected_position = position + 1
         self.log_prev = row.entry_hash
@@ -328,14 +358,8 @@ def verify(store: Store, *, anchor: Head | None = None,
             total = int(conn.execute(_COUNT).scalar_one())
             on_progress(0, total)
         while True:
-            try:
-                rows = conn.execute(_PAGE, {"after": after, "n": PAGE}).all()
-            except DBAPIError as exc:
-                # A stored text value that is not UTF-8 (SQLite): the same page again, its text read
-                # as bytes, so the entry that holds it is reported as a break, not the whole verify.
-                if store.db.backend.classify(exc)[0] != "decode_failed":
-                    raise
-                rows = [_decoded(r) for r in conn.execute(_BYTES_PAGE, {"after": after, "n": PAGE})]
+            # An entry holding text that is not UTF-8 (SQLite) is reported as a break, not the whole verify.
+            rows = _page(store, conn, _PAGE, _BYTES_PAGE, {"after": after, "n": PAGE})
             for row in rows:
                 if type(row) is _Undecodable:
                     checker.undecodable(row)
