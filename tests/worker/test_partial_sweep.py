@@ -10,41 +10,13 @@ of a store method (both backends, real store otherwise). Each test's docstring s
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 import fencepost
 from fencepost.errors import RunStoreError
 from fencepost.worker import Worker
-from tests.worker.test_database_outage import _run_in_thread, _wait_for
+from tests.worker.conftest import FailAt, run_in_thread, stop_worker, wait_for
 
 BOUND_S = 5  # far below the 30 s a stranded run waited for its lease to expire
-
-
-def _unavailable(method: str) -> RunStoreError:
-    err = RunStoreError("persistence_failed", method, "run persistence failed")
-    err.db_code = "SQLITE_BUSY"  # type: ignore[attr-defined]
-    err.transient = True  # type: ignore[attr-defined]
-    return err
-
-
-class FailAt:
-    """Replaces ``store.runs.<method>``: calls number ``at`` (1-based) fail as an unavailable
-    database, when made from ``thread`` (the worker's), every other call goes through."""
-
-    def __init__(self, store: Any, method: str, at: set[int]) -> None:
-        self.real = getattr(store.runs, method)
-        self.method = method
-        self.at = at
-        self.calls = 0
-        self.thread: threading.Thread | None = None
-        setattr(store.runs, method, self)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if threading.current_thread() is self.thread:
-            self.calls += 1
-            if self.calls in self.at:
-                raise _unavailable(self.method)
-        return self.real(*args, **kwargs)
 
 
 def _worker_thread_of(fault: FailAt, worker, stop):
@@ -58,7 +30,7 @@ def _worker_thread_of(fault: FailAt, worker, stop):
         return orig(stop_event)
 
     worker.run = run
-    t, outcome = _run_in_thread(worker, stop)
+    t, outcome = run_in_thread(worker, stop)
     assert started.wait(BOUND_S)
     return t, outcome
 
@@ -75,12 +47,10 @@ def test_runs_activated_before_a_claim_fails_are_run_at_once(db_url):
         ran: list[str] = []
         worker = Worker(store, lambda ctx: ran.append(ctx.run_id), concurrency=3)
         t, outcome = _worker_thread_of(fault, worker, stop)
-        assert _wait_for(lambda: all(store.runs.get(r).status == "completed" for r in ("r1", "r2", "r3")),
+        assert wait_for(lambda: all(store.runs.get(r).status == "completed" for r in ("r1", "r2", "r3")),
                          BOUND_S), [store.runs.get(r).status for r in ("r1", "r2", "r3")]
         assert fault.calls >= 2 and sorted(ran) == ["r1", "r2", "r3"]
-        stop.set()
-        t.join(BOUND_S)
-        assert outcome and outcome[0].completed == 3
+        assert stop_worker(t, stop, outcome, BOUND_S).completed == 3
     finally:
         stop.set()
         store.close()
@@ -122,11 +92,9 @@ def test_a_run_whose_read_after_activation_fails_is_still_run(db_url):
         ran: list[str] = []
         worker = Worker(store, lambda ctx: ran.append(ctx.run_id), concurrency=1)
         t, outcome = _worker_thread_of(fault, worker, stop)
-        assert _wait_for(lambda: store.runs.get("r1").status == "completed", BOUND_S), store.runs.get("r1").status
+        assert wait_for(lambda: store.runs.get("r1").status == "completed", BOUND_S), store.runs.get("r1").status
         assert ran == ["r1"] and fault.calls >= 3
-        stop.set()
-        t.join(BOUND_S)
-        assert outcome and outcome[0].completed == 1
+        assert stop_worker(t, stop, outcome, BOUND_S).completed == 1
     finally:
         stop.set()
         store.close()
