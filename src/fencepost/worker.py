@@ -302,9 +302,7 @@ class Worker:
                 took = 0
                 try:
                     if free > 0:
-                        for row in self.take(free):
-                            self._start(pool, row)
-                            took += 1
+                        took = len(self._sweep(free, lambda row: self._start(pool, row)))
                     now = clock.now_ms()
                     if now >= next_cancel_check:
                         self._observe_cancellations()
@@ -432,6 +430,13 @@ class Worker:
         """
         if type(limit) is not int or limit < 1:
             raise ValueError("limit must be an integer >= 1")
+        return self._sweep(limit)
+
+    def _sweep(self, limit: int, start: Callable[[RunRow], None] | None = None) -> list[RunRow]:
+        """``take(limit)``, calling ``start(row)`` on each run as soon as it is taken (``run()`` holds and
+        starts it there). A later candidate's steps may wait out an outage on this thread (releasing
+        its claim, for up to the claim's budget): a run already taken must not wait with them, neither
+        run nor held, its lease then counting from the late hold instead of its last heartbeat."""
         # Runs this worker suspended are left alone for a while; read enough for the others. Which
         # runs rest is asked again after the read: a run may have been suspended during it (its
         # rest begins before it is claimable, so a read that sees it claimable sees it resting).
@@ -458,6 +463,8 @@ class Worker:
                 break
             if row is not None:
                 taken.append(row)
+                if start is not None:
+                    start(row)
         return taken
 
     def _take_one(self, cand: dict[str, Any]) -> RunRow | None:

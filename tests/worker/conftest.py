@@ -18,6 +18,7 @@ from sqlalchemy import create_engine
 from sqlalchemy.pool import NullPool
 
 import fencepost
+from fencepost.clock import ManualClock
 from fencepost.errors import RunStoreError
 from fencepost.worker import Worker
 
@@ -217,6 +218,18 @@ def outage(db_url: str, backend: str) -> Iterator[tuple[Any, LockHolder]]:
     holder = LockHolder(db_url, backend)
     try:
         yield store, holder
+    finally:
+        holder.close()
+        store.close()
+
+
+@pytest.fixture
+def outage_clocked(db_url: str, backend: str, clock: ManualClock) -> Iterator[tuple[Any, LockHolder, ManualClock]]:
+    """``outage`` with the store on the ``ManualClock`` ``clock``: ``(store, holder, clock)``."""
+    store = fencepost.open(short_wait(db_url, backend), clock=clock)
+    holder = LockHolder(db_url, backend)
+    try:
+        yield store, holder, clock
     finally:
         holder.close()
         store.close()

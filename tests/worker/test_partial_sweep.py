@@ -10,13 +10,20 @@ of a store method (both backends, real store otherwise). Each test's docstring s
 from __future__ import annotations
 
 import threading
+import time
+from typing import Any
 
 import fencepost
 from fencepost.errors import RunStoreError
+from fencepost.runstore.heartbeat import WRITE_TOLERANCE_MS as TOLERANCE_MS
+from fencepost.runstore.ownership import LeaseLost
 from fencepost.worker import Worker
 from tests.worker.conftest import FailAt, run_in_thread, stop_worker, wait_for
 
 BOUND_S = 5  # far below the 30 s a stranded run waited for its lease to expire
+# A wait through a held write lock: a few PostgreSQL calls (each retries a lock timeout for about
+# 4 s), and well below the claim's 19 s budget, which the run already taken used to wait out.
+OUTAGE_BOUND_S = 15
 
 
 def _worker_thread_of(fault: FailAt, worker, stop):
@@ -98,3 +105,69 @@ def test_a_run_whose_read_after_activation_fails_is_still_run(db_url):
     finally:
         stop.set()
         store.close()
+
+
+def test_a_run_taken_before_a_claim_release_waits_out_an_outage_is_run_and_held_meanwhile(outage_clocked):
+    """The sweep activated one run, then the next candidate's activation met a database outage (a
+    real held write lock) and its claim release retried within the claim's budget (up to 19 s) on
+    the worker's main thread. The run already taken was neither started nor held until that retry
+    ended: its function waited out the outage although it needed no write to start, and nothing
+    renewed its lease. Held late, its lease then counted from the late hold rather than from its
+    last persisted heartbeat, so during a longer outage the worker kept running it while a peer
+    could already take it over. Now each run is held and started as soon as it is taken; the
+    store clock (a ``ManualClock``) then shows its lease lapsing one write budget after its last
+    persisted heartbeat, with every heartbeat failing."""
+    store, holder, clock = outage_clocked
+    for r in ("r1", "r2"):
+        store.runs.create(r, "{}")
+    real_activate, real_abandon = store.runs.activate, store.runs.abandon_claim
+    activated: list[str] = []
+    release_failures: list[str] = []
+    started: list[str] = []
+    seen: list[BaseException] = []
+    done = threading.Event()
+
+    def activate(run_id: str, *args: Any, **kwargs: Any) -> Any:
+        activated.append(run_id)
+        if len(activated) == 2 and not holder.held:
+            holder.hold()  # the outage begins between the first run's activation and the second's
+        return real_activate(run_id, *args, **kwargs)
+
+    def abandon_claim(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return real_abandon(*args, **kwargs)
+        except RunStoreError:
+            release_failures.append(",".join(started))  # which functions had started by then
+            raise
+
+    def fn(ctx):
+        started.append(ctx.run_id)
+        try:
+            while not done.is_set():
+                ctx.lease.check()
+                time.sleep(0.02)
+        except BaseException as exc:
+            seen.append(exc)
+            raise
+
+    store.runs.activate, store.runs.abandon_claim = activate, abandon_claim
+    worker = Worker(store, fn, concurrency=2)
+    stop = threading.Event()
+    t, outcome = run_in_thread(worker, stop)
+    try:
+        assert wait_for(lambda: bool(release_failures), OUTAGE_BOUND_S), "the outage never reached abandon_claim"
+        # The first run is running while the release still retries: a release attempt fails after
+        # its function started (before, it started only once the release had given up).
+        assert wait_for(lambda: any(release_failures), OUTAGE_BOUND_S), (release_failures, started)
+        first = activated[0]
+        assert started == [first]
+        heartbeat = store.runs.get(first).heartbeat_at_ms  # heartbeats fail under the lock: still its activation's
+        clock.set(heartbeat + TOLERANCE_MS + 1)
+        assert wait_for(lambda: bool(seen), OUTAGE_BOUND_S), "the lease outlived its write budget"
+        assert isinstance(seen[0], LeaseLost), seen
+    finally:
+        done.set()
+        holder.free()
+        stop.set()
+        t.join(OUTAGE_BOUND_S)
+    assert outcome and outcome[0].lost == 1, outcome

@@ -506,14 +506,14 @@ def test_a_run_still_in_hand_after_its_lease_was_lost_is_not_taken_again_by_the_
 
     worker = Worker(store, fn)
     sweeps_after_expiry: list[int] = []
-    real_take = worker.take
+    real_sweep = worker._sweep
 
-    def counting_take(limit: int):
+    def counting_sweep(limit: int, start=None):
         if clock.now_ms() >= 31_001:
             sweeps_after_expiry.append(1)
-        return real_take(limit)
+        return real_sweep(limit, start)
 
-    worker.take = counting_take
+    worker._sweep = counting_sweep
     t, real = _run_with_every_pulse_fence_lost(store, worker)
     try:
         assert inside.wait(10)
