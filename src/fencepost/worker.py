@@ -302,9 +302,7 @@ class Worker:
                 took = 0
                 try:
                     if free > 0:
-                        for row in self.take(free):
-                            self._start(pool, row)
-                            took += 1
+                        took = len(self._sweep(free, lambda row: self._start(pool, row)))
                     now = clock.now_ms()
                     if now >= next_cancel_check:
                         self._observe_cancellations()
@@ -432,6 +430,13 @@ class Worker:
         """
         if type(limit) is not int or limit < 1:
             raise ValueError("limit must be an integer >= 1")
+        return self._sweep(limit)
+
+    def _sweep(self, limit: int, start: Callable[[RunRow], None] | None = None) -> list[RunRow]:
+        """``take(limit)``, calling ``start(row)`` on each run as soon as it is taken (``run()`` holds and
+        starts it there). A later candidate's steps may wait out an outage on this thread (releasing
+        its claim, for up to the claim's budget): a run already taken must not wait with them, neither
+        run nor held, its lease then counting from the late hold instead of its last heartbeat."""
         # Runs this worker suspended are left alone for a while; read enough for the others. Which
         # runs rest is asked again after the read: a run may have been suspended during it (its
         # rest begins before it is claimable, so a read that sees it claimable sees it resting).
@@ -458,6 +463,8 @@ class Worker:
                 break
             if row is not None:
                 taken.append(row)
+                if start is not None:
+                    start(row)
         return taken
 
     def _take_one(self, cand: dict[str, Any]) -> RunRow | None:
@@ -512,23 +519,12 @@ class Worker:
         return row
 
     def _retry_for_run(self, run_id: str, what: str, call: Callable[[], Any], until: float) -> Any:
-        """``call()``, a step of taking ``run_id`` during a sweep, retried with the usual backoff while
-        the database is unavailable or busy (``_worth_waiting``), until the monotonic time ``until``
-        or the end of the stop grace; then the last failure is raised. Like ``_owned_write`` for a
-        run not yet held: the steps retried here (reading the row, releasing the claim) are safe to
-        repeat, since the claim's token fences them in the store."""
-        backoff = _FIRST_BACKOFF_S
-        while True:
-            began = time.monotonic()
-            try:
-                return call()
-            except RunStoreError as exc:
-                if not _worth_waiting(exc) or time.monotonic() + backoff >= until or self._stop_passed(began):
-                    log.warning("run %s: %s failed (%s)", run_id, what, getattr(exc, "db_code", None) or exc.code,
-                                extra={"run_id": run_id})
-                    raise
-                _pause(backoff, None, self._stop_deadline)
-                backoff = min(backoff * 2, _MAX_BACKOFF_S)
+        """``call()``, a step of taking ``run_id`` during a sweep, retried (``_retry``) until the monotonic
+        time ``until``: a run not yet held has no lease to bound it, and the wall clock keeps a store
+        clock that stands still (``ManualClock``) from retrying forever. The steps retried here
+        (reading the row, releasing the claim) are safe to repeat, since the claim's token fences them
+        in the store."""
+        return self._retry(run_id, what, call, "the claim's budget", now=time.monotonic, deadline=lambda: until)
 
     def _evidence_kind(self, owner: OwnerId) -> str:
         if self.liveness is same_host_pid_probe and owner.host_id == self.owner.host_id:
@@ -555,8 +551,9 @@ class Worker:
         except Exception as exc:
             if self._stop_deadline() is not None and _worth_waiting(exc):
                 # Given up on for the stop (``_owned_write`` said so): the run lapses, nothing is lost.
-                log.warning("run %s: not settled before the worker stopped (%s)", ctx.run_id,
-                            getattr(exc, "db_code", None) or getattr(exc, "code", None), extra={"run_id": ctx.run_id})
+                log.warning("run %s: not settled before the worker stopped (%s); left for its lease to lapse",
+                            ctx.run_id, getattr(exc, "db_code", None) or getattr(exc, "code", None),
+                            extra={"run_id": ctx.run_id})
             else:
                 log.error("settling a run failed\n%s", self._log_traceback(ctx.run_id, exc),
                           extra={"run_id": ctx.run_id})
@@ -649,27 +646,43 @@ class Worker:
                      landed: Callable[[], bool] | None = None) -> Any:
         """``call()``, a fenced write to ``ctx``'s run, retried while the database is unavailable or busy.
 
-        A worker host expects an outage shorter than the lease to be ridden out, so a transient
-        failure (``_worth_waiting``: never a refused argument, a lost fence or a store that cannot come
-        back) is retried with a backoff (0.1 s doubling to 2 s) until the lease's deadline as it
-        stood at the first failure, at most ``WRITE_TOLERANCE``: the persisted heartbeat protects the
-        run from a takeover until then. The lease is checked before every attempt, so nothing is
-        tried once it is lost (and every attempt is fenced in the store as ever). Then the last
-        failure is raised. Once the worker is stopping the retries end sooner: after ``STOP_GRACE_S``,
-        with at least one attempt begun after the stop was noticed (``_stop_passed``).
+        A worker host expects an outage shorter than the lease to be ridden out, so the write is
+        retried (``_retry``) until the lease's deadline as it stood at the first failure, at most
+        ``WRITE_TOLERANCE``: the persisted heartbeat protects the run from a takeover until then. That
+        deadline is on the store's clock, as the lease is. The lease is checked before every attempt,
+        so nothing is tried once it is lost (and every attempt is fenced in the store as ever).
 
         ``landed()`` tells whether an earlier attempt whose COMMIT got no answer did land: a retry
         that then finds the fence gone (``FenceLost``, or the lease lost to the next pulse) returns
         ``Transitioned`` when it did.
         """
         clock = self.store.clock
+        return self._retry(ctx.run_id, what, call, "the lease", now=lambda: clock.now_ms() / 1000,
+                           deadline=lambda: ctx.lease.deadline_ms / 1000, lease=ctx.lease, landed=landed)
+
+    def _retry(self, run_id: str, what: str, call: Callable[[], Any], bound: str, *, now: Callable[[], float],
+               deadline: Callable[[], float], lease: Lease | None = None,
+               landed: Callable[[], bool] | None = None) -> Any:
+        """``call()``, one step for ``run_id``, retried while the database is unavailable or busy: the one
+        retry loop of the worker (a run's own writes, ``_owned_write``; a step of taking a run during a
+        sweep, ``_retry_for_run``).
+
+        A failure waiting may cure (``_worth_waiting``: never a refused argument, a lost fence or a store
+        that cannot come back) is retried with a backoff (0.1 s doubling to 2 s) until ``deadline()``,
+        read once at the first failure, in seconds on the clock ``now()``; ``bound`` names that budget
+        in the log. Then the last failure is raised. With a ``lease``, it is checked before every
+        attempt and a pause ends once it is lost. Once the worker is stopping the retries end sooner:
+        after ``STOP_GRACE_S``, with at least one attempt begun after the stop was noticed
+        (``_stop_passed``). ``landed`` is ``_owned_write``'s.
+        """
         backoff = _FIRST_BACKOFF_S
-        give_up_at: int | None = None
+        give_up_at: float | None = None
         unknown = False  # an attempt's COMMIT got no answer: it may have landed
         while True:
             began = time.monotonic()
             try:
-                ctx.lease.check()
+                if lease is not None:
+                    lease.check()
                 result = call()
             except LeaseLost:
                 if unknown and landed is not None and landed():
@@ -680,25 +693,25 @@ class Worker:
                     raise
                 unknown = unknown or COMMIT_UNKNOWN in exc.detail
                 if give_up_at is None:
-                    give_up_at = ctx.lease.deadline_ms
-                    log.warning("run %s: %s: database unavailable (%s); retrying while the lease lasts", ctx.run_id,
-                                what, getattr(exc, "db_code", None) or exc.code, extra={"run_id": ctx.run_id})
-                if clock.now_ms() + backoff * 1000 >= give_up_at:
-                    log.warning("run %s: %s: the database did not answer within the lease; giving up", ctx.run_id,
-                                what, extra={"run_id": ctx.run_id})
+                    give_up_at = deadline()
+                    log.warning("run %s: %s: database unavailable (%s); retrying within %s", run_id, what,
+                                getattr(exc, "db_code", None) or exc.code, bound, extra={"run_id": run_id})
+                if now() + backoff >= give_up_at:
+                    log.warning("run %s: %s: the database did not answer within %s; giving up", run_id, what,
+                                bound, extra={"run_id": run_id})
                     raise
                 if self._stop_passed(began):
-                    log.warning("run %s: %s: the worker is stopping and the database did not answer; the run is "
-                                "left for its lease to lapse", ctx.run_id, what, extra={"run_id": ctx.run_id})
+                    log.warning("run %s: %s: the worker is stopping and the database did not answer; giving up",
+                                run_id, what, extra={"run_id": run_id})
                     raise
-                _pause(backoff, ctx.lease, self._stop_deadline)
+                _pause(backoff, lease, self._stop_deadline)
                 backoff = min(backoff * 2, _MAX_BACKOFF_S)
                 continue
             if give_up_at is not None:
                 if unknown and isinstance(result, FenceLost) and landed is not None and landed():
                     result = _TRANSITIONED
-                log.warning("run %s: %s went through once the database answered", ctx.run_id, what,
-                            extra={"run_id": ctx.run_id})
+                log.warning("run %s: %s went through once the database answered", run_id, what,
+                            extra={"run_id": run_id})
             return result
 
     def _log_traceback(self, run_id: str, exc: BaseException, failure: RunFailure | None = None) -> str:

@@ -12,35 +12,30 @@ import os
 import sqlite3
 import threading
 import time
+from typing import Any
 
 import pytest
 
 import fencepost
 from fencepost.worker import Worker
 from tests.faults.conftest import private_server  # noqa: F401 - fixture
+from tests.worker.conftest import run_in_thread, stop_worker, wait_for
 
 
-def _run_in_thread(worker: Worker, stop: threading.Event) -> tuple[threading.Thread, list]:
-    outcome: list = []
-
-    def body() -> None:
-        try:
-            outcome.append(worker.run(stop))
-        except BaseException as exc:  # the defect: the sweep's database error ended the worker
-            outcome.append(exc)
-
-    t = threading.Thread(target=body, daemon=True)
-    t.start()
-    return t, outcome
+def _outage_met_and_waited_out(caplog, outcome: list, timeout: float) -> None:
+    """The worker met the outage (it logged "database unavailable") and did not end over it."""
+    assert wait_for(lambda: bool(outcome) or any("database unavailable" in r.getMessage() for r in caplog.records),
+                    timeout)
+    assert not outcome, f"the worker ended: {outcome!r}"
 
 
-def _wait_for(pred, timeout: float) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.02)
-    return pred()
+def _completed_then_stopped(store, run_id: str, t: threading.Thread, stop: threading.Event, outcome: list,
+                            timeout: float) -> Any:
+    """``run_id`` completes once the database is back, the worker still running; then it is stopped:
+    what ``run()`` returned."""
+    assert wait_for(lambda: store.runs.get(run_id).status == "completed", timeout)
+    assert not outcome and t.is_alive()
+    return stop_worker(t, stop, outcome, timeout)
 
 
 def test_sqlite_write_lock_held_past_the_busy_timeout_does_not_end_the_worker(tmp_path, caplog):
@@ -56,16 +51,10 @@ def test_sqlite_write_lock_held_past_the_busy_timeout_does_not_end_the_worker(tm
         holder.execute("BEGIN IMMEDIATE")  # a peer's long write transaction
         worker = Worker(store, lambda ctx: {"done": True}, concurrency=1)
         with caplog.at_level(logging.WARNING, logger="fencepost.worker"):
-            t, outcome = _run_in_thread(worker, stop)
-            assert _wait_for(lambda: bool(outcome) or any("database unavailable" in r.getMessage()
-                                                          for r in caplog.records), 5)
-            assert not outcome, f"the worker ended: {outcome!r}"
+            t, outcome = run_in_thread(worker, stop)
+            _outage_met_and_waited_out(caplog, outcome, 5)
         holder.execute("ROLLBACK")
-        assert _wait_for(lambda: store.runs.get("r1").status == "completed", 5)
-        assert not outcome and t.is_alive()
-        stop.set()
-        t.join(5)
-        assert outcome and outcome[0].completed == 1
+        assert _completed_then_stopped(store, "r1", t, stop, outcome, 5).completed == 1
     finally:
         stop.set()
         holder.close()
@@ -83,20 +72,14 @@ def test_postgresql_server_stopped_and_started_under_a_running_worker(private_se
         store.runs.create("before", "{}")
         worker = Worker(store, lambda ctx: {"done": True}, concurrency=1)
         with caplog.at_level(logging.WARNING, logger="fencepost.worker"):
-            t, outcome = _run_in_thread(worker, stop)
-            assert _wait_for(lambda: store.runs.get("before").status == "completed", 10)
+            t, outcome = run_in_thread(worker, stop)
+            assert wait_for(lambda: store.runs.get("before").status == "completed", 10)
             private_server._run("pg_ctl", "-D", str(private_server.data), "-m", "fast", "-w", "stop")
             # Down until a sweep has given up on one call (or the worker ended): bounded.
-            assert _wait_for(lambda: bool(outcome) or any("database unavailable" in r.getMessage()
-                                                          for r in caplog.records), 15)
-            assert not outcome, f"the worker ended: {outcome!r}"
+            _outage_met_and_waited_out(caplog, outcome, 15)
         private_server.start()
         store.runs.create("after", "{}")
-        assert _wait_for(lambda: store.runs.get("after").status == "completed", 10)
-        assert not outcome and t.is_alive()
-        stop.set()
-        t.join(10)
-        assert outcome and outcome[0].completed == 2
+        assert _completed_then_stopped(store, "after", t, stop, outcome, 10).completed == 2
     finally:
         stop.set()
         store.close()
@@ -108,7 +91,7 @@ def test_a_closed_store_still_ends_the_worker(tmp_path):
     store = fencepost.open(f"sqlite:///{tmp_path / 'flows.db'}")
     worker = Worker(store, lambda ctx: None, concurrency=1)
     stop = threading.Event()
-    t, outcome = _run_in_thread(worker, stop)
+    t, outcome = run_in_thread(worker, stop)
     time.sleep(0.3)
     store.close()
     t.join(5)
@@ -127,7 +110,7 @@ def test_a_sqlite_file_replaced_under_the_worker_ends_it(tmp_path, caplog):
     stop = threading.Event()
     try:
         worker = Worker(store, lambda ctx: None, concurrency=1)
-        t, outcome = _run_in_thread(worker, stop)
+        t, outcome = run_in_thread(worker, stop)
         time.sleep(0.3)
         fencepost.open(f"sqlite:///{tmp_path / 'other.db'}").close()
         os.replace(tmp_path / "other.db", path)

@@ -11,14 +11,11 @@ with a wrapper, so the lease can be lost at a chosen moment. Each test's docstri
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 import time
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine
-from sqlalchemy.pool import NullPool
 
 import fencepost
 from fencepost.errors import RunStoreError
@@ -26,7 +23,18 @@ from fencepost.runstore.ownership import LeaseLost
 from fencepost.worker import Worker
 from tests.faults.conftest import private_server  # noqa: F401 - fixture
 from tests.runstore.conftest import B
-from tests.worker.test_database_outage import _run_in_thread, _wait_for
+from tests.worker.conftest import (
+    Faulty,
+    LockHolder,  # noqa: F401 - imported by the projections' outage tests
+    assert_write_fails_now,
+    checkpoint_retrying,
+    outage,  # noqa: F401 - fixture, imported by the journal's outage tests
+    run_in_thread,
+    short_wait,
+    stop_worker,
+    unavailable,
+    wait_for,
+)
 
 BOUND_S = 20  # every wait; the outages last seconds
 # How long the lock is held once the run meets it: past one call's own retries (SQLite answers busy
@@ -34,82 +42,35 @@ BOUND_S = 20  # every wait; the outages last seconds
 OUTAGE_S = {"sqlite": 1.0, "postgresql": 6.0}
 
 
-def _short_wait(url: str, backend: str) -> str:
-    """``url`` with a 100 ms wait for another writer's lock (the store's own retries still apply)."""
-    sep = "&" if "?" in url else "?"
-    if backend == "sqlite":
-        return f"{url}{sep}busy_timeout_ms=100"
-    return f"{url}{sep}options=-c%20lock_timeout%3D100"
+# Imported by the journal's and the projections' outage tests.
+_short_wait = short_wait
 
 
-class LockHolder:
-    """Another connection holding the store's write lock (SQLite ``BEGIN IMMEDIATE``; PostgreSQL the
-    per-schema advisory write lock every write transaction takes first)."""
-
-    def __init__(self, url: str, backend: str) -> None:
-        self.backend = backend
-        if backend == "sqlite":
-            self.conn: Any = sqlite3.connect(url[len("sqlite:///"):], isolation_level=None,
-                                              check_same_thread=False)
-        else:
-            self.schema = url.rsplit("schema=", 1)[1]
-            self.engine = create_engine(url.rsplit("?", 1)[0], poolclass=NullPool)
-            self.conn = None
-        self.held = False
-
-    def hold(self) -> None:
-        if self.backend == "sqlite":
-            self.conn.execute("BEGIN IMMEDIATE")
-        else:
-            self.conn = self.engine.connect()
-            self.conn.exec_driver_sql(
-                f"SELECT pg_advisory_xact_lock(hashtextextended('{self.schema}', 2099))")
-        self.held = True
-
-    def free(self) -> None:
-        if not self.held:
-            return
-        self.held = False
-        if self.backend == "sqlite":
-            self.conn.execute("ROLLBACK")
-        else:
-            self.conn.rollback()
-            self.conn.close()
-
-    def free_after(self, seconds: float) -> threading.Timer:
-        timer = threading.Timer(seconds, self.free)
-        timer.start()
-        return timer
-
-    def close(self) -> None:
-        self.free()
-        if self.backend == "sqlite":
-            self.conn.close()
-        else:
-            self.engine.dispose()
-
-
-@pytest.fixture
-def outage(db_url: str, backend: str):
-    """``(store, holder)``: a store that waits 100 ms for a lock, and a holder of its write lock."""
-    store = fencepost.open(_short_wait(db_url, backend))
-    holder = LockHolder(db_url, backend)
+def _run_through_a_short_outage(store, holder, fn, locked: threading.Event) -> tuple[Any, Any]:
+    """Run ``fn`` on ``r1``; once it runs, hold the write lock (writes really fail), let ``fn`` go on
+    (``locked``) and free the lock after ``OUTAGE_S``. Once the run left ``running``: its row, and
+    what the worker's ``run()`` returned when stopped."""
+    worker = Worker(store, fn, concurrency=1)
+    stop = threading.Event()
+    t, outcome = run_in_thread(worker, stop)
     try:
-        yield store, holder
+        assert wait_for(lambda: store.runs.get("r1").status == "running", BOUND_S)
+        holder.hold()
+        assert_write_fails_now(store)
+        timer = holder.free_after(OUTAGE_S[holder.backend])
+        locked.set()
+        assert wait_for(lambda: store.runs.get("r1").status != "running", BOUND_S)
+        timer.join()
+        row = store.runs.get("r1")
     finally:
-        holder.close()
-        store.close()
+        holder.free()
+        stop.set()
+        t.join(BOUND_S)
+    assert outcome, "the worker did not return after stop"
+    return row, outcome[0]
 
 
-def _assert_write_fails_now(store) -> None:
-    """The holder really makes writes fail (the outage is real, not a slow write)."""
-    with pytest.raises(RunStoreError) as info:
-        store.runs.create("probe", "{}")
-    assert info.value.code == "persistence_failed"
-    assert info.value.transient is True  # type: ignore[attr-defined] - waiting may cure it
-
-
-def test_a_checkpoint_during_a_short_outage_waits_it_out(outage):
+def test_a_checkpoint_during_a_short_outage_waits_it_out(outage):  # noqa: F811
     """The checkpoint's write met the held lock past the wait and raised ``RunStoreError`` into the
     function: uncaught, the run settled ``failed`` (or stayed ``running`` until its lease lapsed,
     when that write failed too), though the lock was released moments later."""
@@ -127,28 +88,13 @@ def test_a_checkpoint_during_a_short_outage_waits_it_out(outage):
         seen.append("checkpointed")
         return {"step": 2}
 
-    worker = Worker(store, fn, concurrency=1)
-    stop = threading.Event()
-    t, outcome = _run_in_thread(worker, stop)
-    try:
-        assert _wait_for(lambda: store.runs.get("r1").status == "running", BOUND_S)
-        holder.hold()
-        _assert_write_fails_now(store)
-        timer = holder.free_after(OUTAGE_S[holder.backend])
-        locked.set()
-        assert _wait_for(lambda: store.runs.get("r1").status != "running", BOUND_S)
-        timer.join()
-        row = store.runs.get("r1")
-        assert seen == ["checkpointed"], seen
-        assert row.status == "completed" and row.state_json == '{"step":2}', (row.status, row.failure)
-    finally:
-        holder.free()
-        stop.set()
-        t.join(BOUND_S)
-    assert outcome and outcome[0].completed == 1 and outcome[0].failed == 0
+    row, stats = _run_through_a_short_outage(store, holder, fn, locked)
+    assert seen == ["checkpointed"], seen
+    assert row.status == "completed" and row.state_json == '{"step":2}', (row.status, row.failure)
+    assert stats.completed == 1 and stats.failed == 0
 
 
-def test_settling_after_the_function_returned_waits_out_a_short_outage(outage):
+def test_settling_after_the_function_returned_waits_out_a_short_outage(outage):  # noqa: F811
     """The function returned its result while the lock was held: the ``completed`` write failed,
     the worker logged "settling a run failed" and the run stayed ``running`` until its lease
     lapsed, then ran again elsewhere; the result was lost."""
@@ -161,25 +107,10 @@ def test_settling_after_the_function_returned_waits_out_a_short_outage(outage):
         assert locked.wait(BOUND_S)
         return {"answer": 42}
 
-    worker = Worker(store, fn, concurrency=1)
-    stop = threading.Event()
-    t, outcome = _run_in_thread(worker, stop)
-    try:
-        assert _wait_for(lambda: store.runs.get("r1").status == "running", BOUND_S)
-        holder.hold()
-        _assert_write_fails_now(store)
-        timer = holder.free_after(OUTAGE_S[holder.backend])
-        locked.set()
-        assert _wait_for(lambda: store.runs.get("r1").status != "running", BOUND_S)
-        timer.join()
-        row = store.runs.get("r1")
-        assert row.status == "completed" and row.state_json == '{"answer":42}'
-        assert calls == ["r1"]
-    finally:
-        holder.free()
-        stop.set()
-        t.join(BOUND_S)
-    assert outcome and outcome[0].completed == 1
+    row, stats = _run_through_a_short_outage(store, holder, fn, locked)
+    assert row.status == "completed" and row.state_json == '{"answer":42}'
+    assert calls == ["r1"]
+    assert stats.completed == 1
 
 
 @pytest.mark.slow
@@ -199,47 +130,20 @@ def test_a_checkpoint_rides_out_a_postgresql_server_restart(private_server):  # 
             return {"step": 2}
 
         worker = Worker(store, fn, concurrency=1)
-        t, outcome = _run_in_thread(worker, stop)
-        assert _wait_for(lambda: store.runs.get("r1").status == "running", BOUND_S)
+        t, outcome = run_in_thread(worker, stop)
+        assert wait_for(lambda: store.runs.get("r1").status == "running", BOUND_S)
         private_server._run("pg_ctl", "-D", str(private_server.data), "-m", "fast", "-w", "stop")
         down.set()
         time.sleep(6)  # past one call's own retries (about 3 s)
         private_server.start()
-        assert _wait_for(lambda: store.runs.get("r1").status != "running", 15)
+        assert wait_for(lambda: store.runs.get("r1").status != "running", 15)
         row = store.runs.get("r1")
         assert seen == ["checkpointed"]
         assert row.status == "completed" and row.state_json == '{"step":2}'
-        stop.set()
-        t.join(BOUND_S)
-        assert outcome and outcome[0].completed == 1
+        assert stop_worker(t, stop, outcome, BOUND_S).completed == 1
     finally:
         stop.set()
         store.close()
-
-
-class Faulty:
-    """Wraps ``store.runs.transition_owned``: raises a transient (or given) database error while
-    ``down`` is set, and records every call that reached the real store."""
-
-    def __init__(self, store, error: RunStoreError | None = None) -> None:
-        self.real = store.runs.transition_owned
-        self.down = threading.Event()
-        self.failed = 0
-        self.reached: list[tuple[str, str]] = []
-        self.error = error
-        store.runs.transition_owned = self  # instance attribute: only this store is affected
-
-    def __call__(self, run_id, owner, to, *args, **kwargs):
-        if self.down.is_set():
-            self.failed += 1
-            if self.error is not None:
-                raise self.error
-            err = RunStoreError("persistence_failed", "transition_owned", "run persistence failed")
-            err.db_code = "SQLITE_BUSY"  # type: ignore[attr-defined]
-            err.transient = True  # type: ignore[attr-defined]
-            raise err
-        self.reached.append((run_id, to))
-        return self.real(run_id, owner, to, *args, **kwargs)
 
 
 def test_a_retry_never_writes_once_the_lease_is_lost(store, clock):
@@ -261,12 +165,12 @@ def test_a_retry_never_writes_once_the_lease_is_lost(store, clock):
 
     worker = Worker(store, fn, concurrency=1)
     stop = threading.Event()
-    t, outcome = _run_in_thread(worker, stop)
+    t, outcome = run_in_thread(worker, stop)
     try:
-        assert _wait_for(lambda: store.runs.get("r1").status == "running", BOUND_S)
+        assert wait_for(lambda: store.runs.get("r1").status == "running", BOUND_S)
         faulty.down.set()
         go.set()
-        assert _wait_for(lambda: faulty.failed >= 2 or bool(seen), BOUND_S), seen  # retrying, not raised
+        assert wait_for(lambda: faulty.failed >= 2 or bool(seen), BOUND_S), seen  # retrying, not raised
         assert not seen, seen
         # The run leaves this worker (an operator parks it), a peer takes it; the next pulse
         # answers FenceLost and the lease is lost.
@@ -275,7 +179,7 @@ def test_a_retry_never_writes_once_the_lease_is_lost(store, clock):
         claimed = store.runs.claim("r1", row.snapshot(), B, clock.now_ms())
         assert type(store.runs.activate("r1", B, claimed.claimed_at_ms, row.snapshot())).__name__ == "Activated"
         clock.advance(1000)
-        assert _wait_for(lambda: bool(seen), BOUND_S)
+        assert wait_for(lambda: bool(seen), BOUND_S)
         faulty.down.clear()  # the database answers again: nothing may be written now
         time.sleep(0.3)
         assert isinstance(seen[0], LeaseLost), seen
@@ -332,10 +236,7 @@ def test_a_settlement_whose_commit_answer_was_lost_but_landed_counts_as_complete
         attempts.append(to)
         outcome = real(run_id, owner, to, *args, **kwargs)
         if len(attempts) == 1:
-            err = RunStoreError("persistence_failed", "transition_owned", f"run persistence failed: {COMMIT_UNKNOWN}")
-            err.db_code = "08006"  # type: ignore[attr-defined]
-            err.transient = True  # type: ignore[attr-defined]
-            raise err
+            raise unavailable("transition_owned", "08006", f"run persistence failed: {COMMIT_UNKNOWN}")
         return outcome
 
     store.runs.transition_owned = lands_then_fails
@@ -350,31 +251,12 @@ def test_an_outage_longer_than_the_lease_budget_is_given_up_on(store, clock):
     """Bounded: the retries end at the lease's deadline (19 s on the store's clock after the last
     confirmed heartbeat); the function then gets the ``RunStoreError``."""
     store.runs.create("r1", "{}")
-    faulty = Faulty(store)
-    seen: list = []
-
-    def fn(ctx):
-        faulty.down.set()
-        try:
-            ctx.checkpoint({"v": 1})
-        except BaseException as exc:
-            seen.append(exc)
-            raise
-
-    worker = Worker(store, fn, concurrency=1)
-    stop = threading.Event()
-    t, _outcome = _run_in_thread(worker, stop)
-    try:
-        assert _wait_for(lambda: faulty.failed >= 2, BOUND_S)
-        assert not seen
+    with checkpoint_retrying(store, BOUND_S) as retrying:
+        assert not retrying.seen
         clock.advance(19_000)
-        assert _wait_for(lambda: bool(seen), BOUND_S)
-        assert isinstance(seen[0], (RunStoreError, LeaseLost)), seen
-        assert faulty.reached == []
-    finally:
-        faulty.down.clear()
-        stop.set()
-        t.join(BOUND_S)
+        assert wait_for(lambda: bool(retrying.seen), BOUND_S)
+        assert isinstance(retrying.seen[0], (RunStoreError, LeaseLost)), retrying.seen
+        assert retrying.faulty.reached == []
 
 
 def test_a_closed_store_error_is_not_transient(db_url):

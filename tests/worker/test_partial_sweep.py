@@ -10,41 +10,20 @@ of a store method (both backends, real store otherwise). Each test's docstring s
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import fencepost
 from fencepost.errors import RunStoreError
+from fencepost.runstore.heartbeat import WRITE_TOLERANCE_MS as TOLERANCE_MS
+from fencepost.runstore.ownership import LeaseLost
 from fencepost.worker import Worker
-from tests.worker.test_database_outage import _run_in_thread, _wait_for
+from tests.worker.conftest import FailAt, run_in_thread, stop_worker, wait_for
 
 BOUND_S = 5  # far below the 30 s a stranded run waited for its lease to expire
-
-
-def _unavailable(method: str) -> RunStoreError:
-    err = RunStoreError("persistence_failed", method, "run persistence failed")
-    err.db_code = "SQLITE_BUSY"  # type: ignore[attr-defined]
-    err.transient = True  # type: ignore[attr-defined]
-    return err
-
-
-class FailAt:
-    """Replaces ``store.runs.<method>``: calls number ``at`` (1-based) fail as an unavailable
-    database, when made from ``thread`` (the worker's), every other call goes through."""
-
-    def __init__(self, store: Any, method: str, at: set[int]) -> None:
-        self.real = getattr(store.runs, method)
-        self.method = method
-        self.at = at
-        self.calls = 0
-        self.thread: threading.Thread | None = None
-        setattr(store.runs, method, self)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if threading.current_thread() is self.thread:
-            self.calls += 1
-            if self.calls in self.at:
-                raise _unavailable(self.method)
-        return self.real(*args, **kwargs)
+# A wait through a held write lock: a few PostgreSQL calls (each retries a lock timeout for about
+# 4 s), and well below the claim's 19 s budget, which the run already taken used to wait out.
+OUTAGE_BOUND_S = 15
 
 
 def _worker_thread_of(fault: FailAt, worker, stop):
@@ -58,7 +37,7 @@ def _worker_thread_of(fault: FailAt, worker, stop):
         return orig(stop_event)
 
     worker.run = run
-    t, outcome = _run_in_thread(worker, stop)
+    t, outcome = run_in_thread(worker, stop)
     assert started.wait(BOUND_S)
     return t, outcome
 
@@ -75,12 +54,10 @@ def test_runs_activated_before_a_claim_fails_are_run_at_once(db_url):
         ran: list[str] = []
         worker = Worker(store, lambda ctx: ran.append(ctx.run_id), concurrency=3)
         t, outcome = _worker_thread_of(fault, worker, stop)
-        assert _wait_for(lambda: all(store.runs.get(r).status == "completed" for r in ("r1", "r2", "r3")),
+        assert wait_for(lambda: all(store.runs.get(r).status == "completed" for r in ("r1", "r2", "r3")),
                          BOUND_S), [store.runs.get(r).status for r in ("r1", "r2", "r3")]
         assert fault.calls >= 2 and sorted(ran) == ["r1", "r2", "r3"]
-        stop.set()
-        t.join(BOUND_S)
-        assert outcome and outcome[0].completed == 3
+        assert stop_worker(t, stop, outcome, BOUND_S).completed == 3
     finally:
         stop.set()
         store.close()
@@ -122,11 +99,75 @@ def test_a_run_whose_read_after_activation_fails_is_still_run(db_url):
         ran: list[str] = []
         worker = Worker(store, lambda ctx: ran.append(ctx.run_id), concurrency=1)
         t, outcome = _worker_thread_of(fault, worker, stop)
-        assert _wait_for(lambda: store.runs.get("r1").status == "completed", BOUND_S), store.runs.get("r1").status
+        assert wait_for(lambda: store.runs.get("r1").status == "completed", BOUND_S), store.runs.get("r1").status
         assert ran == ["r1"] and fault.calls >= 3
-        stop.set()
-        t.join(BOUND_S)
-        assert outcome and outcome[0].completed == 1
+        assert stop_worker(t, stop, outcome, BOUND_S).completed == 1
     finally:
         stop.set()
         store.close()
+
+
+def test_a_run_taken_before_a_claim_release_waits_out_an_outage_is_run_and_held_meanwhile(outage_clocked):
+    """The sweep activated one run, then the next candidate's activation met a database outage (a
+    real held write lock) and its claim release retried within the claim's budget (up to 19 s) on
+    the worker's main thread. The run already taken was neither started nor held until that retry
+    ended: its function waited out the outage although it needed no write to start, and nothing
+    renewed its lease. Held late, its lease then counted from the late hold rather than from its
+    last persisted heartbeat, so during a longer outage the worker kept running it while a peer
+    could already take it over. Now each run is held and started as soon as it is taken; the
+    store clock (a ``ManualClock``) then shows its lease lapsing one write budget after its last
+    persisted heartbeat, with every heartbeat failing."""
+    store, holder, clock = outage_clocked
+    for r in ("r1", "r2"):
+        store.runs.create(r, "{}")
+    real_activate, real_abandon = store.runs.activate, store.runs.abandon_claim
+    activated: list[str] = []
+    release_failures: list[str] = []
+    started: list[str] = []
+    seen: list[BaseException] = []
+    done = threading.Event()
+
+    def activate(run_id: str, *args: Any, **kwargs: Any) -> Any:
+        activated.append(run_id)
+        if len(activated) == 2 and not holder.held:
+            holder.hold()  # the outage begins between the first run's activation and the second's
+        return real_activate(run_id, *args, **kwargs)
+
+    def abandon_claim(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return real_abandon(*args, **kwargs)
+        except RunStoreError:
+            release_failures.append(",".join(started))  # which functions had started by then
+            raise
+
+    def fn(ctx):
+        started.append(ctx.run_id)
+        try:
+            while not done.is_set():
+                ctx.lease.check()
+                time.sleep(0.02)
+        except BaseException as exc:
+            seen.append(exc)
+            raise
+
+    store.runs.activate, store.runs.abandon_claim = activate, abandon_claim
+    worker = Worker(store, fn, concurrency=2)
+    stop = threading.Event()
+    t, outcome = run_in_thread(worker, stop)
+    try:
+        assert wait_for(lambda: bool(release_failures), OUTAGE_BOUND_S), "the outage never reached abandon_claim"
+        # The first run is running while the release still retries: a release attempt fails after
+        # its function started (before, it started only once the release had given up).
+        assert wait_for(lambda: any(release_failures), OUTAGE_BOUND_S), (release_failures, started)
+        first = activated[0]
+        assert started == [first]
+        heartbeat = store.runs.get(first).heartbeat_at_ms  # heartbeats fail under the lock: still its activation's
+        clock.set(heartbeat + TOLERANCE_MS + 1)
+        assert wait_for(lambda: bool(seen), OUTAGE_BOUND_S), "the lease outlived its write budget"
+        assert isinstance(seen[0], LeaseLost), seen
+    finally:
+        done.set()
+        holder.free()
+        stop.set()
+        t.join(OUTAGE_BOUND_S)
+    assert outcome and outcome[0].lost == 1, outcome

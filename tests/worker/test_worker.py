@@ -45,6 +45,16 @@ def _facts(store, run_id: str) -> list[str]:
     return [e.event_type.rsplit(".", 1)[-1] for e in page.entries]
 
 
+def _run_with_every_pulse_fence_lost(store, worker: Worker) -> tuple[threading.Thread, object]:
+    """Start ``worker.run(until_idle=True)`` on a thread while every pulse answers ``FenceLost``:
+    the thread, and the real ``runs.heartbeat`` to put back."""
+    real = store.runs.heartbeat
+    store.runs.heartbeat = lambda run_id, owner, now_ms: FenceLost()
+    t = threading.Thread(target=worker.run, kwargs={"until_idle": True})
+    t.start()
+    return t, real
+
+
 def _wait_for(pred, timeout: float = 10.0) -> None:
     end = time.monotonic() + timeout
     while not pred():
@@ -351,10 +361,7 @@ def test_a_lost_fence_stops_the_function_and_the_worker_does_not_settle(store, c
             raise
 
     worker = Worker(store, fn)
-    real = store.runs.heartbeat
-    store.runs.heartbeat = lambda run_id, owner, now_ms: FenceLost()
-    t = threading.Thread(target=worker.run, kwargs={"until_idle": True})
-    t.start()
+    t, real = _run_with_every_pulse_fence_lost(store, worker)
     try:
         assert inside.wait(10)
         clock.set(1000)
@@ -499,18 +506,15 @@ def test_a_run_still_in_hand_after_its_lease_was_lost_is_not_taken_again_by_the_
 
     worker = Worker(store, fn)
     sweeps_after_expiry: list[int] = []
-    real_take = worker.take
+    real_sweep = worker._sweep
 
-    def counting_take(limit: int):
+    def counting_sweep(limit: int, start=None):
         if clock.now_ms() >= 31_001:
             sweeps_after_expiry.append(1)
-        return real_take(limit)
+        return real_sweep(limit, start)
 
-    worker.take = counting_take
-    real = store.runs.heartbeat
-    store.runs.heartbeat = lambda run_id, owner, now_ms: FenceLost()
-    t = threading.Thread(target=worker.run, kwargs={"until_idle": True})
-    t.start()
+    worker._sweep = counting_sweep
+    t, real = _run_with_every_pulse_fence_lost(store, worker)
     try:
         assert inside.wait(10)
         clock.set(1000)
