@@ -348,6 +348,8 @@ class ProjectionBuilder:
                         "projection_failed", "run", "the source database file was replaced or removed under "
                         "the builder: reopen the store at its path (the builder then rebuilds onto it)")
                 try:
+                    # A PostgreSQL restart ends the lock's session: each pass takes it again if so.
+                    self._lock.acquire(self._lock_timeout)
                     self._prepare()
                     self._catch_up(share)
                 except (DbFailure, FencepostError) as exc:
