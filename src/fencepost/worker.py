@@ -515,7 +515,7 @@ class Worker:
         self._count("claimed")
         if cand["status"] == "running":
             self._count("takeovers")
-            log.info("took over a run whose lease expired", extra={"run_id": run_id})
+            log.info("run %s: took it over, its lease expired", run_id, extra={"run_id": run_id})
         return row
 
     def _retry_for_run(self, run_id: str, what: str, call: Callable[[], Any], until: float) -> Any:
@@ -554,8 +554,14 @@ class Worker:
                 log.warning("run %s: not settled before the worker stopped (%s); left for its lease to lapse",
                             ctx.run_id, getattr(exc, "db_code", None) or getattr(exc, "code", None),
                             extra={"run_id": ctx.run_id})
+            elif isinstance(exc, FencepostError) and exc.code == "persistence_failed":
+                # The database's own failure (a full disk, an outage past the lease): one line that
+                # says which run and why; fencepost's frames tell an operator nothing more.
+                log.error("run %s: settling it failed (%s: %s); its lease lapses and a worker takes it over",
+                          ctx.run_id, getattr(exc, "db_code", None) or exc.code, exc.detail,
+                          extra={"run_id": ctx.run_id})
             else:
-                log.error("settling a run failed\n%s", self._log_traceback(ctx.run_id, exc),
+                log.error("run %s: settling it failed\n%s", ctx.run_id, self._log_traceback(ctx.run_id, exc),
                           extra={"run_id": ctx.run_id})
         finally:
             ctx.lease.release()

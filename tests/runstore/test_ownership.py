@@ -179,7 +179,7 @@ def test_write_failures_are_tolerated_until_the_budget_then_lapse_at_19000(fake,
     assert lapses == [19_000]
     assert fake.runs.reconfirms == [19_000]
     messages = [r.getMessage() for r in caplog.records]
-    assert messages == ["run heartbeat write failed", "run lease lapsed; interrupting owned work"]
+    assert messages == ["run r1: heartbeat write failed", "run r1: lease lapsed; interrupting owned work"]
 
 
 def test_hung_heartbeat_write_cannot_hold_the_deadline_back(fake, clock):

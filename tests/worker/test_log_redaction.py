@@ -103,10 +103,10 @@ def test_a_settlement_that_fails_is_logged_with_the_run_s_secrets_redacted(store
 
     monkeypatch.setattr(store.runs, "transition_owned", refusing)
     with caplog.at_level(logging.INFO, logger="fencepost.worker"):
-        _run_until_logged(Worker(store, _charge_customer), caplog, "settling a run failed")
+        _run_until_logged(Worker(store, _charge_customer), caplog, "settling it failed")
     records = _worker_records(caplog)
     _assert_no_secret_reaches_a_handler(records)
-    broke = [r for r in records if "settling a run failed" in r.getMessage()]
+    broke = [r for r in records if "settling it failed" in r.getMessage()]
     assert len(broke) == 1 and broke[0].levelno == logging.ERROR and broke[0].run_id == "unsettled"
     logged = broke[0].getMessage()
     assert "RuntimeError: settle refused; dsn=postgresql://app:[REDACTED]@db/prod" in logged
@@ -123,10 +123,10 @@ def test_a_redaction_that_fails_still_lets_no_secret_into_the_log(store, caplog)
     store.runs.create("broken", "{}")
     store.journal.redaction = Redaction(rules=[FunctionRule("broken", broken)])
     with caplog.at_level(logging.INFO, logger="fencepost.worker"):
-        _run_until_logged(Worker(store, _charge_customer), caplog, "settling a run failed")
+        _run_until_logged(Worker(store, _charge_customer), caplog, "settling it failed")
     records = _worker_records(caplog)
     _assert_no_secret_reaches_a_handler(records)
-    broke = [r for r in records if "settling a run failed" in r.getMessage()]
+    broke = [r for r in records if "settling it failed" in r.getMessage()]
     assert len(broke) == 1
     logged = broke[0].getMessage()
     assert "could not be redacted" in logged and "_charge_customer" in logged

@@ -144,7 +144,8 @@ def projection_run(obj: CliContext, which: str, target: str | None, follow: bool
     position the projection reflects, its lag and the updates applied per second (json/jsonl: one
     object per line with the projection status fields and applied_per_s), and a line each time a
     rebuild starts (the source rotated or rewound, a table of the projection was dropped on the
-    target).
+    target). A database that stops answering is waited out: stderr says when the status became
+    unavailable and when it is available again.
 
     Example: fencepost projection run --name runs_by_status --follow
     """
@@ -174,6 +175,9 @@ def projection_run(obj: CliContext, which: str, target: str | None, follow: bool
 
 def _follow(obj: CliContext, builder: Any, which: str, target: str | None, interval: float, out: Output) -> None:
     """Run the builder in a thread; the main thread handles signals and prints status lines."""
+    from fencepost.errors import FencepostError
+    from fencepost.projections.builder import _worth_waiting
+
     failure: list[BaseException] = []
 
     def work(stop: threading.Event) -> None:
@@ -200,8 +204,22 @@ def _follow(obj: CliContext, builder: Any, which: str, target: str | None, inter
         thread.start()
         try:
             last: dict[str, tuple[float, int]] = {}
+            unavailable = False
             while not stop.wait(interval if last else min(interval, 0.5)):
-                found = watcher.status()
+                try:
+                    found = watcher.status()
+                except FencepostError as exc:
+                    # The builder thread waits an unavailable database out: so does its status line.
+                    if not _worth_waiting(exc):
+                        raise
+                    if not unavailable:
+                        why = getattr(exc, "db_code", None) or exc.code
+                        click.echo(f"projection {which}: status unavailable ({why}); retrying", err=True)
+                    unavailable = True
+                    continue
+                if unavailable:
+                    click.echo(f"projection {which}: status available again", err=True)
+                    unavailable = False
                 now = time.monotonic()
                 for name, status in (found.items() if isinstance(found, dict) else [(None, found)]):
                     before = last.get(name or "")

@@ -251,5 +251,19 @@ def worker(obj: CliContext, processes: int, concurrency: int, task: str, until_i
     clean = (0, None, -signal.SIGTERM) if terminated else (0, None)
     failed = [p for p in procs if p.exitcode not in clean]
     if failed:
-        console.print(f"[red]{len(failed)} worker process(es) exited abnormally[/red]")
+        for p in failed:
+            code = p.exitcode
+            if code is not None and code < 0:
+                how = f"was killed by {_signal_name(-code)}"
+            else:
+                how = f"exited abnormally (exit code {code})"
+            console.print(f"[red]worker process {p.pid} {how}[/red]")
         raise SystemExit(1)
+
+
+def _signal_name(number: int) -> str:
+    """``SIGKILL`` for 9; the number for a signal this platform has no name for."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"

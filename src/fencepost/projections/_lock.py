@@ -5,6 +5,11 @@ killed with SIGKILL must not leave a lock that outlives it. PostgreSQL: a sessio
 dedicated autocommit connection (released by the server when the connection dies). SQLite: an
 ``flock`` on a file beside the database (released by the kernel when the process dies; separate
 opens conflict even inside one process).
+
+A PostgreSQL server restart ends that connection's session and so the lock, with nothing said to
+the builder. ``acquire`` therefore asks the connection of a lock it believes held whether it is
+still there (one ``SELECT 1``), and takes the lock again on a new connection when it is not, or
+says ``builder_busy`` when another builder took the name meanwhile.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import errno
 import fcntl
 import hashlib
 import os
+import threading
 import time
 from typing import Any
 
@@ -24,6 +30,7 @@ from fencepost.errors import ProjectionError
 
 _PG_TRY = text("SELECT pg_try_advisory_lock(hashtextextended(:key, 3001))")
 _PG_UNLOCK = text("SELECT pg_advisory_unlock(hashtextextended(:key, 3001))")
+_PG_ALIVE = text("SELECT 1")
 
 
 class BuilderLock:
@@ -33,6 +40,7 @@ class BuilderLock:
         self._target = target
         self._name = name
         self._handle: Any = None
+        self._mutex = threading.Lock()  # the threads of a builder of several sources share the handle
         digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:24]
         if target.backend.name == "sqlite":
             assert target.path is not None
@@ -45,13 +53,16 @@ class BuilderLock:
         return self._handle is not None
 
     def acquire(self, timeout: float | None) -> None:
-        """Take the lock, waiting up to ``timeout`` seconds (None: forever; 0: refuse at once)."""
-        if self._handle is not None:
-            return
+        """Take the lock, waiting up to ``timeout`` seconds (None: forever; 0: refuse at once).
+
+        A lock already held is kept, unless its PostgreSQL session is gone: then it is taken again."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            if self._try():
-                return
+            with self._mutex:  # not held while waiting: ``release`` must not wait for another builder
+                if self._handle is not None and self._alive():
+                    return
+                if self._try():
+                    return
             if deadline is not None and time.monotonic() >= deadline:
                 busy = ProjectionError(
                     "builder_busy", "acquire",
@@ -62,6 +73,20 @@ class BuilderLock:
                 busy.target = self._target.where  # the CLI says it in its own words
                 raise busy
             time.sleep(0.05)
+
+    def _alive(self) -> bool:
+        """Whether the held lock's session is still there (an ``flock`` always is)."""
+        handle = self._handle
+        if isinstance(handle, int):
+            return True
+        try:
+            handle.execute(_PG_ALIVE)
+        except DBAPIError:
+            self._handle = None
+            handle.invalidate()  # the session, and the lock with it, ended on the server
+            handle.close()
+            return False
+        return True
 
     def _try(self) -> bool:
         if self._target.backend.name == "sqlite":
@@ -111,6 +136,10 @@ class BuilderLock:
 
     def release(self) -> None:
         """Give the lock up (idempotent)."""
+        with self._mutex:
+            self._release()
+
+    def _release(self) -> None:
         handle, self._handle = self._handle, None
         if handle is None:
             return

@@ -110,6 +110,14 @@ def _replacement_check(store: Store) -> Callable[[], bool]:
     return lambda: file_identity(path) != identity
 
 
+def _worth_waiting(exc: BaseException) -> bool:
+    """Whether a builder (or a reader of its status) waits ``exc`` out and tries again: only an
+    unavailable database is; every other error is a defect, and a closed store does not come back."""
+    if isinstance(exc, FencepostError) and exc.code != "persistence_failed":
+        return False
+    return isinstance(exc, (DbFailure, FencepostError)) and not store_closed(exc)
+
+
 class ProjectionBuilder:
     """Keep ``projection`` on the database at ``target`` from the store ``source`` (or several stores).
 
@@ -340,15 +348,15 @@ class ProjectionBuilder:
                         "projection_failed", "run", "the source database file was replaced or removed under "
                         "the builder: reopen the store at its path (the builder then rebuilds onto it)")
                 try:
+                    # A PostgreSQL restart ends the lock's session: each pass takes it again if so.
+                    self._lock.acquire(self._lock_timeout)
                     self._prepare()
                     self._catch_up(share)
                 except (DbFailure, FencepostError) as exc:
-                    # Only an unavailable database is waited out; every other error is a defect,
-                    # and a closed store does not come back.
-                    if (isinstance(exc, FencepostError) and exc.code != "persistence_failed") or store_closed(exc):
+                    if not _worth_waiting(exc):
                         raise
                     log.warning("projection %s: catch-up failed (%s); retrying", share.checkpoint,
-                                type(exc).__name__)
+                                getattr(exc, "db_code", None) or exc.code or "persistence_failed")
                 self._wait(wake, stop, self.poll_interval)
         finally:
             quit_watch.set()

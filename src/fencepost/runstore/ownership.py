@@ -437,7 +437,7 @@ class Supervisor:
             for lease in leases:
                 if lease.error is None and not lease.released and not lease._failing:
                     lease._failing = True
-                    log.warning("run heartbeat write failed",
+                    log.warning("run %s: heartbeat write failed", lease.run_id,
                                 extra={"run_id": lease.run_id, "code": getattr(call.error, "code", None)
                                        or getattr(call.error, "category", "persistence_failed")})
             return
@@ -516,11 +516,11 @@ class Supervisor:
         (the log line then says what happened), None when the reconfirm failed or never answered."""
         extra = {"run_id": lease.run_id, "unconfirmed_ms": unconfirmed_ms}
         if outcome is None:
-            log.warning("run lease lapsed; interrupting owned work", extra=extra)
+            log.warning("run %s: lease lapsed; interrupting owned work", lease.run_id, extra=extra)
         else:
             what = _GONE.get(outcome, "the store refused to renew it")
-            log.warning("run lease lost after %d ms unconfirmed: %s (reconfirm answered %s); interrupting owned work",
-                        unconfirmed_ms, what, outcome, extra={**extra, "outcome": outcome})
+            log.warning("run %s: lease lost after %d ms unconfirmed: %s (reconfirm answered %s); interrupting "
+                        "owned work", lease.run_id, unconfirmed_ms, what, outcome, extra={**extra, "outcome": outcome})
         self._lose(lease, LeaseLost(lease.run_id, "lapsed", unconfirmed_ms), lapse=True)
 
     def _lose(self, lease: Lease, error: LeaseLost, *, lapse: bool) -> None:
