@@ -57,6 +57,36 @@ def test_transient_failure_retries_the_whole_outer_callable(witness: fencepost.S
     assert _count(witness) == [2, 100]
 
 
+# The refusal's message reads like a transient failure; its code does not (SQLite: a trigger's
+# ABORT, SQLITE_CONSTRAINT_TRIGGER; PostgreSQL: a plpgsql RAISE, P0001).
+_LOOKALIKE_REFUSAL = {
+    "sqlite": ["CREATE TRIGGER witness_refuses BEFORE INSERT ON witness WHEN NEW.n = 13 "
+               "BEGIN SELECT RAISE(ABORT, 'database is locked'); END"],
+    "postgresql": ["CREATE FUNCTION witness_refuses() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                   "RAISE EXCEPTION 'deadlock detected; could not serialize access due to concurrent update'; END $$",
+                   "CREATE TRIGGER witness_refuses BEFORE INSERT ON witness FOR EACH ROW WHEN (NEW.n = 13) "
+                   "EXECUTE FUNCTION witness_refuses()"],
+}
+
+
+def test_a_refusal_worded_like_a_transient_error_is_not_retried(witness: fencepost.Store, backend: str) -> None:
+    """Transient failures are told by their code, never by their text: a trigger refusing with the
+    words of a busy database or a deadlock fails the write at once, its body run once, not retried."""
+    for stmt in _LOOKALIKE_REFUSAL[backend]:
+        witness.db.write(lambda c, stmt=stmt: c.exec_driver_sql(stmt))
+    calls: list[int] = []
+
+    def body(conn) -> None:
+        calls.append(1)
+        conn.exec_driver_sql("INSERT INTO witness (n) VALUES (13)")
+
+    with pytest.raises(DbFailure) as err:
+        witness.db.write(body)
+    assert calls == [1]
+    assert err.value.transient is False
+    assert _count(witness) == []
+
+
 def test_savepoint_rolls_back_only_the_nested_write(witness: fencepost.Store) -> None:
     def nested(conn):
         conn.exec_driver_sql("INSERT INTO witness (n) VALUES (7)")
