@@ -465,6 +465,18 @@ def test_heartbeat_is_monotonic(store):
     assert store.runs.get("r").heartbeat_at_ms == 200
 
 
+def test_the_run_row_heartbeat_never_moves_back_even_when_the_lease_is_behind_it(store, raw):
+    """Heartbeats only move forward on the run row itself, not only in the lease: a row stamp ahead
+    of the lease (written by another tool) is kept when a pulse renews the lease to an earlier one."""
+    activate_new(store, "r", A)
+    raw.exec_driver_sql("UPDATE flows_runs SET heartbeat_at_ms = 500 WHERE run_id = 'r'")
+    raw.commit()
+    assert store.runs.heartbeat("r", A, 200) == Updated(500)
+    assert store.runs.get("r").heartbeat_at_ms == 500
+    assert store.runs.heartbeat_many(A, ["r"], 300) == {"r": Updated(500)}
+    assert store.runs.get("r").heartbeat_at_ms == 500
+
+
 @pytest.mark.parametrize("end", ["completed", "failed", "cancelled"])
 def test_claim_and_own_never_revives_a_terminal_run(store, end):
     """REFERENCE 2.2: claimAndOwn admits only pending, suspended and running rows."""
