@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import sqlite3
 import threading
 
@@ -12,6 +13,7 @@ from sqlalchemy.exc import OperationalError
 
 import fencepost
 from fencepost._durable import DbFailure
+from tests import _rmw_workers
 
 SETUP = "CREATE TABLE IF NOT EXISTS witness (n INTEGER NOT NULL)"
 
@@ -53,6 +55,36 @@ def test_transient_failure_retries_the_whole_outer_callable(witness: fencepost.S
 
     assert witness.db.write(outer) == 2
     assert _count(witness) == [2, 100]
+
+
+# The refusal's message reads like a transient failure; its code does not (SQLite: a trigger's
+# ABORT, SQLITE_CONSTRAINT_TRIGGER; PostgreSQL: a plpgsql RAISE, P0001).
+_LOOKALIKE_REFUSAL = {
+    "sqlite": ["CREATE TRIGGER witness_refuses BEFORE INSERT ON witness WHEN NEW.n = 13 "
+               "BEGIN SELECT RAISE(ABORT, 'database is locked'); END"],
+    "postgresql": ["CREATE FUNCTION witness_refuses() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                   "RAISE EXCEPTION 'deadlock detected; could not serialize access due to concurrent update'; END $$",
+                   "CREATE TRIGGER witness_refuses BEFORE INSERT ON witness FOR EACH ROW WHEN (NEW.n = 13) "
+                   "EXECUTE FUNCTION witness_refuses()"],
+}
+
+
+def test_a_refusal_worded_like_a_transient_error_is_not_retried(witness: fencepost.Store, backend: str) -> None:
+    """Transient failures are told by their code, never by their text: a trigger refusing with the
+    words of a busy database or a deadlock fails the write at once, its body run once, not retried."""
+    for stmt in _LOOKALIKE_REFUSAL[backend]:
+        witness.db.write(lambda c, stmt=stmt: c.exec_driver_sql(stmt))
+    calls: list[int] = []
+
+    def body(conn) -> None:
+        calls.append(1)
+        conn.exec_driver_sql("INSERT INTO witness (n) VALUES (13)")
+
+    with pytest.raises(DbFailure) as err:
+        witness.db.write(body)
+    assert calls == [1]
+    assert err.value.transient is False
+    assert _count(witness) == []
 
 
 def test_savepoint_rolls_back_only_the_nested_write(witness: fencepost.Store) -> None:
@@ -214,6 +246,43 @@ def test_a_write_is_one_transaction_under_the_lock_from_its_first_statement(stor
         store.db.write(fails)
     assert visible_elsewhere() == 1
     assert _lock_is_free(store)
+
+
+def test_a_write_whose_first_statement_is_a_read_already_holds_the_writer_lock(store: fencepost.Store) -> None:
+    """The lock is taken when the write begins, not at its first INSERT/UPDATE/DELETE: a read that
+    opens a write body is already under it (SQLite: our own BEGIN IMMEDIATE, with the driver's
+    implicit transactions turned off; PostgreSQL: the advisory lock sent with BEGIN)."""
+    store.db.write(lambda c: c.exec_driver_sql("CREATE TABLE seen (n INTEGER NOT NULL)"))
+    looked: dict[str, object] = {}
+
+    def body(conn) -> None:
+        looked["count"] = conn.exec_driver_sql("SELECT count(*) FROM seen").scalar()
+        looked["lock_free"] = _lock_is_free(store)
+
+    store.db.write(body)
+    assert looked == {"count": 0, "lock_free": False}
+    assert _lock_is_free(store)
+
+
+def test_processes_racing_read_modify_writes_run_each_body_once(store: fencepost.Store, db_url: str) -> None:
+    """4 processes x 25 read-then-write bodies, released together: no increment is lost and each
+    body runs exactly once. A read under the lock never goes stale, so nothing needs a retry; a
+    write that took the lock only at its first UPDATE would meet a snapshot another process had
+    moved past (SQLite answers busy, and the whole body runs again)."""
+    store.db.write(lambda c: c.exec_driver_sql("CREATE TABLE counter (n INTEGER NOT NULL)"))
+    store.db.write(lambda c: c.exec_driver_sql("INSERT INTO counter (n) VALUES (0)"))
+    rounds, workers = 25, 4
+    ctx = multiprocessing.get_context("spawn")
+    barrier, out = ctx.Barrier(workers), ctx.Queue()
+    procs = [ctx.Process(target=_rmw_workers.bump_worker, args=(db_url, rounds, barrier, out)) for _ in range(workers)]
+    for p in procs:
+        p.start()
+    calls = [out.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    assert store.db.read(lambda c: c.exec_driver_sql("SELECT n FROM counter").scalar()) == rounds * workers
+    assert calls == [rounds] * workers
 
 
 def _hard_error(backend: str) -> OperationalError:

@@ -423,3 +423,55 @@ def test_follow_raises_source_changed_when_an_older_copy_is_restored_under_it(st
         follower.close()
     assert isinstance(follower.error, SourceChanged), follower.error
     assert follower.ids() == ["a", "b", "later-0", "later-1", "later-2"]
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])
+def test_a_commit_made_while_the_listener_is_away_is_delivered_without_a_poll(store, db_url, monkeypatch):
+    """PostgreSQL only: SQLite's follower watches the file and has no listening connection to lose.
+
+    A NOTIFY sent while nobody listens is gone; the query is the truth. The listener's connection is
+    terminated and its reconnect held back until a peer has committed: once it listens again the
+    follower must query by itself, with the fallback poll an hour away."""
+    from fencepost.changefeed import follow as follow_module
+
+    away = threading.Event()
+    back = threading.Event()
+    back.set()
+    real_connect = follow_module._PostgresWaiter._connect
+
+    def held_connect(self):
+        if not back.is_set():
+            away.set()
+            back.wait(30)
+        return real_connect(self)
+
+    monkeypatch.setattr(follow_module._PostgresWaiter, "_connect", held_connect)
+    app = f"fencepost-follow-{store.db.schema}"[:63]
+    with fencepost.open(db_url) as peer:
+        def commit(run_id: str) -> None:
+            peer.db.write(lambda conn: insert_run(conn, run_id))
+
+        def listener_pids() -> list[int]:
+            return peer.db.read(lambda conn: [r[0] for r in conn.execute(
+                text("SELECT pid FROM pg_stat_activity WHERE application_name = :a"), {"a": app})])
+
+        commit("before")
+        follower = Follower(store, poll_interval=3600)
+        try:
+            assert follower.wait_for(lambda c: c and c[-1].run_id == "before")
+            deadline = time.monotonic() + 20
+            while not listener_pids() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            back.clear()
+            victims = listener_pids()
+            assert len(victims) == 1
+            peer.db.write(lambda conn: conn.execute(text("SELECT pg_terminate_backend(:p)"), {"p": victims[0]}))
+            assert away.wait(20), "the listener never tried to reconnect"
+            commit("during")  # its NOTIFY reaches nobody
+            back.set()
+            assert follower.wait_for(lambda c: c[-1].run_id == "during", timeout=20)
+        finally:
+            back.set()
+            assert follower.close()
+    assert follower.error is None
+    assert follower.ids() == ["before", "during"]

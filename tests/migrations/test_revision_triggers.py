@@ -53,6 +53,25 @@ def test_deleted_id_keeps_tombstone_and_recreation_gets_higher_revision(store: f
     assert _changes(raw) == {"a": (4, 0), "b": (2, 0)}
 
 
+def test_deleting_the_newest_change_row_never_lets_a_revision_be_reused(store: fencepost.Store, raw) -> None:
+    """Revisions come from the source counter, not from the largest revision still stored (as a
+    rowid would): after the newest change row is deleted (a pruned tombstone), the next write gets
+    a revision above every one handed out, so a reader past the deleted one still sees it."""
+    raw.execute(INSERT, {"id": "a", "t": 1})
+    raw.execute(INSERT, {"id": "b", "t": 1})
+    raw.exec_driver_sql("DELETE FROM flows_runs WHERE run_id = 'b'")
+    raw.commit()
+    assert _changes(raw) == {"a": (1, 0), "b": (3, 1)}
+    raw.exec_driver_sql("DELETE FROM flows_run_changes WHERE run_id = 'b'")
+    raw.commit()
+    source, _ = _source(raw)
+    raw.execute(INSERT, {"id": "c", "t": 2})
+    raw.commit()
+    assert _changes(raw) == {"a": (1, 0), "c": (4, 0)}
+    page = store.feed.changes_since(fencepost.Position(source, 3), 10)
+    assert [change.run_id for change in page.changes] == ["c"]
+
+
 def test_rolled_back_mutation_leaves_no_revision_and_no_change(store: fencepost.Store, raw) -> None:
     raw.execute(INSERT, {"id": "a", "t": 1})
     raw.commit()

@@ -247,6 +247,24 @@ def test_activate_and_abandon_without_the_token_are_claim_lost(runs):
     assert runs.abandon_claim("r", B, 0) == ClaimLost()
 
 
+def test_an_old_token_of_the_same_claimant_loses_after_recover_and_reclaim(store, clock):
+    """The claim token is (claimant, claimed_at_ms), not the claimant: A's claim from 0 is recovered,
+    A claims again at 31 000, and the token from 0 no longer activates, abandons or recovers."""
+    runs = store.runs
+    runs.create("r", "{}")
+    assert runs.claim("r", PENDING, A, 0) == Claimed(0)
+    clock.set(31_000)
+    assert runs.recover_claim("r", A, 0, B, 31_000, ev(A, B, 31_000)) == Recovered()
+    assert runs.claim("r", PENDING, A, 31_000) == Claimed(31_000)
+    clock.set(62_001)
+    assert runs.recover_claim("r", A, 0, B, 62_001, ev(A, B, 62_001)) == ClaimChanged()
+    assert runs.activate("r", A, 0, PENDING) == ClaimLost()
+    assert runs.abandon_claim("r", A, 0) == ClaimLost()
+    row = runs.get("r")
+    assert (row.status, row.claimant, row.claimed_at_ms) == ("pending", A, 31_000)
+    assert runs.activate("r", A, 31_000, PENDING) == Activated()
+
+
 def test_old_owner_heartbeat_after_steal_and_activate_is_fence_lost(store, clock):
     """RS-28."""
     activate_new(store, "r", A)
@@ -445,6 +463,18 @@ def test_heartbeat_is_monotonic(store):
     assert store.runs.heartbeat("r", A, 200) == Updated(200)
     assert store.runs.heartbeat("r", A, 150) == Updated(200)
     assert store.runs.get("r").heartbeat_at_ms == 200
+
+
+def test_the_run_row_heartbeat_never_moves_back_even_when_the_lease_is_behind_it(store, raw):
+    """Heartbeats only move forward on the run row itself, not only in the lease: a row stamp ahead
+    of the lease (written by another tool) is kept when a pulse renews the lease to an earlier one."""
+    activate_new(store, "r", A)
+    raw.exec_driver_sql("UPDATE flows_runs SET heartbeat_at_ms = 500 WHERE run_id = 'r'")
+    raw.commit()
+    assert store.runs.heartbeat("r", A, 200) == Updated(500)
+    assert store.runs.get("r").heartbeat_at_ms == 500
+    assert store.runs.heartbeat_many(A, ["r"], 300) == {"r": Updated(500)}
+    assert store.runs.get("r").heartbeat_at_ms == 500
 
 
 @pytest.mark.parametrize("end", ["completed", "failed", "cancelled"])
