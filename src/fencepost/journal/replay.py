@@ -45,7 +45,7 @@ from fencepost._values import identifier_problem, is_safe_int
 from fencepost.errors import JournalError
 from fencepost.journal.entries import Entry
 from fencepost.journal.owner import OwnerId
-from fencepost.journal.verify import stream_breaks
+from fencepost.journal.verify import checked_store, stream_breaks
 
 if TYPE_CHECKING:
     from fencepost._store import Store
@@ -384,6 +384,7 @@ def ownership_history(store: Store, run_id: str) -> OwnershipHistory:
     """
     from fencepost.journal import companion_stream
 
+    checked_store(store, "ownership_history")
     problem = identifier_problem(run_id)
     if problem:
         raise JournalError("invalid_event", "ownership_history", f"run_id {problem}")
@@ -459,6 +460,7 @@ def replay_all(store: Store, *, on_progress: Callable[[int, int], None] | None =
     """
     from fencepost.journal import companion_stream
 
+    checked_store(store, "replay_all")
     if on_progress is not None and not callable(on_progress):
         raise JournalError("invalid_event", "replay_all", "on_progress must be callable (or None)")
     try:
