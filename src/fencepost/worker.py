@@ -51,8 +51,8 @@ from fencepost.runstore.outcomes import Activated, Claimed, FenceLost, GuardFail
 from fencepost.runstore.ownership import Lease, LeaseLost, Supervisor
 from fencepost.runstore.rows import LivenessEvidence, RunFailure, RunRow, RunSnapshot
 
-__all__ = ["STOP_GRACE_S", "SUSPEND_BACKOFF_S", "Cancelled", "RunContext", "Stopping", "Suspend", "UnstorableResult",
-           "Worker", "WorkerStats", "default_owner"]
+__all__ = ["STOP_GRACE_S", "SUSPEND_BACKOFF_S", "Cancelled", "LeaseLost", "RunContext", "Stopping", "Suspend",
+           "UnstorableResult", "Worker", "WorkerStats", "default_owner"]
 
 log = logging.getLogger("fencepost.worker")
 

@@ -220,3 +220,34 @@ def test_a_restored_older_copy_is_refused_until_the_host_rotates_the_source(stor
         store.feed.changes_since(consumer)
     rebuilt = page_all(store.feed, Position(rotated.source, 0))
     assert [(c.run_id, c.source) for c in rebuilt] == [("a", rotated.source), ("b", rotated.source)]
+
+
+@pytest.mark.parametrize(("wrong", "field"), [
+    (None, "stored"),
+    ({"source": "s", "revision": 1}, "stored"),
+    ("pos", "stored"),
+    ("revision-str", "stored.revision"),
+    ("revision-nan", "stored.revision"),
+    ("revision-negative", "stored.revision"),
+    ("source-int", "stored.source"),
+])
+def test_is_newer_refuses_what_is_not_a_position_naming_the_argument(store, wrong, field):
+    """The docs tell a consumer to apply an update only if ``is_newer(incoming, stored)``. With a
+    stored value that was not a position (``None`` for a run never seen, a dict read back from the
+    consumer's own table) it raised ``AttributeError: 'NoneType' object has no attribute 'source'``;
+    a revision read back as text raised ``TypeError: '>' not supported``; a NaN revision silently
+    answered False. Each is now ``ValueError`` naming the argument. Both backends (real positions)."""
+    store.runs.create("a", "{}")
+    incoming = store.feed.read(["a"]).snapshots[0]
+    stored = {
+        "revision-str": Position(incoming.source, "0"),
+        "revision-nan": Position(incoming.source, float("nan")),
+        "revision-negative": Position(incoming.source, -1),
+        "source-int": Position(5, 0),
+    }.get(wrong, wrong) if isinstance(wrong, str) else wrong
+    with pytest.raises(ValueError) as caught:
+        fencepost.is_newer(incoming, stored)
+    assert str(caught.value).startswith(f"is_newer: {field} ")
+    with pytest.raises(ValueError, match=r"^is_newer: incoming"):
+        fencepost.is_newer(stored, incoming)
+    assert fencepost.is_newer(incoming, Position(incoming.source, 0))

@@ -12,7 +12,7 @@ import pytest
 
 import fencepost
 from fencepost.errors import JournalError
-from fencepost.journal import NewEntry, OwnerId, Redaction, ownership_history
+from fencepost.journal import NewEntry, OwnerId, Redaction, head, ownership_history, replay_all, verify
 from tests.journal.conftest import A, hold, rows
 
 WRONG = [["a"], {"a": 1}, {"a"}, bytearray(b"a"), 1.5, None]
@@ -134,3 +134,26 @@ def test_assigning_a_redaction_still_works(store: fencepost.Store) -> None:
     assert '"x"' in rows(store)[0][4]
     with pytest.raises(JournalError):
         fencepost.journal.Journal(store, redaction=lambda v: v)  # type: ignore[arg-type]
+
+
+AUDITS = {
+    "verify": lambda s: verify(s),
+    "head": lambda s: head(s),
+    "ownership_history": lambda s: ownership_history(s, "r-1"),
+    "replay_all": lambda s: replay_all(s),
+}
+
+
+@pytest.mark.parametrize("name", sorted(AUDITS))
+def test_audit_functions_refuse_what_is_not_a_store(store: fencepost.Store, name: str) -> None:
+    """An auditor who hands ``verify``/``head``/``ownership_history``/``replay_all`` a database URL
+    (the CLI takes one), ``None`` or the store's ``journal`` got ``AttributeError: 'str' object has
+    no attribute 'db'``. Each is now ``invalid_event`` naming ``store`` and the type given, never the
+    value (a URL can hold a password); the real store still answers. Both backends run it, though
+    the refusal happens before any database is touched."""
+    secret_url = "postgresql+psycopg://auditor:hunter2-pw@db.internal/flows"
+    for wrong in (secret_url, None, store.journal, store.db):
+        err = _refused(lambda wrong=wrong: AUDITS[name](wrong), "store")
+        assert "hunter2" not in str(err) and "hunter2" not in repr(err)
+        assert type(wrong).__name__ in err.detail
+    AUDITS[name](store)

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import threading
 
+import msgspec
 import pytest
 
+from fencepost import OwnerId
 from fencepost._migrations import pending
 from fencepost.changefeed import Observed
 from fencepost.errors import ProjectionError
-from fencepost.projections import OwnershipHistory, ProjectionBuilder, RunsByStatus
+from fencepost.projections import ConsensusFact, OwnershipHistory, ProjectionBuilder, RunsByStatus
 from tests.projections import _runs
 
 
@@ -154,3 +156,45 @@ def test_run_takes_any_stop_with_is_set(store, make_db_url):
         flag.event.set()
         thread.join(timeout=20)
         assert not thread.is_alive()
+
+
+def test_offer_refuses_a_snapshot_ahead_of_its_source_and_writes_nothing(store, make_db_url):
+    """A snapshot of this source whose revision the source has not reached cannot have come from
+    the feed. ``offer`` applied it: the projection then held that revision for the run and rejected
+    every real change of it as stale until a rebuild (found by typing the docs' projection out and
+    offering a hand-built ``Observed``). Now the offer is refused, nothing is applied or counted,
+    and the next real change still arrives. Both backends."""
+    store.db.write(lambda conn: _runs.create(conn, "r-1", 0))
+    with ProjectionBuilder(store, make_db_url(), RunsByStatus()) as builder:
+        builder.catch_up()
+        before = builder.status()
+        head = store.feed.position().revision
+        forged = msgspec.structs.replace(_snapshot(store, "r-1"), status="completed", revision=head + 1)
+        with pytest.raises(ProjectionError) as caught:
+            builder.offer([forged])
+        _refused(caught, "updates")
+        assert "#0" in caught.value.detail and "ahead" in caught.value.detail
+        after = builder.status()
+        assert (after.applied, after.rejected) == (before.applied, before.rejected)
+        store.db.write(lambda conn: _runs.start(conn, "r-1", 1))
+        assert builder.catch_up().applied == 1  # the real change is not shadowed by the forged one
+
+
+def test_offer_refuses_a_consensus_fact_ahead_of_the_journal_and_writes_nothing(store, make_db_url):
+    """The same for a journal-fed projection: a fact whose position the journal has not reached
+    was applied, and shadowed the run's later facts. Both backends."""
+    owner = OwnerId("host-a", 1, "n1")
+    store.runs.create("r-1", "{}")
+    store.runs.claim_and_own("r-1", store.runs.get("r-1").snapshot(), owner, store.clock.now_ms())
+    with ProjectionBuilder(store, make_db_url(), OwnershipHistory()) as builder:
+        builder.catch_up()
+        before = builder.status()
+        head = before.source_revision
+        forged = ConsensusFact("r-1", before.source, head + 5, "released", None, None, 0)
+        with pytest.raises(ProjectionError) as caught:
+            builder.offer([forged])
+        _refused(caught, "updates")
+        after = builder.status()
+        assert (after.applied, after.rejected) == (before.applied, before.rejected)
+        store.runs.transition_owned("r-1", owner, "completed")
+        assert builder.catch_up().applied == 1

@@ -89,6 +89,18 @@ def test_bad_batches_are_refused_whole(mstore, bad):
     assert e.value.code == "invalid_run" and revision(mstore) == before
 
 
+def test_a_bad_id_is_named_by_its_index(mstore):
+    """The refusal said ``run_ids[] must not be empty``: which of a thousand ids was bad went
+    unsaid. It now names the index, as ``read`` and ``create_many`` do. Both backends."""
+    t = mstore.clock.now_ms()
+    ids = _own(mstore, A, 2, t)
+    before = revision(mstore)
+    with pytest.raises(RunStoreError) as e:
+        mstore.runs.heartbeat_many(A, [*ids, "", ids[0]], t + 1)
+    assert e.value.code == "invalid_run" and "run_ids[2] must not be empty" in str(e.value)
+    assert revision(mstore) == before and {mstore.runs.get(r).heartbeat_at_ms for r in ids} == {t}
+
+
 def test_empty_batch_and_skew_bound(mstore):
     assert mstore.runs.heartbeat_many(A, [], 0) == {}
     with pytest.raises(RunStoreError):

@@ -89,8 +89,9 @@ def test_an_unknown_run_is_answered_as_one_store_answers(shards) -> None:
     with pytest.raises(fencepost.RunStoreError) as err:
         shards.runs.get("")
     assert err.value.code == "invalid_run"
-    with pytest.raises(fencepost.RunStoreError):
+    with pytest.raises(fencepost.RunStoreError) as err:
         shards.runs.heartbeat_many(A, ["ok", ""], 1_000)
+    assert "run_ids[1] must not be empty" in str(err.value)  # which id, by index, as one store says
 
 
 def test_delete_is_routed_to_the_run_shard(shards) -> None:

@@ -530,3 +530,20 @@ def test_a_run_still_in_hand_after_its_lease_was_lost_is_not_taken_again_by_the_
     assert peak[0] == 1 and len(calls) == 2
     assert worker.stats.lost == 1 and worker.stats.takeovers == 1
     assert store.runs.get("r000").status == "completed"
+
+
+def test_every_exception_a_run_function_meets_is_exported_by_the_worker_module():
+    """``RunContext.check()`` raises ``LeaseLost``, and the worker guide's table tells a run function
+    what happens when it raises it, yet ``fencepost.worker.__all__`` left it out: ``help()`` on the
+    module did not show it and ``from fencepost.worker import *`` did not bring it. Every exception
+    a run function sees or raises is exported now, the same class the ownership module raises. No
+    database is involved, so one run covers both backends."""
+    import pydoc
+
+    import fencepost.worker as worker
+    from fencepost.runstore import ownership
+
+    for name in ("Cancelled", "LeaseLost", "Stopping", "Suspend", "UnstorableResult"):
+        assert name in worker.__all__
+        assert f"class {name}" in pydoc.render_doc(worker, renderer=pydoc.plaintext)
+    assert worker.LeaseLost is ownership.LeaseLost

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from fencepost._values import is_safe_int
 from fencepost.journal.owner import OwnerId
 
 WaitingKind = Literal["timer", "signal", "approval", "quota", "human", "other"]
@@ -169,6 +170,17 @@ def is_newer(incoming: Snapshot | Change | Position, stored: Snapshot | Change |
     """True when ``incoming`` may replace ``stored``: same source and a strictly higher revision.
 
     This is the projection rule (REFERENCE 4): a delayed older observation never overwrites a newer
-    one, and a different source is never compared by revision.
+    one, and a different source is never compared by revision. Anything without a string
+    ``source`` and a non-negative integer ``revision`` (``None``, a dict, a revision read back as
+    text) is ``ValueError`` naming the argument, never a silent False.
     """
+    for name, value in (("incoming", incoming), ("stored", stored)):
+        source, revision = getattr(value, "source", None), getattr(value, "revision", None)
+        if source is None or revision is None:
+            raise ValueError(f"is_newer: {name} must be a Position, Change or snapshot (with source and revision), "
+                             f"not {type(value).__name__}")
+        if type(source) is not str:
+            raise ValueError(f"is_newer: {name}.source must be a string")
+        if not is_safe_int(revision):
+            raise ValueError(f"is_newer: {name}.revision must be a non-negative safe integer")
     return incoming.source == stored.source and incoming.revision > stored.revision

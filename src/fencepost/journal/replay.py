@@ -47,7 +47,7 @@ from fencepost._values import identifier_problem, is_safe_int
 from fencepost.errors import JournalError
 from fencepost.journal.entries import Entry, entry_from_row
 from fencepost.journal.owner import OwnerId
-from fencepost.journal.verify import Break, _Undecodable, rows_breaks, stream_rows
+from fencepost.journal.verify import Break, _Undecodable, checked_store, rows_breaks, stream_rows
 
 if TYPE_CHECKING:
     from fencepost._store import Store
@@ -417,6 +417,7 @@ def ownership_history(store: Store, run_id: str) -> OwnershipHistory:
     """
     from fencepost.journal import companion_stream
 
+    checked_store(store, "ownership_history")
     problem = identifier_problem(run_id)
     if problem:
         raise JournalError("invalid_event", "ownership_history", f"run_id {problem}")
@@ -502,6 +503,7 @@ def replay_all(store: Store, *, on_progress: Callable[[int, int], None] | None =
     """
     from fencepost.journal import companion_stream
 
+    checked_store(store, "replay_all")
     if on_progress is not None and not callable(on_progress):
         raise JournalError("invalid_event", "replay_all", "on_progress must be callable (or None)")
     try:

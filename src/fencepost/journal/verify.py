@@ -20,7 +20,7 @@ from sqlalchemy import LargeBinary, String, bindparam, cast, func, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
-from fencepost._durable import DbFailure, carry_failure, failure_code, failure_detail
+from fencepost._durable import Database, DbFailure, carry_failure, failure_code, failure_detail
 from fencepost._schema import flows_journal_events as ev
 from fencepost._values import is_safe_int
 from fencepost.errors import JournalError
@@ -306,6 +306,14 @@ def _run_of(row: Any) -> str | None:
 _HEX = frozenset("0123456789abcdef")
 
 
+def checked_store(store: object, method: str) -> None:
+    """Refuse anything but an open store's handle (a URL, ``None``, ``store.journal``) with
+    ``invalid_event`` naming the type given, never the value: a URL can hold a password."""
+    if not isinstance(getattr(store, "db", None), Database):
+        raise JournalError("invalid_event", method,
+                           f"store must be a fencepost Store (from fencepost.open), not {type(store).__name__}")
+
+
 def checked_anchor(anchor: object) -> Head:
     """``anchor`` as verify compares it, or ``invalid_event`` naming the field (never its value).
 
@@ -342,6 +350,7 @@ def verify(store: Store, *, anchor: Head | None = None,
     start again from 0. Without it, nothing is counted. An exception it raises (``KeyboardInterrupt``
     ...) ends the verification and propagates.
     """
+    checked_store(store, "verify")
     if anchor is not None:
         anchor = checked_anchor(anchor)
     if on_progress is not None and not callable(on_progress):
@@ -396,6 +405,7 @@ def verify(store: Store, *, anchor: Head | None = None,
 
 def head(store: Store) -> Head | None:
     """The newest entry's position and hash (None for an empty journal): an anchor for ``verify``."""
+    checked_store(store, "head")
     stmt = select(ev.c.position, ev.c.entry_hash).order_by(ev.c.position.desc()).limit(1)
     try:
         row = store.db.read(lambda conn: conn.execute(stmt).first())

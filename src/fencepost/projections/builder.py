@@ -422,11 +422,20 @@ class ProjectionBuilder:
         (in ``status().rejected`` too), as is everything offered before the projection's first page.
         With named sources, ``source_name`` says whose store the snapshots were read from.
         ``updates`` must be an iterable of ``Observed``/``Missing`` snapshots, or the ``Batch``
-        ``store.feed.read`` returns (``ConsensusFact``s for a consensus projection); anything else is
-        refused before the target is touched.
+        ``store.feed.read`` returns (``ConsensusFact``s for a consensus projection), none of them ahead
+        of its source's head; anything else is refused before the target is touched.
         """
         items = self._offered(updates)
         share = self._select(source_name, "offer", one=True)[0]
+        # A snapshot of this source past its head cannot have come from its feed; applied, it would
+        # hold that revision for the run and shadow every real change of it until a rebuild.
+        # The head only grows, so one read before the write is enough.
+        source, head = share.feed.head()
+        for index, item in enumerate(items):
+            if item.source == source and item.revision > head:
+                raise ProjectionError("invalid_projection", "offer",
+                                      f"updates #{index} is ahead of its source (revision {item.revision} "
+                                      f"> the source's {head}): not a snapshot the feed gave")
         self._acquire()
 
         def body(conn: Connection) -> tuple[int, int]:

@@ -87,8 +87,8 @@ class Leases(StoreBase):
             check.owner(owner, method)
             now = self._lease_now(now_ms, method)
             given = check.many(run_ids, method, "run_ids", "run ids")
-            for rid in given:  # before de-duplicating: an unhashable id is invalid input, not a TypeError
-                check.run_id(rid, method, "run_ids[]")
+            for index, rid in enumerate(given):  # before de-duplicating: an unhashable id is invalid input
+                check.run_id(rid, method, f"run_ids[{index}]")
             ids = list(dict.fromkeys(given))
             op.identity(ownerHostId=owner.host_id, runCount=len(ids))
             if not ids:

@@ -384,8 +384,8 @@ class ShardedRuns(_Routed):
             return s[s.names[0]].runs.heartbeat_many(owner, run_ids, now_ms)
         given = list(run_ids)
         check.owner(owner, "heartbeat_many")
-        for rid in given:  # refuse the whole batch before any shard writes, as one store does
-            check.run_id(rid, "heartbeat_many", "run_ids[]")
+        for index, rid in enumerate(given):  # refuse the whole batch before any shard writes, as one store does
+            check.run_id(rid, "heartbeat_many", f"run_ids[{index}]")
         ids = list(dict.fromkeys(given))
         groups: dict[str, list[str]] = {}
         for rid in ids:
