@@ -748,7 +748,7 @@ class PostgresBackend(Backend):
 
     def explain_connect(self, engine: Engine) -> tuple[str, str | None, str | None]:
         """libpq reports a refused connection without a SQLSTATE, so find out by asking, never by
-        reading its message: does anything listen at the address;
+        reading its message: does the host name resolve, and does anything listen at the address;
         does the server refuse the session itself, before or just after the login (its SQLSTATE, read
         from the protocol's startup exchange: no free connection slot, starting up or shutting down);
         does the server let these credentials, with the URL's own connection options, into a
@@ -762,6 +762,8 @@ class PostgresBackend(Backend):
         _, kwargs = engine.dialect.create_connect_args(url)
         try:
             sock = _pg_socket(host, port)
+        except socket.gaierror:
+            return "cannot_connect", _HOST_UNRESOLVED, None
         except OSError:
             return "cannot_connect", None, None
         user = kwargs.get("user") or os.environ.get("PGUSER") or _os_user()
@@ -923,6 +925,7 @@ _PG_REFUSALS = {
     "53300": "the server has no free connection slot (max_connections); retry once other sessions end",
     "57P03": "the server is starting up or shutting down; retry once it accepts connections",
 }
+_HOST_UNRESOLVED = "its host name could not be resolved"
 _PG_PROTOCOL_3 = 196608  # protocol version 3.0, as the startup message spells it
 _SQLSTATE = re.compile(rb"^[0-9A-Z]{5}$")
 _PROBE_TIMEOUT_S = 5
@@ -930,7 +933,7 @@ _PROBE_TIMEOUT_S = 5
 
 def _pg_socket(host: str, port: int) -> socket.socket:
     """A connected socket to the server at ``host`` (a Unix socket directory when it starts with
-    ``/``) and ``port``."""
+    ``/``) and ``port``; ``socket.gaierror`` when the host name does not resolve."""
     if host.startswith("/"):
         sock = socket.socket(socket.AF_UNIX)
         try:

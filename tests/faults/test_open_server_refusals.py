@@ -2,8 +2,9 @@
 
 libpq reports a refused connection without its SQLSTATE, so ``fencepost.open`` asks the server
 itself (the protocol's startup exchange) when the first connection fails. The faults are real: a
-private server started with ``max_connections`` so small that the test holds every slot, or shut
-down while a session is left. PostgreSQL only: SQLite has no server and no connection slots.
+private server started with ``max_connections`` so small that the test holds every slot, and a host
+name under ``.invalid``, which never resolves (no network needed). PostgreSQL only: SQLite has no
+server, no connection slots and no host name.
 """
 
 from __future__ import annotations
@@ -160,3 +161,18 @@ def test_a_server_shutting_down_is_cannot_connect_57p03_and_transient(small_serv
         assert "shutting down" in str(exc) and SECRET not in str(exc), exc
     finally:
         _release(held)
+
+
+def test_an_unresolvable_host_says_so() -> None:
+    """``.invalid`` never resolves (RFC 2606), so no network is needed; no server is asked."""
+    url = f"postgresql+psycopg://postgres:{SECRET}@no-such-host.invalid/test"
+    exc = _open_fails(url)
+    assert (exc.code, exc.db_code) == ("cannot_connect", None), exc
+    assert "host name could not be resolved" in str(exc), exc
+    assert "no server accepts connections" not in str(exc), exc
+
+
+def test_the_cli_says_an_unresolvable_host_could_not_be_resolved(run_cli) -> None:
+    result = run_cli("--db", f"postgresql+psycopg://postgres:{SECRET}@no-such-host.invalid/test", "runs", "list")
+    assert_one_line_error(result)
+    assert "host name could not be resolved" in result.err and SECRET not in result.err, result
