@@ -248,7 +248,7 @@ def parse_url(url: str) -> tuple[URL, dict[str, str]]:
     except Exception:
         parsed = None
     if parsed is None:
-        raise ValueError("database URL could not be parsed")
+        raise ValueError("database URL could not be parsed" + ("" if _SCHEME.match(url) else _NO_SCHEME))
     if parsed.drivername.partition("+")[0] == "postgres":
         # The scheme hosting platforms hand out (DATABASE_URL=postgres://...): PostgreSQL's own alias.
         parsed = parsed.set(drivername="postgresql+psycopg")
@@ -299,6 +299,13 @@ def parse_url(url: str) -> tuple[URL, dict[str, str]]:
         raise ValueError("a SQLite URL names the database file, not a directory: end it with the "
                          "file's name (sqlite:///dir/flows.db)")
     return parsed.set(query=query), options
+
+
+# A URL starts with ``scheme://``; a value without it is most often a plain file path (``--db
+# /data/flows.db``), which is refused rather than guessed at (see docs/decisions.md), with the form to use.
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_NO_SCHEME = (": it has no scheme (a SQLite file is given as sqlite:///relative/path.db or "
+              "sqlite:////absolute/path.db, PostgreSQL as postgresql://user@host/database)")
 
 
 def _option_name(key: str) -> str:
