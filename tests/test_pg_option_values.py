@@ -76,7 +76,7 @@ def test_the_diagnosis_names_the_options_the_failure_depends_on_never_their_valu
     url = _url("application_name=innocent-app&sslmode=bogus&connect_timeout=abc&keepalives=1")
     db = Database(url)
     try:
-        code, note = db.backend.explain_connect(db.engine)
+        code, note, _ = db.backend.explain_connect(db.engine)
     finally:
         db.dispose()
     assert code == "open_failed"
@@ -91,7 +91,7 @@ def test_each_diagnosis_names_its_option(case: str) -> None:
     query, names = BAD_VALUES[case]
     db = Database(_url(query))
     try:
-        code, note = db.backend.explain_connect(db.engine)
+        code, note, _ = db.backend.explain_connect(db.engine)
     finally:
         db.dispose()
     assert code == "open_failed" and note is not None

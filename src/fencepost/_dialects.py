@@ -10,10 +10,13 @@ module-level statements, compiled once per dialect, render differently: ``greate
 
 from __future__ import annotations
 
+import getpass
 import os
 import random
 import re
+import socket
 import sqlite3
+import struct
 import time
 import weakref
 from collections.abc import Collection
@@ -211,9 +214,10 @@ class Backend:
         """Why connecting failed when the driver gave no code (``OpenError`` code)."""
         return "open_failed"
 
-    def explain_connect(self, engine: Engine) -> tuple[str, str | None]:
-        """``diagnose_connect`` with a value-free sentence that says more, when there is one."""
-        return self.diagnose_connect(engine), None
+    def explain_connect(self, engine: Engine) -> tuple[str, str | None, str | None]:
+        """``diagnose_connect`` with a value-free sentence that says more, when there is one, and
+        the code the diagnosis found (one the driver did not pass on), if any."""
+        return self.diagnose_connect(engine), None, None
 
     @staticmethod
     def insert(table: Any) -> Any:
@@ -742,39 +746,43 @@ class PostgresBackend(Backend):
     def diagnose_connect(self, engine: Engine) -> str:
         return self.explain_connect(engine)[0]
 
-    def explain_connect(self, engine: Engine) -> tuple[str, str | None]:
+    def explain_connect(self, engine: Engine) -> tuple[str, str | None, str | None]:
         """libpq reports a refused connection without a SQLSTATE, so find out by asking, never by
-        reading its message: is anything listening at the address; does the server let these
-        credentials, with the URL's own connection options, into a maintenance database; does the
-        named database exist there. When it lets them in only without the URL's options (a bad
-        ``sslmode`` or ``connect_timeout``, SSL the server lacks ...), the credentials are not the
-        problem: ``open_failed``, with a sentence naming the options the failure depends on."""
-        import socket
-
+        reading its message: does the host name resolve, and does anything listen at the address;
+        does the server refuse the session itself, before or just after the login (its SQLSTATE, read
+        from the protocol's startup exchange: no free connection slot, starting up or shutting down);
+        does the server let these credentials, with the URL's own connection options, into a
+        maintenance database; does the named database exist there. When it lets them in only
+        without the URL's options (a bad ``sslmode`` or ``connect_timeout``, SSL the server lacks
+        ...), the credentials are not the problem: ``open_failed``, with a sentence naming the
+        options the failure depends on."""
         url = engine.url
         port = int(url.port or 5432)
         host = url.host or "/var/run/postgresql"
+        _, kwargs = engine.dialect.create_connect_args(url)
         try:
-            if host.startswith("/"):
-                with socket.socket(socket.AF_UNIX) as sock:
-                    sock.settimeout(5)
-                    sock.connect(f"{host}/.s.PGSQL.{port}")
-            else:
-                socket.create_connection((host, port), timeout=5).close()
+            sock = _pg_socket(host, port)
+        except socket.gaierror:
+            return "cannot_connect", _HOST_UNRESOLVED, None
         except OSError:
-            return "cannot_connect", None
+            return "cannot_connect", None, None
+        user = kwargs.get("user") or os.environ.get("PGUSER") or _os_user()
+        database = kwargs.get("dbname")
+        with sock:
+            refused = _pg_startup_refusal(sock, user, database or os.environ.get("PGDATABASE") or user)
+        if refused in _PG_REFUSALS:
+            return "cannot_connect", _PG_REFUSALS[refused], refused
         options = sorted(k for k in url.query if k not in _PG_IDENTITY)
-        database = engine.dialect.create_connect_args(url)[1].get("dbname")
         for maintenance in ("postgres", "template1"):
             if maintenance == database:
                 continue
             found = _pg_let_in(engine, options, maintenance, database)
             if found is not None:
                 # In, but not into the named database: it is missing, or these credentials may not use it.
-                return ("permission_denied" if found else "database_missing"), None
+                return ("permission_denied" if found else "database_missing"), None, None
             if options and _pg_let_in(engine, (), maintenance, None) is not None:
-                return "open_failed", _pg_options_note(_pg_blamed(engine, options, maintenance))
-        return "auth_failed", None
+                return "open_failed", _pg_options_note(_pg_blamed(engine, options, maintenance)), None
+        return "auth_failed", None, None
 
     @staticmethod
     def insert(table: Any) -> Any:
@@ -907,6 +915,100 @@ def _pg_options_note(names: list[str]) -> str:
         return f"the connection fails with the URL option {names[0]} and succeeds without it"
     listed = f"{', '.join(names[:-1])} and {names[-1]}"
     return f"the connection fails with the URL options {listed}, and succeeds without them"
+
+
+# Why a server that answers refuses a session, by the SQLSTATE it ends the startup exchange with:
+# conditions that end by themselves (``cannot_connect``, transient). Both come before the server
+# checks who connects, so the probe needs no credentials (the reserved-slot refusal of 53300 comes
+# just after a login that needs no password, and the probe reads on past that).
+_PG_REFUSALS = {
+    "53300": "the server has no free connection slot (max_connections); retry once other sessions end",
+    "57P03": "the server is starting up or shutting down; retry once it accepts connections",
+}
+_HOST_UNRESOLVED = "its host name could not be resolved"
+_PG_PROTOCOL_3 = 196608  # protocol version 3.0, as the startup message spells it
+_SQLSTATE = re.compile(rb"^[0-9A-Z]{5}$")
+_PROBE_TIMEOUT_S = 5
+
+
+def _pg_socket(host: str, port: int) -> socket.socket:
+    """A connected socket to the server at ``host`` (a Unix socket directory when it starts with
+    ``/``) and ``port``; ``socket.gaierror`` when the host name does not resolve."""
+    if host.startswith("/"):
+        sock = socket.socket(socket.AF_UNIX)
+        try:
+            sock.settimeout(_PROBE_TIMEOUT_S)
+            sock.connect(f"{host}/.s.PGSQL.{port}")
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+    return socket.create_connection((host, port), timeout=_PROBE_TIMEOUT_S)
+
+
+def _os_user() -> str:
+    """The user name libpq falls back on (the process's), or '' where there is none to find."""
+    try:
+        return getpass.getuser()
+    except Exception:
+        return ""
+
+
+def _pg_startup_refusal(sock: socket.socket, user: str, database: str) -> str | None:
+    """The SQLSTATE with which the server on ``sock`` refuses a session of ``user`` on
+    ``database`` at startup, else None (it asks for a password, or lets the session in: the probe
+    then ends it, having learnt what it came for; or the peer does not speak the protocol).
+
+    The code field of the server's ErrorResponse, which libpq keeps to itself when a connection
+    fails; no message text is read. No password is sent, and no TLS is negotiated: the refusals
+    looked for come before the server checks either."""
+    params = b"".join(k.encode() + b"\0" + v.encode() + b"\0"
+                      for k, v in (("user", user), ("database", database),
+                                   ("application_name", "fencepost-diagnosis")))
+    body = struct.pack("!i", _PG_PROTOCOL_3) + params + b"\0"
+    try:
+        sock.sendall(struct.pack("!i", len(body) + 4) + body)
+        for _ in range(64):  # a login answers in a handful of messages
+            kind, payload = _pg_message(sock)
+            if kind == b"E":
+                return _pg_error_code(payload)
+            if kind == b"Z" or (kind == b"R" and payload[:4] != b"\0\0\0\0"):
+                return None  # ready for queries, or asked for a password: a slot was granted
+        return None
+    except (OSError, struct.error, ValueError):
+        return None
+    finally:
+        try:
+            sock.sendall(b"X\0\0\0\x04")  # Terminate
+        except OSError:
+            pass
+
+
+def _pg_message(sock: socket.socket) -> tuple[bytes, bytes]:
+    """One backend message: its type byte and its payload (``ValueError`` for what is none)."""
+    head = _recv_exactly(sock, 5)
+    (length,) = struct.unpack("!i", head[1:])
+    if not 4 <= length <= 65536:
+        raise ValueError("not a PostgreSQL protocol message")
+    return head[:1], _recv_exactly(sock, length - 4)
+
+
+def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ValueError("the server closed the connection")
+        data += chunk
+    return data
+
+
+def _pg_error_code(payload: bytes) -> str | None:
+    """The SQLSTATE field (``C``) of an ErrorResponse's payload, when it is one."""
+    for field in payload.split(b"\0"):
+        if field[:1] == b"C" and _SQLSTATE.match(field[1:]):
+            return field[1:].decode("ascii")
+    return None
 
 
 # Column types a JSON value carries exactly (a JSON string into text, a JSON integer into bigint).

@@ -248,7 +248,7 @@ def parse_url(url: str) -> tuple[URL, dict[str, str]]:
     except Exception:
         parsed = None
     if parsed is None:
-        raise ValueError("database URL could not be parsed")
+        raise ValueError("database URL could not be parsed" + ("" if _SCHEME.match(url) else _NO_SCHEME))
     if parsed.drivername.partition("+")[0] == "postgres":
         # The scheme hosting platforms hand out (DATABASE_URL=postgres://...): PostgreSQL's own alias.
         parsed = parsed.set(drivername="postgresql+psycopg")
@@ -299,6 +299,13 @@ def parse_url(url: str) -> tuple[URL, dict[str, str]]:
         raise ValueError("a SQLite URL names the database file, not a directory: end it with the "
                          "file's name (sqlite:///dir/flows.db)")
     return parsed.set(query=query), options
+
+
+# A URL starts with ``scheme://``; a value without it is most often a plain file path (``--db
+# /data/flows.db``), which is refused rather than guessed at (see docs/decisions.md), with the form to use.
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_NO_SCHEME = (": it has no scheme (a SQLite file is given as sqlite:///relative/path.db or "
+              "sqlite:////absolute/path.db, PostgreSQL as postgresql://user@host/database)")
 
 
 def _option_name(key: str) -> str:
@@ -397,7 +404,7 @@ class Database:
         found = self.connect_problem()
         if found is not None:
             # Outside the handler: the driver's exception quotes the URL.
-            raise self._open_error(found.problem, found.code, found.note)
+            raise self._open_error(found.problem, found.code, found.note, transient=found.transient)
 
     def connect_problem(self) -> ConnectProblem | None:
         """Connect once, without retrying: ``None`` when it connects, else why not (``ConnectProblem``)."""
@@ -407,7 +414,7 @@ class Database:
             _category, code = self.backend.classify(exc)
             problem, note = self.backend.open_problem(code), None
             if problem is None and code is None:
-                problem, note = self.backend.explain_connect(self.engine)
+                problem, note, code = self.backend.explain_connect(self.engine)
             elif problem is None:
                 note = self.backend.reason(exc, code)  # another writer's lock, a timeout ...
             problem = problem or "open_failed"
@@ -420,16 +427,19 @@ class Database:
         """The public error for a database failure while opening the store (an ``open_failed``
         one says why, when the failure's code does: another writer's lock, a timeout ...)."""
         problem = self.backend.open_problem(exc.code) or "open_failed"
-        return self._open_error(problem, exc.code, exc.reason if problem == "open_failed" else None)
+        return self._open_error(problem, exc.code, exc.reason if problem == "open_failed" else None,
+                                transient=exc.transient)
 
-    def _open_error(self, problem: str, code: str | None, note: str | None = None) -> OpenError:
-        return OpenError(problem, "open", self.open_detail(problem, note), db_code=code)
+    def _open_error(self, problem: str, code: str | None, note: str | None = None, *,
+                    transient: bool = False) -> OpenError:
+        err = OpenError(problem, "open", self.open_detail(problem, note), db_code=code)
+        err.transient = transient
+        return err
 
     def open_detail(self, problem: str, note: str | None = None) -> str:
         """What is wrong opening this database, naming only its path or masked URL (and ``note``)."""
-        detail = open_detail(problem, self.where, mode="reading" if self.readonly else "writing",
-                             sqlite=self.path is not None)
-        return f"{detail}; {note}" if note else detail
+        return open_detail(problem, self.where, mode="reading" if self.readonly else "writing",
+                           sqlite=self.path is not None, note=note)
 
     # ------------------------------------------------------------------ transactions
     def write(self, fn: Callable[[Connection], T], *, durable: bool = True) -> T:
@@ -726,7 +736,7 @@ class Database:
 _OPEN_DETAILS = {
     "not_a_database": "{where} is not a SQLite database",
     "corrupt": "the database file {where} is corrupt",
-    "cannot_connect": "cannot connect to {where} (no server accepts connections there)",
+    "cannot_connect": "cannot connect to {where} ({why})",
     "database_missing": "no database at {where}",
     "auth_failed": "authentication or role refused by {where}",
     "permission_denied": "permission denied opening {where} for {mode}",
@@ -739,11 +749,16 @@ _OPEN_DETAILS = {
 }
 
 
-def open_detail(problem: str, where: str, *, mode: str = "writing", sqlite: bool | None = None) -> str:
-    """The message of an ``OpenError``: what went wrong, naming only the path or the masked URL."""
-    detail = _OPEN_DETAILS.get(problem, _OPEN_DETAILS["open_failed"]).format(where=where, mode=mode)
+def open_detail(problem: str, where: str, *, mode: str = "writing", sqlite: bool | None = None,
+                note: str | None = None) -> str:
+    """The message of an ``OpenError``: what went wrong, naming only the path or the masked URL, and
+    ``note`` (a value-free sentence the diagnosis adds; for ``cannot_connect``, why it could not)."""
+    why = note if problem == "cannot_connect" and note else "no server accepts connections there"
+    detail = _OPEN_DETAILS.get(problem, _OPEN_DETAILS["open_failed"]).format(where=where, mode=mode, why=why)
     if problem == "database_missing" and (sqlite if sqlite is not None else "://" not in where):
         detail += "; create it with `fencepost init`"
+    if note and problem != "cannot_connect":
+        detail += f"; {note}"
     return detail
 
 

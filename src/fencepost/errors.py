@@ -129,10 +129,14 @@ class OpenError(FencepostError):
     and ``open_failed`` for any other database failure. The message names the SQLite path or the
     PostgreSQL URL with its password masked, never other values; ``db_code`` is the driver's code when there is one
     (``SQLITE_NOTADB``, ``3D000`` ...; ``server_encoding`` for a PostgreSQL database whose encoding
-    is not UTF8), else ``None``.
+    is not UTF8), else ``None``. ``transient`` is True when waiting may cure it, so the same open
+    may succeed when retried: the server could not take a connection now (``cannot_connect``:
+    nothing listening yet, no free connection slot, starting up or shutting down), or another
+    session held a lock past the wait.
     """
 
     component = "Store"
+    transient: bool = False
 
     def __init__(self, code: str, method: str, detail: str, db_code: str | None = None) -> None:
         super().__init__(code, method, detail)

@@ -59,6 +59,7 @@ def test_a_write_lock_held_past_the_wait_is_named_by_the_write_and_by_open(db_ur
             fencepost.open(_short_wait(db_url, backend))
         assert (opened.value.code, opened.value.db_code) == ("open_failed", BUSY_CODE[backend])
         assert "write lock" in str(opened.value), str(opened.value)
+        assert opened.value.transient is True  # waiting for the lock cures it
 
         holder.proc.stdin.write(b"go\n")
         holder.proc.stdin.flush()

@@ -1,0 +1,178 @@
+"""A PostgreSQL server that refuses a connection says why, by the code it sent, not as a refused login.
+
+libpq reports a refused connection without its SQLSTATE, so ``fencepost.open`` asks the server
+itself (the protocol's startup exchange) when the first connection fails. The faults are real: a
+private server started with ``max_connections`` so small that the test holds every slot, and a host
+name under ``.invalid``, which never resolves (no network needed). PostgreSQL only: SQLite has no
+server, no connection slots and no host name.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from sqlalchemy import make_url
+
+import fencepost
+from fencepost import OpenError, RunStoreError
+from tests.changefeed.test_follow_server_restart import PrivateServer, _pg_bin
+from tests.cli.conftest import assert_one_line_error
+from tests.faults.conftest import assert_value_free
+
+pytestmark = pytest.mark.slow
+SECRET = "pw-Secret-77"
+MAX_CONNECTIONS = 4  # one of them kept for superusers: a plain role is refused once three are taken
+
+
+class SmallServer(PrivateServer):
+    """A private server with ``MAX_CONNECTIONS`` slots, one reserved for superusers."""
+
+    def start(self) -> None:
+        opts = (f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off "
+                f"-c max_connections={MAX_CONNECTIONS} -c superuser_reserved_connections=1")
+        self._run("pg_ctl", "-D", str(self.data), "-o", opts, "-l", str(self.root / "log"), "-w", "start")
+
+
+@pytest.fixture
+def small_server() -> Iterator[SmallServer]:
+    bindir = _pg_bin()
+    if bindir is None or (os.geteuid() == 0 and shutil.which("runuser") is None):
+        if os.environ.get("FENCEPOST_REQUIRE_POSTGRES") == "1":
+            pytest.fail("PostgreSQL server binaries (initdb, pg_ctl) are required for the connection-slot tests")
+        pytest.skip("no PostgreSQL server binaries to start a private instance")
+    root = Path(f"/tmp/fencepost-pg-slots-{os.getpid()}-{time.monotonic_ns()}")
+    server = SmallServer(bindir, root)
+    try:
+        server.init()
+        with psycopg.connect(_conninfo(server), autocommit=True) as conn:
+            conn.execute("CREATE ROLE app LOGIN")
+            conn.execute("GRANT CREATE ON DATABASE postgres TO app")
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _conninfo(server: SmallServer) -> str:
+    return f"host=127.0.0.1 port={server.port} user=postgres dbname=postgres"
+
+
+def _hold(server: SmallServer, n: int) -> list[psycopg.Connection]:
+    """Take ``n`` connection slots as the superuser (released by closing them)."""
+    return [psycopg.connect(_conninfo(server)) for _ in range(n)]
+
+
+def _url(server: SmallServer, user: str = "postgres") -> str:
+    return make_url(server.url).set(username=user, password=SECRET).render_as_string(hide_password=False)
+
+
+def _open_fails(url: str) -> OpenError:
+    with pytest.raises(OpenError) as err:
+        fencepost.open(url).close()
+    exc = err.value
+    assert exc.__cause__ is None
+    assert_value_free(exc)
+    assert SECRET not in str(exc)
+    return exc
+
+
+def _release(held: list[psycopg.Connection]) -> None:
+    for conn in held:
+        conn.close()
+
+
+def test_a_server_with_no_free_slot_is_cannot_connect_53300_and_transient(small_server: SmallServer) -> None:
+    """Every slot taken: refused before any login is checked. Not ``auth_failed``: waiting cures it."""
+    held = _hold(small_server, MAX_CONNECTIONS)
+    try:
+        for user in ("postgres", "app"):
+            exc = _open_fails(_url(small_server, user))
+            assert (exc.code, exc.db_code, exc.transient) == ("cannot_connect", "53300", True), exc
+            assert "no free connection slot" in str(exc) and "retry" in str(exc), exc
+    finally:
+        _release(held)
+    fencepost.open(_url(small_server, "app")).close()  # the same URL opens once a slot is free
+
+
+def test_the_slots_kept_for_superusers_refuse_a_plain_role_as_53300(small_server: SmallServer) -> None:
+    """All but the reserved slot taken: the server refuses a plain role after its login (trust)
+    succeeded, still with 53300, and a superuser still gets in."""
+    held = _hold(small_server, MAX_CONNECTIONS - 1)
+    try:
+        exc = _open_fails(_url(small_server, "app"))
+        assert (exc.code, exc.db_code, exc.transient) == ("cannot_connect", "53300", True), exc
+        assert "no free connection slot" in str(exc), exc
+    finally:
+        _release(held)
+
+
+def test_the_cli_says_no_free_slot_with_the_code(small_server: SmallServer, run_cli) -> None:
+    fencepost.open(_url(small_server)).close()  # migrated, so the read command only needs to connect
+    held = _hold(small_server, MAX_CONNECTIONS)
+    try:
+        result = run_cli("--db", _url(small_server, "app"), "runs", "list")
+    finally:
+        _release(held)
+    assert_one_line_error(result)
+    assert "no free connection slot" in result.err and "[53300]" in result.err, result
+    assert "authentication" not in result.err and SECRET not in result.err, result
+
+
+def test_no_free_slot_while_a_store_is_open_is_transient(small_server: SmallServer) -> None:
+    """A store already open that needs a new connection (its pooled ones dropped) while every slot
+    is taken fails its write as transient, so the worker waits it out, and the next write succeeds."""
+    store = fencepost.open(_url(small_server, "app"))
+    try:
+        store.db.dispose()  # the next call opens a new connection
+        held = _hold(small_server, MAX_CONNECTIONS)
+        try:
+            with pytest.raises(RunStoreError) as err:
+                store.runs.create("r1", "{}")
+            assert (err.value.code, err.value.transient) == ("persistence_failed", True), err.value
+            assert_value_free(err.value)
+        finally:
+            _release(held)
+        store.runs.create("r1", "{}")
+        assert store.runs.get("r1").run_id == "r1"
+    finally:
+        store.close()
+
+
+def test_a_server_shutting_down_is_cannot_connect_57p03_and_transient(small_server: SmallServer) -> None:
+    """A smart shutdown waits for the sessions left and refuses new ones meanwhile (57P03)."""
+    held = _hold(small_server, 1)
+    try:
+        small_server._run("pg_ctl", "-D", str(small_server.data), "-m", "smart", "-W", "stop")
+        deadline = time.monotonic() + 30
+        while True:  # the postmaster takes the signal asynchronously
+            with pytest.raises(OpenError) as err:
+                fencepost.open(_url(small_server, "app")).close()
+            if err.value.db_code == "57P03" or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        exc = err.value
+        assert (exc.code, exc.db_code, exc.transient) == ("cannot_connect", "57P03", True), exc
+        assert "shutting down" in str(exc) and SECRET not in str(exc), exc
+    finally:
+        _release(held)
+
+
+def test_an_unresolvable_host_says_so() -> None:
+    """``.invalid`` never resolves (RFC 2606), so no network is needed; no server is asked."""
+    url = f"postgresql+psycopg://postgres:{SECRET}@no-such-host.invalid/test"
+    exc = _open_fails(url)
+    assert (exc.code, exc.db_code) == ("cannot_connect", None), exc
+    assert "host name could not be resolved" in str(exc), exc
+    assert "no server accepts connections" not in str(exc), exc
+
+
+def test_the_cli_says_an_unresolvable_host_could_not_be_resolved(run_cli) -> None:
+    result = run_cli("--db", f"postgresql+psycopg://postgres:{SECRET}@no-such-host.invalid/test", "runs", "list")
+    assert_one_line_error(result)
+    assert "host name could not be resolved" in result.err and SECRET not in result.err, result
