@@ -302,7 +302,7 @@ class Worker:
                 took = 0
                 try:
                     if free > 0:
-                        took = len(self._sweep(free, lambda row: self._start(pool, row)))
+                        took = len(self._sweep(free, lambda row, lease: self._start(pool, row, lease)))
                     now = clock.now_ms()
                     if now >= next_cancel_check:
                         self._observe_cancellations()
@@ -377,8 +377,7 @@ class Worker:
         # will become claimable, so wait for it too rather than stopping with work left behind.
         return bool(self._candidates(1, include_live=True))
 
-    def _start(self, pool: ThreadPoolExecutor, row: RunRow) -> None:
-        lease = self.supervisor.hold(row.run_id, verify=False)  # just activated: ``row`` is the owned run
+    def _start(self, pool: ThreadPoolExecutor, row: RunRow, lease: Lease) -> None:
         ctx = RunContext(self, row, lease)
         with self._lock:
             self._contexts[row.run_id] = ctx
@@ -432,11 +431,11 @@ class Worker:
             raise ValueError("limit must be an integer >= 1")
         return self._sweep(limit)
 
-    def _sweep(self, limit: int, start: Callable[[RunRow], None] | None = None) -> list[RunRow]:
-        """``take(limit)``, calling ``start(row)`` on each run as soon as it is taken (``run()`` holds and
-        starts it there). A later candidate's steps may wait out an outage on this thread (releasing
-        its claim, for up to the claim's budget): a run already taken must not wait with them, neither
-        run nor held, its lease then counting from the late hold instead of its last heartbeat."""
+    def _sweep(self, limit: int, start: Callable[[RunRow, Lease], None] | None = None) -> list[RunRow]:
+        """``take(limit)``; with ``start``, each run is held as it is activated (``_take_one``) and
+        ``start(row, lease)`` is called on it as soon as it is taken (``run()`` starts it there). A later
+        candidate's steps may wait out an outage on this thread (releasing its claim, for up to the
+        claim's budget): a run already taken must not wait with them, neither run nor held."""
         # Runs this worker suspended are left alone for a while; read enough for the others. Which
         # runs rest is asked again after the read: a run may have been suspended during it (its
         # rest begins before it is claimable, so a read that sees it claimable sees it resting).
@@ -451,7 +450,7 @@ class Worker:
             if len(taken) >= limit:
                 break
             try:
-                row = self._take_one(cand)
+                took = self._take_one(cand, hold=start is not None)
             except Exception as exc:
                 if not taken:
                     raise
@@ -461,13 +460,16 @@ class Worker:
                 log.warning("worker: sweep stopped after taking %d run(s): %s (%s)", len(taken), type(exc).__name__,
                             getattr(exc, "db_code", None) or getattr(exc, "code", None))
                 break
-            if row is not None:
+            if took is not None:
+                row, lease = took
                 taken.append(row)
-                if start is not None:
-                    start(row)
+                if start is not None and lease is not None:
+                    start(row, lease)
         return taken
 
-    def _take_one(self, cand: dict[str, Any]) -> RunRow | None:
+    def _take_one(self, cand: dict[str, Any], *, hold: bool) -> tuple[RunRow, Lease | None] | None:
+        """Claim and activate ``cand``'s run, then read its row: the row and, with ``hold``, its lease
+        (held from the activation on), or None when a race was lost or the lease was lost meanwhile."""
         runs = self.store.runs
         now = self.store.clock.now_ms()
         # The wall-clock start of the claim's write budget (``TOLERANCE_MS``): the retries below
@@ -490,6 +492,8 @@ class Worker:
         if not isinstance(claimed, Claimed):
             return None
         budget_ends = started + TOLERANCE_MS / 1000
+        # Read before activating: the heartbeat the activation stores is stamped no earlier than this.
+        stamped_after = self.store.clock.now_ms()
         try:
             activated = runs.activate(run_id, self.owner, claimed.claimed_at_ms, expected)
         except BaseException as exc:
@@ -511,20 +515,51 @@ class Worker:
             return None
         # Activated with a first heartbeat at about now: the run is this worker's from here on.
         # A run dropped here would sit ``running``, held by nobody, until its lease expired.
-        row = self._retry_for_run(run_id, "reading the run just activated", lambda: runs.get(run_id), budget_ends)
+        lease = self._hold_activated(run_id, stamped_after) if hold else None
+        try:
+            row = self._retry_for_run(run_id, "reading the run just activated", lambda: runs.get(run_id),
+                                      budget_ends, lease)
+        except LeaseLost:
+            if lease is not None:
+                lease.release()
+            self._count("lost")
+            log.warning("run %s: lease lost before its row could be read; left to its current owner", run_id,
+                        extra={"run_id": run_id})
+            return None
+        except BaseException:
+            if lease is not None:
+                lease.release()  # the run lapses from its stored heartbeat, as when nobody held it
+            raise
         self._count("claimed")
         if cand["status"] == "running":
             self._count("takeovers")
             log.info("run %s: took it over, its lease expired", run_id, extra={"run_id": run_id})
-        return row
+        return row, lease
 
-    def _retry_for_run(self, run_id: str, what: str, call: Callable[[], Any], until: float) -> Any:
+    def _hold_activated(self, run_id: str, stamped_after: int) -> Lease:
+        """Hold ``run_id``, just activated by this worker, with its lease counted from ``stamped_after``
+        (a store clock reading taken before the activation), not from now.
+
+        The store counts the run's lease from the heartbeat the activation wrote, and a peer may take
+        the run over once that heartbeat is ``STALE_AFTER`` old. A lease counted from a later hold
+        would let the worker run it longer than that when every heartbeat fails (a database outage
+        that began right after the activation). Counting from a reading taken before the activation
+        never outlasts the stored lease: the supervisor then reconfirms (or lapses the lease) within
+        ``WRITE_TOLERANCE`` of the stored heartbeat, as for any run whose pulses fail.
+        """
+        # Just activated: the run is this owner's, so no verifying read.
+        return self.supervisor.hold(run_id, verify=False, since_ms=stamped_after)
+
+    def _retry_for_run(self, run_id: str, what: str, call: Callable[[], Any], until: float,
+                       lease: Lease | None = None) -> Any:
         """``call()``, a step of taking ``run_id`` during a sweep, retried (``_retry``) until the monotonic
-        time ``until``: a run not yet held has no lease to bound it, and the wall clock keeps a store
-        clock that stands still (``ManualClock``) from retrying forever. The steps retried here
-        (reading the row, releasing the claim) are safe to repeat, since the claim's token fences them
-        in the store."""
-        return self._retry(run_id, what, call, "the claim's budget", now=time.monotonic, deadline=lambda: until)
+        time ``until``: the wall clock keeps a store clock that stands still (``ManualClock``) from
+        retrying forever. A run already held (``lease``, counted from its activation) is bounded by
+        its lease as well: once that is lost (``LeaseLost``), a peer may take the run over. The steps
+        retried here (reading the row, releasing the claim) are safe to repeat, since the claim's
+        token or the owner fences them in the store."""
+        bound = "the claim's budget" if lease is None else "its lease and the claim's budget"
+        return self._retry(run_id, what, call, bound, now=time.monotonic, deadline=lambda: until, lease=lease)
 
     def _evidence_kind(self, owner: OwnerId) -> str:
         if self.liveness is same_host_pid_probe and owner.host_id == self.owner.host_id:
@@ -568,6 +603,7 @@ class Worker:
             self._done.set()
 
     def _execute_inner(self, ctx: RunContext) -> None:
+        ctx.lease.check()  # a lease lost before the function starts: never start it
         if ctx.cancel_requested:
             self._settle_cancelled(ctx)
             return

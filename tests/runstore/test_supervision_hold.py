@@ -295,3 +295,32 @@ def test_threaded_supervision_refuses_a_clock_that_is_not_one(store, where):
             else:
                 LeaseKeeper(store, "r1", A, clock=bad)
         assert info.value.code == "invalid_run" and "clock" in str(info.value)
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "10", 2**53])
+def test_hold_refuses_a_since_ms_that_is_not_a_non_negative_safe_integer_and_holds_nothing(store, bad):
+    """``since_ms`` (the lease counted from a reading taken before activating the run) is checked
+    before anything is held: a bad value is ``invalid_run`` naming the field, never echoing it."""
+    activate_new(store, "r1", A)
+    sup = Supervisor(store, A, clock=ManualClock(5_000))
+    try:
+        with pytest.raises(fencepost.RunStoreError) as info:
+            sup.hold("r1", since_ms=bad)
+        assert info.value.code == "invalid_run" and "since_ms" in str(info.value)
+        assert sup.held() == []
+    finally:
+        sup.stop()
+
+
+def test_hold_counts_the_lease_from_since_ms_and_never_from_later_than_now(store):
+    """The worker holds a run it has just activated with ``since_ms`` set to a store-clock reading
+    taken before the activation, so the lease it supervises can never outlast the one the store
+    counts from the activation's heartbeat; a reading later than now counts from now."""
+    activate_new(store, "r1", A)
+    activate_new(store, "r2", A)
+    sup = Supervisor(store, A, clock=ManualClock(5_000))
+    try:
+        assert sup.hold("r1", since_ms=4_200).confirmed_ms == 4_200
+        assert sup.hold("r2", since_ms=9_000).confirmed_ms == 5_000
+    finally:
+        sup.stop()

@@ -13,12 +13,16 @@ import threading
 import time
 from typing import Any
 
+import pytest
+from sqlalchemy import create_engine
+from sqlalchemy.pool import NullPool
+
 import fencepost
 from fencepost.errors import RunStoreError
 from fencepost.runstore.heartbeat import WRITE_TOLERANCE_MS as TOLERANCE_MS
 from fencepost.runstore.ownership import LeaseLost
 from fencepost.worker import Worker
-from tests.worker.conftest import FailAt, run_in_thread, stop_worker, wait_for
+from tests.worker.conftest import FailAt, run_in_thread, stop_worker, unavailable, wait_for
 
 BOUND_S = 5  # far below the 30 s a stranded run waited for its lease to expire
 # A wait through a held write lock: a few PostgreSQL calls (each retries a lock timeout for about
@@ -167,6 +171,123 @@ def test_a_run_taken_before_a_claim_release_waits_out_an_outage_is_run_and_held_
         assert isinstance(seen[0], LeaseLost), seen
     finally:
         done.set()
+        holder.free()
+        stop.set()
+        t.join(OUTAGE_BOUND_S)
+    assert outcome and outcome[0].lost == 1, outcome
+
+
+class _ReadOutage:
+    """Reads of ``flows_runs`` refused as an unavailable database, made while ``down``: for real on
+    PostgreSQL (another session holds an ACCESS EXCLUSIVE lock on the table, so every read of it
+    times out on the store's 100 ms ``lock_timeout``); injected on SQLite, where a reader in WAL mode
+    never waits for a lock, so no read there can fail for real (``runs.get`` raises the transient
+    error the store raises for a busy database)."""
+
+    def __init__(self, store: Any, db_url: str, backend: str) -> None:
+        self.backend = backend
+        self.failures: list[RunStoreError] = []  # what the worker's reads of the row met
+        self.conn: Any = None
+        self.down = threading.Event()
+        if backend == "postgresql":
+            self.schema = db_url.rsplit("schema=", 1)[1]
+            self.engine = create_engine(db_url.rsplit("?", 1)[0], poolclass=NullPool)
+        real_get = store.runs.get
+
+        def get(*args: Any, **kwargs: Any) -> Any:
+            try:
+                if backend == "sqlite" and self.down.is_set():
+                    raise unavailable("get")
+                return real_get(*args, **kwargs)
+            except RunStoreError as exc:
+                self.failures.append(exc)
+                raise
+
+        store.runs.get = get
+
+    def begin(self) -> None:
+        if self.backend == "postgresql":
+            self.conn = self.engine.connect()
+            self.conn.exec_driver_sql("SET lock_timeout = '10s'")  # never hang the test on a reader
+            self.conn.exec_driver_sql(f'LOCK TABLE "{self.schema}"."flows_runs" IN ACCESS EXCLUSIVE MODE')
+        self.down.set()
+
+    def end(self) -> None:
+        self.down.clear()
+        if self.conn is not None:
+            self.conn.rollback()
+            self.conn.close()
+            self.conn = None
+
+    def close(self) -> None:
+        self.end()
+        if self.backend == "postgresql":
+            self.engine.dispose()
+
+
+@pytest.mark.parametrize("reads_return", [True, False], ids=["read-goes-through", "read-never-does"])
+def test_a_run_whose_read_after_activation_waits_out_an_outage_is_not_run_past_its_stored_lease(
+        outage_clocked, db_url, backend, reads_return):
+    """The sweep activated a run (its stored heartbeat: the activation's), then the outage began:
+    the read of its row retried within the claim's budget (up to 19 s) and the run was held only
+    once that read went through, its lease counting from that late hold rather than from its
+    stored heartbeat. Here the store clock (a ``ManualClock``) passes the stored lease's write
+    budget while the read retries; the read then goes through while writes are still refused (a
+    real held write lock), so no heartbeat or reconfirm can land and a peer may take the run over
+    soon. The worker kept running the run's function for another whole budget. Now the lease
+    counts from the activation's heartbeat and bounds the read: the lease is reported lost and the
+    function is not running, while the outage still holds. When reads stay refused too, the read
+    gave up only at the claim's budget (19 s after the claim); now it ends with the lease, and the
+    function never starts."""
+    store, holder, clock = outage_clocked
+    store.runs.create("r1", "{}")
+    reads = _ReadOutage(store, db_url, backend)
+    real_activate = store.runs.activate
+    stamped: list[int] = []
+    running = threading.Event()
+    started: list[str] = []
+    seen: list[BaseException] = []
+    done = threading.Event()
+
+    def activate(*args: Any, **kwargs: Any) -> Any:
+        outcome = real_activate(*args, **kwargs)
+        stamped.append(clock.now_ms())  # the clock stands still: this is the stored heartbeat
+        holder.hold()  # the outage begins right after the activation committed
+        reads.begin()
+        return outcome
+
+    def fn(ctx):
+        running.set()
+        started.append(ctx.run_id)
+        try:
+            while not done.is_set():
+                ctx.lease.check()
+                time.sleep(0.02)
+        except BaseException as exc:
+            seen.append(exc)
+            raise
+        finally:
+            running.clear()
+
+    store.runs.activate = activate
+    worker = Worker(store, fn, concurrency=1)
+    stop = threading.Event()
+    t, outcome = run_in_thread(worker, stop)
+    try:
+        assert wait_for(lambda: bool(reads.failures), OUTAGE_BOUND_S), "the read after activation never failed"
+        assert all(exc.code == "persistence_failed" and exc.transient for exc in reads.failures), reads.failures
+        clock.set(stamped[0] + TOLERANCE_MS + 1)  # the stored lease's write budget is spent
+        if reads_return:
+            reads.end()  # the read goes through; the write lock is still held
+        assert wait_for(lambda: worker.stats.lost == 1 and not running.is_set(), OUTAGE_BOUND_S), (
+            "past the stored lease, the lease was not reported lost or the function still ran", worker.stats, seen)
+        assert holder.held and reads.down.is_set() != reads_return  # all of it while the outage holds
+        assert all(isinstance(exc, LeaseLost) for exc in seen), seen
+        if not reads_return:
+            assert started == [] and worker.stats.claimed == 0, (started, worker.stats)
+    finally:
+        done.set()
+        reads.close()
         holder.free()
         stop.set()
         t.join(OUTAGE_BOUND_S)

@@ -35,6 +35,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from fencepost._values import is_safe_int
 from fencepost.errors import RunStoreError
 from fencepost.journal.owner import OwnerId
 from fencepost.runstore import _checks as check
@@ -285,7 +286,8 @@ class Supervisor:
 
     def hold(self, run_id: str, *, on_lapse: LapseCallback | None = None,
              on_reconfirm: LapseCallback | None = None,
-             on_lost: Callable[[Lease], None] | None = None, verify: bool = True) -> Lease:
+             on_lost: Callable[[Lease], None] | None = None, verify: bool = True,
+             since_ms: int | None = None) -> Lease:
         """Supervise ``run_id``, owned by this supervisor's owner, from now on.
 
         ``on_lapse(unconfirmed_ms)`` runs when write failures outlast ``WRITE_TOLERANCE`` and reconfirm
@@ -300,13 +302,22 @@ class Supervisor:
         not exist raises ``LeaseLost`` with reason ``NotFound``, one held by another owner (or settled)
         ``FenceLost``, the answers the first pulse would give one interval later. Pass
         ``verify=False`` only right after activating the run yourself.
+
+        ``since_ms`` counts the lease from that store-clock reading instead of from now (a reading
+        taken before activating the run, so the lease never outlasts the one the store counts from
+        the activation's heartbeat); a reading later than now counts from now. It must be a
+        non-negative integer, else ``invalid_run``.
         """
         method = "Supervisor.hold"
         _check_hold(run_id, on_lapse, on_reconfirm, on_lost, method)
+        if since_ms is not None and (type(since_ms) is not int or not is_safe_int(since_ms) or since_ms < 0):
+            raise check.refuse(method, "since_ms must be a non-negative safe integer", {"field": "since_ms"})
         self._refuse_held(run_id, method)
         if verify:
             verify_owned(self.store, run_id, self.owner)
-        lease = Lease(self, run_id, on_lapse, on_reconfirm, on_lost, self.clock.now_ms())
+        now_ms = self.clock.now_ms()
+        lease = Lease(self, run_id, on_lapse, on_reconfirm, on_lost,
+                      now_ms if since_ms is None else min(now_ms, since_ms))
         with self._lock:
             if self._is_held(run_id):  # another thread held it meanwhile
                 raise _already_held(method)
