@@ -112,7 +112,7 @@ def screenshot_dir(tmp_path: Path) -> Path:
 class EventStream:
     """The console's event stream read on a thread: ``wait(predicate, timeout)`` returns the first match."""
 
-    def __init__(self, base_url: str, since: Any = None) -> None:
+    def __init__(self, base_url: str, since: Any = None, down: str | None = None) -> None:
         import queue
         import threading
 
@@ -123,6 +123,7 @@ class EventStream:
         self._ready = threading.Event()
         self._socket: Any = None
         self._since = since
+        self._down = down
         self._thread = threading.Thread(target=self._read, args=(base_url,), daemon=True)
         self._thread.start()
         if not self._ready.wait(5):
@@ -137,6 +138,8 @@ class EventStream:
             if since is not None and not isinstance(since, str):
                 since = f"{since.source}:{since.revision}"
             params = {} if since is None else {"since": since}
+            if self._down is not None:
+                params["down"] = self._down
             with self._client.stream("GET", base_url + "/events", params=params) as response:
                 assert response.headers["content-type"].startswith("text/event-stream")
                 self._socket = response.extensions["network_stream"].get_extra_info("socket")

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+import time
 from collections.abc import AsyncIterator, Mapping
 from importlib import resources
 from typing import Any, NamedTuple
@@ -30,7 +31,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from fencepost._values import ascii_digits
 from fencepost.cli._output import printable
-from fencepost.errors import FencepostError, SourceChanged
+from fencepost.errors import FencepostError, PersistenceError, SourceChanged
 from fencepost.ui import views
 from fencepost.ui.hub import FeedHub, MultiFeedHub, catch_up, sse
 
@@ -197,7 +198,8 @@ class Refused(NamedTuple):
     detail: str
 
 
-def _route_run(named: Mapping[str, Any], path: str, given: str | None) -> tuple[str, str] | Refused | RedirectResponse:
+def _route_run(named: Mapping[str, Any], path: str, given: str | None,
+               known_down: Mapping[str, str]) -> tuple[str, str] | Refused | RedirectResponse:
     """Which store and run a run page path names in a console over several stores.
 
     ``<store>/<run id>`` (or ``<store>/`` and ``?id=<run id>``) is the run's page. Anything else
@@ -212,7 +214,13 @@ def _route_run(named: Mapping[str, Any], path: str, given: str | None) -> tuple[
     from fencepost.cli._common import run_exists
 
     run_id = path or given or ""
-    holders = [n for n, s in named.items() if run_exists(s, run_id)]
+    # A store that does not answer cannot say whether it holds the run: the stores that answer
+    # decide (a link from a single-store console keeps working while another store is down); none
+    # of them holding it, the page fails with the store's error rather than a 404 that may be wrong.
+    found, down = views.each_store(named, lambda _, s: run_exists(s, run_id), known_down=known_down)
+    holders = [n for n in named if found.get(n)]
+    if not holders and down:
+        raise PersistenceError(next(iter(down.values()))["error"], "console", "a store does not answer")
     if len(holders) == 1:
         return RedirectResponse(run_href(run_id, holders[0]), status_code=307)
     if len(holders) > 1:
@@ -231,12 +239,24 @@ _SINCE = ("since must be the feed position a console page was rendered at: SOURC
           "NAME=SOURCE:REVISION,... over several stores")
 
 
-def _since(text: str | None, names: list[str] | None) -> dict[str, Any]:
+def _down(text: str | None, names: list[str] | None) -> frozenset[str]:
+    """``?down=NAME,...``: the stores a page over several stores was rendered without; each must
+    be one of the console's (over one store there is no such page)."""
+    if not text:
+        return frozenset()
+    given = text.split(",")
+    if names is None or not set(given) <= set(names) or len(set(given)) != len(given):
+        raise views.BadInput("invalid_options", "down must name stores of this console, each once: NAME,NAME,...")
+    return frozenset(given)
+
+
+def _since(text: str | None, names: list[str] | None, down: frozenset[str] = frozenset()) -> dict[str, Any]:
     """``?since=`` as ``{store name: Position}`` ("" over one store); ``{}`` when not given.
 
     ``SOURCE:REVISION`` over one store, ``NAME=SOURCE:REVISION`` comma-separated over several (a
     few dozen bytes a store, well inside the query limit). Positions naming other stores than this
-    console's come back as an impossible position for each of its stores: the stream resets.
+    console's come back as an impossible position for each of its stores: the stream resets. A
+    store in ``down`` (the page was rendered without it) may be left out.
     """
     from fencepost.changefeed import Position
     from fencepost.changefeed.feed import _check_requested_position
@@ -256,7 +276,7 @@ def _since(text: str | None, names: list[str] | None) -> dict[str, Any]:
             stores[name] = _check_requested_position(Position(source, int(revision)), "since")
     except (ValueError, RunStoreError):
         raise views.BadInput("invalid_options", _SINCE) from None
-    if names is not None and set(stores) != set(names):
+    if names is not None and set(stores) | down != set(names):
         return {n: Position("0" * 32, 0) for n in names}
     return stores
 
@@ -348,33 +368,45 @@ def create_app(url: str | Mapping[str, str] | None = None, *, store: Any = None,
 
     def page(request: Request, name: str, http_status: int = 200, **context: Any) -> HTMLResponse:
         context.setdefault("store_names", names)
+        context.setdefault("down", {})
         html = templates.get_template(name).render(request=request, **context)
         return HTMLResponse(html, status_code=http_status)
 
     def error(request: Request, status: int, code: str, detail: str) -> HTMLResponse:
         return page(request, "error.html", status, status=status, code=code, detail=detail, page="error")
 
-    def position_of() -> dict[str, Any]:
+    def known_down() -> dict[str, str]:
+        """The stores the hub found not answering (name: error code): pages do not wait on them."""
+        return dict(hub.down) if several else {}  # type: ignore[attr-defined]
+
+    def position_of() -> tuple[dict[str, Any], dict[str, Any]]:
         """The feed position(s) a page is rendered at, read before the page's own reads: its script
-        gives it back to the event stream, which first sends what changed after it."""
+        gives it back to the event stream, which first sends what changed after it. Over several
+        stores, also the stores that do not answer (``views.down_part`` each): their position is
+        null, and the page is rendered without them."""
         if several:
-            return {"stores": {n: _position_json(s.feed.position()) for n, s in named.items()}}
-        return _position_json(store.feed.position())
+            positions, down = views.each_store(named, lambda _, s: s.feed.position(), known_down=known_down())
+            return {"stores": {n: _position_json(positions.get(n)) for n in named}}, down
+        return _position_json(store.feed.position()), {}
 
     async def runs(request: Request) -> Response:
         try:
-            position = await run_in_threadpool(position_of)
+            position, down = await run_in_threadpool(position_of)
             if several:
-                data = await run_in_threadpool(views.runs_page_across, named, request.query_params)
+                data = await run_in_threadpool(views.runs_page_across, named, request.query_params, set(down))
             else:
                 data = await run_in_threadpool(views.runs_page, store, request.query_params)
         except views.BadInput as exc:
             return error(request, 400, exc.code, exc.detail)
         if several:
-            counts = await run_in_threadpool(views.status_counts_across, named)
+            answering = {n: s for n, s in named.items() if n not in down}
+            found, more_down = await run_in_threadpool(views.each_store, answering,
+                                                       lambda _, s: views.status_counts(s))
+            down.update(more_down)
+            counts = {s: sum(c[s] for c in found.values()) for s in views.STATUSES}
         else:
             counts = await run_in_threadpool(views.status_counts, store)
-        return page(request, "runs.html", page="runs", counts=counts, statuses=views.STATUSES,
+        return page(request, "runs.html", page="runs", counts=counts, statuses=views.STATUSES, down=down,
                     position=_encoder.encode(position).decode(), **data)
 
     async def run(request: Request) -> Response:
@@ -387,73 +419,101 @@ def create_app(url: str | Mapping[str, str] | None = None, *, store: Any = None,
         given = request.query_params.get("id")
         name = ""
         if several:
-            found = await run_in_threadpool(_route_run, named, run_id, given)
+            found = await run_in_threadpool(_route_run, named, run_id, given, known_down())
             if isinstance(found, Refused):
                 return error(request, *found)
             if isinstance(found, RedirectResponse):
                 return found
             name, run_id = found
+            code = known_down().get(name)
+            if code is not None:  # its page would wait on a store known not to answer
+                raise PersistenceError(code, "console", "the store does not answer")
         elif not run_id and given:
             run_id = given
         fragment = request.query_params.get("fragment") == "1"
-        position = None if fragment else await run_in_threadpool(position_of)
+        position, down = (None, {}) if fragment else await run_in_threadpool(position_of)
         data = await run_in_threadpool(views.run_detail, named[name], run_id)
         if data is None:
             return error(request, 404, "not_found_row", "no run with this id" + (f" in store {name}" if name else ""))
         if fragment:
             return page(request, "run_body.html", page="run", store_name=name, **data)
+        # The other stores that do not answer are not this page's concern: not marked, but given to
+        # the page's stream (data-down), which has the page reload once they answer again.
         return page(request, "run.html", page="run", store_name=name, position=_encoder.encode(position).decode(),
-                    **data)
+                    down_names=" ".join(down), **data)
+
+    async def sections_of(read: Any, key: str | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """A section per store that answers (``read(name, store)``: its fields, or under ``key``),
+        and the stores that do not; a console over one store has one unnamed section."""
+        def one(n: str, s: Any) -> dict[str, Any]:
+            value = read(n, s)
+            return {key: value} if key is not None else value
+
+        if several:
+            found, down = await run_in_threadpool(views.each_store, named, one, False, known_down())
+            return [{"name": n, **found[n]} for n in named if n in found], down
+        return [{"name": "", **await run_in_threadpool(one, "", store)}], {}
+
+    def health_of(name: str, s: Any) -> dict[str, Any]:
+        return views.health(s, hub, name if several else None)
 
     async def journal(request: Request) -> Response:
-        if several:
-            sections = [{"name": n, **await run_in_threadpool(views.journal_overview, s)} for n, s in named.items()]
-            return page(request, "journal.html", page="journal", sections=sections)
-        data = await run_in_threadpool(views.journal_overview, store)
-        return page(request, "journal.html", page="journal", sections=[{"name": "", **data}])
+        sections, down = await sections_of(lambda _, s: views.journal_overview(s))
+        return page(request, "journal.html", page="journal", sections=sections, down=down)
 
     async def projections(request: Request) -> Response:
-        if several:
-            sections = [{"name": n, "projections": await run_in_threadpool(views.projections, s)}
-                        for n, s in named.items()]
-        else:
-            sections = [{"name": "", "projections": await run_in_threadpool(views.projections, store)}]
-        return page(request, "projections.html", page="projections", sections=sections)
+        sections, down = await sections_of(lambda _, s: views.projections(s), "projections")
+        return page(request, "projections.html", page="projections", sections=sections, down=down)
 
     async def health(request: Request) -> Response:
-        if several:
-            sections = [{"name": n, "health": await run_in_threadpool(views.health, s, hub, n)}
-                        for n, s in named.items()]
-        else:
-            sections = [{"name": "", "health": await run_in_threadpool(views.health, store, hub)}]
-        return page(request, "health.html", page="health", sections=sections)
+        sections, down = await sections_of(health_of, "health")
+        return page(request, "health.html", page="health", sections=sections, down=down)
 
     async def health_json(request: Request) -> Response:
+        # Over several stores a store that does not answer is its error code (and database) in
+        # place of its health; a 500 only when none answers, as over one store.
         if several:
-            return JSONResponse({"stores": {n: await run_in_threadpool(views.health, s, hub, n)
-                                            for n, s in named.items()}})
-        data = await run_in_threadpool(views.health, store, hub)
+            found, down = await run_in_threadpool(views.each_store, named, health_of, True, known_down())
+            if not found:
+                log.warning("console: no store could answer a page (%s)", next(iter(down.values()))["error"])
+            return JSONResponse({"stores": {n: found[n] if n in found else down[n] for n in named}},
+                                status_code=200 if found else 500)
+        try:
+            data = await run_in_threadpool(health_of, "", store)
+        except FencepostError as exc:
+            log.warning("console: the store could not answer a page (%s)", exc.code)
+            return JSONResponse(views.down_part(store, exc.code), status_code=500)
         return JSONResponse(data)
 
     async def events(request: Request) -> Response:
         # ?since=: the position the page was rendered at (or last saw, when it reconnects). The
         # changes after it are sent first, then the live ones the hub broadcasts, the ones already
         # sent skipped: nothing that changed between the render and now is missed, nothing repeated.
+        # ?down=: the stores the page was rendered without (they did not answer); the stream has the
+        # page reload (``reset``) once one of them answers again.
         try:
-            views.given_once(request.query_params, ("since",))
-            since = _since(request.query_params.get("since"), list(named) if several else None)
+            views.given_once(request.query_params, ("since", "down"))
+            down = _down(request.query_params.get("down"), list(named) if several else None)
+            since = _since(request.query_params.get("since"), list(named) if several else None, down)
         except views.BadInput as exc:
             return error(request, 400, exc.code, exc.detail)
         sub = hub.subscribe()
+        opened = time.monotonic()
 
-        def replay() -> tuple[list[bytes], dict[str, Any]] | str:
+        def replay() -> tuple[list[bytes], dict[str, Any], dict[str, str]] | str:
             frames: list[bytes] = []
             reached: dict[str, Any] = {}
+            failed: dict[str, str] = {}  # over several stores: a store that does not answer is skipped
             for name, position in since.items():
                 try:
                     found = catch_up(named[name].feed, position)
                 except SourceChanged:
                     return "source_changed"
+                except FencepostError as exc:
+                    if not several:
+                        raise
+                    failed[name] = exc.code
+                    continue
                 if found is None:
                     return "too_far_behind"
                 events, reached[name] = found
@@ -462,12 +522,18 @@ def create_app(url: str | Mapping[str, str] | None = None, *, store: Any = None,
                         frames.append(sse("run", {"store": name, **data}, f"{name}:{data['revision']}"))
                     else:
                         frames.append(sse("run", data, str(data["revision"])))
-            return frames, reached
+            return frames, reached, failed
+
+        def answered_again(blind: set[str]) -> bool:
+            """Whether a store the page has nothing (or not everything) of answered since the stream opened."""
+            answered = getattr(hub, "answered_at", {})
+            return any(answered.get(name, 0.0) > opened for name in blind)
 
         async def stream() -> AsyncIterator[bytes]:
             try:
                 yield b"retry: 1000\n\n"
                 reached: dict[str, Any] = {}
+                failed: dict[str, str] = {}
                 if since:
                     try:
                         replayed = await run_in_threadpool(replay)
@@ -477,12 +543,17 @@ def create_app(url: str | Mapping[str, str] | None = None, *, store: Any = None,
                     if isinstance(replayed, str):  # the page reloads, once: its position means nothing here
                         yield sse("reset", {"reason": replayed})
                         return
-                    frames, reached = replayed
+                    frames, reached, failed = replayed
                     for frame in frames:
                         yield frame
+                # What changed in a store the page was rendered without, or could not be caught up
+                # with, is not on the page: it reloads once that store answers again.
+                blind = set(down) | set(failed)
                 if several:
                     positions = {**hub.positions, **reached}  # type: ignore[attr-defined]
                     yield sse("hello", {"stores": {n: _position_json(p) for n, p in positions.items()}})
+                    for name, code in {**hub.down, **failed}.items():  # type: ignore[attr-defined]
+                        yield sse("unavailable", {"store": name, "error": code})
                 else:
                     position = reached.get("", hub.position)
                     yield sse("hello", _position_json(position))
@@ -491,6 +562,9 @@ def create_app(url: str | Mapping[str, str] | None = None, *, store: Any = None,
                 elif hub.last_stats is not None:
                     yield sse("stats", hub.last_stats)
                 while True:
+                    if blind and answered_again(blind):
+                        yield sse("reset", {"reason": "store_back"})
+                        return
                     try:
                         item = await asyncio.wait_for(sub.queue.get(), KEEPALIVE_S)
                     except TimeoutError:

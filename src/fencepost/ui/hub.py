@@ -104,11 +104,11 @@ class FeedHub:
         self.followers_started = 0  # how many follow() iterators this hub opened (tests assert one)
         self.position: Any = None
         self.last_stats: Any = None
-        self.error: str | None = None
+        #: Why each follower last stopped (``""``: the one store's), None while it follows.
+        self.errors: dict[str, str | None] = {"": None}
         #: The error code while the store cannot answer the stats (the database went away), else None.
         self.unavailable: str | None = None
-        self._logged_error: str | None = None
-        self._logged_at = 0.0
+        self._logged: dict[str, tuple[str, float]] = {}  # per follower: the code last logged, and when
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -179,7 +179,7 @@ class FeedHub:
                 for change in feed.follow(self.position, stop=self._stop, poll_interval=self._poll_interval):
                     data = run_event(feed, change)
                     self.position = change.position
-                    self.error = self._logged_error = None
+                    self._follower_back()
                     self.publish("run", data, str(change.revision), ("", change.revision))
                     self._dirty.set()
             except SourceChanged:
@@ -194,7 +194,7 @@ class FeedHub:
             self._samples.clear()
         self.publish("reset", {"reason": "source_changed"})
 
-    def _guarded(self, step: Callable[[], None]) -> None:
+    def _guarded(self, step: Callable[[], None], name: str = "") -> None:
         """Run ``step`` of the follower's recovery; its failure counts as the follower's own.
 
         A SQLite file moved away reads as a replaced file (``SourceChanged``), and the new position
@@ -203,20 +203,31 @@ class FeedHub:
         try:
             step()
         except Exception as exc:
-            self._follower_failed(exc)
+            self._follower_failed(exc, name)
 
-    def _follower_failed(self, exc: Exception) -> None:
-        """Note why the follower stopped and wait a second before it follows again.
+    @property
+    def error(self) -> str | None:
+        """Why the follower last stopped, None while it follows (over one store)."""
+        return self.errors.get("")
+
+    def _follower_back(self, name: str = "") -> None:
+        self.errors[name] = None
+        self._logged.pop(name, None)
+
+    def _follower_failed(self, exc: Exception, name: str = "") -> None:
+        """Note why the follower (of store ``name`` over several) stopped and wait a second before
+        it follows again.
 
         Logged once per error code (and at most once a minute while it lasts), not on every retry:
         a database that is gone for an hour is one line, not 3600.
         """
         code = exc.code if isinstance(exc, FencepostError) else type(exc).__name__
         now = time.monotonic()
-        if code != self._logged_error or now - self._logged_at >= 60.0:
-            log.warning("console feed follower: %s; retrying", code)
-            self._logged_error, self._logged_at = code, now
-        self.error = code
+        logged = self._logged.get(name)
+        if logged is None or code != logged[0] or now - logged[1] >= 60.0:
+            log.warning("console feed follower%s: %s; retrying", f" of store {name}" if name else "", code)
+            self._logged[name] = (code, now)
+        self.errors[name] = code
         # Have the statistics taken again at the next tick: their failure is what tells the pages
         # the database is unavailable, and they are otherwise due only every few seconds.
         self._dirty.set()
@@ -244,6 +255,9 @@ class FeedHub:
             samples = list(self._samples)
         return _rates(samples)
 
+    def _stats_taken(self, stats: Any) -> None:
+        """Run on the ticker thread after each stats taken, before they are sent (a hook)."""
+
     def _ticker(self) -> None:
         last_stats = 0.0
         while not self._stop.wait(self._tick):
@@ -264,6 +278,7 @@ class FeedHub:
                 last_stats = 0.0  # try again next tick: pages learn within a second that it is back
                 continue
             self.unavailable = None
+            self._stats_taken(self.last_stats)
             self.publish("stats", self.last_stats)
 
 
@@ -326,11 +341,13 @@ def _rates(samples: list[tuple[float, str, int, int]]) -> tuple[Rate, Rate]:
 class MultiFeedHub(FeedHub):
     """The shared follower of a console over several named stores: one follower thread per store.
 
-    The stores' feeds are followed at once by ``merged_follow`` (a thread each, merged into one
-    consumer), so every open page still costs one follower per store, not one per tab. Each
-    ``run`` event carries ``store``, the name of the store it came from; revisions of two stores
-    are never compared. ``positions`` holds each store's last position; ``rates_of(name)`` is one
-    store's writes/s. A rotated source resets that store's position and sends ``reset``.
+    Each store's feed is followed on a thread of its own, so every open page still costs one
+    follower per store, not one per tab, and a store that stops answering stops only its own
+    follower: it retries on its own while the others go on. Each ``run`` event carries ``store``,
+    the name of the store it came from; revisions of two stores are never compared.
+    ``positions`` holds each store's last position; ``rates_of(name)`` is one store's writes/s;
+    ``down`` maps each store that does not answer now to its error code. A rotated source resets
+    that store's position and sends ``reset``.
     """
 
     def __init__(self, stores: Mapping[str, Store], *, stats: Callable[[FeedHub], Any] | None = None,
@@ -339,49 +356,59 @@ class MultiFeedHub(FeedHub):
         super().__init__(first, stats=stats, poll_interval=poll_interval, tick=tick, stats_every=stats_every)
         self.stores = dict(stores)
         self.positions: dict[str, Any] = {}
+        #: The stores that do not answer now (the last stats or the follower said so): name -> error code.
+        self.down: dict[str, str] = {}
+        #: When each store last answered the ticker's sample (``time.monotonic()``).
+        self.answered_at: dict[str, float] = {}
+        self.errors = dict.fromkeys(self.stores)
         self._store_samples: dict[str, collections.deque[tuple[float, str, int, int]]] = {
             name: collections.deque() for name in self.stores}
 
     def start(self) -> None:
-        """Start the merged follower and the ticker (idempotent)."""
+        """Start a follower per store and the ticker (idempotent)."""
         if self._threads:
             return
         self.positions = {name: store.feed.position() for name, store in self.stores.items()}
         self._sample()
-        for target, name in ((self._follow, "fencepost-ui-follow"), (self._ticker, "fencepost-ui-tick")):
+        targets = [(lambda n=name: self._follow_one(n), f"fencepost-follow-{name}") for name in self.stores]
+        for target, name in (*targets, (self._ticker, "fencepost-ui-tick")):
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
             self._threads.append(t)
 
-    def _follow(self) -> None:
-        from fencepost.shards.router import merged_follow
-
+    def _follow_one(self, name: str) -> None:
+        feed = self.stores[name].feed
         while not self._stop.is_set():
             try:
                 self.followers_started += 1
-                for item in merged_follow(list(self.stores.items()), dict(self.positions), stop=self._stop,
-                                          poll_interval=self._poll_interval):
-                    name, change = item.shard, item.change
-                    data = {"store": name, **run_event(self.stores[name].feed, change)}
+                for change in feed.follow(self.positions[name], stop=self._stop, poll_interval=self._poll_interval):
+                    data = {"store": name, **run_event(feed, change)}
                     self.positions[name] = change.position
-                    self.error = self._logged_error = None
+                    self._follower_back(name)
                     self.publish("run", data, f"{name}:{change.revision}", (name, change.revision))
                     self._dirty.set()
             except SourceChanged:
-                self._guarded(self._source_changed)
-            except Exception as exc:  # never let the follower die silently
-                self._follower_failed(exc)
+                self._guarded(lambda: self._source_changed_of(name), name)
+            except Exception as exc:  # never let a follower die silently
+                self._follower_failed(exc, name)
 
-    def _source_changed(self) -> None:
-        # One store's source rotated (merged_follow does not say which): restart those. Every
-        # position is read before any is replaced, so a store that cannot answer changes nothing.
-        now = {name: store.feed.position() for name, store in self.stores.items()}
-        for name, position in now.items():
-            if self.positions.get(name) is None or position.source != self.positions[name].source:
-                self.positions[name] = position
-                with self._lock:
-                    self._store_samples[name].clear()
+    def _source_changed_of(self, name: str) -> None:
+        # A rotation or a restored copy of this store: positions of its old source mean nothing now.
+        self.positions[name] = self.stores[name].feed.position()
+        with self._lock:
+            self._store_samples[name].clear()
         self.publish("reset", {"reason": "source_changed"})
+
+    def _stats_taken(self, stats: Any) -> None:
+        """Note which stores the stats found down; a store newly down is logged and sent to every
+        page once (``unavailable`` naming the store), a store back is in the stats themselves."""
+        parts = stats.get("stores", {}) if isinstance(stats, dict) else {}
+        down = {name: part["error"] for name, part in parts.items() if "error" in part}
+        for name, code in down.items():
+            if name not in self.down:
+                log.warning("console: store %s does not answer (%s)", name, code)
+                self.publish("unavailable", {"store": name, "error": code})
+        self.down = down
 
     def _sample(self) -> None:
         from fencepost.journal import head
@@ -394,6 +421,10 @@ class MultiFeedHub(FeedHub):
                 self._dirty.set()  # as for one store: statistics at once
                 continue
             now = time.monotonic()
+            self.answered_at[name] = now
+            if name in self.down:  # it answers again: read by the statistics (at once) and the pages
+                self.down = {n: code for n, code in self.down.items() if n != name}
+                self._dirty.set()
             with self._lock:
                 samples = self._store_samples[name]
                 samples.append((now, pos.source, pos.revision, h.position if h else 0))

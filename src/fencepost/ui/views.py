@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
@@ -209,13 +209,17 @@ def runs_page(store: Store, query: Mapping[str, str]) -> dict[str, Any]:
             "first_page": cursor is None, "filtered": bool(filters), **_queries(query, page.cursor)}
 
 
-def runs_page_across(stores: Mapping[str, Store], query: Mapping[str, str]) -> dict[str, Any]:
+def runs_page_across(stores: Mapping[str, Store], query: Mapping[str, str],
+                     down: Collection[str] = ()) -> dict[str, Any]:
     """One newest-first page of the listing merged across named stores, each row labelled ``store``.
 
     The merge is the CLI's (``runs list`` across stores): each store listed with its own keyset
     cursor, merged by (created, run id, store), the next cursor holding each store's position.
+    The stores named in ``down`` (not answering) are left out; the next cursor keeps each one's
+    place as it was (or none, for one not listed yet), so that once it answers again the pages
+    after this one list its runs from there: none is skipped, though they come late.
     """
-    from fencepost.cli.runs import listing_page, merged_page
+    from fencepost.cli.runs import _decode_across, _encode_across, listing_page, merged_page
 
     given_once(query, RUNS_PARAMETERS)
     filters = listing_filters(query)
@@ -223,16 +227,63 @@ def runs_page_across(stores: Mapping[str, Store], query: Mapping[str, str]) -> d
     limit = _limit(query)
     if not 1 <= limit <= 200:  # one store's list_runs checks this; here every store is asked for limit
         raise BadInput("invalid_options", "limit must be an integer in 1..200")
+    up = {name: store for name, store in stores.items() if name not in down}
     try:
-        shown, next_cursor = merged_page(stores, filters, cursor, limit, True, page=listing_page)
+        held: dict[str, str | None] = {}
+        if down and cursor is not None:
+            after = _decode_across(cursor, list(stores))
+            held = {name: after.pop(name) for name in down if name in after}
+            cursor = _encode_across(after)
+        shown, next_cursor = merged_page(up, filters, cursor, limit, True, page=listing_page)
     except RunStoreError as exc:
         bad = _bad_listing(exc)
         if bad is not None:
             raise bad from None
         raise
+    if down:
+        resume = _decode_across(next_cursor, list(up)) if next_cursor else dict.fromkeys(up)
+        resume.update(held)
+        more = any(v is not None for v in resume.values()) or any(name not in resume for name in down)
+        next_cursor = _encode_across(resume) if more else None
     rows = [{"store": name, **_row(r)} for name, r in shown]
-    return {"rows": rows, "cursor": next_cursor, "first_page": cursor is None, "filtered": bool(filters),
-            **_queries(query, next_cursor)}
+    return {"rows": rows, "cursor": next_cursor, "first_page": query.get("cursor") is None,
+            "filtered": bool(filters), **_queries(query, next_cursor)}
+
+
+def down_part(store: Store, code: str) -> dict[str, Any]:
+    """What the console says of a store that does not answer: its error code and its database
+    (the URL's password hidden), never the error's text."""
+    from fencepost._durable import redact_url
+
+    return {"error": code, "database": redact_url(store.url), "backend": store.db.backend.name}
+
+
+def each_store(stores: Mapping[str, Store], read: Callable[[str, Store], Any], none_answering: bool = False,
+               known_down: Mapping[str, str] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``read(name, store)`` of every store: ``(answers, down)``, ``down`` holding ``down_part`` of
+    each store whose read failed with the store's own error. Raises the first failure when no
+    store answers (there is nothing to show then), unless ``none_answering``.
+
+    ``known_down`` (name: error code) are stores the console already knows do not answer: they are
+    not read, so that a page does not wait on a server that is not there (a connection refused
+    is retried for seconds) for every request.
+    """
+    answers: dict[str, Any] = {}
+    down: dict[str, Any] = {}
+    first: FencepostError | None = None
+    for name, store in stores.items():
+        if known_down and name in known_down:
+            down[name] = down_part(store, known_down[name])
+            first = first or PersistenceError(known_down[name], "console", "the store does not answer")
+            continue
+        try:
+            answers[name] = read(name, store)
+        except FencepostError as exc:
+            down[name] = down_part(store, exc.code)
+            first = first or exc
+    if first is not None and not answers and not none_answering:
+        raise first
+    return answers, down
 
 
 @contextlib.contextmanager
@@ -528,7 +579,8 @@ def health(store: Store, hub: FeedHub | None, name: str | None = None) -> dict[s
             "run_id": oldest[0], "at": when(oldest[1]), "age_s": round((now - oldest[1]) / 1000, 1),
         },
         "follower": {"subscribers": hub.subscribers, "position": followed.revision if followed else None,
-                     "error": hub.error} if hub is not None else None,
+                     "error": hub.errors.get(name) if name is not None else hub.error,  # type: ignore[attr-defined]
+                     } if hub is not None else None,
     }
 
 
@@ -544,14 +596,26 @@ def stats(store: Store, hub: FeedHub) -> dict[str, Any]:
 
 
 def stats_across(stores: Mapping[str, Store], hub: FeedHub) -> dict[str, Any]:
-    """The live ``stats`` event of a console over several stores: counts summed, health and lags per store."""
-    out: dict[str, Any] = {"counts": status_counts_across(stores), "stores": {}}
-    for name, store in stores.items():
-        part: dict[str, Any] = {"health": health(store, hub, name)}
+    """The live ``stats`` event of a console over several stores: counts summed over the stores
+    that answer, health and lags per store, and for a store that does not answer its ``error``
+    code (``down_part``) instead. Raises when no store answers."""
+
+    def part(name: str, store: Store) -> tuple[dict[str, Any], dict[str, int]]:
+        out: dict[str, Any] = {"health": health(store, hub, name)}
         try:
-            part["projections"] = [{k: p[k] for k in ("name", "applied_revision", "source_revision", "lag",
-                                                      "applied", "rejected", "rebuilds")} for p in projections(store)]
+            out["projections"] = [{k: p[k] for k in ("name", "applied_revision", "source_revision", "lag",
+                                                     "applied", "rejected", "rebuilds")} for p in projections(store)]
         except FencepostError:
-            part["projections"] = None
-        out["stores"][name] = part
-    return out
+            out["projections"] = None
+        return out, status_counts(store)
+
+    # A store the hub found down is not read again here (a refused connection is retried for
+    # seconds, which would hold every store's statistics back): the hub's own sample, once a
+    # tick, notices when it answers again.
+    answers, down = each_store(stores, part, known_down=getattr(hub, "down", None))
+    counts = dict.fromkeys(STATUSES, 0)
+    for _, each in answers.values():
+        for status, n in each.items():
+            counts[status] += n
+    return {"counts": counts,
+            "stores": {name: answers[name][0] if name in answers else down[name] for name in stores}}

@@ -231,12 +231,27 @@
     if (position === null) return null;
     const at = (p) => p && p.source !== null && p.revision !== null ? p.source + ":" + p.revision : null;
     if (!position.stores) return at(position);
-    const parts = Object.keys(position.stores).map((n) => at(position.stores[n]) && n + "=" + at(position.stores[n]));
-    return parts.length && parts.every(Boolean) ? parts.join(",") : null;
+    // A store the page was rendered without (it did not answer) has no position: left out.
+    const parts = Object.keys(position.stores).filter((n) => at(position.stores[n])).map((n) => n + "=" + at(position.stores[n]));
+    return parts.length ? parts.join(",") : null;
+  }
+  // The stores this page was rendered without: the stream has the page reload once one answers.
+  const renderedWithout = document.body.dataset.down || "";
+  function streamUrl() {
+    const query = [];
+    if (since()) query.push("since=" + encodeURIComponent(since()));
+    if (renderedWithout) query.push("down=" + encodeURIComponent(renderedWithout.split(" ").join(",")));
+    return "/events" + (query.length ? "?" + query.join("&") : "");
+  }
+  // Over several stores, the stores that do not answer now (name: error code): the badge names them.
+  let storesDown = {};
+  function setLiveStores() {
+    const names = Object.keys(storesDown);
+    setLive(true, names.length ? "live · not answering: " + names.map((n) => shown(n)).join(", ") : "live");
   }
   let source = null, down = false;
   function connect() {
-    source = new EventSource("/events" + (since() ? "?since=" + encodeURIComponent(since()) : ""));
+    source = new EventSource(streamUrl());
     // Reconnect ourselves, with the position seen so far (the browser's own retry would repeat the
     // first ?since=).
     source.addEventListener("error", () => {
@@ -246,7 +261,8 @@
     });
     source.addEventListener("hello", (msg) => {
       position = JSON.parse(msg.data);
-      setLive(true, "live");
+      storesDown = {};
+      setLiveStores();
     });
     source.addEventListener("reset", () => { source.close(); window.location.reload(); });
     source.addEventListener("run", (msg) => {
@@ -257,11 +273,21 @@
                && (ev.store || "") === (document.body.dataset.store || "")) refreshRun();
     });
     // The database stopped answering (gone, renamed, unreachable): say so until stats flow again.
-    source.addEventListener("unavailable", () => { down = true; setLive(false, "database unavailable"); });
+    // Over several stores, one store that stops answering is named; the others stay live.
+    source.addEventListener("unavailable", (msg) => {
+      const ev = JSON.parse(msg.data);
+      if (ev.store !== undefined) { storesDown[ev.store] = ev.error; setLiveStores(); return; }
+      down = true;
+      setLive(false, "database unavailable");
+    });
     source.addEventListener("stats", (msg) => {
       const stats = JSON.parse(msg.data);
       down = false;
-      setLive(true, "live");
+      if (stats.stores) {
+        storesDown = {};
+        for (const n of Object.keys(stats.stores)) if (stats.stores[n].error) storesDown[n] = stats.stores[n].error;
+      }
+      setLiveStores();
       if (page === "runs") onStatsRuns(stats);
       else if (page === "projections") onStatsProjections(stats);
       else if (page === "health") onStatsHealth(stats);
