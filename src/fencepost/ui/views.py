@@ -477,23 +477,6 @@ def _short(value: Any) -> str:
 
 
 # ----------------------------------------------------------------------------- projections
-class _View:
-    """A projection seen only through its checkpoint: name and feed, no tables of its own to write."""
-
-    def __init__(self, name: str, feed: str) -> None:
-        from sqlalchemy import Column, MetaData, Table, Text
-
-        self.name = name
-        self.feed = feed
-        self.tables = [Table(f"ui_view_{len(name)}", MetaData(), Column("k", Text, primary_key=True))]
-
-    def reset(self, target: Any) -> None:  # pragma: no cover - a view never applies
-        raise NotImplementedError
-
-    def apply(self, target: Any, update: Any) -> None:  # pragma: no cover
-        raise NotImplementedError
-
-
 def projections(store: Store) -> list[dict[str, Any]]:
     """Each projection checkpointed on this database: position, lag, rejections, rebuild history.
 
@@ -504,26 +487,18 @@ def projections(store: Store) -> list[dict[str, Any]]:
 
 
 def _projections(store: Store) -> list[dict[str, Any]]:
-    from fencepost._migrations import applied, pending
+    from fencepost._migrations import applied
     from fencepost.projections import ProjectionBuilder
-    from fencepost.projections._sql import checkpoints as cp_table
+    from fencepost.projections._recorded import checkpointed
 
     if not applied(store.db):
         # The store was open and migrated: no ledger now means its tables went away (a dropped
         # schema, say), not "no projections". Fail as every other page does then.
         raise PersistenceError("persistence_failed", "projections", "the store's tables are not there")
-    waiting = {m.id for m in pending(store.db, ("projections",))}
-    if 3001 in waiting:
-        return []
-    stmt = select(cp_table.c.name, cp_table.c.feed).order_by(cp_table.c.name)
-    if 3002 not in waiting:
-        # A source's share of a projection fed by several stores is measured against that store,
-        # not this one: only this database's own projections are listed.
-        stmt = stmt.where(cp_table.c.projection.is_(None))
-    found = store.db.read(lambda conn: [tuple(r) for r in conn.execute(stmt)])
     out = []
-    for name, feed in found:
-        builder = ProjectionBuilder(store, store.db, _View(name, feed))
+    for recorded in checkpointed(store.db):
+        # The library's own status, against the tables the builder recorded for the projection.
+        builder = ProjectionBuilder(store, store.db, recorded)
         status = builder.status()
         out.append({
             "name": status.name, "feed": status.feed, "source": status.source,
