@@ -560,8 +560,15 @@ def health(store: Store, hub: FeedHub | None, name: str | None = None) -> dict[s
 
 
 def stats(store: Store, hub: FeedHub) -> dict[str, Any]:
-    """The live ``stats`` event: status counts, projection lags and health, computed once for every page."""
-    out: dict[str, Any] = {"counts": status_counts(store), "health": health(store, hub)}
+    """The live ``stats`` event: status counts, projection lags and health, computed once for every page.
+
+    ``as_of`` is the feed position read before the counts: they include every write up to it. A page
+    connecting gets the hub's last sample at once, which can predate the page's own figures (the
+    runs page's counts are read after the position it was rendered at); ``as_of`` says which is newer.
+    """
+    at = store.feed.position()
+    out: dict[str, Any] = {"as_of": {"source": at.source, "revision": at.revision},
+                           "counts": status_counts(store), "health": health(store, hub)}
     try:
         out["projections"] = [{k: p[k] for k in ("name", "applied_revision", "source_revision", "lag", "applied",
                                                  "rejected", "rebuilds")} for p in projections(store)]
