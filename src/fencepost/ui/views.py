@@ -219,7 +219,8 @@ def runs_page_across(stores: Mapping[str, Store], query: Mapping[str, str],
     place as it was (or none, for one not listed yet), so that once it answers again the pages
     after this one list its runs from there: none is skipped, though they come late.
     """
-    from fencepost.cli.runs import _decode_across, _encode_across, listing_page, merged_page
+    from fencepost.changefeed.cursor import decode_across, encode_across
+    from fencepost.cli.runs import listing_page, merged_page
 
     given_once(query, RUNS_PARAMETERS)
     filters = listing_filters(query)
@@ -231,9 +232,9 @@ def runs_page_across(stores: Mapping[str, Store], query: Mapping[str, str],
     try:
         held: dict[str, str | None] = {}
         if down and cursor is not None:
-            after = _decode_across(cursor, list(stores))
+            after = decode_across(cursor, list(stores))
             held = {name: after.pop(name) for name in down if name in after}
-            cursor = _encode_across(after)
+            cursor = encode_across(after)
         shown, next_cursor = merged_page(up, filters, cursor, limit, True, page=listing_page)
     except RunStoreError as exc:
         bad = _bad_listing(exc)
@@ -241,10 +242,10 @@ def runs_page_across(stores: Mapping[str, Store], query: Mapping[str, str],
             raise bad from None
         raise
     if down:
-        resume = _decode_across(next_cursor, list(up)) if next_cursor else dict.fromkeys(up)
+        resume = decode_across(next_cursor, list(up)) if next_cursor else dict.fromkeys(up)
         resume.update(held)
         more = any(v is not None for v in resume.values()) or any(name not in resume for name in down)
-        next_cursor = _encode_across(resume) if more else None
+        next_cursor = encode_across(resume) if more else None
     rows = [{"store": name, **_row(r)} for name, r in shown]
     return {"rows": rows, "cursor": next_cursor, "first_page": query.get("cursor") is None,
             "filtered": bool(filters), **_queries(query, next_cursor)}
