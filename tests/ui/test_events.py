@@ -51,14 +51,19 @@ def _settle(hub, n: int) -> None:
 
 def test_stats_events_carry_counts_projection_lag_and_health(console, writer, events):
     new_run(writer, "ui-stats")
-    expected_lag = writer.feed.position().revision - views.projections(writer)[0]["applied_revision"]
+    written = writer.feed.position()
+    expected_lag = written.revision - views.projections(writer)[0]["applied_revision"]
     assert expected_lag > 0  # the demo's projection builder has stopped: every later write is lag
 
-    def caught_up(name, data):
-        return name == "stats" and data["projections"] and data["projections"][0]["lag"] >= expected_lag
+    # The stream first sends the hub's last sample, which may predate the write: wait for one
+    # whose counts were read at or after it (as_of), then it must show the run.
+    def after_the_write(name, data):
+        return name == "stats" and data["as_of"]["revision"] >= written.revision
 
-    _, data, _ = events.wait(caught_up, timeout=3.0)
+    _, data, _ = events.wait(after_the_write, timeout=3.0)
+    assert data["as_of"]["source"] == written.source
     counts = views.status_counts(writer)
     assert sum(data["counts"].values()) <= sum(counts.values()) and data["counts"]["pending"] >= 1
+    assert data["projections"][0]["lag"] >= expected_lag
     assert data["health"]["source"] == writer.feed.position().source
     assert data["health"]["run_writes_per_s"] is not None

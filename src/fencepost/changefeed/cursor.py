@@ -20,6 +20,7 @@ from fencepost.changefeed.snapshot import SOURCE_SHAPE, STATUSES
 from fencepost.errors import RunStoreError
 
 CURSOR_VERSION = 1
+ACROSS_VERSION = 1  # of a cursor across several stores (encode_across)
 MAX_CURSOR_CHARS = 65_536
 MAX_LIST_LIMIT = 200
 
@@ -167,3 +168,36 @@ def decode_cursor(cursor: object, source: str, filters: ListFilters, *, newest_f
     if body.source != source:
         raise SourceChanged("invalid_run", "list_runs", "listing cursor belongs to another source: restart the listing")
     return body.createdAtMs, body.runId
+
+
+def encode_across(resume: Mapping[str, str | None]) -> str:
+    """Encode the cursor of a listing merged from several named stores.
+
+    ``resume`` maps each store's name to its own keyset cursor, ``None`` once that store's listing
+    is done; a store not named has not been listed yet. The text is versioned JSON
+    ``{"version": 1, "stores": {...}}``, opaque to callers like a single store's cursor.
+    """
+    return msgspec.json.encode({"version": ACROSS_VERSION, "stores": dict(resume)}).decode()
+
+
+def decode_across(cursor: str | None, names: list[str]) -> dict[str, str | None]:
+    """Decode a cursor ``encode_across`` made for a listing across the stores ``names``.
+
+    ``None`` (the first page) decodes to ``{}``. Anything else that is not such a cursor (another
+    version, a store not in ``names``, a store's cursor that is not text or null) raises
+    ``RunStoreError('invalid_cursor')``; each store's own cursor is checked when it is used.
+    """
+    if cursor is None:
+        return {}
+    bad = RunStoreError("invalid_cursor", "list_runs",
+                        "cursor is not a cursor of a listing across these stores (give the same --db)")
+    try:
+        body = msgspec.json.decode(cursor, type=dict[str, Any])
+        stores = body.get("stores")
+    except msgspec.DecodeError:
+        raise bad from None
+    if body.get("version") != ACROSS_VERSION or not isinstance(stores, dict) or not set(stores) <= set(names):
+        raise bad
+    if not all(v is None or isinstance(v, str) for v in stores.values()):
+        raise bad
+    return stores

@@ -361,9 +361,9 @@ def merged_page(stores: Mapping[str, Any], filters: dict[str, Any], cursor: str 
     done), so paging neither skips nor repeats a run; ``None`` when every store is done. A cursor
     that is not one of a listing across these stores raises ``RunStoreError('invalid_cursor')``.
     """
-    from fencepost.changefeed.cursor import encode_cursor, parse_filters
+    from fencepost.changefeed.cursor import decode_across, encode_across, encode_cursor, parse_filters
 
-    after = _decode_across(cursor, list(stores))
+    after = decode_across(cursor, list(stores))
     parsed = parse_filters(filters or None)
     fetched: dict[str, tuple[list[Any], str | None]] = {}
     for name, store in stores.items():
@@ -383,7 +383,7 @@ def merged_page(stores: Mapping[str, Any], filters: dict[str, Any], cursor: str 
             resume[name] = encode_cursor(stores[name].feed.position().source, parsed, last.created_at_ms,
                                          last.run_id, newest_first=descending)
     more = any(resume.get(name, "") is not None for name in stores)
-    return [(name, row) for _, _, name, row in shown], _encode_across(resume) if more else None
+    return [(name, row) for _, _, name, row in shown], encode_across(resume) if more else None
 
 
 def pasteable(cursor: str) -> str:
@@ -397,30 +397,6 @@ def pasteable(cursor: str) -> str:
         except ValueError:
             pass  # not JSON: shown as it is (escaped by the table)
     return shlex.quote(cursor)
-
-
-def _encode_across(resume: dict[str, str | None]) -> str:
-    """The cursor of a listing across stores: each store's own cursor (null: that store is done)."""
-    return msgspec.json.encode({"version": 1, "stores": resume}).decode()
-
-
-def _decode_across(cursor: str | None, names: list[str]) -> dict[str, str | None]:
-    from fencepost.errors import RunStoreError
-
-    if cursor is None:
-        return {}
-    bad = RunStoreError("invalid_cursor", "list_runs",
-                        "cursor is not a cursor of a listing across these stores (give the same --db)")
-    try:
-        body = msgspec.json.decode(cursor, type=dict[str, Any])
-        stores = body.get("stores")
-    except msgspec.DecodeError:
-        raise bad from None
-    if body.get("version") != 1 or not isinstance(stores, dict) or not set(stores) <= set(names):
-        raise bad
-    if not all(v is None or isinstance(v, str) for v in stores.values()):
-        raise bad
-    return stores
 
 
 def reconfirm_warnings(store: Any, run_id: str) -> list[RunWarning]:

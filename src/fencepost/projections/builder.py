@@ -371,7 +371,10 @@ class ProjectionBuilder:
         """
 
         def body(conn: Connection) -> tuple[list[tuple[Checkpoint | None, RebuildRecord | None]], bool]:
-            names = [t.name for t in self._tables.live.values()]
+            # A stand-in for a projection known only by its records on a target that predates the
+            # record of its tables (``_recorded``) cannot say whether one was dropped.
+            known = getattr(self.projection, "tables_recorded", True)
+            names = [t.name for t in self._tables.live.values()] if known else []
             missing = not self.target.backend.existing_tables(conn, names).issuperset(names)
             return [(checkpoints.load(conn, share.checkpoint), checkpoints.last_rebuild(conn, share.checkpoint))
                     for share in self._shares], missing

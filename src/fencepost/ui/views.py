@@ -219,7 +219,8 @@ def runs_page_across(stores: Mapping[str, Store], query: Mapping[str, str],
     place as it was (or none, for one not listed yet), so that once it answers again the pages
     after this one list its runs from there: none is skipped, though they come late.
     """
-    from fencepost.cli.runs import _decode_across, _encode_across, listing_page, merged_page
+    from fencepost.changefeed.cursor import decode_across, encode_across
+    from fencepost.cli.runs import listing_page, merged_page
 
     given_once(query, RUNS_PARAMETERS)
     filters = listing_filters(query)
@@ -231,9 +232,9 @@ def runs_page_across(stores: Mapping[str, Store], query: Mapping[str, str],
     try:
         held: dict[str, str | None] = {}
         if down and cursor is not None:
-            after = _decode_across(cursor, list(stores))
+            after = decode_across(cursor, list(stores))
             held = {name: after.pop(name) for name in down if name in after}
-            cursor = _encode_across(after)
+            cursor = encode_across(after)
         shown, next_cursor = merged_page(up, filters, cursor, limit, True, page=listing_page)
     except RunStoreError as exc:
         bad = _bad_listing(exc)
@@ -241,10 +242,10 @@ def runs_page_across(stores: Mapping[str, Store], query: Mapping[str, str],
             raise bad from None
         raise
     if down:
-        resume = _decode_across(next_cursor, list(up)) if next_cursor else dict.fromkeys(up)
+        resume = decode_across(next_cursor, list(up)) if next_cursor else dict.fromkeys(up)
         resume.update(held)
         more = any(v is not None for v in resume.values()) or any(name not in resume for name in down)
-        next_cursor = _encode_across(resume) if more else None
+        next_cursor = encode_across(resume) if more else None
     rows = [{"store": name, **_row(r)} for name, r in shown]
     return {"rows": rows, "cursor": next_cursor, "first_page": query.get("cursor") is None,
             "filtered": bool(filters), **_queries(query, next_cursor)}
@@ -477,23 +478,6 @@ def _short(value: Any) -> str:
 
 
 # ----------------------------------------------------------------------------- projections
-class _View:
-    """A projection seen only through its checkpoint: name and feed, no tables of its own to write."""
-
-    def __init__(self, name: str, feed: str) -> None:
-        from sqlalchemy import Column, MetaData, Table, Text
-
-        self.name = name
-        self.feed = feed
-        self.tables = [Table(f"ui_view_{len(name)}", MetaData(), Column("k", Text, primary_key=True))]
-
-    def reset(self, target: Any) -> None:  # pragma: no cover - a view never applies
-        raise NotImplementedError
-
-    def apply(self, target: Any, update: Any) -> None:  # pragma: no cover
-        raise NotImplementedError
-
-
 def projections(store: Store) -> list[dict[str, Any]]:
     """Each projection checkpointed on this database: position, lag, rejections, rebuild history.
 
@@ -504,26 +488,18 @@ def projections(store: Store) -> list[dict[str, Any]]:
 
 
 def _projections(store: Store) -> list[dict[str, Any]]:
-    from fencepost._migrations import applied, pending
+    from fencepost._migrations import applied
     from fencepost.projections import ProjectionBuilder
-    from fencepost.projections._sql import checkpoints as cp_table
+    from fencepost.projections._recorded import checkpointed
 
     if not applied(store.db):
         # The store was open and migrated: no ledger now means its tables went away (a dropped
         # schema, say), not "no projections". Fail as every other page does then.
         raise PersistenceError("persistence_failed", "projections", "the store's tables are not there")
-    waiting = {m.id for m in pending(store.db, ("projections",))}
-    if 3001 in waiting:
-        return []
-    stmt = select(cp_table.c.name, cp_table.c.feed).order_by(cp_table.c.name)
-    if 3002 not in waiting:
-        # A source's share of a projection fed by several stores is measured against that store,
-        # not this one: only this database's own projections are listed.
-        stmt = stmt.where(cp_table.c.projection.is_(None))
-    found = store.db.read(lambda conn: [tuple(r) for r in conn.execute(stmt)])
     out = []
-    for name, feed in found:
-        builder = ProjectionBuilder(store, store.db, _View(name, feed))
+    for recorded in checkpointed(store.db):
+        # The library's own status, against the tables the builder recorded for the projection.
+        builder = ProjectionBuilder(store, store.db, recorded)
         status = builder.status()
         out.append({
             "name": status.name, "feed": status.feed, "source": status.source,
@@ -585,8 +561,15 @@ def health(store: Store, hub: FeedHub | None, name: str | None = None) -> dict[s
 
 
 def stats(store: Store, hub: FeedHub) -> dict[str, Any]:
-    """The live ``stats`` event: status counts, projection lags and health, computed once for every page."""
-    out: dict[str, Any] = {"counts": status_counts(store), "health": health(store, hub)}
+    """The live ``stats`` event: status counts, projection lags and health, computed once for every page.
+
+    ``as_of`` is the feed position read before the counts: they include every write up to it. A page
+    connecting gets the hub's last sample at once, which can predate the page's own figures (the
+    runs page's counts are read after the position it was rendered at); ``as_of`` says which is newer.
+    """
+    at = store.feed.position()
+    out: dict[str, Any] = {"as_of": {"source": at.source, "revision": at.revision},
+                           "counts": status_counts(store), "health": health(store, hub)}
     try:
         out["projections"] = [{k: p[k] for k in ("name", "applied_revision", "source_revision", "lag", "applied",
                                                  "rejected", "rebuilds")} for p in projections(store)]

@@ -110,6 +110,10 @@
 
   function onStatsRuns(stats) {
     if (!stats.counts) return;
+    // The hub's last sample, sent as the stream opens, can be older than the counts this page was
+    // rendered with (read after its position): counts as of an earlier revision are not shown.
+    const at = stats.as_of, p = position && !position.stores ? position : null;
+    if (at && p && at.source === p.source && p.revision !== null && at.revision < p.revision) return;
     for (const el of document.querySelectorAll("[data-count]")) {
       const n = stats.counts[el.dataset.count];
       if (n !== undefined && el.textContent !== String(n)) { el.textContent = String(n); flash(el); }
