@@ -757,11 +757,9 @@ class PostgresBackend(Backend):
         ...), the credentials are not the problem: ``open_failed``, with a sentence naming the
         options the failure depends on."""
         url = engine.url
-        port = int(url.port or 5432)
-        host = url.host or "/var/run/postgresql"
         _, kwargs = engine.dialect.create_connect_args(url)
         try:
-            sock = _pg_socket(host, port)
+            sock = _pg_reach(kwargs)
         except socket.gaierror:
             return "cannot_connect", _HOST_UNRESOLVED, None
         except OSError:
@@ -929,6 +927,48 @@ _HOST_UNRESOLVED = "its host name could not be resolved"
 _PG_PROTOCOL_3 = 196608  # protocol version 3.0, as the startup message spells it
 _SQLSTATE = re.compile(rb"^[0-9A-Z]{5}$")
 _PROBE_TIMEOUT_S = 5
+
+
+def _pg_addresses(kwargs: dict[str, Any]) -> list[tuple[str, int]]:
+    """Where the driver connects, from its connect arguments as libpq reads them: ``hostaddr`` over
+    ``host`` (a URL's ``?host=/socket/dir&port=`` leaves the URL's own host and port empty), each
+    a comma-separated list tried in turn, then ``PGHOSTADDR``/``PGHOST``/``PGPORT``, then the
+    default socket directory and 5432. Raises ``ValueError`` for a port that is not a number."""
+
+    def listed(key: str, env: str) -> list[str]:
+        value = kwargs.get(key)
+        value = str(value) if value not in (None, "") else os.environ.get(env, "")
+        return value.split(",") if value else []
+
+    hosts, addrs, ports = listed("host", "PGHOST"), listed("hostaddr", "PGHOSTADDR"), listed("port", "PGPORT")
+    count = max(len(hosts), len(addrs), 1)
+    found = []
+    for i in range(count):
+        addr = addrs[i] if i < len(addrs) else ""
+        host = hosts[i] if i < len(hosts) else ""
+        port = ports[i] if i < len(ports) else (ports[0] if len(ports) == 1 else "")
+        found.append((addr or host or "/var/run/postgresql", int(port or 5432)))
+    return found
+
+
+def _pg_reach(kwargs: dict[str, Any]) -> socket.socket:
+    """A socket connected to the first address of ``_pg_addresses`` that accepts one (as libpq
+    tries them); the last failure when none does (``socket.gaierror`` when no host name resolves)."""
+    try:
+        addresses = _pg_addresses(kwargs)
+    except ValueError:
+        raise OSError("the port is not a number") from None
+    failure: OSError | None = None
+    for host, port in addresses:
+        try:
+            return _pg_socket(host, port)
+        except socket.gaierror as exc:
+            if failure is None or isinstance(failure, socket.gaierror):
+                failure = exc  # "does not resolve" only when no address was reachable otherwise
+        except OSError as exc:
+            failure = exc
+    assert failure is not None
+    raise failure
 
 
 def _pg_socket(host: str, port: int) -> socket.socket:
