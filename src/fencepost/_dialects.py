@@ -1006,10 +1006,13 @@ def _pg_startup_refusal(sock: socket.socket, user: str, database: str) -> str | 
                       for k, v in (("user", user), ("database", database),
                                    ("application_name", "fencepost-diagnosis")))
     body = struct.pack("!i", _PG_PROTOCOL_3) + params + b"\0"
+    # One bound for the whole exchange, not per read: a peer sending a byte now and then (a broken
+    # proxy, something else listening on the port) would otherwise keep the probe for hours.
+    deadline = time.monotonic() + _PROBE_TIMEOUT_S
     try:
         sock.sendall(struct.pack("!i", len(body) + 4) + body)
         for _ in range(64):  # a login answers in a handful of messages
-            kind, payload = _pg_message(sock)
+            kind, payload = _pg_message(sock, deadline)
             if kind == b"E":
                 return _pg_error_code(payload)
             if kind == b"Z" or (kind == b"R" and payload[:4] != b"\0\0\0\0"):
@@ -1019,23 +1022,29 @@ def _pg_startup_refusal(sock: socket.socket, user: str, database: str) -> str | 
         return None
     finally:
         try:
+            sock.settimeout(0.5)
             sock.sendall(b"X\0\0\0\x04")  # Terminate
         except OSError:
             pass
 
 
-def _pg_message(sock: socket.socket) -> tuple[bytes, bytes]:
-    """One backend message: its type byte and its payload (``ValueError`` for what is none)."""
-    head = _recv_exactly(sock, 5)
+def _pg_message(sock: socket.socket, deadline: float) -> tuple[bytes, bytes]:
+    """One backend message: its type byte and its payload (``ValueError`` for what is none,
+    ``TimeoutError`` past the monotonic ``deadline``)."""
+    head = _recv_exactly(sock, 5, deadline)
     (length,) = struct.unpack("!i", head[1:])
     if not 4 <= length <= 65536:
         raise ValueError("not a PostgreSQL protocol message")
-    return head[:1], _recv_exactly(sock, length - 4)
+    return head[:1], _recv_exactly(sock, length - 4, deadline)
 
 
-def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+def _recv_exactly(sock: socket.socket, n: int, deadline: float) -> bytes:
     data = b""
     while len(data) < n:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the server did not answer in time")
+        sock.settimeout(left)
         chunk = sock.recv(n - len(data))
         if not chunk:
             raise ValueError("the server closed the connection")
