@@ -757,11 +757,9 @@ class PostgresBackend(Backend):
         ...), the credentials are not the problem: ``open_failed``, with a sentence naming the
         options the failure depends on."""
         url = engine.url
-        port = int(url.port or 5432)
-        host = url.host or "/var/run/postgresql"
         _, kwargs = engine.dialect.create_connect_args(url)
         try:
-            sock = _pg_socket(host, port)
+            sock = _pg_reach(kwargs)
         except socket.gaierror:
             return "cannot_connect", _HOST_UNRESOLVED, None
         except OSError:
@@ -931,6 +929,48 @@ _SQLSTATE = re.compile(rb"^[0-9A-Z]{5}$")
 _PROBE_TIMEOUT_S = 5
 
 
+def _pg_addresses(kwargs: dict[str, Any]) -> list[tuple[str, int]]:
+    """Where the driver connects, from its connect arguments as libpq reads them: ``hostaddr`` over
+    ``host`` (a URL's ``?host=/socket/dir&port=`` leaves the URL's own host and port empty), each
+    a comma-separated list tried in turn, then ``PGHOSTADDR``/``PGHOST``/``PGPORT``, then the
+    default socket directory and 5432. Raises ``ValueError`` for a port that is not a number."""
+
+    def listed(key: str, env: str) -> list[str]:
+        value = kwargs.get(key)
+        value = str(value) if value not in (None, "") else os.environ.get(env, "")
+        return value.split(",") if value else []
+
+    hosts, addrs, ports = listed("host", "PGHOST"), listed("hostaddr", "PGHOSTADDR"), listed("port", "PGPORT")
+    count = max(len(hosts), len(addrs), 1)
+    found = []
+    for i in range(count):
+        addr = addrs[i] if i < len(addrs) else ""
+        host = hosts[i] if i < len(hosts) else ""
+        port = ports[i] if i < len(ports) else (ports[0] if len(ports) == 1 else "")
+        found.append((addr or host or "/var/run/postgresql", int(port or 5432)))
+    return found
+
+
+def _pg_reach(kwargs: dict[str, Any]) -> socket.socket:
+    """A socket connected to the first address of ``_pg_addresses`` that accepts one (as libpq
+    tries them); the last failure when none does (``socket.gaierror`` when no host name resolves)."""
+    try:
+        addresses = _pg_addresses(kwargs)
+    except ValueError:
+        raise OSError("the port is not a number") from None
+    failure: OSError | None = None
+    for host, port in addresses:
+        try:
+            return _pg_socket(host, port)
+        except socket.gaierror as exc:
+            if failure is None or isinstance(failure, socket.gaierror):
+                failure = exc  # "does not resolve" only when no address was reachable otherwise
+        except OSError as exc:
+            failure = exc
+    assert failure is not None
+    raise failure
+
+
 def _pg_socket(host: str, port: int) -> socket.socket:
     """A connected socket to the server at ``host`` (a Unix socket directory when it starts with
     ``/``) and ``port``; ``socket.gaierror`` when the host name does not resolve."""
@@ -966,10 +1006,13 @@ def _pg_startup_refusal(sock: socket.socket, user: str, database: str) -> str | 
                       for k, v in (("user", user), ("database", database),
                                    ("application_name", "fencepost-diagnosis")))
     body = struct.pack("!i", _PG_PROTOCOL_3) + params + b"\0"
+    # One bound for the whole exchange, not per read: a peer sending a byte now and then (a broken
+    # proxy, something else listening on the port) would otherwise keep the probe for hours.
+    deadline = time.monotonic() + _PROBE_TIMEOUT_S
     try:
         sock.sendall(struct.pack("!i", len(body) + 4) + body)
         for _ in range(64):  # a login answers in a handful of messages
-            kind, payload = _pg_message(sock)
+            kind, payload = _pg_message(sock, deadline)
             if kind == b"E":
                 return _pg_error_code(payload)
             if kind == b"Z" or (kind == b"R" and payload[:4] != b"\0\0\0\0"):
@@ -979,23 +1022,29 @@ def _pg_startup_refusal(sock: socket.socket, user: str, database: str) -> str | 
         return None
     finally:
         try:
+            sock.settimeout(0.5)
             sock.sendall(b"X\0\0\0\x04")  # Terminate
         except OSError:
             pass
 
 
-def _pg_message(sock: socket.socket) -> tuple[bytes, bytes]:
-    """One backend message: its type byte and its payload (``ValueError`` for what is none)."""
-    head = _recv_exactly(sock, 5)
+def _pg_message(sock: socket.socket, deadline: float) -> tuple[bytes, bytes]:
+    """One backend message: its type byte and its payload (``ValueError`` for what is none,
+    ``TimeoutError`` past the monotonic ``deadline``)."""
+    head = _recv_exactly(sock, 5, deadline)
     (length,) = struct.unpack("!i", head[1:])
     if not 4 <= length <= 65536:
         raise ValueError("not a PostgreSQL protocol message")
-    return head[:1], _recv_exactly(sock, length - 4)
+    return head[:1], _recv_exactly(sock, length - 4, deadline)
 
 
-def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+def _recv_exactly(sock: socket.socket, n: int, deadline: float) -> bytes:
     data = b""
     while len(data) < n:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the server did not answer in time")
+        sock.settimeout(left)
         chunk = sock.recv(n - len(data))
         if not chunk:
             raise ValueError("the server closed the connection")

@@ -176,3 +176,28 @@ def test_the_cli_says_an_unresolvable_host_could_not_be_resolved(run_cli) -> Non
     result = run_cli("--db", f"postgresql+psycopg://postgres:{SECRET}@no-such-host.invalid/test", "runs", "list")
     assert_one_line_error(result)
     assert "host name could not be resolved" in result.err and SECRET not in result.err, result
+
+
+def test_a_server_reached_by_a_socket_named_in_the_query_is_asked_itself(small_server: SmallServer) -> None:
+    """``?host=<socket directory>&port=`` (the form SQLAlchemy documents for a Unix socket) leaves
+    the URL's own host and port empty: the diagnosis must ask the server the driver connects to,
+    not the default socket's (another server there, or none, would answer for it)."""
+    url = f"postgresql+psycopg://app:{SECRET}@/postgres?host={small_server.root}&port={small_server.port}"
+    fencepost.open(url).close()
+    held = _hold(small_server, MAX_CONNECTIONS)
+    try:
+        exc = _open_fails(url)
+        assert (exc.code, exc.db_code, exc.transient) == ("cannot_connect", "53300", True), exc
+    finally:
+        _release(held)
+
+
+def test_a_refused_login_at_a_hostaddr_is_not_an_unresolvable_host(small_server: SmallServer) -> None:
+    """With ``?hostaddr=`` libpq connects to that address and never resolves the host name (kept
+    for TLS checks): a refused login there is ``auth_failed``, not a host name that does not
+    resolve (``cannot_connect``, transient, which a worker would wait out for ever)."""
+    url = (f"postgresql+psycopg://no_such_role:{SECRET}@no-such-host.invalid:{small_server.port}/postgres"
+           "?hostaddr=127.0.0.1")
+    exc = _open_fails(url)
+    assert (exc.code, exc.transient) == ("auth_failed", False), exc
+    assert "could not be resolved" not in str(exc), exc

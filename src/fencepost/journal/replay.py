@@ -23,7 +23,7 @@ and ``evidence`` kind. Replaying the facts in ``seq`` order rebuilds the ownersh
 * ``released_without_hold``, ``malformed_fact`` (also a stored fact the journal cannot decode), ``wrong_run``,
   ``unknown_fact``.
 * ``chain_broken``: the companion stream's own hash chain breaks at this entry (edited or removed by
-  hand; ``verify.stream_breaks``), or the journal's next entry does not follow the stream's last
+  hand; ``verify.rows_breaks``), or the journal's next entry does not follow the stream's last
   (its newest facts removed). Facts rewritten with fresh hashes, or removed while they were the
   journal's newest entries, need ``verify`` with an anchor.
 

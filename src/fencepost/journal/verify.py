@@ -164,8 +164,13 @@ def stream_rows(store: Store, conn: Connection, stream: str) -> list[Any]:
 
 
 def rows_breaks(conn: Connection, rows: list[Any]) -> list[Break]:
-    """The breaks of one stream's chain given all its rows (``stream_rows``), and the ``log_link``
-    break at its last entry (see ``stream_breaks``): one more statement, on ``conn``."""
+    """Every break of one stream's own chain given all its rows (``stream_rows``): ``seq``,
+    ``stream_link``, ``content``, ``entry_hash``, ``event_id``, ``encoding``, one ``Break`` per
+    problem; and a ``log_link`` break at its last entry when the log's next entry does not follow
+    it (one more statement, on ``conn``): entries removed from the end of a stream leave the rest
+    of its chain intact, so only the log shows them (unless they were the journal's newest
+    entries, which only an anchor proves). The other links between streams are ``verify``'s: this
+    is the check a replay of one run makes on the facts it judges."""
     found: list[Break] = []
     prev: tuple[int, str] | None = None
     for row in rows:
@@ -184,21 +189,6 @@ def rows_breaks(conn: Connection, rows: list[Any]) -> list[Break]:
                                       "this one: an entry after it, maybe this stream's next, was removed "
                                       "or edited"))
     return found
-
-
-def stream_breaks(store: Store, stream: str) -> list[Break]:
-    """Every break of one stream's own chain (``seq``, ``stream_link``, ``content``, ``entry_hash``,
-    ``event_id``, ``encoding``; one ``Break`` per problem), read in ``seq`` order in one read
-    snapshot, and a ``log_link`` break at its last entry when the log's next entry does not follow
-    it: entries removed from the end of a stream leave the rest of its chain intact, so only the log
-    shows them (unless they were the journal's newest entries, which only an anchor proves). The
-    other links between streams are ``verify``'s: this is the check a replay of one run makes on
-    the facts it judges."""
-    try:
-        return store.db.read(lambda conn: rows_breaks(conn, stream_rows(store, conn, stream)))
-    except DbFailure as exc:
-        raise carry_failure(JournalError(failure_code(exc, "read_failed"), "verify",
-                                         failure_detail("journal read", exc)), exc) from None
 
 
 def _encoding_detail(row: _Undecodable) -> str:
