@@ -8,6 +8,7 @@ the follower delivers every change once, in order, without losing its place.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
@@ -17,6 +18,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -36,6 +38,9 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+S = TypeVar("S", bound="PrivateServer")
 
 
 class PrivateServer:
@@ -79,21 +84,30 @@ class PrivateServer:
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres?schema=fencepost"
 
 
-@pytest.fixture
-def private_server() -> Iterator[PrivateServer]:
+@contextlib.contextmanager
+def started_private(cls: type[S], prefix: str, purpose: str) -> Iterator[S]:
+    """A private PostgreSQL instance of class ``cls`` (``PrivateServer`` or a subclass), initialised
+    and started under ``/tmp/<prefix>-...``, stopped and removed afterwards. Without the server
+    binaries the test skips, or fails when PostgreSQL is required (``purpose`` names the test)."""
     bindir = _pg_bin()
     if bindir is None or (os.geteuid() == 0 and shutil.which("runuser") is None):
         if os.environ.get("FENCEPOST_REQUIRE_POSTGRES") == "1":
-            pytest.fail("PostgreSQL server binaries (initdb, pg_ctl) are required for the restart test")
+            pytest.fail(f"PostgreSQL server binaries (initdb, pg_ctl) are required for {purpose}")
         pytest.skip("no PostgreSQL server binaries to start a private instance")
-    root = Path(f"/tmp/fencepost-pg-{os.getpid()}-{time.monotonic_ns()}")
-    server = PrivateServer(bindir, root)
+    root = Path(f"/tmp/{prefix}-{os.getpid()}-{time.monotonic_ns()}")
+    server = cls(bindir, root)
     try:
         server.init()
         yield server
     finally:
         server.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def private_server() -> Iterator[PrivateServer]:
+    with started_private(PrivateServer, "fencepost-pg", "the restart test") as server:
+        yield server
 
 
 def _wait_for(seen: list[Change], run_id: str, timeout: float) -> bool:

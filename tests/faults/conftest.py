@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 import fencepost
-from tests.changefeed.test_follow_server_restart import PrivateServer, _pg_bin
+from tests.changefeed.test_follow_server_restart import PrivateServer, started_private
 from tests.cli.conftest import run_cli  # noqa: F401 - the CLI fixture, for the CLI fault tests
 
 REPO = Path(__file__).resolve().parents[2]
@@ -183,19 +183,8 @@ def small_disk(tmp_path: Path) -> Iterator[SmallDisk]:
 @pytest.fixture
 def private_server() -> Iterator[PrivateServer]:
     """A private PostgreSQL instance this test may restart or stop."""
-    bindir = _pg_bin()
-    if bindir is None or (os.geteuid() == 0 and shutil.which("runuser") is None):
-        if os.environ.get("FENCEPOST_REQUIRE_POSTGRES") == "1":
-            pytest.fail("PostgreSQL server binaries (initdb, pg_ctl) are required for the restart test")
-        pytest.skip("no PostgreSQL server binaries to start a private instance")
-    root = Path(f"/tmp/fencepost-pg-{os.getpid()}-{time.monotonic_ns()}")
-    server = PrivateServer(bindir, root)
-    try:
-        server.init()
+    with started_private(PrivateServer, "fencepost-pg", "the restart test") as server:
         yield server
-    finally:
-        server.stop()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- witnesses

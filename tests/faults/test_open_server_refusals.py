@@ -9,11 +9,8 @@ server, no connection slots and no host name.
 
 from __future__ import annotations
 
-import os
-import shutil
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -21,7 +18,7 @@ from sqlalchemy import make_url
 
 import fencepost
 from fencepost import OpenError, RunStoreError
-from tests.changefeed.test_follow_server_restart import PrivateServer, _pg_bin
+from tests.changefeed.test_follow_server_restart import PrivateServer, started_private
 from tests.cli.conftest import assert_one_line_error
 from tests.faults.conftest import assert_value_free
 
@@ -41,22 +38,11 @@ class SmallServer(PrivateServer):
 
 @pytest.fixture
 def small_server() -> Iterator[SmallServer]:
-    bindir = _pg_bin()
-    if bindir is None or (os.geteuid() == 0 and shutil.which("runuser") is None):
-        if os.environ.get("FENCEPOST_REQUIRE_POSTGRES") == "1":
-            pytest.fail("PostgreSQL server binaries (initdb, pg_ctl) are required for the connection-slot tests")
-        pytest.skip("no PostgreSQL server binaries to start a private instance")
-    root = Path(f"/tmp/fencepost-pg-slots-{os.getpid()}-{time.monotonic_ns()}")
-    server = SmallServer(bindir, root)
-    try:
-        server.init()
+    with started_private(SmallServer, "fencepost-pg-slots", "the connection-slot tests") as server:
         with psycopg.connect(_conninfo(server), autocommit=True) as conn:
             conn.execute("CREATE ROLE app LOGIN")
             conn.execute("GRANT CREATE ON DATABASE postgres TO app")
         yield server
-    finally:
-        server.stop()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def _conninfo(server: SmallServer) -> str:
