@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from sqlalchemy.engine import Connection
 
 import fencepost
 from fencepost import _durable
@@ -72,9 +73,9 @@ def test_more_live_threads_than_pooled_connections_all_read_and_write(small_pool
 
 
 def test_many_async_followers_leave_connections_for_to_thread_writes(store: fencepost.Store) -> None:
-    """The pool of 32 as it is: 40 followers (each on a thread of its own, keeping a read connection,
+    """The pool of 32 as it is: 34 followers (each on a thread of its own, keeping a read connection,
     and on SQLite a second one for change detection; on PostgreSQL a listener outside the pool)."""
-    followers, writes = 40, 16
+    followers, writes = 34, 16
 
     async def main() -> tuple[list[str], list[set[str]]]:
         seen: list[set[str]] = [set() for _ in range(followers)]
@@ -118,12 +119,21 @@ def test_a_thread_that_finds_every_connection_in_a_transaction_gets_an_error_nam
     limit = sum(SMALL)
     release = threading.Event()
     inside = threading.Semaphore(0)
+    held: list[object] = []
 
-    def hold(_conn: object) -> None:
+    def hold(conn: Connection) -> None:
         inside.release()
         release.wait(DEADLINE)
+        # The waiting call looked for idle connections to take back all along: never these.
+        held.append(conn.exec_driver_sql("SELECT 1").scalar())
 
-    holders = [threading.Thread(target=store.db.read, args=(hold,), daemon=True) for _ in range(limit)]
+    def holder() -> None:
+        try:
+            store.db.read(hold)
+        except Exception as exc:  # reported by the main thread
+            held.append(repr(exc))
+
+    holders = [threading.Thread(target=holder, daemon=True) for _ in range(limit)]
     for t in holders:
         t.start()
     try:
@@ -141,4 +151,5 @@ def test_a_thread_that_finds_every_connection_in_a_transaction_gets_an_error_nam
     assert f"all {limit} connections" in str(err)
     assert err.transient is True
     assert waited < DEADLINE
+    assert held == [1] * limit
     assert store.runs.get("shared").run_id == "shared"  # once they end, connections are free again
