@@ -24,6 +24,7 @@ from urllib.parse import quote
 from sqlalchemy import create_engine
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from fencepost._dialects import (
     SCHEMA_NAME,
@@ -47,6 +48,11 @@ E = TypeVar("E", bound=BaseException)
 DEFAULT_URL = "sqlite:///.flows/flows.db"
 DEFAULT_SCHEMA = "fencepost"
 MAX_ATTEMPTS = 12
+# Connections per store. Threads keep theirs between calls, but an idle thread's connection is taken
+# back when the pool runs dry, so the limit bounds transactions in progress, not threads.
+POOL_SIZE = 8
+POOL_OVERFLOW = 24
+POOL_WAIT = 30.0  # seconds a call waits for a connection when every one is inside a transaction
 
 
 class DbFailure(Exception):
@@ -140,11 +146,22 @@ class _Slot:
     def release(self) -> None:
         self._finalizer()
 
-    def release_if_idle(self) -> bool:
-        """Close the connection now unless a transaction is using it; True when closed."""
+    def release_if_idle(self, transaction_open: Callable[[Any], bool] | None = None) -> bool:
+        """Close the connection now (back to the pool) unless it is provably in use; True when closed.
+
+        In use: its thread holds ``lock`` (a transaction is running on it), or a transaction is
+        open on it all the same (SQLAlchemy's, or the driver's when ``transaction_open`` asks the
+        driver connection): closing that would end a transaction under whoever opened it.
+        """
         if not self.lock.acquire(blocking=False):
             return False
         try:
+            conn = self.conn
+            if not conn.closed and not conn.invalidated:
+                if conn.in_transaction():
+                    return False
+                if transaction_open is not None and transaction_open(conn.connection.dbapi_connection):
+                    return False
             self.release()
         finally:
             self.lock.release()
@@ -359,8 +376,8 @@ class Database:
             self.engine: Engine = create_engine(
                 parsed,
                 connect_args={"check_same_thread": False, "timeout": 30},
-                pool_size=8,
-                max_overflow=24,
+                pool_size=POOL_SIZE,
+                max_overflow=POOL_OVERFLOW,
             )
             self.schema: str | None = None
         else:  # postgresql: parse_url refused every other scheme
@@ -378,8 +395,8 @@ class Database:
             self.path = None
             self.engine = create_engine(
                 parsed,
-                pool_size=8,
-                max_overflow=24,
+                pool_size=POOL_SIZE,
+                max_overflow=POOL_OVERFLOW,
                 # Defaults a URL's own ``connect_timeout`` / ``application_name`` overrides.
                 connect_args={k: v for k, v in (("connect_timeout", 10), ("application_name", "fencepost"))
                               if k not in parsed.query},
@@ -389,6 +406,7 @@ class Database:
         self._local = threading.local()
         self._slots: weakref.WeakSet[_Slot] = weakref.WeakSet()
         self._slots_lock = threading.Lock()
+        self._checkout_lock = threading.Lock()
         self._pid = os.getpid()
         self.closed = False
         # Concurrent top-level writes of this process share one COMMIT (see _group.py).
@@ -555,6 +573,7 @@ class Database:
         if self._pid != PROCESS.pid:
             self._local = threading.local()
             self._slots = weakref.WeakSet()
+            self._checkout_lock = threading.Lock()  # a parent's thread may have held it at fork()
             self.engine.dispose(close=False)
             self._pid = os.getpid()
         slot = getattr(self._local, "write" if write else "read", None)
@@ -562,7 +581,7 @@ class Database:
             return slot
         if slot is not None:
             slot.release()
-        conn = self.engine.connect()
+        conn = self._checkout()
         if write:
             conn.execution_options(fencepost_write=True)
             self.backend.write_connection(conn)
@@ -573,6 +592,58 @@ class Database:
         with self._slots_lock:
             self._slots.add(slot)
         return slot
+
+    def _checkout(self) -> Connection:
+        """A connection from the pool, taking back the kept connections of idle threads first when
+        the pool has none left; after ``POOL_WAIT`` seconds with every connection inside a
+        transaction, a ``DbFailure`` (``pool_exhausted``, transient) that names the limit.
+
+        Threads keep their connections between calls (see ``_slot``), so a process with more
+        threads than the pool holds (a worker host, many followers) would otherwise find the pool
+        empty though most of those threads sit idle. A kept connection is taken back only when
+        provably idle (``_Slot.release_if_idle``); its thread checks out another at its next call.
+        Every checkout of the store goes through here, one at a time, so threads that all found the
+        pool empty cannot take each other's reclaimed connections and leave one waiting anyway.
+        """
+        limit = POOL_SIZE + POOL_OVERFLOW
+        pool = self.engine.pool
+        deadline = time.monotonic() + POOL_WAIT
+        pause = 0.001
+        while True:
+            with self._checkout_lock:
+                if pool.checkedout() >= limit:  # type: ignore[attr-defined]
+                    self._reclaim_idle()
+                if pool.checkedout() < limit:  # type: ignore[attr-defined]
+                    try:
+                        return self.engine.connect()  # a free connection, or a new one: no wait
+                    except PoolTimeout:
+                        pass  # taken by a checkout outside fencepost's (a test's engine.connect)
+            if time.monotonic() >= deadline:
+                raise DbFailure(
+                    "persistence_failed", "pool_exhausted",
+                    f"no database connection came free within {POOL_WAIT:g} s: all {limit} connections "
+                    "of the store's pool were inside transactions of other threads", transient=True)
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+
+    def _reclaim_idle(self) -> None:
+        """Return to the pool every kept connection no transaction is using (other threads' too)."""
+        with self._slots_lock:
+            slots = list(self._slots)
+        for slot in slots:
+            if slot.release_if_idle(self.backend.transaction_open):
+                with self._slots_lock:
+                    self._slots.discard(slot)
+
+    def detached_connection(self) -> Connection:
+        """A connection the pool no longer counts (closing it closes it), for a long-lived use
+        beside the store's transactions: a follower's change detection must not hold one of the
+        connections the pool keeps for them (the PostgreSQL listener has its own, likewise)."""
+        if self.closed:
+            raise _closed()
+        conn = self._checkout()
+        conn.detach()
+        return conn
 
     def _once(self, fn: Callable[[Connection], T], *, write: bool, durable: bool = True) -> T:
         while True:
@@ -700,7 +771,7 @@ class Database:
         """A plain connection (autobegin) for migrations, tests and tools."""
         if self.closed:
             raise PersistenceError("persistence_failed", "connect", "the store is closed")
-        return self.engine.connect()
+        return self._checkout()
 
     def _drop(self, write: bool) -> None:
         slot = getattr(self._local, "write" if write else "read", None)

@@ -141,7 +141,6 @@ class _SqliteWaiter(_Waiter):
     def __init__(self, feed: ChangeFeed) -> None:
         db = feed._store.db
         super().__init__(db)
-        self._engine = db.engine
         self._conn: Any = None
         self._version: int | None = None
         self._closed = threading.Event()
@@ -186,7 +185,10 @@ class _SqliteWaiter(_Waiter):
     def _data_version(self) -> int | None:
         try:
             if self._conn is None:
-                self._conn = self._engine.connect()
+                # Outside the pool, as the PostgreSQL listener's: a follower keeps it while it
+                # lives, and the pool's connections are for transactions (any number of followers
+                # leave them free).
+                self._conn = self._db.detached_connection()
             try:
                 return int(self._conn.exec_driver_sql("PRAGMA data_version").scalar())
             finally:
