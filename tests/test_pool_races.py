@@ -4,10 +4,12 @@ that must not be taken back or that wait for a checkout. Real threads, real data
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Iterator
 
 import pytest
+from sqlalchemy.engine import make_url
 
 import fencepost
 from fencepost import _durable
@@ -96,3 +98,120 @@ def test_builder_lock_survives_pool_exhaustion_and_reclaim(small_pool_url: str) 
         second.release()
     finally:
         again.close()
+
+
+class _HoldingProxy:
+    """A TCP proxy to the PostgreSQL server that, once ``hold`` is set, keeps new connections
+    waiting (a server that does not answer) until ``wanted`` of them wait at once (or ``free``)."""
+
+    def __init__(self, target: tuple[str, int], wanted: int) -> None:
+        self._target = target
+        self._wanted = wanted
+        self._lock = threading.Lock()
+        self._waiting: list[socket.socket] = []
+        self.hold = False
+        self.most_waiting = 0
+        self.reached = threading.Event()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            with self._lock:
+                if not self.hold:
+                    self._forward(client)
+                    continue
+                self._waiting.append(client)
+                self.most_waiting = max(self.most_waiting, len(self._waiting))
+                if len(self._waiting) >= self._wanted:
+                    self.reached.set()
+                    self._free_locked()
+
+    def free(self) -> None:
+        with self._lock:
+            self._free_locked()
+
+    def _free_locked(self) -> None:
+        self.hold = False
+        for client in self._waiting:
+            self._forward(client)
+        self._waiting = []
+
+    def _forward(self, client: socket.socket) -> None:
+        server = socket.create_connection(self._target)
+
+        def pump(src: socket.socket, dst: socket.socket) -> None:
+            try:
+                while data := src.recv(65536):
+                    dst.sendall(data)
+            except OSError:
+                pass
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+        threading.Thread(target=pump, args=(client, server), daemon=True).start()
+        threading.Thread(target=pump, args=(server, client), daemon=True).start()
+
+    def close(self) -> None:
+        self.free()
+        self._listener.close()
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])
+def test_a_connect_to_a_server_that_does_not_answer_does_not_hold_up_other_threads(db_url: str) -> None:
+    """PostgreSQL only: a SQLite connect opens a local file and does not wait on a server.
+
+    Every checkout ran under one lock, including the connect of a new connection: while a server
+    did not answer (up to ``connect_timeout``, 10 s by default), every other thread's checkout
+    waited behind it, so N threads starting together failed one ``connect_timeout`` after another.
+    The proxy keeps new connections waiting until ``wanted`` of them wait at once: reached only
+    when the threads connect side by side."""
+    wanted = 4
+    url = make_url(db_url)
+    proxy = _HoldingProxy((url.host or "127.0.0.1", url.port or 5432), wanted)
+    proxied = url.set(host="127.0.0.1", port=proxy.port).update_query_dict({"connect_timeout": "60"})
+    store = fencepost.open(proxied.render_as_string(hide_password=False))
+    stop = threading.Event()
+    errors: list[str] = []
+    done = threading.Semaphore(0)
+
+    def client() -> None:
+        try:
+            store.db.read(lambda c: c.exec_driver_sql("SELECT 1").scalar())
+        except Exception as exc:  # reported by the test
+            errors.append(repr(exc))
+        done.release()
+        stop.wait(DEADLINE * 3)  # keeps its connection: the next thread needs a new one
+
+    threads: list[threading.Thread] = []
+    try:
+        # The pool's free connections go first, to threads that need no connect.
+        for _ in range(store.db.engine.pool.checkedin()):  # type: ignore[attr-defined]
+            threads.append(threading.Thread(target=client, daemon=True))
+            threads[-1].start()
+            assert done.acquire(timeout=DEADLINE)
+        proxy.hold = True
+        for _ in range(wanted):
+            threads.append(threading.Thread(target=client, daemon=True))
+            threads[-1].start()
+        reached = proxy.reached.wait(DEADLINE)
+        most = proxy.most_waiting
+    finally:
+        proxy.free()  # whatever still waits connects now
+        finished = sum(done.acquire(timeout=DEADLINE) for _ in range(wanted))
+        stop.set()
+        for t in threads:
+            t.join(DEADLINE)
+        store.close()
+        proxy.close()
+    assert reached, f"at most {most} of {wanted} threads were connecting at once"
+    assert finished == wanted
+    assert errors == []

@@ -407,6 +407,7 @@ class Database:
         self._slots: weakref.WeakSet[_Slot] = weakref.WeakSet()
         self._slots_lock = threading.Lock()
         self._checkout_lock = threading.Lock()
+        self._connecting = 0  # checkouts let through ``_checkout_lock`` and not yet counted by the pool
         self._pid = os.getpid()
         self.closed = False
         # Concurrent top-level writes of this process share one COMMIT (see _group.py).
@@ -574,6 +575,7 @@ class Database:
             self._local = threading.local()
             self._slots = weakref.WeakSet()
             self._checkout_lock = threading.Lock()  # a parent's thread may have held it at fork()
+            self._connecting = 0
             self.engine.dispose(close=False)
             self._pid = os.getpid()
         slot = getattr(self._local, "write" if write else "read", None)
@@ -602,8 +604,11 @@ class Database:
         threads than the pool holds (a worker host, many followers) would otherwise find the pool
         empty though most of those threads sit idle. A kept connection is taken back only when
         provably idle (``_Slot.release_if_idle``); its thread checks out another at its next call.
-        Every checkout of the store goes through here, one at a time, so threads that all found the
-        pool empty cannot take each other's reclaimed connections and leave one waiting anyway.
+        Every checkout of the store decides here, one at a time, whether it may go on (taking back
+        idle connections first if need be) and reserves its place, so threads that all found the
+        pool empty cannot take each other's reclaimed connections and leave one waiting anyway. The
+        checkout itself runs outside that lock: a new connection to a server that does not answer
+        waits up to its ``connect_timeout``, and must not hold up every other thread's checkout.
         """
         limit = POOL_SIZE + POOL_OVERFLOW
         pool = self.engine.pool
@@ -611,13 +616,20 @@ class Database:
         pause = 0.001
         while True:
             with self._checkout_lock:
-                if pool.checkedout() >= limit:  # type: ignore[attr-defined]
+                if pool.checkedout() + self._connecting >= limit:  # type: ignore[attr-defined]
                     self._reclaim_idle()
-                if pool.checkedout() < limit:  # type: ignore[attr-defined]
-                    try:
-                        return self.engine.connect()  # a free connection, or a new one: no wait
-                    except PoolTimeout:
-                        pass  # taken by a checkout outside fencepost's (a test's engine.connect)
+                reserved = pool.checkedout() + self._connecting < limit  # type: ignore[attr-defined]
+                if reserved:
+                    self._connecting += 1
+            if reserved:
+                try:
+                    # A free connection, or a new one: the reservation keeps the pool from waiting.
+                    return self.engine.connect()
+                except PoolTimeout:
+                    pass  # taken by a checkout outside fencepost's (a test's engine.connect)
+                finally:
+                    with self._checkout_lock:  # the pool counts it now (or it failed)
+                        self._connecting -= 1
             if time.monotonic() >= deadline:
                 raise DbFailure(
                     "persistence_failed", "pool_exhausted",
