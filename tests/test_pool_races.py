@@ -4,8 +4,11 @@ that must not be taken back or that wait for a checkout. Real threads, real data
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import threading
+import traceback
 from collections.abc import Iterator
 
 import pytest
@@ -215,3 +218,45 @@ def test_a_connect_to_a_server_that_does_not_answer_does_not_hold_up_other_threa
     assert reached, f"at most {most} of {wanted} threads were connecting at once"
     assert finished == wanted
     assert errors == []
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_checks_out_its_own_connections_outside_a_thread_slot(store: fencepost.Store) -> None:
+    """``connect()`` and ``detached_connection()`` (a follower's change detection, a projection
+    builder's lock) check out without a thread's kept connection: in a forked child, before any
+    read or write, they were handed the parent's pooled connections (the parent's live sessions),
+    and waited forever on a checkout lock a parent thread held at ``fork()``."""
+    store.runs.create("before-fork", "{}")
+    db = store.db
+    pool = db.engine.pool
+    held = [db.connect() for _ in range(pool.checkedin() + 1)]  # type: ignore[attr-defined]
+    parents = {id(c.connection.dbapi_connection) for c in held}
+    for c in held:
+        c.close()  # back into the pool's free connections, which the child inherits
+    assert pool.checkedin() >= 1  # type: ignore[attr-defined]
+
+    def child() -> None:
+        signal.alarm(int(DEADLINE))  # a checkout that waits forever ends the child
+        for open_one in (db.connect, db.detached_connection):
+            conn = open_one()
+            assert id(conn.connection.dbapi_connection) not in parents
+            assert conn.exec_driver_sql("SELECT 1").scalar() == 1
+            conn.close()
+        assert store.runs.get("before-fork").run_id == "before-fork"
+
+    # Another thread of the parent in the middle of a checkout, taking back idle connections.
+    with db._checkout_lock, db._slots_lock:
+        pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child process
+        code = 1
+        try:
+            child()
+            code = 0
+        except BaseException:
+            traceback.print_exc()  # shown with the test's failure
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    store.runs.create("after-fork", "{}")  # the parent's connections are still its own
+    assert store.runs.get("before-fork").run_id == "before-fork"

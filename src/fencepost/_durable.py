@@ -571,13 +571,7 @@ class Database:
         child never reuses its parent's connections; a thread's connections return to the pool
         when the thread ends, and ``dispose`` closes them all.
         """
-        if self._pid != PROCESS.pid:
-            self._local = threading.local()
-            self._slots = weakref.WeakSet()
-            self._checkout_lock = threading.Lock()  # a parent's thread may have held it at fork()
-            self._connecting = 0
-            self.engine.dispose(close=False)
-            self._pid = os.getpid()
+        self._after_fork()
         slot = getattr(self._local, "write" if write else "read", None)
         if slot is not None and not slot.conn.closed and not slot.conn.invalidated:
             return slot
@@ -595,6 +589,18 @@ class Database:
             self._slots.add(slot)
         return slot
 
+    def _after_fork(self) -> None:
+        """In a forked child (first call there): forget the parent's connections, never use them."""
+        if self._pid != PROCESS.pid:
+            self._local = threading.local()
+            self._slots = weakref.WeakSet()
+            # A parent's thread may have held them at fork(): the child's copies stay held forever.
+            self._slots_lock = threading.Lock()
+            self._checkout_lock = threading.Lock()
+            self._connecting = 0
+            self.engine.dispose(close=False)
+            self._pid = os.getpid()
+
     def _checkout(self) -> Connection:
         """A connection from the pool, taking back the kept connections of idle threads first when
         the pool has none left; after ``POOL_WAIT`` seconds with every connection inside a
@@ -610,6 +616,7 @@ class Database:
         checkout itself runs outside that lock: a new connection to a server that does not answer
         waits up to its ``connect_timeout``, and must not hold up every other thread's checkout.
         """
+        self._after_fork()  # ``connect`` and ``detached_connection`` come here without ``_slot``
         limit = POOL_SIZE + POOL_OVERFLOW
         pool = self.engine.pool
         deadline = time.monotonic() + POOL_WAIT
