@@ -407,6 +407,7 @@ class Database:
         self._slots: weakref.WeakSet[_Slot] = weakref.WeakSet()
         self._slots_lock = threading.Lock()
         self._checkout_lock = threading.Lock()
+        self._connecting = 0  # checkouts let through ``_checkout_lock`` and not yet counted by the pool
         self._pid = os.getpid()
         self.closed = False
         # Concurrent top-level writes of this process share one COMMIT (see _group.py).
@@ -570,12 +571,7 @@ class Database:
         child never reuses its parent's connections; a thread's connections return to the pool
         when the thread ends, and ``dispose`` closes them all.
         """
-        if self._pid != PROCESS.pid:
-            self._local = threading.local()
-            self._slots = weakref.WeakSet()
-            self._checkout_lock = threading.Lock()  # a parent's thread may have held it at fork()
-            self.engine.dispose(close=False)
-            self._pid = os.getpid()
+        self._after_fork()
         slot = getattr(self._local, "write" if write else "read", None)
         if slot is not None and not slot.conn.closed and not slot.conn.invalidated:
             return slot
@@ -593,6 +589,18 @@ class Database:
             self._slots.add(slot)
         return slot
 
+    def _after_fork(self) -> None:
+        """In a forked child (first call there): forget the parent's connections, never use them."""
+        if self._pid != PROCESS.pid:
+            self._local = threading.local()
+            self._slots = weakref.WeakSet()
+            # A parent's thread may have held them at fork(): the child's copies stay held forever.
+            self._slots_lock = threading.Lock()
+            self._checkout_lock = threading.Lock()
+            self._connecting = 0
+            self.engine.dispose(close=False)
+            self._pid = os.getpid()
+
     def _checkout(self) -> Connection:
         """A connection from the pool, taking back the kept connections of idle threads first when
         the pool has none left; after ``POOL_WAIT`` seconds with every connection inside a
@@ -602,22 +610,33 @@ class Database:
         threads than the pool holds (a worker host, many followers) would otherwise find the pool
         empty though most of those threads sit idle. A kept connection is taken back only when
         provably idle (``_Slot.release_if_idle``); its thread checks out another at its next call.
-        Every checkout of the store goes through here, one at a time, so threads that all found the
-        pool empty cannot take each other's reclaimed connections and leave one waiting anyway.
+        Every checkout of the store decides here, one at a time, whether it may go on (taking back
+        idle connections first if need be) and reserves its place, so threads that all found the
+        pool empty cannot take each other's reclaimed connections and leave one waiting anyway. The
+        checkout itself runs outside that lock: a new connection to a server that does not answer
+        waits up to its ``connect_timeout``, and must not hold up every other thread's checkout.
         """
+        self._after_fork()  # ``connect`` and ``detached_connection`` come here without ``_slot``
         limit = POOL_SIZE + POOL_OVERFLOW
         pool = self.engine.pool
         deadline = time.monotonic() + POOL_WAIT
         pause = 0.001
         while True:
             with self._checkout_lock:
-                if pool.checkedout() >= limit:  # type: ignore[attr-defined]
+                if pool.checkedout() + self._connecting >= limit:  # type: ignore[attr-defined]
                     self._reclaim_idle()
-                if pool.checkedout() < limit:  # type: ignore[attr-defined]
-                    try:
-                        return self.engine.connect()  # a free connection, or a new one: no wait
-                    except PoolTimeout:
-                        pass  # taken by a checkout outside fencepost's (a test's engine.connect)
+                reserved = pool.checkedout() + self._connecting < limit  # type: ignore[attr-defined]
+                if reserved:
+                    self._connecting += 1
+            if reserved:
+                try:
+                    # A free connection, or a new one: the reservation keeps the pool from waiting.
+                    return self.engine.connect()
+                except PoolTimeout:
+                    pass  # taken by a checkout outside fencepost's (a test's engine.connect)
+                finally:
+                    with self._checkout_lock:  # the pool counts it now (or it failed)
+                        self._connecting -= 1
             if time.monotonic() >= deadline:
                 raise DbFailure(
                     "persistence_failed", "pool_exhausted",

@@ -2,7 +2,7 @@
 
 The lock lives as long as the builder's process or connection, never in a table row: a builder
 killed with SIGKILL must not leave a lock that outlives it. PostgreSQL: a session advisory lock on a
-dedicated autocommit connection (released by the server when the connection dies). SQLite: an
+dedicated autocommit connection outside the store's pool (released by the server when the connection dies). SQLite: an
 ``flock`` on a file beside the database (released by the kernel when the process dies; separate
 opens conflict even inside one process).
 
@@ -25,7 +25,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
-from fencepost._durable import Database, map_failure
+from fencepost._durable import Database, DbFailure, map_failure
 from fencepost.errors import ProjectionError
 
 _PG_TRY = text("SELECT pg_try_advisory_lock(hashtextextended(:key, 3001))")
@@ -110,15 +110,23 @@ class BuilderLock:
                 return False
             self._handle = fd
             return True
+        failure: DbFailure | None = None
         try:
-            conn = self._target.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+            # Outside the pool (a detached connection): the builder keeps it for its whole life,
+            # and the pool's connections are for transactions. It is taken from the pool as every
+            # connection of the store is (threads' idle kept connections are reclaimed for it
+            # when the pool has none left), then no longer counted against it.
+            conn = self._target.detached_connection()
         except DBAPIError as exc:
             failure = self._target._failure(exc)
-        else:
-            failure = None
+        except DbFailure as exc:  # the pool stayed exhausted, or the store is closed
+            failure = exc
         if failure is not None:  # raised outside the handler: the driver's message quotes the URL
             raise map_failure(failure, ProjectionError, "acquire", "projection target")
         try:
+            # Set on the driver: SQLAlchemy's isolation option registers its undo with the pool's
+            # record of the connection, which a detached connection no longer has.
+            conn.connection.dbapi_connection.autocommit = True
             got = bool(conn.execute(_PG_TRY, {"key": self._key}).scalar())
         except DBAPIError as exc:
             conn.close()

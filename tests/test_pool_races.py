@@ -1,0 +1,262 @@
+"""Races between the connection pool's reclaim of idle threads' connections and the connections
+that must not be taken back or that wait for a checkout. Real threads, real databases.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import traceback
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy.engine import make_url
+
+import fencepost
+from fencepost import _durable
+from fencepost.errors import ProjectionError
+from fencepost.projections._lock import BuilderLock
+
+SMALL = (2, 6)  # a pool of 8 connections
+DEADLINE = 20.0
+
+
+@pytest.fixture
+def small_pool_url(db_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    monkeypatch.setattr(_durable, "POOL_SIZE", SMALL[0], raising=False)
+    monkeypatch.setattr(_durable, "POOL_OVERFLOW", SMALL[1], raising=False)
+    yield db_url
+
+
+class _Parked:
+    """Threads that each read once (keeping their connection) and then sit idle until stopped:
+    ``count`` of them, or (``count`` None) as many as fill the store's pool."""
+
+    def __init__(self, store: fencepost.Store, count: int | None) -> None:
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        pool = store.db.engine.pool
+        limit = sum(SMALL)
+
+        def park(ready: threading.Event) -> None:
+            try:
+                store.db.read(lambda c: c.exec_driver_sql("SELECT 1").scalar())
+            except Exception as exc:  # reported by the test
+                self.errors.append(repr(exc))
+            ready.set()
+            self._stop.wait(DEADLINE * 3)
+
+        while (len(self._threads) < count) if count is not None else (pool.checkedout() < limit):  # type: ignore[attr-defined]
+            ready = threading.Event()
+            t = threading.Thread(target=park, args=(ready,), daemon=True)
+            t.start()
+            self._threads.append(t)
+            assert ready.wait(DEADLINE)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(DEADLINE)
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])
+def test_builder_lock_survives_pool_exhaustion_and_reclaim(small_pool_url: str) -> None:
+    """PostgreSQL only: the builder's lock is a session advisory lock on a connection of its own
+    (SQLite's is an ``flock`` beside the file, no connection involved).
+
+    The lock's connection came from the store's pool but outside the reclaim path: with every
+    pooled connection kept by an idle thread, taking the lock waited the pool's own 30 s and then
+    failed with SQLAlchemy's bare TimeoutError; and it held one of the pool's connections for the
+    builder's whole life."""
+    store = fencepost.open(small_pool_url)
+    other = fencepost.open(small_pool_url)
+    parked = _Parked(store, None)
+    lock = BuilderLock(store.db, "proj")
+    try:
+        assert parked.errors == []
+        assert store.db.engine.pool.checkedout() == sum(SMALL)  # type: ignore[attr-defined]
+        lock.acquire(0)  # the pool is full of idle threads' kept connections
+        assert lock.held
+        # More threads than the pool holds come and go, taking back idle connections.
+        more = _Parked(store, sum(SMALL) * 2)
+        more.stop()
+        assert more.errors == []
+        lock.acquire(0)  # still held: the same session
+        with pytest.raises(ProjectionError) as caught:
+            BuilderLock(other.db, "proj").acquire(0)
+        assert caught.value.code == "builder_busy"
+    finally:
+        parked.stop()
+        lock.release()
+        other.close()
+        store.close()
+    # Released: another builder takes the name at once.
+    again = fencepost.open(small_pool_url)
+    try:
+        second = BuilderLock(again.db, "proj")
+        second.acquire(0)
+        second.release()
+    finally:
+        again.close()
+
+
+class _HoldingProxy:
+    """A TCP proxy to the PostgreSQL server that, once ``hold`` is set, keeps new connections
+    waiting (a server that does not answer) until ``wanted`` of them wait at once (or ``free``)."""
+
+    def __init__(self, target: tuple[str, int], wanted: int) -> None:
+        self._target = target
+        self._wanted = wanted
+        self._lock = threading.Lock()
+        self._waiting: list[socket.socket] = []
+        self.hold = False
+        self.most_waiting = 0
+        self.reached = threading.Event()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            with self._lock:
+                if not self.hold:
+                    self._forward(client)
+                    continue
+                self._waiting.append(client)
+                self.most_waiting = max(self.most_waiting, len(self._waiting))
+                if len(self._waiting) >= self._wanted:
+                    self.reached.set()
+                    self._free_locked()
+
+    def free(self) -> None:
+        with self._lock:
+            self._free_locked()
+
+    def _free_locked(self) -> None:
+        self.hold = False
+        for client in self._waiting:
+            self._forward(client)
+        self._waiting = []
+
+    def _forward(self, client: socket.socket) -> None:
+        server = socket.create_connection(self._target)
+
+        def pump(src: socket.socket, dst: socket.socket) -> None:
+            try:
+                while data := src.recv(65536):
+                    dst.sendall(data)
+            except OSError:
+                pass
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+        threading.Thread(target=pump, args=(client, server), daemon=True).start()
+        threading.Thread(target=pump, args=(server, client), daemon=True).start()
+
+    def close(self) -> None:
+        self.free()
+        self._listener.close()
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])
+def test_a_connect_to_a_server_that_does_not_answer_does_not_hold_up_other_threads(db_url: str) -> None:
+    """PostgreSQL only: a SQLite connect opens a local file and does not wait on a server.
+
+    Every checkout ran under one lock, including the connect of a new connection: while a server
+    did not answer (up to ``connect_timeout``, 10 s by default), every other thread's checkout
+    waited behind it, so N threads starting together failed one ``connect_timeout`` after another.
+    The proxy keeps new connections waiting until ``wanted`` of them wait at once: reached only
+    when the threads connect side by side."""
+    wanted = 4
+    url = make_url(db_url)
+    proxy = _HoldingProxy((url.host or "127.0.0.1", url.port or 5432), wanted)
+    proxied = url.set(host="127.0.0.1", port=proxy.port).update_query_dict({"connect_timeout": "60"})
+    store = fencepost.open(proxied.render_as_string(hide_password=False))
+    stop = threading.Event()
+    errors: list[str] = []
+    done = threading.Semaphore(0)
+
+    def client() -> None:
+        try:
+            store.db.read(lambda c: c.exec_driver_sql("SELECT 1").scalar())
+        except Exception as exc:  # reported by the test
+            errors.append(repr(exc))
+        done.release()
+        stop.wait(DEADLINE * 3)  # keeps its connection: the next thread needs a new one
+
+    threads: list[threading.Thread] = []
+    try:
+        # The pool's free connections go first, to threads that need no connect.
+        for _ in range(store.db.engine.pool.checkedin()):  # type: ignore[attr-defined]
+            threads.append(threading.Thread(target=client, daemon=True))
+            threads[-1].start()
+            assert done.acquire(timeout=DEADLINE)
+        proxy.hold = True
+        for _ in range(wanted):
+            threads.append(threading.Thread(target=client, daemon=True))
+            threads[-1].start()
+        reached = proxy.reached.wait(DEADLINE)
+        most = proxy.most_waiting
+    finally:
+        proxy.free()  # whatever still waits connects now
+        finished = sum(done.acquire(timeout=DEADLINE) for _ in range(wanted))
+        stop.set()
+        for t in threads:
+            t.join(DEADLINE)
+        store.close()
+        proxy.close()
+    assert reached, f"at most {most} of {wanted} threads were connecting at once"
+    assert finished == wanted
+    assert errors == []
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_checks_out_its_own_connections_outside_a_thread_slot(store: fencepost.Store) -> None:
+    """``connect()`` and ``detached_connection()`` (a follower's change detection, a projection
+    builder's lock) check out without a thread's kept connection: in a forked child, before any
+    read or write, they were handed the parent's pooled connections (the parent's live sessions),
+    and waited forever on a checkout lock a parent thread held at ``fork()``."""
+    store.runs.create("before-fork", "{}")
+    db = store.db
+    pool = db.engine.pool
+    held = [db.connect() for _ in range(pool.checkedin() + 1)]  # type: ignore[attr-defined]
+    parents = {id(c.connection.dbapi_connection) for c in held}
+    for c in held:
+        c.close()  # back into the pool's free connections, which the child inherits
+    assert pool.checkedin() >= 1  # type: ignore[attr-defined]
+
+    def child() -> None:
+        signal.alarm(int(DEADLINE))  # a checkout that waits forever ends the child
+        for open_one in (db.connect, db.detached_connection):
+            conn = open_one()
+            assert id(conn.connection.dbapi_connection) not in parents
+            assert conn.exec_driver_sql("SELECT 1").scalar() == 1
+            conn.close()
+        assert store.runs.get("before-fork").run_id == "before-fork"
+
+    # Another thread of the parent in the middle of a checkout, taking back idle connections.
+    with db._checkout_lock, db._slots_lock:
+        pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child process
+        code = 1
+        try:
+            child()
+            code = 0
+        except BaseException:
+            traceback.print_exc()  # shown with the test's failure
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    store.runs.create("after-fork", "{}")  # the parent's connections are still its own
+    assert store.runs.get("before-fork").run_id == "before-fork"
