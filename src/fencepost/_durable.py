@@ -560,9 +560,6 @@ class Database:
             raise failure
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _connection(self, write: bool) -> Connection:
-        return self._slot(write).conn
-
     def _slot(self, write: bool) -> _Slot:
         """This thread's write (or read) connection, kept between transactions.
 
