@@ -515,7 +515,11 @@ class Worker:
             return None
         # Activated with a first heartbeat at about now: the run is this worker's from here on.
         # A run dropped here would sit ``running``, held by nobody, until its lease expired.
-        lease = self._hold_activated(run_id, stamped_after) if hold else None
+        # Held from here, its lease counted from a reading taken before the activation: the store
+        # counts the run's lease from the activation's heartbeat, and a lease counted from a later
+        # hold could outlast it (a peer may take the run once that heartbeat is STALE_AFTER old).
+        # Just activated, so no verifying read.
+        lease = self.supervisor.hold(run_id, verify=False, since_ms=stamped_after) if hold else None
         try:
             row = self._retry_for_run(run_id, "reading the run just activated", lambda: runs.get(run_id),
                                       budget_ends, lease)
@@ -535,20 +539,6 @@ class Worker:
             self._count("takeovers")
             log.info("run %s: took it over, its lease expired", run_id, extra={"run_id": run_id})
         return row, lease
-
-    def _hold_activated(self, run_id: str, stamped_after: int) -> Lease:
-        """Hold ``run_id``, just activated by this worker, with its lease counted from ``stamped_after``
-        (a store clock reading taken before the activation), not from now.
-
-        The store counts the run's lease from the heartbeat the activation wrote, and a peer may take
-        the run over once that heartbeat is ``STALE_AFTER`` old. A lease counted from a later hold
-        would let the worker run it longer than that when every heartbeat fails (a database outage
-        that began right after the activation). Counting from a reading taken before the activation
-        never outlasts the stored lease: the supervisor then reconfirms (or lapses the lease) within
-        ``WRITE_TOLERANCE`` of the stored heartbeat, as for any run whose pulses fail.
-        """
-        # Just activated: the run is this owner's, so no verifying read.
-        return self.supervisor.hold(run_id, verify=False, since_ms=stamped_after)
 
     def _retry_for_run(self, run_id: str, what: str, call: Callable[[], Any], until: float,
                        lease: Lease | None = None) -> Any:

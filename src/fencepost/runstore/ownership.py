@@ -310,7 +310,7 @@ class Supervisor:
         """
         method = "Supervisor.hold"
         _check_hold(run_id, on_lapse, on_reconfirm, on_lost, method)
-        if since_ms is not None and (type(since_ms) is not int or not is_safe_int(since_ms) or since_ms < 0):
+        if since_ms is not None and not is_safe_int(since_ms):
             raise check.refuse(method, "since_ms must be a non-negative safe integer", {"field": "since_ms"})
         self._refuse_held(run_id, method)
         if verify:
