@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
@@ -308,9 +308,13 @@ def status_counts(store: Store) -> dict[str, int]:
 
 def status_counts_across(stores: Mapping[str, Store]) -> dict[str, int]:
     """Each status's count summed over every store."""
+    return _summed(status_counts(store) for store in stores.values())
+
+
+def _summed(counts: Iterable[Mapping[str, int]]) -> dict[str, int]:
     total = dict.fromkeys(STATUSES, 0)
-    for store in stores.values():
-        for status, n in status_counts(store).items():
+    for each in counts:
+        for status, n in each.items():
             total[status] += n
     return total
 
@@ -596,9 +600,5 @@ def stats_across(stores: Mapping[str, Store], hub: FeedHub) -> dict[str, Any]:
     # seconds, which would hold every store's statistics back): the hub's own sample, once a
     # tick, notices when it answers again.
     answers, down = each_store(stores, part, known_down=getattr(hub, "down", None))
-    counts = dict.fromkeys(STATUSES, 0)
-    for _, each in answers.values():
-        for status, n in each.items():
-            counts[status] += n
-    return {"counts": counts,
+    return {"counts": _summed(each for _, each in answers.values()),
             "stores": {name: answers[name][0] if name in answers else down[name] for name in stores}}
