@@ -176,7 +176,7 @@ def projection_run(obj: CliContext, which: str, target: str | None, follow: bool
 def _follow(obj: CliContext, builder: Any, which: str, target: str | None, interval: float, out: Output) -> None:
     """Run the builder in a thread; the main thread handles signals and prints status lines."""
     from fencepost.errors import FencepostError
-    from fencepost.projections.builder import _worth_waiting
+    from fencepost.projections.builder import worth_waiting
 
     failure: list[BaseException] = []
 
@@ -210,7 +210,7 @@ def _follow(obj: CliContext, builder: Any, which: str, target: str | None, inter
                     found = watcher.status()
                 except FencepostError as exc:
                     # The builder thread waits an unavailable database out: so does its status line.
-                    if not _worth_waiting(exc):
+                    if not worth_waiting(exc):
                         raise
                     if not unavailable:
                         why = getattr(exc, "db_code", None) or exc.code

@@ -47,7 +47,7 @@ from fencepost._values import identifier_problem, is_safe_int
 from fencepost.errors import JournalError
 from fencepost.journal.entries import Entry, entry_from_row
 from fencepost.journal.owner import OwnerId
-from fencepost.journal.verify import Break, _Undecodable, checked_store, rows_breaks, stream_rows
+from fencepost.journal.verify import Break, Undecodable, checked_store, rows_breaks, stream_rows
 
 if TYPE_CHECKING:
     from fencepost._store import Store
@@ -367,7 +367,7 @@ _DETAILS = {
 
 class _Stream(msgspec.Struct, frozen=True):
     """One companion stream as one read found it: its stored rows in ``seq`` order (an entry
-    holding text that is not UTF-8 as ``verify``'s ``_Undecodable``) and its chain's breaks."""
+    holding text that is not UTF-8 as ``verify``'s ``Undecodable``) and its chain's breaks."""
 
     name: str
     rows: list[Any]
@@ -395,7 +395,7 @@ def _facts(stream: _Stream) -> Iterator[Entry | Violation]:
     its ``malformed_fact`` violation (naming the field and position, never the value). An entry
     whose text is not UTF-8 is skipped: its ``encoding`` break reports it."""
     for row in stream.rows:
-        if (type(row) is _Undecodable or not row.event_type.startswith(FACT_PREFIX)
+        if (type(row) is Undecodable or not row.event_type.startswith(FACT_PREFIX)
                 or row.source_id != FACT_SOURCE):
             continue
         try:

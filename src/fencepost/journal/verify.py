@@ -140,7 +140,7 @@ _NEXT_IN_LOG = (
 
 def _page(store: Store, conn: Connection, stmt: Any, as_bytes: Any, params: dict[str, Any]) -> list[Any]:
     """One page of rows; when a stored text value is not UTF-8 (SQLite), the same page again with
-    its text read as bytes, so the entry holding it comes back as ``_Undecodable`` instead of
+    its text read as bytes, so the entry holding it comes back as ``Undecodable`` instead of
     failing the whole read."""
     try:
         return conn.execute(stmt, params).all()
@@ -152,7 +152,7 @@ def _page(store: Store, conn: Connection, stmt: Any, as_bytes: Any, params: dict
 
 def stream_rows(store: Store, conn: Connection, stream: str) -> list[Any]:
     """Every stored row of one stream in ``seq`` order (all of ``_PAGE``'s columns), read on
-    ``conn``; an entry holding text that is not UTF-8 comes back as ``_Undecodable``."""
+    ``conn``; an entry holding text that is not UTF-8 comes back as ``Undecodable``."""
     rows: list[Any] = []
     after = -1
     while True:
@@ -174,7 +174,7 @@ def rows_breaks(conn: Connection, rows: list[Any]) -> list[Break]:
     found: list[Break] = []
     prev: tuple[int, str] | None = None
     for row in rows:
-        problems = ([("encoding", _encoding_detail(row))] if type(row) is _Undecodable
+        problems = ([("encoding", _encoding_detail(row))] if type(row) is Undecodable
                     else entry_problems(row, prev))
         found.extend(Break(stream=row.run_id, seq=int(row.seq), position=int(row.position), what=what,
                            detail=detail) for what, detail in problems)
@@ -191,11 +191,11 @@ def rows_breaks(conn: Connection, rows: list[Any]) -> list[Break]:
     return found
 
 
-def _encoding_detail(row: _Undecodable) -> str:
+def _encoding_detail(row: Undecodable) -> str:
     return f"stored {', '.join(row.columns)} {'is' if len(row.columns) == 1 else 'are'} not valid UTF-8"
 
 
-class _Undecodable:
+class Undecodable:
     """An entry of a page read as bytes, some of whose text ``columns`` are not UTF-8 (those are
     held with U+FFFD in place of each bad byte, so nothing shows the stored bytes)."""
 
@@ -205,7 +205,7 @@ class _Undecodable:
 
 
 def _decoded(row: Any) -> Any:
-    """A row of ``_BYTES_PAGE`` as ``_PAGE`` would have returned it, or ``_Undecodable``."""
+    """A row of ``_BYTES_PAGE`` as ``_PAGE`` would have returned it, or ``Undecodable``."""
     values = dict(row._mapping)
     bad: list[str] = []
     for name in _TEXT_COLUMNS:
@@ -217,7 +217,7 @@ def _decoded(row: Any) -> Any:
                 values[name] = raw.decode("utf-8", "replace")
                 bad.append(name)
     if bad:
-        return _Undecodable(values, sorted(bad))
+        return Undecodable(values, sorted(bad))
     return _Row(values)
 
 
@@ -245,7 +245,7 @@ class _Checker:
             self.listed.append(Break(stream=row.run_id, seq=int(row.seq), position=int(row.position), what=what,
                                      detail=detail, run_id=_run_of(row)))
 
-    def undecodable(self, row: _Undecodable) -> None:
+    def undecodable(self, row: Undecodable) -> None:
         """An entry holding text that is not UTF-8: one ``encoding`` break; the chain continues
         from what it stores (its other checks would only repeat the same break)."""
         self.count += 1
@@ -360,7 +360,7 @@ def verify(store: Store, *, anchor: Head | None = None,
             # An entry holding text that is not UTF-8 (SQLite) is reported as a break, not the whole verify.
             rows = _page(store, conn, _PAGE, _BYTES_PAGE, {"after": after, "n": PAGE})
             for row in rows:
-                if type(row) is _Undecodable:
+                if type(row) is Undecodable:
                     checker.undecodable(row)
                 else:
                     checker.check(row)

@@ -110,7 +110,7 @@ def _replacement_check(store: Store) -> Callable[[], bool]:
     return lambda: file_identity(path) != identity
 
 
-def _worth_waiting(exc: BaseException) -> bool:
+def worth_waiting(exc: BaseException) -> bool:
     """Whether a builder (or a reader of its status) waits ``exc`` out and tries again: only an
     unavailable database is; every other error is a defect, and a closed store does not come back."""
     if isinstance(exc, FencepostError) and exc.code != "persistence_failed":
@@ -353,7 +353,7 @@ class ProjectionBuilder:
                     self._prepare()
                     self._catch_up(share)
                 except (DbFailure, FencepostError) as exc:
-                    if not _worth_waiting(exc):
+                    if not worth_waiting(exc):
                         raise
                     log.warning("projection %s: catch-up failed (%s); retrying", share.checkpoint,
                                 getattr(exc, "db_code", None) or exc.code or "persistence_failed")
