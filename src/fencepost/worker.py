@@ -52,7 +52,7 @@ from fencepost.runstore.ownership import Lease, LeaseLost, Supervisor
 from fencepost.runstore.rows import LivenessEvidence, RunFailure, RunRow, RunSnapshot
 
 __all__ = ["STOP_GRACE_S", "SUSPEND_BACKOFF_S", "Cancelled", "LeaseLost", "RunContext", "Stopping", "Suspend",
-           "UnstorableResult", "Worker", "WorkerStats", "default_owner"]
+           "TakenRun", "UnstorableResult", "Worker", "WorkerStats", "default_owner"]
 
 log = logging.getLogger("fencepost.worker")
 
@@ -143,6 +143,20 @@ def _worth_waiting(exc: BaseException, *, sweep: bool = False) -> bool:
     if sweep:
         return getattr(exc, "db_code", None) not in _GONE_FOR_GOOD
     return getattr(exc, "transient", False) is True
+
+
+class TakenRun(RunRow, frozen=True):
+    """A run ``Worker.take()`` activated for this worker: its ``RunRow``, and ``lease_since_ms``.
+
+    ``lease_since_ms`` is a store-clock reading taken just before the activation (so no later than
+    the heartbeat it stored). The store counts the run's lease from that heartbeat, so whoever holds
+    the run afterwards counts its lease from this reading, however late the hold comes:
+    ``worker.supervisor.hold(row.run_id, since_ms=row.lease_since_ms)``. A lease counted from the
+    hold instead would outlast the stored one by the delay, and the run could still be running when
+    a peer is allowed to take it over.
+    """
+
+    lease_since_ms: int | None = None
 
 
 class WorkerStats(msgspec.Struct):
@@ -417,8 +431,14 @@ class Worker:
             found = sorted(found, key=lambda c: (c["created_at_ms"], c["run_id"]))[:limit]
         return found
 
-    def take(self, limit: int) -> list[RunRow]:
+    def take(self, limit: int) -> list[TakenRun]:
         """Sweep once and take up to ``limit`` runs; return the rows now owned (activated) by this worker.
+
+        Nothing holds them yet: each ``TakenRun`` is a ``RunRow`` that also carries ``lease_since_ms``,
+        the store-clock reading taken just before its activation. Hold a run counting its lease from
+        there, ``self.supervisor.hold(row.run_id, since_ms=row.lease_since_ms)``, never from the hold
+        itself: the store counts the lease from the activation, and a caller that holds late would
+        otherwise keep running the run after a peer may take it over.
 
         Candidates are shuffled so that workers sweeping at once mostly pick different runs; a lost
         race is an outcome (``AlreadyClaimed``, ``SnapshotChanged`` ...) and the run is skipped.
@@ -431,7 +451,7 @@ class Worker:
             raise ValueError("limit must be an integer >= 1")
         return self._sweep(limit)
 
-    def _sweep(self, limit: int, start: Callable[[RunRow, Lease], None] | None = None) -> list[RunRow]:
+    def _sweep(self, limit: int, start: Callable[[RunRow, Lease], None] | None = None) -> list[TakenRun]:
         """``take(limit)``; with ``start``, each run is held as it is activated (``_take_one``) and
         ``start(row, lease)`` is called on it as soon as it is taken (``run()`` starts it there). A later
         candidate's steps may wait out an outage on this thread (releasing its claim, for up to the
@@ -445,7 +465,7 @@ class Worker:
         skip = self._resting_now() | self._in_hand()
         found = [c for c in found if c["run_id"] not in skip]
         random.shuffle(found)
-        taken: list[RunRow] = []
+        taken: list[TakenRun] = []
         for cand in found:
             if len(taken) >= limit:
                 break
@@ -467,9 +487,10 @@ class Worker:
                     start(row, lease)
         return taken
 
-    def _take_one(self, cand: dict[str, Any], *, hold: bool) -> tuple[RunRow, Lease | None] | None:
-        """Claim and activate ``cand``'s run, then read its row: the row and, with ``hold``, its lease
-        (held from the activation on), or None when a race was lost or the lease was lost meanwhile."""
+    def _take_one(self, cand: dict[str, Any], *, hold: bool) -> tuple[TakenRun, Lease | None] | None:
+        """Claim and activate ``cand``'s run, then read its row: the row (with the reading its lease
+        counts from) and, with ``hold``, its lease (held from the activation on), or None when a race
+        was lost or the lease was lost meanwhile."""
         runs = self.store.runs
         now = self.store.clock.now_ms()
         # The wall-clock start of the claim's write budget (``TOLERANCE_MS``): the retries below
@@ -538,7 +559,7 @@ class Worker:
         if cand["status"] == "running":
             self._count("takeovers")
             log.info("run %s: took it over, its lease expired", run_id, extra={"run_id": run_id})
-        return row, lease
+        return TakenRun(**msgspec.structs.asdict(row), lease_since_ms=stamped_after), lease
 
     def _retry_for_run(self, run_id: str, what: str, call: Callable[[], Any], until: float,
                        lease: Lease | None = None) -> Any:
