@@ -52,7 +52,7 @@ from fencepost.runstore.ownership import Lease, LeaseLost, Supervisor
 from fencepost.runstore.rows import LivenessEvidence, RunFailure, RunRow, RunSnapshot
 
 __all__ = ["STOP_GRACE_S", "SUSPEND_BACKOFF_S", "Cancelled", "LeaseLost", "RunContext", "Stopping", "Suspend",
-           "UnstorableResult", "Worker", "WorkerStats", "default_owner"]
+           "TakenRun", "UnstorableResult", "Worker", "WorkerStats", "default_owner"]
 
 log = logging.getLogger("fencepost.worker")
 
@@ -143,6 +143,20 @@ def _worth_waiting(exc: BaseException, *, sweep: bool = False) -> bool:
     if sweep:
         return getattr(exc, "db_code", None) not in _GONE_FOR_GOOD
     return getattr(exc, "transient", False) is True
+
+
+class TakenRun(RunRow, frozen=True):
+    """A run ``Worker.take()`` activated for this worker: its ``RunRow``, and ``lease_since_ms``.
+
+    ``lease_since_ms`` is a store-clock reading taken just before the activation (so no later than
+    the heartbeat it stored). The store counts the run's lease from that heartbeat, so whoever holds
+    the run afterwards counts its lease from this reading, however late the hold comes:
+    ``worker.supervisor.hold(row.run_id, since_ms=row.lease_since_ms)``. A lease counted from the
+    hold instead would outlast the stored one by the delay, and the run could still be running when
+    a peer is allowed to take it over.
+    """
+
+    lease_since_ms: int | None = None
 
 
 class WorkerStats(msgspec.Struct):
@@ -383,7 +397,12 @@ class Worker:
             self._contexts[row.run_id] = ctx
             # Counted before the function can start, so a reading never lags a run already running.
             _gauges.worker_in_flight.set(len(self._futures) + 1, **self._gauge_attrs)
-            self._futures[row.run_id] = pool.submit(self._execute, ctx)
+            try:
+                self._futures[row.run_id] = pool.submit(self._execute, ctx)
+            except BaseException:  # not started: nothing of it stays in hand (the sweep gives it back)
+                del self._contexts[row.run_id]
+                _gauges.worker_in_flight.set(len(self._futures), **self._gauge_attrs)
+                raise
 
     def _reap(self) -> None:
         with self._lock:
@@ -417,8 +436,14 @@ class Worker:
             found = sorted(found, key=lambda c: (c["created_at_ms"], c["run_id"]))[:limit]
         return found
 
-    def take(self, limit: int) -> list[RunRow]:
+    def take(self, limit: int) -> list[TakenRun]:
         """Sweep once and take up to ``limit`` runs; return the rows now owned (activated) by this worker.
+
+        Nothing holds them yet: each ``TakenRun`` is a ``RunRow`` that also carries ``lease_since_ms``,
+        the store-clock reading taken just before its activation. Hold a run counting its lease from
+        there, ``self.supervisor.hold(row.run_id, since_ms=row.lease_since_ms)``, never from the hold
+        itself: the store counts the lease from the activation, and a caller that holds late would
+        otherwise keep running the run after a peer may take it over.
 
         Candidates are shuffled so that workers sweeping at once mostly pick different runs; a lost
         race is an outcome (``AlreadyClaimed``, ``SnapshotChanged`` ...) and the run is skipped.
@@ -431,11 +456,13 @@ class Worker:
             raise ValueError("limit must be an integer >= 1")
         return self._sweep(limit)
 
-    def _sweep(self, limit: int, start: Callable[[RunRow, Lease], None] | None = None) -> list[RunRow]:
+    def _sweep(self, limit: int, start: Callable[[RunRow, Lease], None] | None = None) -> list[TakenRun]:
         """``take(limit)``; with ``start``, each run is held as it is activated (``_take_one``) and
         ``start(row, lease)`` is called on it as soon as it is taken (``run()`` starts it there). A later
         candidate's steps may wait out an outage on this thread (releasing its claim, for up to the
-        claim's budget): a run already taken must not wait with them, neither run nor held."""
+        claim's budget): a run already taken must not wait with them, neither run nor held. A run
+        whose hold or ``start`` raises is given back (``_give_back``), left out of the result, and the
+        sweep goes on with the next candidate."""
         # Runs this worker suspended are left alone for a while; read enough for the others. Which
         # runs rest is asked again after the read: a run may have been suspended during it (its
         # rest begins before it is claimable, so a read that sees it claimable sees it resting).
@@ -445,7 +472,7 @@ class Worker:
         skip = self._resting_now() | self._in_hand()
         found = [c for c in found if c["run_id"] not in skip]
         random.shuffle(found)
-        taken: list[RunRow] = []
+        taken: list[TakenRun] = []
         for cand in found:
             if len(taken) >= limit:
                 break
@@ -460,16 +487,24 @@ class Worker:
                 log.warning("worker: sweep stopped after taking %d run(s): %s (%s)", len(taken), type(exc).__name__,
                             getattr(exc, "db_code", None) or getattr(exc, "code", None))
                 break
-            if took is not None:
-                row, lease = took
-                taken.append(row)
-                if start is not None and lease is not None:
+            if took is None:
+                continue
+            row, lease = took
+            if start is not None and lease is not None:
+                try:
                     start(row, lease)
+                except Exception as exc:
+                    # Activated and held, but not running: given back at once rather than left
+                    # ``running`` under this worker until its lease lapses; the sweep goes on.
+                    self._give_back(row.run_id, lease, "starting it", exc)
+                    continue
+            taken.append(row)
         return taken
 
-    def _take_one(self, cand: dict[str, Any], *, hold: bool) -> tuple[RunRow, Lease | None] | None:
-        """Claim and activate ``cand``'s run, then read its row: the row and, with ``hold``, its lease
-        (held from the activation on), or None when a race was lost or the lease was lost meanwhile."""
+    def _take_one(self, cand: dict[str, Any], *, hold: bool) -> tuple[TakenRun, Lease | None] | None:
+        """Claim and activate ``cand``'s run, then read its row: the row (with the reading its lease
+        counts from) and, with ``hold``, its lease (held from the activation on), or None when a race
+        was lost or the lease was lost meanwhile."""
         runs = self.store.runs
         now = self.store.clock.now_ms()
         # The wall-clock start of the claim's write budget (``TOLERANCE_MS``): the retries below
@@ -519,7 +554,11 @@ class Worker:
         # counts the run's lease from the activation's heartbeat, and a lease counted from a later
         # hold could outlast it (a peer may take the run once that heartbeat is STALE_AFTER old).
         # Just activated, so no verifying read.
-        lease = self.supervisor.hold(run_id, verify=False, since_ms=stamped_after) if hold else None
+        try:
+            lease = self.supervisor.hold(run_id, verify=False, since_ms=stamped_after) if hold else None
+        except Exception as exc:
+            self._give_back(run_id, None, "holding it", exc)
+            return None
         try:
             row = self._retry_for_run(run_id, "reading the run just activated", lambda: runs.get(run_id),
                                       budget_ends, lease)
@@ -538,7 +577,36 @@ class Worker:
         if cand["status"] == "running":
             self._count("takeovers")
             log.info("run %s: took it over, its lease expired", run_id, extra={"run_id": run_id})
-        return row, lease
+        return TakenRun(**msgspec.structs.asdict(row), lease_since_ms=stamped_after), lease
+
+    def _give_back(self, run_id: str, lease: Lease | None, what: str, exc: Exception) -> None:
+        """Give back a run this sweep activated but could not run (``what``, holding or starting it,
+        raised ``exc``): logged naming the run, then parked ``suspended`` from its last checkpoint,
+        claimable again (this worker leaves it for ``SUSPEND_BACKOFF_S``, as after ``Suspend``, so a
+        failure that repeats does not spin). The transition is fenced by the owner and retried
+        (``_retry_for_run``) within the write budget and while ``lease``, if held, lasts; when it
+        cannot be made the run lapses from the heartbeat its activation stored, as if nobody held it.
+        Never raises: the sweep goes on with its other runs."""
+        log.error("run %s: %s failed; giving the run back\n%s", run_id, what, self._log_traceback(run_id, exc),
+                  extra={"run_id": run_id})
+        with self._lock:
+            # Before the run is claimable again: this worker's next sweep must not take it back at once.
+            self._resting[run_id] = time.monotonic() + SUSPEND_BACKOFF_S
+        runs = self.store.runs
+        try:
+            outcome = self._retry_for_run(run_id, "giving the run back",
+                                          lambda: runs.transition_owned(run_id, self.owner, "suspended"),
+                                          time.monotonic() + TOLERANCE_MS / 1000, lease)
+        except Exception as failure:  # LeaseLost too: the run is another owner's, or lapses
+            log.warning("run %s: could not be given back (%s); its lease lapses and a worker takes it over",
+                        run_id, getattr(failure, "db_code", None) or getattr(failure, "code", None)
+                        or type(failure).__name__, extra={"run_id": run_id})
+            return
+        finally:
+            if lease is not None:
+                lease.release()
+        if isinstance(outcome, Transitioned):
+            log.info("run %s settled suspended (given back)", run_id, extra={"run_id": run_id})
 
     def _retry_for_run(self, run_id: str, what: str, call: Callable[[], Any], until: float,
                        lease: Lease | None = None) -> Any:
