@@ -433,11 +433,15 @@ class Database:
             _category, code = self.backend.classify(exc)
             problem, note = self.backend.open_problem(code), None
             if problem is None and code is None:
+                # A refused login, a URL option the driver or the server refuses, and a server
+                # that does not answer all reach libpq as a lost connection would (no code): the
+                # diagnosis decides, and only a server that cannot take the connection now
+                # (``cannot_connect``) is worth waiting for.
                 problem, note, code = self.backend.explain_connect(self.engine)
-            elif problem is None:
+                return ConnectProblem(problem, code, note, problem == "cannot_connect")
+            if problem is None:
                 note = self.backend.reason(exc, code)  # another writer's lock, a timeout ...
             problem = problem or "open_failed"
-            # A refused login reaches libpq as a lost connection would: the diagnosis decides.
             transient = problem in ("cannot_connect", "open_failed") and self.backend.is_transient(exc)
             return ConnectProblem(problem, code, note, transient)
         return None
