@@ -65,6 +65,28 @@ def test_a_bad_option_value_is_open_failed_not_a_credentials_problem(case: str, 
     assert (exc.code, exc.db_code) == ("open_failed", None), str(exc)
 
 
+@pytest.mark.parametrize("readonly", [False, True])
+@pytest.mark.parametrize("case", list(BAD_VALUES), ids=list(BAD_VALUES))
+def test_a_bad_option_value_is_not_transient(case: str, readonly: bool) -> None:
+    """Waiting never cures a URL option the driver or server refuses: ``transient`` is False, so a
+    caller that retries transient failures (a worker host, a follow loop) stops at once instead of
+    waiting for ever. Defect: libpq reports these without a SQLSTATE, as a lost connection, and the
+    open took that for a transient failure. PostgreSQL only: a SQLite URL's options are all
+    fencepost's own, checked (``ValueError``) before anything connects."""
+    query, _names = BAD_VALUES[case]
+    exc = _open_fails(_url(query), readonly=readonly)
+    assert (exc.code, exc.transient) == ("open_failed", False), str(exc)
+
+
+@pytest.mark.parametrize("query", ["", "sslmode=bogus"])
+def test_nothing_listening_stays_cannot_connect_and_transient(query: str) -> None:
+    """The transient kind stays transient, a bad option beside it or not: nothing listens on port 1
+    (the server may come up). The other transient refusals (no free slot, starting up or shutting
+    down) are proven against a real server in tests/faults/test_open_server_refusals.py."""
+    exc = _open_fails(_url(query, port="1"))
+    assert (exc.code, exc.transient) == ("cannot_connect", True), str(exc)
+
+
 def test_ssl_required_from_a_server_without_ssl_is_open_failed() -> None:
     if _server_has_ssl():
         pytest.skip("the test server supports SSL")

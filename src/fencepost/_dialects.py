@@ -214,6 +214,13 @@ class Backend:
         """Why connecting failed when the driver gave no code (``OpenError`` code)."""
         return "open_failed"
 
+    def connect_refusal(self, engine: Engine) -> tuple[str | None, str | None]:
+        """Why a new connection of a store already open failed when the driver gave no code, asked of
+        the server: its code and a value-free reason when it refused the session (no free
+        connection slot, starting up or shutting down), ``(None, reason)`` when nothing answers at
+        its address, ``(None, None)`` when that cannot be told (the failure's own reason stands)."""
+        return None, None
+
     def explain_connect(self, engine: Engine) -> tuple[str, str | None, str | None]:
         """``diagnose_connect`` with a value-free sentence that says more, when there is one, and
         the code the diagnosis found (one the driver did not pass on), if any."""
@@ -759,15 +766,12 @@ class PostgresBackend(Backend):
         url = engine.url
         _, kwargs = engine.dialect.create_connect_args(url)
         try:
-            sock = _pg_reach(kwargs)
+            refused = _pg_refusal(kwargs)
         except socket.gaierror:
             return "cannot_connect", _HOST_UNRESOLVED, None
         except OSError:
             return "cannot_connect", None, None
-        user = kwargs.get("user") or os.environ.get("PGUSER") or _os_user()
         database = kwargs.get("dbname")
-        with sock:
-            refused = _pg_startup_refusal(sock, user, database or os.environ.get("PGDATABASE") or user)
         if refused in _PG_REFUSALS:
             return "cannot_connect", _PG_REFUSALS[refused], refused
         options = sorted(k for k in url.query if k not in _PG_IDENTITY)
@@ -781,6 +785,20 @@ class PostgresBackend(Backend):
             if options and _pg_let_in(engine, (), maintenance, None) is not None:
                 return "open_failed", _pg_options_note(_pg_blamed(engine, options, maintenance)), None
         return "auth_failed", None, None
+
+    def connect_refusal(self, engine: Engine) -> tuple[str | None, str | None]:
+        # The startup probe of ``explain_connect``: no login is attempted, so it is cheap and safe
+        # to ask while the store is open.
+        _, kwargs = engine.dialect.create_connect_args(engine.url)
+        try:
+            refused = _pg_refusal(kwargs)
+        except socket.gaierror:
+            return None, "the server's host name could not be resolved"
+        except OSError:
+            return None, "no server accepts connections at the store's address"
+        if refused in _PG_REFUSALS:
+            return refused, _PG_REFUSALS[refused]
+        return None, None
 
     @staticmethod
     def insert(table: Any) -> Any:
@@ -969,6 +987,16 @@ def _pg_reach(kwargs: dict[str, Any]) -> socket.socket:
             failure = exc
     assert failure is not None
     raise failure
+
+
+def _pg_refusal(kwargs: dict[str, Any]) -> str | None:
+    """The SQLSTATE with which the server the driver connects to (its connect arguments ``kwargs``)
+    refuses a session at startup, else None (``_pg_startup_refusal``); ``OSError`` when nothing
+    answers there (``socket.gaierror`` when no host name resolves)."""
+    sock = _pg_reach(kwargs)
+    user = kwargs.get("user") or os.environ.get("PGUSER") or _os_user()
+    with sock:
+        return _pg_startup_refusal(sock, user, kwargs.get("dbname") or os.environ.get("PGDATABASE") or user)
 
 
 def _pg_socket(host: str, port: int) -> socket.socket:

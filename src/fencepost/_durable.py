@@ -73,6 +73,10 @@ class DbFailure(Exception):
         super().__init__(f"{category} ({code or 'no code'})")
 
 
+# Marks a driver error raised while making a new connection (``Database._checkout``).
+_CONNECTING = "fencepost_connecting"
+
+
 class ConnectProblem(NamedTuple):
     """Why connecting failed: an ``OpenError`` code (``cannot_connect``, ``auth_failed``,
     ``database_missing`` ...), the driver's code, a value-free sentence the diagnosis adds (the URL
@@ -433,11 +437,15 @@ class Database:
             _category, code = self.backend.classify(exc)
             problem, note = self.backend.open_problem(code), None
             if problem is None and code is None:
+                # A refused login, a URL option the driver or the server refuses, and a server
+                # that does not answer all reach libpq as a lost connection would (no code): the
+                # diagnosis decides, and only a server that cannot take the connection now
+                # (``cannot_connect``) is worth waiting for.
                 problem, note, code = self.backend.explain_connect(self.engine)
-            elif problem is None:
+                return ConnectProblem(problem, code, note, problem == "cannot_connect")
+            if problem is None:
                 note = self.backend.reason(exc, code)  # another writer's lock, a timeout ...
             problem = problem or "open_failed"
-            # A refused login reaches libpq as a lost connection would: the diagnosis decides.
             transient = problem in ("cannot_connect", "open_failed") and self.backend.is_transient(exc)
             return ConnectProblem(problem, code, note, transient)
         return None
@@ -631,6 +639,9 @@ class Database:
                     return self.engine.connect()
                 except PoolTimeout:
                     pass  # taken by a checkout outside fencepost's (a test's engine.connect)
+                except DBAPIError as exc:
+                    setattr(exc, _CONNECTING, True)  # ``_failure`` asks the server why
+                    raise
                 finally:
                     with self._checkout_lock:  # the pool counts it now (or it failed)
                         self._connecting -= 1
@@ -781,7 +792,12 @@ class Database:
         transient = self.backend.is_transient(exc)
         if at_commit and self.backend.commit_unknown(exc):
             return DbFailure(category, code, COMMIT_UNKNOWN, transient=transient)
-        return DbFailure(category, code, self.backend.reason(exc, code), transient=transient)
+        reason = None
+        if code is None and getattr(exc, _CONNECTING, False):
+            # A new connection failed, and libpq keeps the server's refusal code to itself (no free
+            # slot reads as a lost connection): ask the server, as an open that cannot connect does.
+            code, reason = self.backend.connect_refusal(self.engine)
+        return DbFailure(category, code, reason or self.backend.reason(exc, code), transient=transient)
 
     def connect(self) -> Connection:
         """A plain connection (autobegin) for migrations, tests and tools."""

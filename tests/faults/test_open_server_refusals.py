@@ -9,6 +9,7 @@ server, no connection slots and no host name.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 
@@ -126,6 +127,56 @@ def test_no_free_slot_while_a_store_is_open_is_transient(small_server: SmallServ
             _release(held)
         store.runs.create("r1", "{}")
         assert store.runs.get("r1").run_id == "r1"
+    finally:
+        store.close()
+
+
+def _fill(server: SmallServer) -> list[psycopg.Connection]:
+    """Take every connection slot left, the superusers' one too (bounded by ``MAX_CONNECTIONS``)."""
+    held: list[psycopg.Connection] = []
+    try:
+        for _ in range(MAX_CONNECTIONS):
+            held.append(psycopg.connect(_conninfo(server), connect_timeout=5))
+    except psycopg.OperationalError:
+        pass
+    return held
+
+
+def test_no_free_slot_for_a_new_thread_of_an_open_store_says_so(small_server: SmallServer) -> None:
+    """A store already open, whose new thread's first call needs a new connection while the server
+    is full, fails that call as transient, saying the server has no free connection slot (and its
+    code, 53300), not that a connection was lost: none was ever made. Defect: libpq reports the
+    refusal without its SQLSTATE, which read as "the connection to the server was lost". A thread
+    started afterwards, with a slot free again, succeeds."""
+    store = fencepost.open(_url(small_server, "app"))
+    try:
+        held = _fill(small_server)
+        try:
+            assert len(held) < MAX_CONNECTIONS  # the store holds at least one slot itself
+            caught: list[BaseException] = []
+
+            def first_call() -> None:
+                try:
+                    store.runs.create("r1", "{}")
+                except BaseException as exc:  # handed to the test thread
+                    caught.append(exc)
+
+            thread = threading.Thread(target=first_call)
+            thread.start()
+            thread.join(timeout=60)
+            assert not thread.is_alive() and len(caught) == 1, caught
+            err = caught[0]
+            assert isinstance(err, RunStoreError), repr(err)
+            assert (err.code, err.transient, err.db_code) == ("persistence_failed", True, "53300"), err
+            assert "no free connection slot" in str(err) and "lost" not in str(err), err
+            assert_value_free(err)
+            assert SECRET not in str(err)
+        finally:
+            _release(held)
+        thread = threading.Thread(target=store.runs.create, args=("r2", "{}"))
+        thread.start()
+        thread.join(timeout=60)
+        assert store.runs.get("r2").run_id == "r2"
     finally:
         store.close()
 

@@ -29,8 +29,11 @@ __all__ = ["cli", "main"]
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--db", "dbs", multiple=True, metavar="[NAME=]URL",
-              help="Database URL (sqlite:///path.db or postgresql+psycopg://...). "
-                   "Default: $FENCEPOST_DB, else sqlite:///.flows/flows.db. Repeat it to work across "
+              help="Database URL: sqlite:///relative/path.db, sqlite:////absolute/path.db (four "
+                   "slashes) or postgresql+psycopg://user@host/database. Default: $FENCEPOST_DB, else "
+                   "sqlite:///.flows/flows.db. A password given here shows in the process list (ps): put it "
+                   "in $FENCEPOST_DB, --shards FILE, a libpq password file or PGPASSWORD instead. Repeat it "
+                   "to work across "
                    "several stores (runs list, feed tail; the other commands route by run id through "
                    "a shard set, or refuse); NAME= labels a store (default: the shard name it recorded, "
                    "else shard-<i>).")

@@ -13,8 +13,15 @@ HEADER = """# Command line reference
      Do not edit by hand: tests/cli/test_docs.py fails when this page and the help drift apart. -->
 
 Every command takes the group option `--db URL` (or `$FENCEPOST_DB`; default
-`sqlite:///.flows/flows.db`). Read commands open the database read-only and never create or
-migrate it. A group given no command (`fencepost`, `fencepost runs`) prints its help.
+`sqlite:///.flows/flows.db`). A SQLite file is `sqlite:///relative/path.db` (relative to the working
+directory) or `sqlite:////absolute/path.db` (four slashes); a plain path is refused with those
+forms. Read commands open the database read-only and never create or migrate it. A group given no
+command (`fencepost`, `fencepost runs`) prints its help.
+
+**Passwords.** A command line is visible to every user of the machine (`ps`), so a PostgreSQL
+password written in `--db` is too. Keep it out: put the URL in `$FENCEPOST_DB` (several stores: a
+`--shards FILE` readable only by you), or leave the password out of the URL and let libpq find it
+in a password file (`~/.pgpass`, or `?passfile=PATH`) or `$PGPASSWORD`.
 
 **Several stores.** Repeat `--db` (or name a file of stores with `--shards FILE`, one `URL` or
 `NAME=URL` a line) to work across stores. `runs list` and `feed tail` read any stores and label
