@@ -408,6 +408,7 @@ class Database:
         self._slots_lock = threading.Lock()
         self._checkout_lock = threading.Lock()
         self._connecting = 0  # checkouts let through ``_checkout_lock`` and not yet counted by the pool
+        self._wake = threading.Event()  # set by ``dispose`` (and ``close``): checkouts waiting look again
         self._pid = os.getpid()
         self.closed = False
         # Concurrent top-level writes of this process share one COMMIT (see _group.py).
@@ -595,6 +596,7 @@ class Database:
             self._slots_lock = threading.Lock()
             self._checkout_lock = threading.Lock()
             self._connecting = 0
+            self._wake = threading.Event()
             self.engine.dispose(close=False)
             self._pid = os.getpid()
 
@@ -615,10 +617,12 @@ class Database:
         """
         self._after_fork()  # ``connect`` and ``detached_connection`` come here without ``_slot``
         limit = POOL_SIZE + POOL_OVERFLOW
-        pool = self.engine.pool
         deadline = time.monotonic() + POOL_WAIT
         pause = 0.001
         while True:
+            if self.closed:
+                raise _closed()  # closed while this call waited: as any call after ``close``
+            pool = self.engine.pool  # ``dispose`` puts a new one in place
             with self._checkout_lock:
                 if pool.checkedout() + self._connecting >= limit:  # type: ignore[attr-defined]
                     self._reclaim_idle()
@@ -639,7 +643,7 @@ class Database:
                     "persistence_failed", "pool_exhausted",
                     f"no database connection came free within {POOL_WAIT:g} s: all {limit} connections "
                     "of the store's pool were inside transactions of other threads", transient=True)
-            time.sleep(pause)
+            self._wake.wait(pause)
             pause = min(pause * 2, 0.05)
 
     def _reclaim_idle(self) -> None:
@@ -814,6 +818,9 @@ class Database:
         self.backend.close()
         # In a forked child the pooled connections are the parent's sessions: forget, never close.
         self.engine.dispose(close=self._pid == os.getpid())
+        # Calls waiting for a connection look again now (after ``close``, to raise its error).
+        wake, self._wake = self._wake, threading.Event()
+        wake.set()
 
     @property
     def name(self) -> str:
