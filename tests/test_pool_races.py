@@ -341,3 +341,52 @@ def test_close_wakes_a_call_waiting_for_a_connection_with_the_closed_error(
     assert getattr(err, "db_code", None) == "closed", repr(err)
     assert "closed" in str(err)
     assert waited[0] < 3.0, f"the waiting call took {waited[0]:.1f} s to notice close()"
+
+
+def test_a_reclaim_whose_release_stalls_does_not_hold_up_other_threads_checkouts(
+        small_pool_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Taking an idle thread's connection back returns it to the pool, which on PostgreSQL rolls it
+    back over the network: that ran under the store's checkout lock, so a server that stopped
+    answering mid-rollback held up every other thread's checkout. Here the first reclaimed
+    connection's release blocks (as that rollback would); another thread that finds the pool full
+    takes back another idle connection and reads while the first release is still blocked."""
+    store = fencepost.open(small_pool_url)
+    parked = _Parked(store, None)  # every connection of the pool kept by an idle thread
+    stalled, unblock = threading.Event(), threading.Event()
+    release = _durable._Slot.release
+
+    def stalling_release(slot: _durable._Slot) -> None:
+        if threading.current_thread().name == "first" and not stalled.is_set():
+            stalled.set()
+            unblock.wait(DEADLINE)
+        release(slot)
+
+    monkeypatch.setattr(_durable._Slot, "release", stalling_release)
+    results: dict[str, object] = {}
+    done = {name: threading.Event() for name in ("first", "second")}
+
+    def reader() -> None:
+        name = threading.current_thread().name
+        try:
+            results[name] = store.db.read(lambda c: c.exec_driver_sql("SELECT 1").scalar())
+        except Exception as exc:  # reported by the test
+            results[name] = repr(exc)
+        done[name].set()
+
+    threads = [threading.Thread(target=reader, name=name, daemon=True) for name in ("first", "second")]
+    try:
+        assert parked.errors == []
+        threads[0].start()
+        assert stalled.wait(DEADLINE)
+        threads[1].start()
+        second_done = done["second"].wait(5.0)
+        first_done_early = done["first"].is_set()
+    finally:
+        unblock.set()
+        for t in threads:
+            t.join(DEADLINE)
+        parked.stop()
+        store.close()
+    assert second_done, "the second thread's checkout waited for the first thread's stalled release"
+    assert not first_done_early
+    assert results == {"first": 1, "second": 1}

@@ -141,17 +141,26 @@ class _Slot:
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
         self.lock = threading.Lock()
+        # Taken back (``claim_if_idle``): never used again, though its release may still be under way.
+        self.reclaimed = False
         self._finalizer = weakref.finalize(self, _close_quietly, conn, os.getpid())
+
+    @property
+    def gone(self) -> bool:
+        """Taken back or closed: its thread checks out another connection."""
+        return self.reclaimed or self.conn.closed
 
     def release(self) -> None:
         self._finalizer()
 
-    def release_if_idle(self, transaction_open: Callable[[Any], bool] | None = None) -> bool:
-        """Close the connection now (back to the pool) unless it is provably in use; True when closed.
+    def claim_if_idle(self, transaction_open: Callable[[Any], bool] | None = None) -> bool:
+        """Take the slot back unless it is provably in use; True when taken. The caller releases it.
 
         In use: its thread holds ``lock`` (a transaction is running on it), or a transaction is
         open on it all the same (SQLAlchemy's, or the driver's when ``transaction_open`` asks the
-        driver connection): closing that would end a transaction under whoever opened it.
+        driver connection): closing that would end a transaction under whoever opened it. Once
+        taken, its thread finds it ``gone`` under ``lock`` and never begins on it, so the release
+        (on PostgreSQL a rollback over the network) can run without holding any lock.
         """
         if not self.lock.acquire(blocking=False):
             return False
@@ -162,9 +171,16 @@ class _Slot:
                     return False
                 if transaction_open is not None and transaction_open(conn.connection.dbapi_connection):
                     return False
-            self.release()
+            self.reclaimed = True
         finally:
             self.lock.release()
+        return True
+
+    def release_if_idle(self, transaction_open: Callable[[Any], bool] | None = None) -> bool:
+        """Close the connection now (back to the pool) unless it is provably in use; True when closed."""
+        if not self.claim_if_idle(transaction_open):
+            return False
+        self.release()
         return True
 
 
@@ -408,6 +424,7 @@ class Database:
         self._slots_lock = threading.Lock()
         self._checkout_lock = threading.Lock()
         self._connecting = 0  # checkouts let through ``_checkout_lock`` and not yet counted by the pool
+        self._releasing = 0  # connections taken back from idle threads, counted by the pool until released
         self._wake = threading.Event()  # set by ``dispose`` (and ``close``): checkouts waiting look again
         self._pid = os.getpid()
         self.closed = False
@@ -571,7 +588,7 @@ class Database:
         """
         self._after_fork()
         slot = getattr(self._local, "write" if write else "read", None)
-        if slot is not None and not slot.conn.closed and not slot.conn.invalidated:
+        if slot is not None and not slot.gone and not slot.conn.invalidated:
             return slot
         if slot is not None:
             slot.release()
@@ -596,24 +613,28 @@ class Database:
             self._slots_lock = threading.Lock()
             self._checkout_lock = threading.Lock()
             self._connecting = 0
+            self._releasing = 0
             self._wake = threading.Event()
             self.engine.dispose(close=False)
             self._pid = os.getpid()
 
     def _checkout(self) -> Connection:
-        """A connection from the pool, taking back the kept connections of idle threads first when
+        """A connection from the pool, taking back a kept connection of an idle thread first when
         the pool has none left; after ``POOL_WAIT`` seconds with every connection inside a
-        transaction, a ``DbFailure`` (``pool_exhausted``, transient) that names the limit.
+        transaction, a ``DbFailure`` (``pool_exhausted``, transient) that names the limit. A call
+        waiting here when the store is closed raises the closed error at once.
 
         Threads keep their connections between calls (see ``_slot``), so a process with more
         threads than the pool holds (a worker host, many followers) would otherwise find the pool
         empty though most of those threads sit idle. A kept connection is taken back only when
-        provably idle (``_Slot.release_if_idle``); its thread checks out another at its next call.
+        provably idle (``_Slot.claim_if_idle``); its thread checks out another at its next call.
         Every checkout of the store decides here, one at a time, whether it may go on (taking back
-        idle connections first if need be) and reserves its place, so threads that all found the
-        pool empty cannot take each other's reclaimed connections and leave one waiting anyway. The
-        checkout itself runs outside that lock: a new connection to a server that does not answer
-        waits up to its ``connect_timeout``, and must not hold up every other thread's checkout.
+        one idle connection for itself if need be) and reserves its place, so threads that all
+        found the pool empty cannot take each other's reclaimed connections and leave one waiting
+        anyway. The slow parts run outside that lock: returning a taken-back connection (on
+        PostgreSQL a rollback, which a server that stopped answering can hold up) and the checkout
+        itself (a new connection waits up to its ``connect_timeout``); neither may hold up every
+        other thread's checkout.
         """
         self._after_fork()  # ``connect`` and ``detached_connection`` come here without ``_slot``
         limit = POOL_SIZE + POOL_OVERFLOW
@@ -623,12 +644,25 @@ class Database:
             if self.closed:
                 raise _closed()  # closed while this call waited: as any call after ``close``
             pool = self.engine.pool  # ``dispose`` puts a new one in place
+            taken = None
             with self._checkout_lock:
-                if pool.checkedout() + self._connecting >= limit:  # type: ignore[attr-defined]
-                    self._reclaim_idle()
-                reserved = pool.checkedout() + self._connecting < limit  # type: ignore[attr-defined]
+                # Places in use: the pool's count, less the taken-back connections it still counts
+                # (each one's place is its taker's), plus the reservations it does not count yet.
+                in_use = pool.checkedout() + self._connecting - self._releasing  # type: ignore[attr-defined]
+                if in_use >= limit:
+                    taken = self._claim_idle()
+                    if taken is not None:
+                        self._releasing += 1
+                        in_use -= 1
+                reserved = in_use < limit
                 if reserved:
                     self._connecting += 1
+            if taken is not None:
+                try:
+                    taken.release()  # back to the pool: the place this call reserved
+                finally:
+                    with self._checkout_lock:
+                        self._releasing -= 1
             if reserved:
                 try:
                     # A free connection, or a new one: the reservation keeps the pool from waiting.
@@ -646,14 +680,23 @@ class Database:
             self._wake.wait(pause)
             pause = min(pause * 2, 0.05)
 
-    def _reclaim_idle(self) -> None:
-        """Return to the pool every kept connection no transaction is using (other threads' too)."""
+    def _claim_idle(self) -> _Slot | None:
+        """Holding ``_checkout_lock``: one kept connection no transaction is using (another
+        thread's, or this one's other role), taken back and forgotten; the caller releases it.
+        Connections already closed or invalidated hold no place in the pool: they are let go on
+        the way, at no cost."""
         with self._slots_lock:
             slots = list(self._slots)
         for slot in slots:
-            if slot.release_if_idle(self.backend.transaction_open):
-                with self._slots_lock:
-                    self._slots.discard(slot)
+            if not slot.claim_if_idle(self.backend.transaction_open):
+                continue
+            with self._slots_lock:
+                self._slots.discard(slot)
+            if slot.conn.closed or slot.conn.invalidated:
+                slot.release()
+                continue
+            return slot
+        return None
 
     def detached_connection(self) -> Connection:
         """A connection the pool no longer counts (closing it closes it), for a long-lived use
@@ -671,7 +714,7 @@ class Database:
             # Held for the whole transaction; ``slot`` stays referenced until it ends, so a
             # concurrent ``dispose`` that drops this thread's slots cannot close it under us.
             with slot.lock:
-                if slot.conn.closed:  # closed by ``dispose`` between the lookup and the lock
+                if slot.gone:  # taken back (a reclaim, ``dispose``) between the lookup and the lock
                     continue
                 result, txn = self._once_on(slot.conn, fn, write=write, durable=durable)
             break

@@ -216,7 +216,7 @@ class GroupCommit:
         except SQLAlchemyError:
             return (_ALONE, None, [])  # cannot connect: a single write retries and maps it
         with slot.lock:
-            if slot.conn.closed:
+            if slot.gone:  # taken back between the lookup and the lock
                 return (_ALONE, None, [])
             conn = slot.conn
             trans = None
