@@ -607,16 +607,19 @@ class Database:
     def _after_fork(self) -> None:
         """In a forked child (first call there): forget the parent's connections, never use them."""
         if self._pid != PROCESS.pid:
-            self._local = threading.local()
-            self._slots = weakref.WeakSet()
-            # A parent's thread may have held them at fork(): the child's copies stay held forever.
-            self._slots_lock = threading.Lock()
-            self._checkout_lock = threading.Lock()
-            self._connecting = 0
-            self._releasing = 0
-            self._wake = threading.Event()
-            self.engine.dispose(close=False)
-            self._pid = os.getpid()
+            PROCESS.adopt(self, self._forget_parent)
+
+    def _forget_parent(self) -> None:
+        self._local = threading.local()
+        self._slots = weakref.WeakSet()
+        # A parent's thread may have held them at fork(): the child's copies stay held forever.
+        self._slots_lock = threading.Lock()
+        self._checkout_lock = threading.Lock()
+        self._connecting = 0
+        self._releasing = 0
+        self._wake = threading.Event()
+        self.engine.dispose(close=False)
+        self._pid = PROCESS.pid  # last: another thread's first call goes on once this is set
 
     def _checkout(self) -> Connection:
         """A connection from the pool, taking back a kept connection of an idle thread first when
