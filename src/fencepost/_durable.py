@@ -48,10 +48,13 @@ E = TypeVar("E", bound=BaseException)
 DEFAULT_URL = "sqlite:///.flows/flows.db"
 DEFAULT_SCHEMA = "fencepost"
 MAX_ATTEMPTS = 12
-# Connections per store. Threads keep theirs between calls, but an idle thread's connection is taken
-# back when the pool runs dry, so the limit bounds transactions in progress, not threads.
+# Connections per store: POOL_SIZE kept open in the pool, up to POOL_OVERFLOW more while in use
+# (together the default of the URL option ``pool_size``). Threads keep theirs between calls, but an
+# idle thread's connection is taken back when the pool runs dry, so the limit bounds transactions in
+# progress, not threads.
 POOL_SIZE = 8
 POOL_OVERFLOW = 24
+POOL_SIZE_MAX = 1000  # the most ``pool_size`` may ask for
 POOL_WAIT = 30.0  # seconds a call waits for a connection when every one is inside a transaction
 
 
@@ -245,8 +248,9 @@ def _secret_option(key: str) -> bool:
     return any(word in low for word in _SECRET_WORDS)
 
 
-#: fencepost's own URL options, by the backend they apply to.
-_OWN_OPTIONS = {"schema": "postgresql", "synchronous": "sqlite", "busy_timeout_ms": "sqlite", "checkpoints": "sqlite"}
+#: fencepost's own URL options, by the backend they apply to (``any``: both).
+_OWN_OPTIONS = {"schema": "postgresql", "synchronous": "sqlite", "busy_timeout_ms": "sqlite", "checkpoints": "sqlite",
+                "pool_size": "any"}
 _BUSY_TIMEOUT_MAX = 2**31 - 1  # SQLite's busy timeout is a C int: a larger value wraps to no wait at all
 _NAMEABLE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 
@@ -307,18 +311,21 @@ def parse_url(url: str) -> tuple[URL, dict[str, str]]:
             continue  # the driver's (PostgreSQL takes some, e.g. ``host``, more than once)
         if not isinstance(value, str):
             raise ValueError(f"{key} is given more than once")
-        if applies != backend:
+        if applies not in (backend, "any"):
             raise ValueError(f"{key} applies to {'SQLite' if applies == 'sqlite' else 'PostgreSQL'} URLs only")
     options = {k: query.pop(k) for k in _OWN_OPTIONS if k in query}
     allowed = None if backend == "sqlite" else _driver_options()  # None: no driver to ask (refused later)
     unknown = [k for k in query if backend == "sqlite" or (allowed is not None and k not in allowed)]
     if unknown:
-        known = ", ".join(k for k, b in _OWN_OPTIONS.items() if b == backend)
+        known = ", ".join(k for k, b in _OWN_OPTIONS.items() if b in (backend, "any"))
         more = "" if backend == "sqlite" else " and the driver's connection keywords"
         raise ValueError(f"unknown URL option {_option_name(unknown[0])} (known: {known}{more})")
     timeout = options.get("busy_timeout_ms", "0")
     if not (ascii_digits(timeout) and int(timeout) <= _BUSY_TIMEOUT_MAX):
         raise ValueError(f"busy_timeout_ms must be an integer of milliseconds in 0..{_BUSY_TIMEOUT_MAX}")
+    size = options.get("pool_size", "1")
+    if not (ascii_digits(size, 4) and 1 <= int(size) <= POOL_SIZE_MAX):
+        raise ValueError(f"pool_size must be an integer number of connections in 1..{POOL_SIZE_MAX}")
     if options.get("synchronous", "FULL").upper() not in SQLITE_SYNCHRONOUS:
         raise ValueError("synchronous must be one of OFF, NORMAL, FULL, EXTRA")
     if options.get("checkpoints", "background") not in SQLITE_CHECKPOINTS:
@@ -368,6 +375,11 @@ class Database:
         self.url = resolve_url(url)
         parsed, options = parse_url(self.url)
         self.readonly = readonly
+        # The most connections (so transactions in progress) at once; the pool keeps up to
+        # POOL_SIZE of them open between uses.
+        self.pool_limit = int(options["pool_size"]) if "pool_size" in options else POOL_SIZE + POOL_OVERFLOW
+        pool_args = {"pool_size": min(POOL_SIZE, self.pool_limit),
+                     "max_overflow": self.pool_limit - min(POOL_SIZE, self.pool_limit)}
         backend_name = parsed.get_backend_name()
         if backend_name == "sqlite":
             path = Path(parsed.database or "")  # parse_url refused an empty or in-memory one
@@ -392,8 +404,7 @@ class Database:
             self.engine: Engine = create_engine(
                 parsed,
                 connect_args={"check_same_thread": False, "timeout": 30},
-                pool_size=POOL_SIZE,
-                max_overflow=POOL_OVERFLOW,
+                **pool_args,
             )
             self.schema: str | None = None
         else:  # postgresql: parse_url refused every other scheme
@@ -411,8 +422,7 @@ class Database:
             self.path = None
             self.engine = create_engine(
                 parsed,
-                pool_size=POOL_SIZE,
-                max_overflow=POOL_OVERFLOW,
+                **pool_args,
                 # Defaults a URL's own ``connect_timeout`` / ``application_name`` overrides.
                 connect_args={k: v for k, v in (("connect_timeout", 10), ("application_name", "fencepost"))
                               if k not in parsed.query},
@@ -640,7 +650,7 @@ class Database:
         other thread's checkout.
         """
         self._after_fork()  # ``connect`` and ``detached_connection`` come here without ``_slot``
-        limit = POOL_SIZE + POOL_OVERFLOW
+        limit = self.pool_limit
         deadline = time.monotonic() + POOL_WAIT
         pause = 0.001
         while True:
@@ -679,7 +689,8 @@ class Database:
                 raise DbFailure(
                     "persistence_failed", "pool_exhausted",
                     f"no database connection came free within {POOL_WAIT:g} s: all {limit} connections "
-                    "of the store's pool were inside transactions of other threads", transient=True)
+                    "of the store's pool were inside transactions of other threads (the URL option "
+                    "pool_size sets how many)", transient=True)
             self._wake.wait(pause)
             pause = min(pause * 2, 0.05)
 
