@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import threading
+import time
 import traceback
 from collections.abc import Iterator
 
@@ -260,3 +261,132 @@ def test_a_forked_child_checks_out_its_own_connections_outside_a_thread_slot(sto
     assert os.waitstatus_to_exitcode(status) == 0
     store.runs.create("after-fork", "{}")  # the parent's connections are still its own
     assert store.runs.get("before-fork").run_id == "before-fork"
+
+
+class _Holders:
+    """``count`` threads each inside a read transaction (holding a connection) until ``end``."""
+
+    def __init__(self, store: fencepost.Store, count: int) -> None:
+        self.results: list[object] = []
+        self._release = threading.Event()
+        inside = threading.Semaphore(0)
+
+        def hold(conn: object) -> None:
+            inside.release()
+            self._release.wait(DEADLINE)
+
+        def holder() -> None:
+            try:
+                store.db.read(hold)
+                self.results.append("ok")
+            except Exception as exc:  # reported by the test
+                self.results.append(repr(exc))
+
+        self._threads = [threading.Thread(target=holder, daemon=True) for _ in range(count)]
+        for t in self._threads:
+            t.start()
+        assert all(inside.acquire(timeout=DEADLINE) for _ in self._threads)
+
+    def end(self) -> None:
+        self._release.set()
+        for t in self._threads:
+            t.join(DEADLINE)
+
+
+def test_close_wakes_a_call_waiting_for_a_connection_with_the_closed_error(
+        small_pool_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call waiting in the checkout for a full pool kept waiting after ``close()`` until the
+    pool's wait ran out (30 s), then failed with ``pool_exhausted``, as if the store were still
+    open: now ``close()`` wakes it at once with the error any call after ``close()`` gets."""
+    monkeypatch.setattr(_durable, "POOL_WAIT", 8.0, raising=False)  # bounds the test on the unfixed code
+    store = fencepost.open(small_pool_url)
+    store.runs.create("shared", "{}")
+    db = store.db
+    holders = _Holders(store, sum(SMALL))
+    entered = threading.Event()
+    checkout = db._checkout
+
+    def watched() -> object:
+        if threading.current_thread().name == "waiter":
+            entered.set()
+        return checkout()
+
+    monkeypatch.setattr(db, "_checkout", watched)
+    caught: list[BaseException] = []
+    done = threading.Event()
+    waited: list[float] = []
+
+    def waiter() -> None:
+        try:
+            store.runs.get("shared")
+        except BaseException as exc:  # examined below
+            caught.append(exc)
+        done.set()
+
+    t = threading.Thread(target=waiter, name="waiter", daemon=True)
+    try:
+        t.start()
+        assert entered.wait(DEADLINE)  # in the checkout, every connection inside a transaction
+        started = time.monotonic()
+        store.close()
+        assert done.wait(DEADLINE)
+        waited.append(time.monotonic() - started)
+    finally:
+        holders.end()
+        t.join(DEADLINE)
+        store.close()
+    assert holders.results == ["ok"] * sum(SMALL)
+    assert len(caught) == 1, (caught, waited)
+    err = caught[0]
+    assert getattr(err, "db_code", None) == "closed", repr(err)
+    assert "closed" in str(err)
+    assert waited[0] < 3.0, f"the waiting call took {waited[0]:.1f} s to notice close()"
+
+
+def test_a_reclaim_whose_release_stalls_does_not_hold_up_other_threads_checkouts(
+        small_pool_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Taking an idle thread's connection back returns it to the pool, which on PostgreSQL rolls it
+    back over the network: that ran under the store's checkout lock, so a server that stopped
+    answering mid-rollback held up every other thread's checkout. Here the first reclaimed
+    connection's release blocks (as that rollback would); another thread that finds the pool full
+    takes back another idle connection and reads while the first release is still blocked."""
+    store = fencepost.open(small_pool_url)
+    parked = _Parked(store, None)  # every connection of the pool kept by an idle thread
+    stalled, unblock = threading.Event(), threading.Event()
+    release = _durable._Slot.release
+
+    def stalling_release(slot: _durable._Slot) -> None:
+        if threading.current_thread().name == "first" and not stalled.is_set():
+            stalled.set()
+            unblock.wait(DEADLINE)
+        release(slot)
+
+    monkeypatch.setattr(_durable._Slot, "release", stalling_release)
+    results: dict[str, object] = {}
+    done = {name: threading.Event() for name in ("first", "second")}
+
+    def reader() -> None:
+        name = threading.current_thread().name
+        try:
+            results[name] = store.db.read(lambda c: c.exec_driver_sql("SELECT 1").scalar())
+        except Exception as exc:  # reported by the test
+            results[name] = repr(exc)
+        done[name].set()
+
+    threads = [threading.Thread(target=reader, name=name, daemon=True) for name in ("first", "second")]
+    try:
+        assert parked.errors == []
+        threads[0].start()
+        assert stalled.wait(DEADLINE)
+        threads[1].start()
+        second_done = done["second"].wait(5.0)
+        first_done_early = done["first"].is_set()
+    finally:
+        unblock.set()
+        for t in threads:
+            t.join(DEADLINE)
+        parked.stop()
+        store.close()
+    assert second_done, "the second thread's checkout waited for the first thread's stalled release"
+    assert not first_done_early
+    assert results == {"first": 1, "second": 1}

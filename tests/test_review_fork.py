@@ -8,7 +8,9 @@ the child must never close, reset or roll them back, or it silently undoes the p
 from __future__ import annotations
 
 import os
+import signal
 import threading
+import traceback
 from typing import Any
 
 import pytest
@@ -102,3 +104,101 @@ def test_a_child_forked_inside_a_write_does_not_join_the_parents_transaction(sto
 
     store.db.write(body)
     assert store.runs.get("parent-in-write").status == "pending"
+
+
+WINDOW = 0.3  # seconds the first thread to reset waits inside the reset for a second one to come in
+
+
+def _overlaps(obj: Any, name: str) -> tuple[threading.Event, list[int]]:
+    """Wrap ``obj.name`` (a reset a forked child makes once) so that the first thread in it waits
+    up to ``WINDOW`` for another to come in too; returns (first thread inside, [most at once])."""
+    original = getattr(obj, name)
+    entered, second = threading.Event(), threading.Event()
+    guard = threading.Lock()
+    inside, most = [0], [0]
+
+    def hooked(*args: Any, **kwargs: Any) -> Any:
+        with guard:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+            first = not entered.is_set()
+            entered.set()
+        try:
+            if first:
+                second.wait(WINDOW)  # room for another thread to reset too (it must not)
+            else:
+                second.set()
+            return original(*args, **kwargs)
+        finally:
+            with guard:
+                inside[0] -= 1
+
+    setattr(obj, name, hooked)
+    return entered, most
+
+
+@pytest.mark.parametrize("part", ["connections", "group_commit", "checkpointer"])
+def test_two_threads_making_their_first_call_in_a_forked_child_reset_its_state_once(
+        store: fencepost.Store, part: str) -> None:
+    """In a forked child, the first call of each thread reset the store's per-process state (its
+    threads' connections and locks, the group-commit queue and lock, the SQLite checkpoint thread)
+    with no lock: two threads starting together could both reset it, one losing the connection it
+    had just kept or entering a lock the other had just replaced. Now one thread resets it, once,
+    and the other waits for it. (Each reset is held open for a moment so the second thread
+    arrives while the first is inside; three forks.)"""
+    db = store.db
+    if part == "checkpointer" and getattr(db.backend, "checkpointer", None) is None:
+        pytest.skip("SQLite only: a PostgreSQL store has no checkpoint thread")
+    store.runs.create("before-fork", "{}")
+    target = {"connections": (db.engine, "dispose"), "group_commit": (db._group, "_reset"),
+              "checkpointer": (getattr(db.backend, "checkpointer", None), "_reset")}[part]
+
+    def child(round_: int) -> None:
+        signal.alarm(20)  # a thread stuck on a lock ends the child
+        entered, most = _overlaps(*target)
+        results: dict[str, object] = {}
+        done = {"first": threading.Event(), "second": threading.Event()}
+        hold = threading.Event()  # the threads stay alive, keeping their connections, until checked
+
+        def call(name: str) -> None:
+            try:
+                if part == "connections":
+                    results[name] = store.runs.get("before-fork").run_id
+                else:
+                    store.runs.create(f"{name}-{round_}", "{}")
+                    results[name] = store.runs.get(f"{name}-{round_}").run_id
+            except Exception as exc:  # examined below
+                results[name] = repr(exc)
+            done[name].set()
+            hold.wait(15)
+
+        first = threading.Thread(target=call, args=("first",))
+        second = threading.Thread(target=call, args=("second",))
+        first.start()
+        assert entered.wait(10)
+        second.start()
+        try:
+            assert all(e.wait(15) for e in done.values())
+            # Both threads keep their connections (none lost to a second reset): a read
+            # connection each, and for writes a write connection too (or one for the group).
+            kept = len(db._slots)
+        finally:
+            hold.set()
+            first.join(15)
+            second.join(15)
+        assert most[0] == 1, f"{most[0]} threads reset the child's {part} at once"
+        expected = "before-fork" if part == "connections" else None
+        assert results == {n: expected or f"{n}-{round_}" for n in ("first", "second")}, results
+        assert db._connecting == 0 and db._releasing == 0
+        assert kept >= 2, kept
+
+    for round_ in range(3):
+        def run_child(r: int = round_) -> None:
+            try:
+                child(r)
+            except BaseException:
+                traceback.print_exc()  # shown with the test's failure
+                raise
+        assert _fork(run_child) == 0, f"round {round_}"
+    store.runs.create("after-fork", "{}")
+    assert store.runs.get("before-fork").run_id == "before-fork"

@@ -198,3 +198,81 @@ def test_a_question_mark_written_as_percent_3f_is_part_of_the_path(tmp_path) -> 
     store = fencepost.open(f"sqlite:///{tmp_path / 'x' / 'we'}%3Fird.db")
     store.close()
     assert (tmp_path / "x" / "we?ird.db").exists() and not (tmp_path / "x" / "we").exists()
+
+
+# ------------------------------------------------------------------ pool_size
+@pytest.mark.parametrize("value", ["0", "-1", "abc", "1.5", "1001", "99999999999999999999", "\u00b2"])
+def test_a_bad_pool_size_is_refused_by_name_before_anything_is_created(backend: str, tmp_path, value: str) -> None:
+    """A store's pool had a fixed 32 connections; ``pool_size`` sets it, and a value that is not a
+    whole number of connections in range is refused naming the option, never the value or the
+    URL's password."""
+    if backend == "sqlite":
+        url = _url("sqlite", tmp_path, f"pool_size={value}")
+    else:
+        base = require_postgres().split("?")[0].replace("postgres@", f"postgres:{SECRET}@", 1)
+        url = f"{base}?schema=t_{uuid.uuid4().hex[:16]}&pool_size={value}"
+    message = _refused(url)
+    assert "pool_size" in message and "1..1000" in message
+    assert value not in message.replace("1..1000", "")
+    if backend == "sqlite":
+        assert not (tmp_path / "not-yet").exists()
+    else:
+        from tests.conftest import store_exists
+        assert not store_exists(url)
+
+
+def test_pool_size_applies_to_both_backends() -> None:
+    assert parse_url("sqlite:///x.db?pool_size=5")[1] == {"pool_size": "5"}
+    parsed, options = parse_url("postgresql+psycopg://u@h/db?pool_size=64&schema=app")
+    assert options == {"pool_size": "64", "schema": "app"} and "pool_size" not in parsed.query
+
+
+def test_pool_size_bounds_transactions_in_progress(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``pool_size=2``: two threads inside transactions hold both connections; a third call waits
+    for one (``POOL_WAIT``, shortened here) and then fails, naming the limit and the option."""
+    import threading
+    import time
+
+    from fencepost import _durable
+
+    monkeypatch.setattr(_durable, "POOL_WAIT", 1.0, raising=False)
+    store = fencepost.open(f"{db_url}{'&' if '?' in db_url else '?'}pool_size=2")
+    try:
+        store.runs.create("shared", "{}")
+        release = threading.Event()
+        inside = threading.Semaphore(0)
+        results: list[object] = []
+
+        def hold(conn: object) -> None:
+            inside.release()
+            release.wait(20)
+
+        def holder() -> None:
+            try:
+                store.db.read(hold)
+                results.append("ok")
+            except Exception as exc:  # reported below
+                results.append(repr(exc))
+
+        holders = [threading.Thread(target=holder, daemon=True) for _ in range(2)]
+        for t in holders:
+            t.start()
+        try:
+            assert all(inside.acquire(timeout=20) for _ in holders)
+            started = time.monotonic()
+            with pytest.raises(fencepost.FencepostError) as caught:
+                store.runs.get("shared")
+            waited = time.monotonic() - started
+        finally:
+            release.set()
+            for t in holders:
+                t.join(20)
+        assert results == ["ok", "ok"]
+        err = caught.value
+        assert err.code == "persistence_failed" and err.transient is True
+        assert getattr(err, "db_code", None) == "pool_exhausted"
+        assert "all 2 connections" in str(err) and "pool_size" in str(err)
+        assert 0.9 <= waited < 10
+        assert store.runs.get("shared").run_id == "shared"  # a connection is free again
+    finally:
+        store.close()

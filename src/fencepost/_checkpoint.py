@@ -54,7 +54,7 @@ class Checkpointer:
     def wrote(self) -> None:
         """A write committed: checkpoint soon. Called on every commit, so the usual case is one check."""
         if self._pid != PROCESS.pid:
-            self._reset()
+            PROCESS.adopt(self, self._reset)
         elif self._wake.is_set():
             return
         with self._lock:

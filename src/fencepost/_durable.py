@@ -48,10 +48,13 @@ E = TypeVar("E", bound=BaseException)
 DEFAULT_URL = "sqlite:///.flows/flows.db"
 DEFAULT_SCHEMA = "fencepost"
 MAX_ATTEMPTS = 12
-# Connections per store. Threads keep theirs between calls, but an idle thread's connection is taken
-# back when the pool runs dry, so the limit bounds transactions in progress, not threads.
+# Connections per store: POOL_SIZE kept open in the pool, up to POOL_OVERFLOW more while in use
+# (together the default of the URL option ``pool_size``). Threads keep theirs between calls, but an
+# idle thread's connection is taken back when the pool runs dry, so the limit bounds transactions in
+# progress, not threads.
 POOL_SIZE = 8
 POOL_OVERFLOW = 24
+POOL_SIZE_MAX = 1000  # the most ``pool_size`` may ask for
 POOL_WAIT = 30.0  # seconds a call waits for a connection when every one is inside a transaction
 
 
@@ -145,17 +148,26 @@ class _Slot:
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
         self.lock = threading.Lock()
+        # Taken back (``claim_if_idle``): never used again, though its release may still be under way.
+        self.reclaimed = False
         self._finalizer = weakref.finalize(self, _close_quietly, conn, os.getpid())
+
+    @property
+    def gone(self) -> bool:
+        """Taken back or closed: its thread checks out another connection."""
+        return self.reclaimed or self.conn.closed
 
     def release(self) -> None:
         self._finalizer()
 
-    def release_if_idle(self, transaction_open: Callable[[Any], bool] | None = None) -> bool:
-        """Close the connection now (back to the pool) unless it is provably in use; True when closed.
+    def claim_if_idle(self, transaction_open: Callable[[Any], bool] | None = None) -> bool:
+        """Take the slot back unless it is provably in use; True when taken. The caller releases it.
 
         In use: its thread holds ``lock`` (a transaction is running on it), or a transaction is
         open on it all the same (SQLAlchemy's, or the driver's when ``transaction_open`` asks the
-        driver connection): closing that would end a transaction under whoever opened it.
+        driver connection): closing that would end a transaction under whoever opened it. Once
+        taken, its thread finds it ``gone`` under ``lock`` and never begins on it, so the release
+        (on PostgreSQL a rollback over the network) can run without holding any lock.
         """
         if not self.lock.acquire(blocking=False):
             return False
@@ -166,9 +178,16 @@ class _Slot:
                     return False
                 if transaction_open is not None and transaction_open(conn.connection.dbapi_connection):
                     return False
-            self.release()
+            self.reclaimed = True
         finally:
             self.lock.release()
+        return True
+
+    def release_if_idle(self, transaction_open: Callable[[Any], bool] | None = None) -> bool:
+        """Close the connection now (back to the pool) unless it is provably in use; True when closed."""
+        if not self.claim_if_idle(transaction_open):
+            return False
+        self.release()
         return True
 
 
@@ -233,8 +252,9 @@ def _secret_option(key: str) -> bool:
     return any(word in low for word in _SECRET_WORDS)
 
 
-#: fencepost's own URL options, by the backend they apply to.
-_OWN_OPTIONS = {"schema": "postgresql", "synchronous": "sqlite", "busy_timeout_ms": "sqlite", "checkpoints": "sqlite"}
+#: fencepost's own URL options, by the backend they apply to (``any``: both).
+_OWN_OPTIONS = {"schema": "postgresql", "synchronous": "sqlite", "busy_timeout_ms": "sqlite", "checkpoints": "sqlite",
+                "pool_size": "any"}
 _BUSY_TIMEOUT_MAX = 2**31 - 1  # SQLite's busy timeout is a C int: a larger value wraps to no wait at all
 _NAMEABLE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 
@@ -295,18 +315,21 @@ def parse_url(url: str) -> tuple[URL, dict[str, str]]:
             continue  # the driver's (PostgreSQL takes some, e.g. ``host``, more than once)
         if not isinstance(value, str):
             raise ValueError(f"{key} is given more than once")
-        if applies != backend:
+        if applies not in (backend, "any"):
             raise ValueError(f"{key} applies to {'SQLite' if applies == 'sqlite' else 'PostgreSQL'} URLs only")
     options = {k: query.pop(k) for k in _OWN_OPTIONS if k in query}
     allowed = None if backend == "sqlite" else _driver_options()  # None: no driver to ask (refused later)
     unknown = [k for k in query if backend == "sqlite" or (allowed is not None and k not in allowed)]
     if unknown:
-        known = ", ".join(k for k, b in _OWN_OPTIONS.items() if b == backend)
+        known = ", ".join(k for k, b in _OWN_OPTIONS.items() if b in (backend, "any"))
         more = "" if backend == "sqlite" else " and the driver's connection keywords"
         raise ValueError(f"unknown URL option {_option_name(unknown[0])} (known: {known}{more})")
     timeout = options.get("busy_timeout_ms", "0")
     if not (ascii_digits(timeout) and int(timeout) <= _BUSY_TIMEOUT_MAX):
         raise ValueError(f"busy_timeout_ms must be an integer of milliseconds in 0..{_BUSY_TIMEOUT_MAX}")
+    size = options.get("pool_size", "1")
+    if not (ascii_digits(size, 4) and 1 <= int(size) <= POOL_SIZE_MAX):
+        raise ValueError(f"pool_size must be an integer number of connections in 1..{POOL_SIZE_MAX}")
     if options.get("synchronous", "FULL").upper() not in SQLITE_SYNCHRONOUS:
         raise ValueError("synchronous must be one of OFF, NORMAL, FULL, EXTRA")
     if options.get("checkpoints", "background") not in SQLITE_CHECKPOINTS:
@@ -356,6 +379,11 @@ class Database:
         self.url = resolve_url(url)
         parsed, options = parse_url(self.url)
         self.readonly = readonly
+        # The most connections (so transactions in progress) at once; the pool keeps up to
+        # POOL_SIZE of them open between uses.
+        self.pool_limit = int(options["pool_size"]) if "pool_size" in options else POOL_SIZE + POOL_OVERFLOW
+        pool_args = {"pool_size": min(POOL_SIZE, self.pool_limit),
+                     "max_overflow": self.pool_limit - min(POOL_SIZE, self.pool_limit)}
         backend_name = parsed.get_backend_name()
         if backend_name == "sqlite":
             path = Path(parsed.database or "")  # parse_url refused an empty or in-memory one
@@ -380,8 +408,7 @@ class Database:
             self.engine: Engine = create_engine(
                 parsed,
                 connect_args={"check_same_thread": False, "timeout": 30},
-                pool_size=POOL_SIZE,
-                max_overflow=POOL_OVERFLOW,
+                **pool_args,
             )
             self.schema: str | None = None
         else:  # postgresql: parse_url refused every other scheme
@@ -399,8 +426,7 @@ class Database:
             self.path = None
             self.engine = create_engine(
                 parsed,
-                pool_size=POOL_SIZE,
-                max_overflow=POOL_OVERFLOW,
+                **pool_args,
                 # Defaults a URL's own ``connect_timeout`` / ``application_name`` overrides.
                 connect_args={k: v for k, v in (("connect_timeout", 10), ("application_name", "fencepost"))
                               if k not in parsed.query},
@@ -412,6 +438,8 @@ class Database:
         self._slots_lock = threading.Lock()
         self._checkout_lock = threading.Lock()
         self._connecting = 0  # checkouts let through ``_checkout_lock`` and not yet counted by the pool
+        self._releasing = 0  # connections taken back from idle threads, counted by the pool until released
+        self._wake = threading.Event()  # set by ``dispose`` (and ``close``): checkouts waiting look again
         self._pid = os.getpid()
         self.closed = False
         # Concurrent top-level writes of this process share one COMMIT (see _group.py).
@@ -578,7 +606,7 @@ class Database:
         """
         self._after_fork()
         slot = getattr(self._local, "write" if write else "read", None)
-        if slot is not None and not slot.conn.closed and not slot.conn.invalidated:
+        if slot is not None and not slot.gone and not slot.conn.invalidated:
             return slot
         if slot is not None:
             slot.release()
@@ -597,42 +625,65 @@ class Database:
     def _after_fork(self) -> None:
         """In a forked child (first call there): forget the parent's connections, never use them."""
         if self._pid != PROCESS.pid:
-            self._local = threading.local()
-            self._slots = weakref.WeakSet()
-            # A parent's thread may have held them at fork(): the child's copies stay held forever.
-            self._slots_lock = threading.Lock()
-            self._checkout_lock = threading.Lock()
-            self._connecting = 0
-            self.engine.dispose(close=False)
-            self._pid = os.getpid()
+            PROCESS.adopt(self, self._forget_parent)
+
+    def _forget_parent(self) -> None:
+        self._local = threading.local()
+        self._slots = weakref.WeakSet()
+        # A parent's thread may have held them at fork(): the child's copies stay held forever.
+        self._slots_lock = threading.Lock()
+        self._checkout_lock = threading.Lock()
+        self._connecting = 0
+        self._releasing = 0
+        self._wake = threading.Event()
+        self.engine.dispose(close=False)
+        self._pid = PROCESS.pid  # last: another thread's first call goes on once this is set
 
     def _checkout(self) -> Connection:
-        """A connection from the pool, taking back the kept connections of idle threads first when
+        """A connection from the pool, taking back a kept connection of an idle thread first when
         the pool has none left; after ``POOL_WAIT`` seconds with every connection inside a
-        transaction, a ``DbFailure`` (``pool_exhausted``, transient) that names the limit.
+        transaction, a ``DbFailure`` (``pool_exhausted``, transient) that names the limit. A call
+        waiting here when the store is closed raises the closed error at once.
 
         Threads keep their connections between calls (see ``_slot``), so a process with more
         threads than the pool holds (a worker host, many followers) would otherwise find the pool
         empty though most of those threads sit idle. A kept connection is taken back only when
-        provably idle (``_Slot.release_if_idle``); its thread checks out another at its next call.
+        provably idle (``_Slot.claim_if_idle``); its thread checks out another at its next call.
         Every checkout of the store decides here, one at a time, whether it may go on (taking back
-        idle connections first if need be) and reserves its place, so threads that all found the
-        pool empty cannot take each other's reclaimed connections and leave one waiting anyway. The
-        checkout itself runs outside that lock: a new connection to a server that does not answer
-        waits up to its ``connect_timeout``, and must not hold up every other thread's checkout.
+        one idle connection for itself if need be) and reserves its place, so threads that all
+        found the pool empty cannot take each other's reclaimed connections and leave one waiting
+        anyway. The slow parts run outside that lock: returning a taken-back connection (on
+        PostgreSQL a rollback, which a server that stopped answering can hold up) and the checkout
+        itself (a new connection waits up to its ``connect_timeout``); neither may hold up every
+        other thread's checkout.
         """
         self._after_fork()  # ``connect`` and ``detached_connection`` come here without ``_slot``
-        limit = POOL_SIZE + POOL_OVERFLOW
-        pool = self.engine.pool
+        limit = self.pool_limit
         deadline = time.monotonic() + POOL_WAIT
         pause = 0.001
         while True:
+            if self.closed:
+                raise _closed()  # closed while this call waited: as any call after ``close``
+            pool = self.engine.pool  # ``dispose`` puts a new one in place
+            taken = None
             with self._checkout_lock:
-                if pool.checkedout() + self._connecting >= limit:  # type: ignore[attr-defined]
-                    self._reclaim_idle()
-                reserved = pool.checkedout() + self._connecting < limit  # type: ignore[attr-defined]
+                # Places in use: the pool's count, less the taken-back connections it still counts
+                # (each one's place is its taker's), plus the reservations it does not count yet.
+                in_use = pool.checkedout() + self._connecting - self._releasing  # type: ignore[attr-defined]
+                if in_use >= limit:
+                    taken = self._claim_idle()
+                    if taken is not None:
+                        self._releasing += 1
+                        in_use -= 1
+                reserved = in_use < limit
                 if reserved:
                     self._connecting += 1
+            if taken is not None:
+                try:
+                    taken.release()  # back to the pool: the place this call reserved
+                finally:
+                    with self._checkout_lock:
+                        self._releasing -= 1
             if reserved:
                 try:
                     # A free connection, or a new one: the reservation keeps the pool from waiting.
@@ -649,18 +700,28 @@ class Database:
                 raise DbFailure(
                     "persistence_failed", "pool_exhausted",
                     f"no database connection came free within {POOL_WAIT:g} s: all {limit} connections "
-                    "of the store's pool were inside transactions of other threads", transient=True)
-            time.sleep(pause)
+                    "of the store's pool were inside transactions of other threads (the URL option "
+                    "pool_size sets how many)", transient=True)
+            self._wake.wait(pause)
             pause = min(pause * 2, 0.05)
 
-    def _reclaim_idle(self) -> None:
-        """Return to the pool every kept connection no transaction is using (other threads' too)."""
+    def _claim_idle(self) -> _Slot | None:
+        """Holding ``_checkout_lock``: one kept connection no transaction is using (another
+        thread's, or this one's other role), taken back and forgotten; the caller releases it.
+        Connections already closed or invalidated hold no place in the pool: they are let go on
+        the way, at no cost."""
         with self._slots_lock:
             slots = list(self._slots)
         for slot in slots:
-            if slot.release_if_idle(self.backend.transaction_open):
-                with self._slots_lock:
-                    self._slots.discard(slot)
+            if not slot.claim_if_idle(self.backend.transaction_open):
+                continue
+            with self._slots_lock:
+                self._slots.discard(slot)
+            if slot.conn.closed or slot.conn.invalidated:
+                slot.release()
+                continue
+            return slot
+        return None
 
     def detached_connection(self) -> Connection:
         """A connection the pool no longer counts (closing it closes it), for a long-lived use
@@ -678,7 +739,7 @@ class Database:
             # Held for the whole transaction; ``slot`` stays referenced until it ends, so a
             # concurrent ``dispose`` that drops this thread's slots cannot close it under us.
             with slot.lock:
-                if slot.conn.closed:  # closed by ``dispose`` between the lookup and the lock
+                if slot.gone:  # taken back (a reclaim, ``dispose``) between the lookup and the lock
                     continue
                 result, txn = self._once_on(slot.conn, fn, write=write, durable=durable)
             break
@@ -830,6 +891,9 @@ class Database:
         self.backend.close()
         # In a forked child the pooled connections are the parent's sessions: forget, never close.
         self.engine.dispose(close=self._pid == os.getpid())
+        # Calls waiting for a connection look again now (after ``close``, to raise its error).
+        wake, self._wake = self._wake, threading.Event()
+        wake.set()
 
     @property
     def name(self) -> str:

@@ -37,7 +37,6 @@ handed the lead passes it on.
 from __future__ import annotations
 
 import contextvars
-import os
 import threading
 import time
 from collections import deque
@@ -119,7 +118,6 @@ class GroupCommit:
         self._reset()
 
     def _reset(self) -> None:
-        self._pid = os.getpid()
         self._lock = threading.Lock()
         self._queue: deque[_Call] = deque()
         self._leading = False
@@ -127,6 +125,7 @@ class GroupCommit:
         self._last_members = 0
         # The connection of the group transaction while one is open (tests watch it).
         self._group: Connection | None = None
+        self._pid = PROCESS.pid  # last: in a forked child, other threads go on once it is set
 
     @property
     def _waiting(self) -> int:
@@ -136,7 +135,7 @@ class GroupCommit:
     def write(self, fn: Callable[[Connection], T]) -> T:
         """Run ``fn`` as a top-level write, sharing the COMMIT with concurrent calls."""
         if self._pid != PROCESS.pid:
-            self._reset()  # a forked child: the parent's locks and queue are not ours
+            PROCESS.adopt(self, self._reset)  # a forked child: the parent's locks and queue are not ours
         if current.get():
             return self._db._run(fn, write=True)
         call: _Call | None = None  # only a call that queues needs one (a leader answers itself)
@@ -216,7 +215,7 @@ class GroupCommit:
         except SQLAlchemyError:
             return (_ALONE, None, [])  # cannot connect: a single write retries and maps it
         with slot.lock:
-            if slot.conn.closed:
+            if slot.gone:  # taken back between the lookup and the lock
                 return (_ALONE, None, [])
             conn = slot.conn
             trans = None

@@ -9,18 +9,36 @@ from __future__ import annotations
 
 import contextvars
 import os
+import threading
 from collections.abc import Callable
 from typing import Any
 
 
 class _Process:
-    __slots__ = ("pid",)
+    """This process's id, and ``lock``: held while an object resets the per-process state it
+    inherited across ``fork()`` (see ``adopt``). Both are renewed in a forked child before any of
+    its code runs, so a lock a parent's thread held at the fork is never the child's."""
+
+    __slots__ = ("lock", "pid")
 
     def __init__(self) -> None:
         self.pid = os.getpid()
+        self.lock = threading.Lock()
 
     def forked(self) -> None:
         self.pid = os.getpid()
+        self.lock = threading.Lock()
+
+    def adopt(self, owner: Any, reset: Callable[[], None]) -> None:
+        """Once per process: ``reset()`` when ``owner._pid`` is another process's (a forked child's
+        first call). Two threads making their first call at once must not both reset (one would
+        lose what the other set up, or enter a lock the other replaced): the first resets under
+        ``lock``, the others wait for it and find it done. ``reset`` sets ``owner._pid`` last."""
+        if owner._pid == self.pid:
+            return
+        with self.lock:
+            if owner._pid != self.pid:
+                reset()
 
 
 PROCESS = _Process()

@@ -257,7 +257,8 @@ def test_write_commands_on_a_missing_database_do_not_create_one(run_cli, tmp_pat
     assert not (tmp_path / ".flows").exists()
 
 
-@pytest.mark.parametrize("option", ["checkpoints=sometimes", "synchronous=sometimes", "busy_timeout_ms=soon"])
+@pytest.mark.parametrize("option", ["checkpoints=sometimes", "synchronous=sometimes", "busy_timeout_ms=soon",
+                                    "pool_size=lots"])
 def test_a_bad_url_option_is_a_usage_error_that_creates_nothing(run_cli, tmp_path, option):
     db = tmp_path / "not-yet" / "flows.db"
     result = run_cli("--db", f"sqlite:///{db}?{option}", "init")
