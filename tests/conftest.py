@@ -176,14 +176,27 @@ def raw(store: fencepost.Store):
 
 
 def back_to_4001(url: str) -> None:
-    """Make the store at ``url`` look as the version before migration 4002 left it: forget 4002's
-    ledger row and undo its effect (the ``founded_at_ms`` column of ``flows_shard_membership``)."""
+    """Make the store at ``url`` look as the version before migration 4002 left it: forget the ledger
+    rows of 4002 and 4003 and undo their effect (the ``founded_at_ms`` column of ``flows_shard_membership``)."""
     from fencepost._durable import Database
 
     db = Database(url)
     try:
-        db.write(lambda conn: conn.exec_driver_sql("DELETE FROM flows_migrations WHERE migration_id = 4002"))
+        db.write(lambda conn: conn.exec_driver_sql("DELETE FROM flows_migrations WHERE migration_id IN (4002, 4003)"))
         db.write(lambda conn: conn.exec_driver_sql("ALTER TABLE flows_shard_membership DROP COLUMN founded_at_ms"))
+    finally:
+        db.dispose()
+
+
+def back_to_4002_unmarked(url: str) -> None:
+    """Make the store at ``url`` look as the version with migration 4002 (and without 4003) left a
+    store that no open of its whole set marked: forget 4003's ledger row, clear ``founded_at_ms``."""
+    from fencepost._durable import Database
+
+    db = Database(url)
+    try:
+        db.write(lambda conn: conn.exec_driver_sql("DELETE FROM flows_migrations WHERE migration_id = 4003"))
+        db.write(lambda conn: conn.exec_driver_sql("UPDATE flows_shard_membership SET founded_at_ms = NULL"))
     finally:
         db.dispose()
 

@@ -419,20 +419,21 @@ def test_a_sqlite_path_that_is_a_directory_or_under_a_file_is_named_as_such(run_
     assert list(folder.iterdir()) == [] and plain.read_text() == "hello"
 
 
-def test_migrations_status_and_sql_of_a_store_left_at_4001_name_migration_4002(run_cli, db_url):
-    """A store the previous version left (migrations up to 4001): ``status`` lists 4002 pending and
-    ``sql`` prints exactly it; applied by hand, the store is current."""
+def test_migrations_status_and_sql_of_a_store_left_at_4001_name_migrations_4002_and_4003(run_cli, db_url):
+    """A store an earlier version left (migrations up to 4001): ``status`` lists 4002 and 4003
+    pending and ``sql`` prints exactly them; applied by hand, the store is current."""
     from tests.conftest import back_to_4001
 
     assert run_cli("--db", db_url, "init").code == 0
     back_to_4001(db_url)
     status = run_cli("--db", db_url, "migrations", "status", "--json")
     assert status.code == 0, status
-    assert [r["id"] for r in json.loads(status.out) if r["state"] == "pending"] == [4002]
-    assert "shards_founded" in status.out
+    assert [r["id"] for r in json.loads(status.out) if r["state"] == "pending"] == [4002, 4003]
+    assert "shards_founded" in status.out and "shards_mark_earlier_records" in status.out
     sql = run_cli("--db", db_url, "migrations", "sql")
     assert sql.code == 0, sql
-    assert sql.out.startswith(f"-- fencepost migrations for {db_url.split(':')[0].split('+')[0]}: 4002\n"), sql.out
+    backend = db_url.split(':')[0].split('+')[0]
+    assert sql.out.startswith(f"-- fencepost migrations for {backend}: 4002, 4003\n"), sql.out
     assert "founded_at_ms" in sql.out
     db = Database(db_url)
     if db_url.startswith("sqlite"):

@@ -1,4 +1,5 @@
-"""Migration 4002: ``founded_at_ms`` on a shard membership record; a store at 4001 still opens read-only."""
+"""Migrations 4002 and 4003: ``founded_at_ms`` on a shard membership record, set on records written
+before it existed; a store at 4001 still opens read-only."""
 
 from __future__ import annotations
 
@@ -14,17 +15,30 @@ from tests.conftest import back_to_4001, ledger_of
 MEMBER = ms.Membership("a" * 32, "shard-0", ("shard-0", "shard-1"), 1)
 
 
-def test_4002_adds_an_unset_founded_at_ms_to_a_record_left_at_4001(db_url: str) -> None:
-    """The migration marks nothing itself: only an open of the whole set knows every member is there."""
+def test_4002_adds_founded_at_ms_and_4003_marks_a_record_left_at_4001(db_url: str) -> None:
+    """4002 adds the column; 4003 marks a record written before the mark existed founded, at the
+    time it was written (such a set was founded by a version that did not mark; until then a blank
+    store opened in its place was adopted)."""
     with fencepost.open(db_url) as store:
         ms._record(store, MEMBER)
     back_to_4001(db_url)
     with fencepost.open(db_url) as store:
-        assert store.migrations_applied == (4002,)
+        assert store.migrations_applied == (4002, 4003)
         assert ms.read(store) == MEMBER
         assert store.db.read(lambda conn: conn.exec_driver_sql(
-            "SELECT founded_at_ms FROM flows_shard_membership").scalar()) is None
+            "SELECT founded_at_ms = joined_at_ms FROM flows_shard_membership").scalar())
     assert migrate(fencepost.open(db_url).db) == []
+
+
+def test_4003_marks_nothing_on_a_store_without_a_record(db_url: str) -> None:
+    """A store of no set stays one; a founding made after 4003 is marked by its own open only."""
+    fencepost.open(db_url).close()
+    back_to_4001(db_url)
+    with fencepost.open(db_url) as store:
+        assert store.migrations_applied == (4002, 4003)
+        assert ms.read(store) is None
+        ms._record(store, MEMBER)
+        assert ms.read_founded(store) is None
 
 
 @pytest.mark.parametrize("value", ["-1", "9007199254740992", "'soon'"])

@@ -487,3 +487,27 @@ def test_claim_and_own_never_revives_a_terminal_run(store, end):
     assert store.runs.claim("r", row, B, 0) == SnapshotChanged()
     after = store.runs.get("r")
     assert (after.status, after.owner, after.claimant) == (end, None, None)
+
+
+def test_a_suspended_run_may_be_retaken_by_another_owner_at_once(store):
+    """A carried question: should a run its owner suspended be closed to other workers for a while?
+    No: the seeds' transition table says ``suspended`` clears owner, heartbeat and claim and leaves
+    the run "parked and claimable again", and the claim predicate admits ``pending`` and
+    ``suspended`` alike, with no staleness condition. Pinned at the very millisecond of the
+    suspension, for both two-phase claim and claim_and_own."""
+    for run_id, take in (("two-phase", "claim"), ("atomic", "claim_and_own")):
+        activate_new(store, run_id, A, 5)
+        assert store.runs.transition_owned(run_id, A, "suspended") == Transitioned()
+        row = store.runs.get(run_id)
+        assert (row.status, row.owner, row.heartbeat_at_ms, row.claimant) == ("suspended", None, None, None)
+        snap = RunSnapshot("suspended", None, None)
+        if take == "claim":
+            claimed = store.runs.claim(run_id, snap, B, 5)
+            assert claimed == Claimed(5)
+            assert store.runs.activate(run_id, B, 5, snap) == Activated()
+        else:
+            assert store.runs.claim_and_own(run_id, snap, C, 5) == Activated()
+        assert store.runs.get(run_id).status == "running"
+        assert store.runs.get(run_id).owner == (B if take == "claim" else C)
+        # The former owner is fenced out from then on.
+        assert store.runs.heartbeat(run_id, A, 5) == FenceLost()

@@ -15,13 +15,21 @@ from fencepost._durable import Database
 from fencepost.clock import ManualClock
 from fencepost.shards import ShardError
 from fencepost.shards import membership as ms
-from tests.conftest import back_to_4001, ledger_of, store_exists
+from tests.conftest import back_to_4001, back_to_4002_unmarked, ledger_of, store_exists
 
 
 def _founded_at(url: str) -> int | None:
     db = Database(url, readonly=True)
     try:
         return db.read(lambda conn: conn.exec_driver_sql("SELECT founded_at_ms FROM flows_shard_membership").scalar())
+    finally:
+        db.dispose()
+
+
+def _joined_at(url: str) -> int:
+    db = Database(url, readonly=True)
+    try:
+        return db.read(lambda conn: conn.exec_driver_sql("SELECT joined_at_ms FROM flows_shard_membership").scalar())
     finally:
         db.dispose()
 
@@ -102,11 +110,13 @@ def test_an_unfinished_founding_is_marked_only_by_the_open_that_finishes_it(shar
     assert [_founded_at(u) for u in urls] == [3_000] * 3
 
 
-def test_a_set_founded_before_migration_4002_opens_read_only_and_is_marked_at_its_next_whole_open(
+def test_a_set_founded_before_migration_4002_opens_read_only_and_is_marked_when_migrated(
         shard_urls) -> None:
     """Stores of a set founded by the previous version (at migration 4001) open read-only as they
-    are, migrated by nothing; the next writable open of the whole set marks every member founded,
-    and from then on a blank store in place of a member is refused."""
+    are, migrated by nothing; a writable open migrates them, and migration 4003 marks each record
+    founded at the time it was written (it used to wait for the next open of the whole set, and a
+    blank store opened in place of a member before that was adopted); from then on a blank store
+    in place of a member is refused."""
     a, b, blank = shard_urls(3)
     fencepost.open_shards([a, b]).close()
     back_to_4001(a)
@@ -120,7 +130,7 @@ def test_a_set_founded_before_migration_4002_opens_read_only_and_is_marked_at_it
     assert 4002 not in ledger_of(a)
     with fencepost.open_shards([a, b], clock=ManualClock(8_000)):
         pass
-    assert [_founded_at(u) for u in (a, b)] == [8_000, 8_000]
+    assert [_founded_at(u) for u in (a, b)] == [_joined_at(u) for u in (a, b)]
     fencepost.open(blank).close()
     _refused([a, blank], "shard #1 is not a member")
     assert ms.read(fencepost.open(blank)) is None
@@ -159,3 +169,30 @@ def test_a_member_read_unrecorded_just_before_a_concurrent_founding_finished_is_
     with fencepost.open_shards([a, b, c]) as shards:
         assert shards.names == ("shard-0", "shard-1", "shard-2")
     assert not stale  # the stale read did happen
+
+
+@pytest.mark.parametrize("left", ["4001", "4001-then-plain-open", "4002-unmarked"])
+def test_a_set_founded_before_the_mark_never_adopts_a_blank_store_before_its_first_whole_open(
+        shard_urls, left: str) -> None:
+    """A carried finding: a set founded by a version that did not mark finished foundings, holding
+    no run yet, opened writable as [a, blank] before any open of the whole set: with nothing marked
+    and every store empty, the blank store was taken for the unfinished end of a founding and
+    recorded as shard-1, a member b already was (runs then split between b and blank). A record
+    written before the mark existed is now taken as founded: refused, nothing written to the blank
+    store, and the real set still opens. ``4001-then-plain-open``: a plain open migrated a alone
+    first; ``4002-unmarked``: a store left by the version that added the mark but never opened
+    whole since it was migrated."""
+    a, b, blank = shard_urls(3)
+    fencepost.open_shards([a, b]).close()
+    for url in (a, b):
+        back_to_4001(url) if left != "4002-unmarked" else back_to_4002_unmarked(url)
+    if left == "4001-then-plain-open":
+        fencepost.open(a).close()
+    fencepost.open(blank).close()
+    before = _state(blank)
+    _refused([a, blank], "shard #1 is not a member")
+    assert _state(blank) == before
+    with fencepost.open(blank) as store:
+        assert ms.read(store) is None
+    with fencepost.open_shards([a, b]) as shards:
+        assert shards.names == ("shard-0", "shard-1")

@@ -547,3 +547,27 @@ def test_every_exception_a_run_function_meets_is_exported_by_the_worker_module()
         assert name in worker.__all__
         assert f"class {name}" in pydoc.render_doc(worker, renderer=pydoc.plaintext)
     assert worker.LeaseLost is ownership.LeaseLost
+
+
+def test_a_run_suspended_by_one_worker_is_taken_by_another_at_once(store):
+    """A carried question: a suspended run is claimable again at once by any worker but the one
+    that suspended it (which rests it for ``SUSPEND_BACKOFF_S``). The seeds define ``suspended``
+    as parked and claimable again with no waiting period, so a second worker takes it without the
+    clock moving; only the suspending worker holds back."""
+    store.runs.create("parked", "{}")
+    stop = threading.Event()
+
+    def suspend_and_stop(ctx: RunContext):
+        stop.set()  # no further sweep: the run settles suspended and run() returns
+        raise Suspend({"step": 1})
+
+    first = Worker(store, suspend_and_stop, owner=OwnerId("host-a", 1, "first"))
+    first.run(stop)
+    assert store.runs.get("parked").status == "suspended"
+    assert first.take(1) == []  # the worker that suspended it rests it
+    second = Worker(store, lambda ctx: {"ok": True}, owner=OwnerId("host-b", 2, "second"))
+    taken = second.take(1)
+    assert [r.run_id for r in taken] == ["parked"]
+    row = store.runs.get("parked")
+    assert (row.status, row.owner.nonce) == ("running", "second")
+    assert _facts(store, "parked")[-3:] == ["released", "claimed", "activated"]

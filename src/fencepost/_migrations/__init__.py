@@ -22,10 +22,10 @@ _NAME = re.compile(r"^(\d{4})_([a-z-]+)_([a-z0-9_]+)\.(sqlite|postgresql)\.sql$"
 BLOCKS = {"journal": 0, "run-store": 1000, "changefeed": 2000, "projections": 3000, "shards": 4000}
 ALL_NAMESPACES = tuple(BLOCKS)
 STORE_NAMESPACES = ("journal", "run-store", "changefeed", "shards")
-READS_AROUND = frozenset({4002})
+READS_AROUND = frozenset({4002, 4003})
 """Migrations a read-only open does without: the code that reads what they add checks the ledger
 first and reads the schema as it was before them. A store missing only these opens read-only (a
-store the previous version left); a writable open applies them."""
+store a previous version left); a writable open applies them."""
 
 
 @dataclass(frozen=True)

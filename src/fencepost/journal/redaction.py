@@ -277,10 +277,39 @@ _HEADER_VALUE = r"""([^\r\n"'\\]+)"""
 _AUTH_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9!#$%&*+.^_`|~\-]*)[ \t]+(?=\S)", _A)
 
 
+#: Authentication schemes (the HTTP registry's and common vendor ones): what follows one of them is a
+#: credential even when it reads as a plain word (``Token letmein``).
+_KNOWN_SCHEMES = frozenset({
+    "basic", "bearer", "digest", "dpop", "gnap", "hoba", "mutual", "negotiate", "ntlm", "oauth", "privatetoken",
+    "scram-sha-1", "scram-sha-256", "vapid", "concealed", "token", "apikey", "api-key", "key", "ssws", "jwt",
+    "hmac", "aws4-hmac-sha256", "kerberos", "splunk", "googlelogin", "sharedkey", "sharedaccesssignature",
+    "signature", "otp", "session",
+})
+# A plain word of status prose: lowercase or Capitalised letters, at most 15 of them, with the
+# punctuation of a sentence around it. Digits, token punctuation (``. _ - / + = ~``), inner capitals
+# or a longer word make a value credential-shaped.
+_PROSE_WORD = re.compile(r"[(\[]?[A-Za-z][a-z]{0,14}[)\],.;:!?]*", _A)
+
+
+def _is_status_prose(body: str) -> bool:
+    """``denied``, ``denied by policy``, ``Required for this project.``: plain words only, none of
+    them a scheme we know or another ``authorization`` (whose value this match would swallow)."""
+    words = body.split()
+    if not words:
+        return False
+    for w in words:
+        if not _PROSE_WORD.fullmatch(w):
+            return False
+        bare = w.lower().strip("()[],.;:!?")
+        if bare in _KNOWN_SCHEMES or bare.endswith("authorization"):
+            return False
+    return True
+
+
 def _authorization_header(m: re.Match[str]) -> str:
     name, sep, value = m.group(1), m.group(2), m.group(3)
     body = value.rstrip()
-    if not body or body == REDACTED:
+    if not body or body == REDACTED or _is_status_prose(body):
         return m.group(0)
     tail = value[len(body):]
     scheme = _AUTH_SCHEME.match(body)

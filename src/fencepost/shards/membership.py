@@ -6,8 +6,9 @@ recorded: a shard missing, an extra store, stores in another order or under othe
 another set, or members that disagree because a grow was interrupted. A fresh set (every store
 empty, none with a record) is founded by the first opener; an interrupted founding is finished by
 the next one. The open that finds every member recorded and in agreement marks each member founded
-(``founded_at_ms``, migration 4002); from then on no store that records no set joins it but by a
-grow. Growing a set (``grow=True``) appends names; it never removes or reorders them.
+(``founded_at_ms``, migration 4002; migration 4003 marks the records written before the mark
+existed); from then on no store that records no set joins it but by a grow. Growing a set
+(``grow=True``) appends names; it never removes or reorders them.
 
 Before anything is created, ``look_all`` reads every store that exists, read-only, and
 ``check_before_creating`` makes the refusals ``reconcile`` would make, so a refused open creates
@@ -43,7 +44,11 @@ __all__ = ["Look", "Membership", "ShardError", "check_before_creating", "check_d
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 FOUNDED_MIGRATION = 4002
 """The migration that adds ``founded_at_ms``; a store at 4001 (opened read-only, or looked at before
-it is migrated) lacks the column, and counts as not marked."""
+it is migrated) lacks the column."""
+EARLIER_MARKED_MIGRATION = 4003
+"""The migration that marks founded every record no open had marked (one written before the mark
+existed). A store with a record and without it, looked at before it is migrated, counts as marked:
+the writable open that would adopt a store beside it migrates it first."""
 
 
 class ShardError(FencepostError):
@@ -202,7 +207,7 @@ def look_all(urls: Sequence[str]) -> list[Look]:
                 check_ledger(db, _look(db, lambda d, conn: _applied(conn, d)))
         empty = [True if db is None else _look(db, _look_empty) for db in dbs]
         records = [None if db is None else _look(db, _look_record) for db in dbs]
-        founded = [db is not None and r is not None and _look(db, _look_founded) is not None
+        founded = [db is not None and r is not None and _look(db, _look_founded)
                    for db, r in zip(dbs, records, strict=True)]
         if any(founded):  # read again after the mark: see _after_the_mark
             records = [r if r is not None or db is None else _look(db, _look_record)
@@ -234,8 +239,14 @@ def _look_empty(db: Database, conn: Connection) -> bool:
     return _empty_in(conn)
 
 
-def _look_founded(db: Database, conn: Connection) -> int | None:
-    return _founded_in(db, conn) if db.backend.has_table(conn, t.name) else None
+def _look_founded(db: Database, conn: Connection) -> bool:
+    """Whether the record (the caller found one) is marked founded, or will be by the migration that
+    marks records written before the mark (``EARLIER_MARKED_MIGRATION``)."""
+    if not db.backend.has_table(conn, t.name):
+        return False
+    if EARLIER_MARKED_MIGRATION not in _applied(conn, db):
+        return True
+    return _founded_in(db, conn) is not None
 
 
 def _look_source(db: Database, conn: Connection) -> str | None:
@@ -459,8 +470,8 @@ def reconcile(names: Sequence[str], stores: Sequence[Store], *, grow: bool = Fal
             records[i] = read(store)
     membership = _verify(names, records)
     # Every member is recorded and agrees: the founding (or the grow) is finished. Marked in each
-    # store not marked yet, after every record is written (see _after_the_mark); a set founded
-    # before migration 4002 is marked here, at its first whole writable open.
+    # store not marked yet, after every record is written (see _after_the_mark). A record written
+    # before the mark existed was marked by migration 4003 when its store was migrated.
     for store, was_marked in zip(stores, marked, strict=True):
         if not was_marked:
             _mark_founded(store, membership.set_id)
