@@ -6,7 +6,8 @@ policy"`` as ``"authorization: denied [REDACTED_TOKEN]"``. The journal's redacti
 key and pattern based (REFERENCE 3.6: bearer, basic, assignment of a KEY/TOKEN/SECRET/PASSWORD/
 CREDENTIAL name ...); under them such a sentence holds no secret. The header rule now leaves a
 value that reads as plain words alone, and still redacts every value that carries a scheme we know
-or anything shaped like a credential (digits, token punctuation, mixed case, a long word).
+or anything shaped like a credential (digits, token punctuation, mixed case, a long word), and
+every value that does not begin with a status word (a password may be a plain word).
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ REDACTED_CASES: list[tuple[str, str, str]] = [
     ("bare-long-word", "authorization: abcdefghijklmnopqrst", f"authorization: {REDACTED}"),
     ("bare-token-chars", "authorization: abc.def_ghi", f"authorization: {REDACTED}"),
     ("unknown-scheme-credential", "Authorization: Custom abc123", f"Authorization: Custom {REDACTED_TOKEN}"),
+    ("bare-plain-word", "authorization: letmein", f"authorization: {REDACTED}"),
+    ("plain-words", "Authorization: correct horse battery", f"Authorization: correct {REDACTED_TOKEN}"),
+    ("unknown-scheme-plain-word", "authorization: Custom swordfish", f"authorization: Custom {REDACTED_TOKEN}"),
     ("prose-then-credential", "authorization: denied, retry with hunter2XYZ", f"authorization: {REDACTED}"),
     ("in-a-sentence", "sent Authorization: Bearer abcdefghijkl upstream",
      f"sent Authorization: Bearer {REDACTED_TOKEN}"),

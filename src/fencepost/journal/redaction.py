@@ -291,11 +291,21 @@ _KNOWN_SCHEMES = frozenset({
 _PROSE_WORD = re.compile(r"[(\[]?[A-Za-z][a-z]{0,14}[)\],.;:!?]*", _A)
 
 
+#: How status prose after ``authorization:`` begins. A value that begins otherwise stays redacted
+#: even as plain words: a password may be one (``authorization: letmein``).
+_STATUS_WORDS = frozenset({
+    "absent", "accepted", "denied", "disabled", "enabled", "error", "expired", "failed", "forbidden", "granted",
+    "invalid", "missing", "needed", "no", "none", "not", "ok", "pending", "refused", "rejected", "required",
+    "revoked", "succeeded", "unauthorized",
+})
+
+
 def _is_status_prose(body: str) -> bool:
-    """``denied``, ``denied by policy``, ``Required for this project.``: plain words only, none of
-    them a scheme we know or another ``authorization`` (whose value this match would swallow)."""
+    """``denied``, ``denied by policy``, ``Required for this project.``: a status word first, then
+    plain words only, none of them a scheme we know or another ``authorization`` (whose value this
+    match would swallow)."""
     words = body.split()
-    if not words:
+    if not words or words[0].lower().strip("()[],.;:!?") not in _STATUS_WORDS:
         return False
     for w in words:
         if not _PROSE_WORD.fullmatch(w):
