@@ -62,6 +62,13 @@ log = logging.getLogger("fencepost.projections")
 
 MAX_PAGE = 1000  # changes_since refuses larger pages (REFERENCE 4)
 _RETRIES = 50  # consecutive source races tolerated before giving up
+_MOVED = {  # what ``offer`` says when the source is no longer the one the projection reflects
+    "source_changed": "the source was rotated or replaced since the projection was built: catch_up rebuilds it",
+    "source_rewound": "the source was restored from an older copy since the projection was built (its revision "
+                      "is behind the checkpoint): catch_up rebuilds it",
+    "journal_diverged": "the journal differs from the one the projection was built from (restored or replaced): "
+                        "catch_up rebuilds it",
+}
 
 
 class CatchUp(msgspec.Struct, frozen=True):
@@ -427,19 +434,32 @@ class ProjectionBuilder:
         ``updates`` must be an iterable of ``Observed``/``Missing`` snapshots, or the ``Batch``
         ``store.feed.read`` returns (``ConsensusFact``s for a consensus projection), none of them ahead
         of its source's head; anything else is refused before the target is touched.
+
+        When the source is no longer the one the projection reflects (rotated, or an older copy
+        restored with its source id: the checkpoint is ahead of its head), raises ``SourceChanged``
+        (``rotated`` says which) and writes nothing: ``catch_up`` rebuilds the projection, then
+        offers are compared again.
         """
         items = self._offered(updates)
         share = self._select(source_name, "offer", one=True)[0]
         # A snapshot of this source past its head cannot have come from its feed; applied, it would
         # hold that revision for the run and shadow every real change of it until a rebuild.
-        # The head only grows, so one read before the write is enough.
+        # The head only grows (unless an older copy is restored), so one read before the write is enough.
         source, head = share.feed.head()
         for index, item in enumerate(items):
             if item.source == source and item.revision > head:
+                # Unless the source was restored under the projection (its checkpoint is ahead of
+                # the head too): then the snapshot may well be real, and the answer is a rebuild.
+                if self._target_ready():
+                    self._refuse_if_moved(share, self._read(lambda conn: checkpoints.load(conn, share.checkpoint)),
+                                          source, head)
                 raise ProjectionError("invalid_projection", "offer",
                                       f"updates #{index} is ahead of its source (revision {item.revision} "
                                       f"> the source's {head}): not a snapshot the feed gave")
         self._acquire()
+        # A projection of a restored or rotated source compares nothing until it is rebuilt: its
+        # held revisions belong to a history the source no longer has.
+        self._refuse_if_moved(share, self._read(lambda conn: self._load_in(conn, share)), source, head)
 
         def body(conn: Connection) -> tuple[int, int]:
             cp = self._load_in(conn, share)
@@ -582,14 +602,32 @@ class ProjectionBuilder:
                 return CatchUp(applied, rejected, rebuilt, page.next_revision)
 
     def _pending_reason(self, share: Share, cp: Checkpoint, source: str, head: int) -> str | None:
-        if cp.source is not None:
-            if cp.source != source:
-                return "source_changed"
-            if cp.revision > head:
-                return "source_rewound"
-            if cp.anchor is not None and share.feed.anchor_at(cp.revision) != cp.anchor:
-                return "journal_diverged"
-        return cp.shadow_reason
+        return self._source_moved(share, cp, source, head) or cp.shadow_reason
+
+    @staticmethod
+    def _source_moved(share: Share, cp: Checkpoint, source: str, head: int) -> str | None:
+        """Why the source (now ``source`` at ``head``) is no longer the one ``cp`` reflects:
+        ``source_changed`` (rotated, or another database), ``source_rewound`` (an older copy restored
+        with its source id), ``journal_diverged``; None when it still is (or nothing was applied)."""
+        if cp.source is None:
+            return None
+        if cp.source != source:
+            return "source_changed"
+        if cp.revision > head:
+            return "source_rewound"
+        if cp.anchor is not None and share.feed.anchor_at(cp.revision) != cp.anchor:
+            return "journal_diverged"
+        return None
+
+    def _refuse_if_moved(self, share: Share, cp: Checkpoint | None, source: str, head: int) -> None:
+        """Raise ``SourceChanged`` (method ``offer``) when the source is no longer the one ``cp``
+        reflects: as for a feed position of a restored or rotated source, the answer is a rebuild."""
+        reason = None if cp is None else self._source_moved(share, cp, source, head)
+        if reason is None:
+            return
+        err = SourceChanged("invalid_run", "offer", _MOVED[reason])
+        err.rotated = reason == "source_changed"
+        raise err
 
     def _rebuild(self, share: Share, cp: Checkpoint, reason: str, source: str, head: int,
                  on_progress: Callable[[int, int], None] | None = None) -> tuple[int, int]:

@@ -1,0 +1,70 @@
+"""``journal verify`` and ``journal replay`` over a SQLite journal entry whose ``seq`` (or
+``source_seq``, ``emitted_at_ms``) was stored past the CHECK constraints as something other than
+an integer: each reports it (verify an ``integer`` break, replay ``chain_broken``) naming the
+column, never the value, goes on with the other runs and exits 1, no traceback.
+
+Defect: both ended with a raw ``ValueError`` traceback. SQLite only: on PostgreSQL these columns
+are ``BIGINT`` and cannot hold anything else.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import fencepost
+
+SECRET = "SECRET-7"
+
+
+@pytest.fixture(params=["seq", "source_seq", "emitted_at_ms"])
+def damaged_url(request, tmp_path) -> tuple[str, str]:
+    """Runs r1 and r2, each claimed and owned (facts ``claimed`` seq 0, ``activated`` seq 1); r1's
+    ``activated`` fact holds text in one integer column."""
+    from fencepost.journal import OwnerId, companion_stream
+
+    url = f"sqlite:///{tmp_path / 'facts.db'}"
+    with fencepost.open(url) as store:
+        for run in ("r1", "r2"):
+            store.runs.create(run, "{}")
+            store.runs.claim_and_own(run, store.runs.get(run), OwnerId("h", 1, "n"), store.clock.now_ms())
+        conn = store.db.connect()
+        try:
+            conn.exec_driver_sql("PRAGMA ignore_check_constraints=ON")
+            conn.exec_driver_sql("DROP TRIGGER flows_journal_events_no_update_v1")
+            conn.exec_driver_sql(f"UPDATE flows_journal_events SET {request.param} = '{SECRET}' "
+                                 f"WHERE run_id = '{companion_stream('r1')}' AND seq = 1")
+            conn.commit()
+        finally:
+            conn.close()
+    return url, request.param
+
+
+def _clean(result) -> None:
+    assert "Traceback" not in result.err + result.out and "ValueError" not in result.err + result.out, result
+    assert SECRET not in result.err + result.out, result
+
+
+def test_journal_verify_reports_the_column_and_exits_1(run_cli, damaged_url):
+    url, column = damaged_url
+    result = run_cli("--db", url, "journal", "verify")
+    assert result.code == 1, result
+    _clean(result)
+    assert "1 break(s)" in result.out + result.err, result
+    assert "integer" in result.out + result.err and column in result.out + result.err, result
+    assert "run r1" in result.out + result.err, result
+
+
+@pytest.mark.parametrize("args", [("--all",), ("--all", "--format", "json"), ("r1",)])
+def test_journal_replay_reports_chain_broken_and_replays_the_other_run(run_cli, damaged_url, args):
+    url, column = damaged_url
+    result = run_cli("--db", url, "journal", "replay", *args)
+    assert result.code == 1, result
+    _clean(result)
+    assert "chain_broken" in result.out, result
+    if args == ("--all",):
+        assert "2 run(s) replayed" in result.out, result
+        assert "1 of 2 run(s) break the ownership rules" in result.err, result
+        assert "r1" in result.out and "seq -1" not in result.out, result
+    else:  # the others carry each violation's detail
+        assert column in result.out and "not an integer" in result.out, result
+    assert run_cli("--db", url, "journal", "replay", "r2").code == 0
