@@ -91,3 +91,25 @@ def test_one_entry_per_page_reads_past_the_damaged_entry(damaged, monkeypatch):
     assert (report.entries_checked, report.breaks) == (6, 1), report
     history = ownership_history(store, "run")
     assert ([v.rule for v in history.violations], history.facts) == (["chain_broken"], 2), history
+
+
+def test_the_ownership_projection_leaves_the_damaged_fact_out_as_replay_does(damaged, make_db_url):
+    """The consensus feed applied ``int()`` to the stored ``emitted_at_ms``: a damaged one stopped
+    every ``OwnershipHistory`` build with a raw ``ValueError`` (or, for a real, projected a time
+    the journal never stored). Replay reports such a fact and applies nothing; the projection now
+    leaves it out the same way and builds the other runs' intervals."""
+    from sqlalchemy import text
+
+    from fencepost.projections import OwnershipHistory, ProjectionBuilder
+
+    store, column = damaged
+    with ProjectionBuilder(store, make_db_url(), OwnershipHistory()) as builder:
+        builder.catch_up()
+        rows = builder.target.read(lambda conn: conn.execute(text(
+            "SELECT run_id, opened_by, activated_position IS NOT NULL, closed_by, activated_at_ms "
+            "FROM projection_ownership_history ORDER BY run_id, opened_position")).all())
+    other = [tuple(r) for r in rows if r[0] == "other"]
+    assert [r[:4] for r in other] == [("other", "claimed", 1, "released")], rows
+    assert all(type(r[4]) is int for r in rows if r[4] is not None), rows
+    if column == "emitted_at_ms":  # the activation is left out: the claim stays a claim
+        assert [tuple(r[:4]) for r in rows if r[0] == "run"] == [("run", "claimed", 0, "released")], rows

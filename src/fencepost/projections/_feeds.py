@@ -132,6 +132,9 @@ def _fact(row: Any, source: str) -> ConsensusFact | None:
     kind = row.event_type[len(_FACT_PREFIX):]
     if fact_problem(kind, payload) is not None:
         return None  # replay reports it as malformed_fact and applies nothing
+    emitted = row.emitted_at_ms
+    if type(emitted) is not int:
+        return None  # stored past the CHECK constraints: replay reports it (chain_broken), applies nothing
     owner = payload.get("owner")
     granted = payload.get("grantedAtMs")
     return ConsensusFact(
@@ -141,5 +144,5 @@ def _fact(row: Any, source: str) -> ConsensusFact | None:
         kind=kind,
         owner=owner if isinstance(owner, dict) else None,
         granted_at_ms=granted if type(granted) is int else None,
-        emitted_at_ms=int(row.emitted_at_ms),
+        emitted_at_ms=emitted,
     )
