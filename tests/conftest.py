@@ -10,8 +10,9 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import traceback
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -211,3 +212,37 @@ def ledger_of(url: str) -> set[int]:
         return set(applied(db))
     finally:
         db.dispose()
+
+
+def run_forked(child: Callable[[], object]) -> int:
+    """Run ``child()`` in a forked process and wait for it: its exit status (0 = it returned; 1 =
+    it raised, its traceback printed with the test's output). The child leaves by ``os._exit``,
+    never through the parent's cleanups."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child process
+        code = 1
+        try:
+            child()
+            code = 0
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+def run_in_background(fn: Callable[[], object]) -> tuple[threading.Thread, list[BaseException]]:
+    """``fn()`` on a started daemon thread: the thread, and a list that gets the exception that
+    ended ``fn`` (empty while it runs or when it returned)."""
+    failed: list[BaseException] = []
+
+    def body() -> None:
+        try:
+            fn()
+        except BaseException as exc:  # the caller asserts on it
+            failed.append(exc)
+
+    thread = threading.Thread(target=body, daemon=True)
+    thread.start()
+    return thread, failed

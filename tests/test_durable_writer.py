@@ -151,19 +151,31 @@ def test_constraint_failure_is_classified_without_values(store: fencepost.Store)
     assert secret not in str(err.value) and err.value.__cause__ is None
 
 
+@pytest.mark.parametrize("store", ["single"], indirect=True)
 def test_reads_inside_a_write_are_under_the_writer_lock(store: fencepost.Store) -> None:
-    """Read-modify-write from 4 threads never loses an increment (BEGIN IMMEDIATE / advisory lock)."""
+    """Read-modify-write from 4 threads never loses an increment and runs each body once (BEGIN
+    IMMEDIATE / advisory lock taken before the body's first read).
+
+    Group commit is off: with it, one leader runs the bodies of concurrent writers one after another
+    in its own transaction, so the threads never race for the lock and the test could not fail.
+    Counting body runs is what makes SQLite able to fail: there a read outside the lock meets a
+    snapshot another thread has moved past, the write answers busy and the whole body runs again,
+    so no increment is lost but a body runs twice (PostgreSQL at READ COMMITTED loses the
+    increment). The processes test below checks the same across processes, with group commit on.
+    """
     store.db.write(lambda c: c.exec_driver_sql("CREATE TABLE counter (n INTEGER NOT NULL)"))
     store.db.write(lambda c: c.exec_driver_sql("INSERT INTO counter (n) VALUES (0)"))
     rounds, threads = 40, 4
     barrier = threading.Barrier(threads)
     errors: list[BaseException] = []
+    calls = [0] * threads
 
-    def bump(conn):
-        n = conn.exec_driver_sql("SELECT n FROM counter").scalar()
-        conn.execute(text("UPDATE counter SET n = :n"), {"n": n + 1})
+    def worker(i: int) -> None:
+        def bump(conn):
+            calls[i] += 1
+            n = conn.exec_driver_sql("SELECT n FROM counter").scalar()
+            conn.execute(text("UPDATE counter SET n = :n"), {"n": n + 1})
 
-    def worker():
         try:
             barrier.wait()
             for _ in range(rounds):
@@ -171,13 +183,14 @@ def test_reads_inside_a_write_are_under_the_writer_lock(store: fencepost.Store) 
         except BaseException as exc:  # surfaced below
             errors.append(exc)
 
-    ts = [threading.Thread(target=worker) for _ in range(threads)]
+    ts = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
     for t in ts:
         t.start()
     for t in ts:
         t.join()
     assert not errors
     assert store.db.read(lambda c: c.exec_driver_sql("SELECT n FROM counter").scalar()) == rounds * threads
+    assert calls == [rounds] * threads, "a body ran again: its read was not under the writer lock"
 
 
 # --------------------------------------------------------------------------- failures leave no transaction

@@ -9,7 +9,6 @@ import signal
 import socket
 import threading
 import time
-import traceback
 from collections.abc import Iterator
 
 import pytest
@@ -19,6 +18,7 @@ import fencepost
 from fencepost import _durable
 from fencepost.errors import ProjectionError
 from fencepost.projections._lock import BuilderLock
+from tests.conftest import run_forked
 
 SMALL = (2, 6)  # a pool of 8 connections
 DEADLINE = 20.0
@@ -245,20 +245,10 @@ def test_a_forked_child_checks_out_its_own_connections_outside_a_thread_slot(sto
             conn.close()
         assert store.runs.get("before-fork").run_id == "before-fork"
 
-    # Another thread of the parent in the middle of a checkout, taking back idle connections.
+    # Another thread of the parent in the middle of a checkout, taking back idle connections (the
+    # parent holds the locks until the child is done: the child's copies stay held throughout).
     with db._checkout_lock, db._slots_lock:
-        pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child process
-        code = 1
-        try:
-            child()
-            code = 0
-        except BaseException:
-            traceback.print_exc()  # shown with the test's failure
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+        assert run_forked(child) == 0
     store.runs.create("after-fork", "{}")  # the parent's connections are still its own
     assert store.runs.get("before-fork").run_id == "before-fork"
 

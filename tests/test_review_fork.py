@@ -17,6 +17,7 @@ import pytest
 
 import fencepost
 from fencepost.runstore import _sql as q
+from tests.conftest import run_forked
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
@@ -24,20 +25,6 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def _insert(conn: Any, run_id: str) -> None:
     q.run(conn, q.INSERT_RUN, {"run_id": run_id, "state_json": "{}", "now": 0, "parent_run_id": None,
                                "lineage_id": None, "round_ordinal": None})
-
-
-def _fork(child: Any) -> int:
-    """Run ``child()`` in a forked process; return its exit status (0 = it returned)."""
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child process
-        code = 1
-        try:
-            child()
-            code = 0
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status)
 
 
 def test_fork_while_another_thread_holds_an_open_write_does_not_undo_that_write(store: fencepost.Store) -> None:
@@ -58,7 +45,7 @@ def test_fork_while_another_thread_holds_an_open_write_does_not_undo_that_write(
     writer.start()
     assert inside.wait(30)
     try:
-        assert _fork(lambda: None) == 0
+        assert run_forked(lambda: None) == 0
     finally:
         go.set()
         writer.join(30)
@@ -78,7 +65,7 @@ def test_a_forked_child_can_use_and_close_the_store_while_the_parent_keeps_writi
         store.runs.create("from-the-child", "{}")
         store.close()
 
-    assert _fork(child) == 0
+    assert run_forked(child) == 0
     store.runs.create("after-fork", "{}")
     t = threading.Thread(target=lambda: store.runs.create("after-fork-thread", "{}"))
     t.start()
@@ -100,7 +87,7 @@ def test_a_child_forked_inside_a_write_does_not_join_the_parents_transaction(sto
 
     def body(conn: Any) -> None:
         _insert(conn, "parent-in-write")
-        assert _fork(child) == 0
+        assert run_forked(child) == 0
 
     store.db.write(body)
     assert store.runs.get("parent-in-write").status == "pending"
@@ -202,6 +189,6 @@ def test_two_threads_making_their_first_call_in_a_forked_child_reset_its_state_o
             except BaseException:
                 traceback.print_exc()  # shown with the test's failure
                 raise
-        assert _fork(run_child) == 0, f"round {round_}"
+        assert run_forked(run_child) == 0, f"round {round_}"
     store.runs.create("after-fork", "{}")
     assert store.runs.get("before-fork").run_id == "before-fork"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import threading
 import time
 
 import pytest
@@ -81,23 +82,68 @@ def test_many_afollows_leave_the_default_executor_free_and_all_see_another_proce
     assert seen == [["from-another-process"]] * followers
 
 
-def test_leaving_an_afollow_blocks_no_loop_and_returns_its_connections(store, raw):
+class _HeldClose:
+    """The follower ``afollow`` wraps, its ``close()`` held until the test lets it go: where it ran
+    (which thread), whether the loop got on meanwhile."""
+
+    def __init__(self, it) -> None:
+        self._it = it
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.finished = threading.Event()
+        self.closed_on: int | None = None
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return next(self._it)
+
+    def close(self) -> None:
+        self.closed_on = threading.get_ident()
+        self.entered.set()
+        self.release.wait(CLOSE_HELD_S)  # a close on the loop's thread holds the loop this long
+        try:
+            self._it.close()
+        finally:
+            self.finished.set()
+
+
+CLOSE_HELD_S = 5
+
+
+def test_leaving_an_afollow_blocks_no_loop_and_returns_its_connections(store, raw, monkeypatch):
     """Leaving ``async for`` with ``break`` closed the follower on the event loop's own thread: on
     PostgreSQL that joined the listener thread, freezing every other task of the loop for about half
     a second. The read connection the follower had used stayed checked out by the executor thread
-    until the loop itself was closed."""
+    until the loop itself was closed.
+
+    No stall is timed: the follower's ``close()`` is held until the loop itself lets it go. Run off
+    the loop, the loop gets on meanwhile (it sees the close begun, not finished, and releases it);
+    run on the loop, the loop is stuck in it until ``CLOSE_HELD_S`` passes and finds it finished."""
+    from fencepost.changefeed import follow as follow_module
+
     insert_run(raw, "a")
     raw.commit()
     baseline = store.db.engine.pool.checkedout()
+    held: list[_HeldClose] = []
+    real_follow = follow_module.follow
 
-    async def main() -> tuple[float, bool, int]:
-        lags: list[float] = []
+    def follow(*args, **kwargs):
+        held.append(_HeldClose(real_follow(*args, **kwargs)))
+        return held[-1]
+
+    monkeypatch.setattr(follow_module, "follow", follow)
+
+    async def main() -> tuple[list[tuple[bool, bool, int]], bool, int]:
+        looked: list[tuple[bool, bool, int]] = []  # per follower: close begun, finished, ticks meanwhile
+        ticks = 0
 
         async def ticker() -> None:
+            nonlocal ticks
             while True:
-                t = time.monotonic()
                 await asyncio.sleep(0.005)
-                lags.append(time.monotonic() - t)
+                ticks += 1
 
         tick = asyncio.create_task(ticker())
         try:
@@ -105,14 +151,26 @@ def test_leaving_an_afollow_blocks_no_loop_and_returns_its_connections(store, ra
                 async for change in store.feed.afollow(poll_interval=60):
                     assert change.run_id == "a"
                     break
-                await asyncio.sleep(0.3)
+                closing = held[-1]
+                begun = await _until(closing.entered.is_set, CLOSE_HELD_S * 2)
+                before = ticks
+                await _until(lambda b=before: ticks >= b + 3, CLOSE_HELD_S * 2)  # other tasks run meanwhile
+                looked.append((begun, closing.finished.is_set(), ticks - before))
+                closing.release.set()
+                await asyncio.to_thread(closing.finished.wait, CLOSE_HELD_S * 2)
             released = await _until(lambda: store.db.engine.pool.checkedout() == baseline, 5)
-            return max(lags), released, await asyncio.to_thread(_listeners, store)
+            return looked, released, await asyncio.to_thread(_listeners, store)
         finally:
             tick.cancel()
+            for closing in held:
+                closing.release.set()
 
-    worst, released, listeners = asyncio.run(main())
-    assert worst < 0.2, f"the loop stalled for {worst:.3f} s"
+    loop_thread = threading.get_ident()  # asyncio.run runs the loop on this thread
+    looked, released, listeners = asyncio.run(main())
+    assert [(begun, finished) for begun, finished, _ in looked] == [(True, False)] * 2, (
+        f"the loop waited for the follower's close: {looked}")
+    assert all(ticks >= 3 for *_, ticks in looked), looked
+    assert all(h.closed_on not in (None, loop_thread) for h in held), "the follower was closed on the loop's thread"
     assert released, "the follower's read connection was not returned to the pool"
     assert listeners == 0
 

@@ -24,6 +24,7 @@ import pytest
 
 import fencepost
 from fencepost.changefeed import Change
+from tests.conftest import run_in_background
 
 
 def _pg_bin() -> Path | None:
@@ -124,18 +125,13 @@ def test_follow_resumes_after_the_postgresql_server_restarts(private_server: Pri
     store = fencepost.open(private_server.url)
     follower_store = fencepost.open(private_server.url)
     seen: list[Change] = []
-    errors: list[BaseException] = []
     stop = threading.Event()
 
     def follow() -> None:
-        try:
-            for change in follower_store.feed.follow(stop=stop, poll_interval=0.5):
-                seen.append(change)
-        except BaseException as exc:  # surfaced below
-            errors.append(exc)
+        for change in follower_store.feed.follow(stop=stop, poll_interval=0.5):
+            seen.append(change)
 
-    thread = threading.Thread(target=follow, daemon=True)
-    thread.start()
+    thread, errors = run_in_background(follow)
     try:
         store.runs.create("before", "{}")
         assert _wait_for(seen, "before", 10), "follower never saw the first commit"

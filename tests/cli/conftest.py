@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+
+import fencepost
 
 
 def fencepost_exe() -> str:
@@ -53,3 +59,43 @@ def assert_one_line_error(result: Result) -> None:
     lines = [line for line in result.err.splitlines() if line.strip()]
     assert len(lines) == 1, result
     assert "Traceback" not in result.err and "Traceback" not in result.out, result
+
+
+# A task that checkpoints ``{"started": true}``, then works (checking for a stop) until stopped.
+HOLDING_TASK = (
+    "import time\n"
+    "def work(ctx):\n"
+    "    ctx.checkpoint({'started': True})\n"
+    "    while True:\n"
+    "        ctx.check()\n"
+    "        time.sleep(0.01)\n"
+)
+
+
+@contextmanager
+def worker_holding_runs(db_url: str, cwd: Path, run_ids: list[str], *options: str,
+                        preexec_fn: Callable[[], None] | None = None) -> Iterator[subprocess.Popen]:
+    """Create ``run_ids``, start ``fencepost worker *options`` on a task that holds each run until
+    stopped (in its own session, from ``cwd``), and yield the process once every run has started
+    (within 30 s). Whatever of its session still runs at the end is killed."""
+    (cwd / "holdingtasks.py").write_text(HOLDING_TASK)
+    with fencepost.open(db_url) as store:
+        for run_id in run_ids:
+            store.runs.create(run_id, "{}")
+    env = {k: v for k, v in os.environ.items() if k != "FENCEPOST_DB"}
+    proc = subprocess.Popen([fencepost_exe(), "--db", db_url, "worker", *options, "--task", "holdingtasks:work"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd,
+                            start_new_session=True, preexec_fn=preexec_fn)
+    try:
+        deadline = time.monotonic() + 30
+        with fencepost.open(db_url, readonly=True) as store:
+            while {store.runs.get(r).state_json for r in run_ids} != {'{"started":true}'}:
+                assert time.monotonic() < deadline, "the worker never started the runs"
+                time.sleep(0.05)
+        yield proc
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()

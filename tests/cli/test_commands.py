@@ -15,7 +15,7 @@ from fencepost.clock import SystemClock
 from fencepost.journal.owner import OwnerId
 from fencepost.runstore.outcomes import Claimed
 from fencepost.runstore.rows import RunRow
-from tests.cli.conftest import assert_one_line_error, fencepost_exe
+from tests.cli.conftest import assert_one_line_error, fencepost_exe, worker_holding_runs
 
 A = OwnerId("host-a", 101, "owner-a")
 
@@ -201,33 +201,9 @@ def test_worker_command_settles_every_pending_run(run_cli, db_url):
 
 
 def test_worker_command_on_sigterm_parks_runs_in_hand_as_suspended(db_url, tmp_path):
-    (tmp_path / "slow_task.py").write_text(
-        "import time\n"
-        "def work(ctx):\n"
-        "    ctx.checkpoint({'started': True})\n"
-        "    while True:\n"
-        "        ctx.check()\n"
-        "        time.sleep(0.01)\n"
-    )
-    with fencepost.open(db_url) as store:
-        for i in range(3):
-            store.runs.create(f"s{i}", "{}")
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    env.pop("FENCEPOST_DB", None)
-    proc = subprocess.Popen([fencepost_exe(), "--db", db_url, "worker", "-n", "1", "--concurrency", "3",
-                             "--task", "slow_task:work"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env)
-    try:
-        deadline = time.monotonic() + 30
-        with fencepost.open(db_url, readonly=True) as store:
-            while {store.runs.get(f"s{i}").state_json for i in range(3)} != {'{"started":true}'}:
-                assert time.monotonic() < deadline, "worker never started the runs"
-                time.sleep(0.1)
+    with worker_holding_runs(db_url, tmp_path, [f"s{i}" for i in range(3)], "-n", "1", "--concurrency", "3") as proc:
         proc.terminate()
         _out, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert proc.returncode == 0, err
     assert "Traceback" not in err
     with fencepost.open(db_url, readonly=True) as store:

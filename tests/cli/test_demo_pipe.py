@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import make_url
 
+import fencepost
 from tests.cli.conftest import fencepost_exe
 
 pytestmark = pytest.mark.slow
@@ -90,23 +91,42 @@ def _read_until(proc: subprocess.Popen, marker: str, within: float = 60.0) -> li
 
 
 # ---------------------------------------------------------------------- a reader that closes early
+# How long the test waits for the demo to exit once the pipe closed: a guard against a hang only,
+# far above what a loaded machine takes. Whether the demo stopped at once is read from what it left.
+EXIT_GUARD_S = 90
+
+
+def _settled(db_url: str, prefix: str) -> tuple[int, int]:
+    """(runs of the demo, how many of them settled)."""
+    with fencepost.open(db_url, readonly=True) as store:
+        statuses = [r.status for r in store.feed.iter_runs() if r.run_id.startswith(prefix)]
+    return len(statuses), sum(s in ("completed", "failed", "cancelled") for s in statuses)
+
+
 def test_demo_piped_into_head_exits_and_leaves_no_worker_behind(db_url, tmp_path):
-    """The reported command, as a shell runs it: ``fencepost demo ... | head -2``."""
+    """The reported command, as a shell runs it: ``fencepost demo ... | head -2``. The demo stops at
+    its next line that finds the pipe closed (the third, or, should head be slow to exit, the one
+    once a fifth of the runs settled): most of its runs never settle, where a demo that went on
+    settles them all in seconds."""
     demo = shlex.join([fencepost_exe(), "--db", db_url, "demo", "--runs", "30", "--workers", "2", "--timeout", "10"])
     proc = subprocess.Popen(["bash", "-c", f"{demo} | head -2; exit ${{PIPESTATUS[0]}}"], cwd=tmp_path, env=_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         try:
-            out, err = proc.communicate(timeout=25)
+            out, err = proc.communicate(timeout=EXIT_GUARD_S)
         except subprocess.TimeoutExpired:
-            pytest.fail("the demo did not exit within 25 s once head had closed the pipe")
+            pytest.fail(f"the demo did not exit within {EXIT_GUARD_S} s once head had closed the pipe")
         left = _left_behind(proc.pid)
     finally:
         _end(proc)
     assert proc.returncode == 1, (out, err)  # what every command exits with on a closed output pipe
     assert out.splitlines()[0].startswith("fencepost demo on ")
     assert "Traceback" not in err and "Exception" not in err, err
+    assert "timed out" not in err, err
     assert left == [], f"processes left behind: {left}"
+    prefix = re.search(r"\(runs (demo-[0-9a-f]+-)\*\)", out).group(1)
+    created, settled = _settled(db_url, prefix)
+    assert created == 30 and settled < created // 2, f"the demo went on after head closed the pipe: {settled} settled"
 
 
 @pytest.mark.parametrize("after", ["fencepost demo on", "demo time runs", "started 2 worker processes"],
@@ -114,18 +134,23 @@ def test_demo_piped_into_head_exits_and_leaves_no_worker_behind(db_url, tmp_path
 def test_a_reader_that_closes_early_stops_the_demo_and_its_workers(db_url, tmp_path, after):
     """The pipe closes at three points: before any run exists, just before the workers start (the
     next line says they started), and while they work. Each time the demo stops them and exits 1
-    at once: at --speed 1 the killed worker's lease alone takes 30 s to expire."""
-    proc = _start(["--db", db_url, "demo", "--runs", "200", "--workers", "2", "--speed", "1", "--timeout", "120"],
-                  tmp_path)
+    at its next line, rather than going on with the runs: most of the 200 never settle (the demo
+    next writes once a fifth of them settled), and no ``--timeout`` passes. A demo that went on
+    would settle nearly all of them within seconds (all but the killed worker's, whose lease takes
+    30 s at --speed 1), so no wall-clock bound is needed to tell the two apart."""
+    n_runs = 200
+    proc = _start(["--db", db_url, "demo", "--runs", str(n_runs), "--workers", "2", "--speed", "1",
+                   "--timeout", "120"], tmp_path)
     pids: list[int] = []
     try:
         lines = _read_until(proc, after)
+        prefix = re.search(r"\(runs (demo-[0-9a-f]+-)\*\)", lines[0]).group(1)
         m = re.search(r"pids ([\d, ]+)", lines[-1])
         pids = [int(p) for p in m.group(1).split(",")] if m else []
         proc.stdout.close()  # type: ignore[union-attr]
         closed = time.monotonic()
         try:
-            code = proc.wait(timeout=20)
+            code = proc.wait(timeout=EXIT_GUARD_S)
         except subprocess.TimeoutExpired:
             code = None
         took = time.monotonic() - closed
@@ -135,7 +160,11 @@ def test_a_reader_that_closes_early_stops_the_demo_and_its_workers(db_url, tmp_p
     err = proc.stderr.read()  # type: ignore[union-attr]
     assert code == 1, f"exit {code} {took:.1f} s after the pipe closed; stderr: {err}"
     assert "Traceback" not in err and "Exception" not in err, err
+    assert "timed out" not in err, err
     assert left == [], f"processes left behind: {left} (worker pids {pids})"
+    created, settled = _settled(db_url, prefix)
+    assert settled < n_runs // 2, (f"the demo went on after the pipe closed: {settled} of {created} runs "
+                                   f"settled, exit {took:.1f} s later")
 
 
 # ---------------------------------------------------------------------- two demos, one database

@@ -11,7 +11,7 @@ import time
 import pytest
 
 import fencepost
-from tests.cli.conftest import assert_one_line_error, fencepost_exe
+from tests.cli.conftest import assert_one_line_error, fencepost_exe, worker_holding_runs
 
 SECRET = "s3cr3t-hunter2-value"
 
@@ -119,30 +119,9 @@ def test_why_a_run_failed_is_shown_by_runs_show_and_its_json(run_cli, db_url, tm
 
 @pytest.mark.slow
 def test_ctrl_c_stops_the_worker_gracefully_with_exit_130(db_url, tmp_path):
-    (tmp_path / "slowtasks.py").write_text(
-        "import time\n"
-        "def work(ctx):\n"
-        "    ctx.checkpoint({'started': True})\n"
-        "    while True:\n"
-        "        ctx.check()\n"
-        "        time.sleep(0.01)\n"
-    )
-    _create(db_url, ["k0", "k1"])
-    env = {k: v for k, v in os.environ.items() if k != "FENCEPOST_DB"}
-    proc = subprocess.Popen([fencepost_exe(), "--db", db_url, "worker", "-n", "1", "--task", "slowtasks:work"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
-                            start_new_session=True, preexec_fn=_like_a_terminal)
-    try:
-        deadline = time.monotonic() + 30
-        with fencepost.open(db_url, readonly=True) as store:
-            while {store.runs.get(r).state_json for r in ("k0", "k1")} != {'{"started":true}'}:
-                assert time.monotonic() < deadline, "the worker never started the runs"
-                time.sleep(0.1)
+    with worker_holding_runs(db_url, tmp_path, ["k0", "k1"], "-n", "1", preexec_fn=_like_a_terminal) as proc:
         os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole group
         _out, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert proc.returncode == 130, err
     assert "Traceback" not in err
     # Graceful: the runs in hand were parked, not left running on a dead lease.

@@ -21,6 +21,7 @@ import pytest
 import fencepost
 from fencepost.errors import ProjectionError
 from fencepost.projections import ProjectionBuilder, RunsByStatus
+from tests.conftest import run_in_background
 
 pytestmark = pytest.mark.slow
 
@@ -31,16 +32,7 @@ def test_a_builder_takes_its_lock_again_after_a_restart_and_keeps_others_out(pri
         store.runs.create("before", "{}")
         with ProjectionBuilder(store, url, RunsByStatus(), lock_timeout=0, poll_interval=0.1) as first:
             stop = threading.Event()
-            failed: list[BaseException] = []
-
-            def follow() -> None:
-                try:
-                    first.run(stop)
-                except BaseException as exc:  # reported below
-                    failed.append(exc)
-
-            thread = threading.Thread(target=follow, daemon=True)
-            thread.start()
+            thread, failed = run_in_background(lambda: first.run(stop))
             try:
                 deadline = time.monotonic() + 20
                 while first.status().lag:  # the builder has reached the server and holds its lock

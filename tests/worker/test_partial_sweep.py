@@ -111,6 +111,30 @@ def test_a_run_whose_read_after_activation_fails_is_still_run(db_url):
         store.close()
 
 
+class _HoldsUntilDone:
+    """A run function that checks its lease until ``done`` is set: the runs it started, the
+    exceptions that ended them, and whether one is running now."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+        self.seen: list[BaseException] = []
+        self.running = threading.Event()
+        self.done = threading.Event()
+
+    def __call__(self, ctx: Any) -> None:
+        self.running.set()
+        self.started.append(ctx.run_id)
+        try:
+            while not self.done.is_set():
+                ctx.lease.check()
+                time.sleep(0.02)
+        except BaseException as exc:
+            self.seen.append(exc)
+            raise
+        finally:
+            self.running.clear()
+
+
 def test_a_run_taken_before_a_claim_release_waits_out_an_outage_is_run_and_held_meanwhile(outage_clocked):
     """The sweep activated one run, then the next candidate's activation met a database outage (a
     real held write lock) and its claim release retried within the claim's budget (up to 19 s) on
@@ -127,9 +151,8 @@ def test_a_run_taken_before_a_claim_release_waits_out_an_outage_is_run_and_held_
     real_activate, real_abandon = store.runs.activate, store.runs.abandon_claim
     activated: list[str] = []
     release_failures: list[str] = []
-    started: list[str] = []
-    seen: list[BaseException] = []
-    done = threading.Event()
+    fn = _HoldsUntilDone()
+    started, seen = fn.started, fn.seen
 
     def activate(run_id: str, *args: Any, **kwargs: Any) -> Any:
         activated.append(run_id)
@@ -142,16 +165,6 @@ def test_a_run_taken_before_a_claim_release_waits_out_an_outage_is_run_and_held_
             return real_abandon(*args, **kwargs)
         except RunStoreError:
             release_failures.append(",".join(started))  # which functions had started by then
-            raise
-
-    def fn(ctx):
-        started.append(ctx.run_id)
-        try:
-            while not done.is_set():
-                ctx.lease.check()
-                time.sleep(0.02)
-        except BaseException as exc:
-            seen.append(exc)
             raise
 
     store.runs.activate, store.runs.abandon_claim = activate, abandon_claim
@@ -170,7 +183,7 @@ def test_a_run_taken_before_a_claim_release_waits_out_an_outage_is_run_and_held_
         assert wait_for(lambda: bool(seen), OUTAGE_BOUND_S), "the lease outlived its write budget"
         assert isinstance(seen[0], LeaseLost), seen
     finally:
-        done.set()
+        fn.done.set()
         holder.free()
         stop.set()
         t.join(OUTAGE_BOUND_S)
@@ -244,10 +257,8 @@ def test_a_run_whose_read_after_activation_waits_out_an_outage_is_not_run_past_i
     reads = _ReadOutage(store, db_url, backend)
     real_activate = store.runs.activate
     stamped: list[int] = []
-    running = threading.Event()
-    started: list[str] = []
-    seen: list[BaseException] = []
-    done = threading.Event()
+    fn = _HoldsUntilDone()
+    running, started, seen = fn.running, fn.started, fn.seen
 
     def activate(*args: Any, **kwargs: Any) -> Any:
         outcome = real_activate(*args, **kwargs)
@@ -255,19 +266,6 @@ def test_a_run_whose_read_after_activation_waits_out_an_outage_is_not_run_past_i
         holder.hold()  # the outage begins right after the activation committed
         reads.begin()
         return outcome
-
-    def fn(ctx):
-        running.set()
-        started.append(ctx.run_id)
-        try:
-            while not done.is_set():
-                ctx.lease.check()
-                time.sleep(0.02)
-        except BaseException as exc:
-            seen.append(exc)
-            raise
-        finally:
-            running.clear()
 
     store.runs.activate = activate
     worker = Worker(store, fn, concurrency=1)
@@ -286,7 +284,7 @@ def test_a_run_whose_read_after_activation_waits_out_an_outage_is_not_run_past_i
         if not reads_return:
             assert started == [] and worker.stats.claimed == 0, (started, worker.stats)
     finally:
-        done.set()
+        fn.done.set()
         reads.close()
         holder.free()
         stop.set()
