@@ -220,7 +220,7 @@ def runs_page_across(stores: Mapping[str, Store], query: Mapping[str, str],
     after this one list its runs from there: none is skipped, though they come late.
     """
     from fencepost.changefeed.cursor import decode_across, encode_across
-    from fencepost.cli.runs import listing_page, merged_page
+    from fencepost.changefeed.merged import merged_page
 
     given_once(query, RUNS_PARAMETERS)
     filters = listing_filters(query)
@@ -235,7 +235,7 @@ def runs_page_across(stores: Mapping[str, Store], query: Mapping[str, str],
             after = decode_across(cursor, list(stores))
             held = {name: after.pop(name) for name in down if name in after}
             cursor = encode_across(after)
-        shown, next_cursor = merged_page(up, filters, cursor, limit, True, page=listing_page)
+        shown, next_cursor = merged_page(up, filters, cursor, limit, True)
     except RunStoreError as exc:
         bad = _bad_listing(exc)
         if bad is not None:
