@@ -254,9 +254,10 @@ def runs_page_across(stores: Mapping[str, Store], query: Mapping[str, str],
 def down_part(store: Store, code: str) -> dict[str, Any]:
     """What the console says of a store that does not answer: its error code and its database
     (the URL's password hidden), never the error's text."""
-    from fencepost._durable import redact_url
+    from fencepost._durable import parse_url, redact_url
 
-    return {"error": code, "database": redact_url(store.url), "backend": store.db.backend.name}
+    # The backend is the URL's: a store the console waits for has no database object yet.
+    return {"error": code, "database": redact_url(store.url), "backend": parse_url(store.url)[0].get_backend_name()}
 
 
 def each_store(stores: Mapping[str, Store], read: Callable[[str, Store], Any], none_answering: bool = False,
