@@ -110,7 +110,7 @@ def journal_replay(run_id: str | None, every: bool, out: Output, progress: bool)
     if out.is_table:
         out.rows([to_data(i) | {"owner_text": owner_text(i.owner)} for i in history.intervals], INTERVAL_COLUMNS,
                  title=f"ownership of {run_id} ({history.facts} fact(s))",
-                 footer=[f"violation {v.rule} at seq {v.seq} ({v.event_type}): {v.detail}"
+                 footer=[f"violation {v.rule} {_at(v)} ({v.event_type}): {v.detail}"
                          for v in history.violations] or ["ownership history is consistent"])
     elif out.format == "csv":
         from fencepost.journal.replay import OwnershipInterval
@@ -120,6 +120,11 @@ def journal_replay(run_id: str | None, every: bool, out: Output, progress: bool)
         out.record(to_data(history))
     if history.violations:
         raise fail(f"the ownership history breaks {len(history.violations)} invariant(s)")
+
+
+def _at(v: Any) -> str:
+    """Where a violation is: its seq, or its position when the stored seq is not an integer (-1)."""
+    return f"at seq {v.seq}" if v.seq >= 0 else f"at position {v.position}"
 
 
 INTERVAL_COLUMNS = [
@@ -146,7 +151,7 @@ def _replay_all(store: Any, out: Output, progress: bool) -> None:
     elif out.format == "csv":  # one row per run; `replay RUN_ID --format csv` has its intervals
         out.rows([{"run_id": h.run_id, "facts": h.facts, "intervals": len(h.intervals),
                    "violations": len(h.violations),
-                   "first_violation": f"{h.violations[0].rule} at seq {h.violations[0].seq}" if h.violations else "",
+                   "first_violation": f"{h.violations[0].rule} {_at(h.violations[0])}" if h.violations else "",
                    "stream": h.stream} for h in summary.histories], [], fields=REPLAY_ALL_FIELDS)
     elif not out.is_table:
         out.record({"ok": summary.ok, "runs": summary.runs, "intervals": summary.intervals,
@@ -160,7 +165,7 @@ def _replay_all(store: Any, out: Output, progress: bool) -> None:
             table("violations by rule", ["rule", "count"], sorted(summary.violations.items()))
             broken = [h for h in summary.histories if h.violations]
             table("runs with violations", ["run", "violations", "first"],
-                  [(h.run_id, len(h.violations), f"{h.violations[0].rule} at seq {h.violations[0].seq}")
+                  [(h.run_id, len(h.violations), f"{h.violations[0].rule} {_at(h.violations[0])}")
                    for h in broken])
         for stream in summary.unattributed_streams:
             click.echo(f"unattributed ownership facts on {one_line(stream)} name no run that hashes to it")
@@ -204,7 +209,8 @@ def _break_place(b: Any) -> str:
         place = f"run {b.run_id} (its companion stream)"
     else:
         place = f"stream {b.stream}"
-    return f"{place} seq {b.seq} (position {b.position}): {b.what}, {b.detail}"
+    seq = f" seq {b.seq}" if b.seq >= 0 else ""  # -1: the stored seq is not an integer
+    return f"{place}{seq} (position {b.position}): {b.what}, {b.detail}"
 
 
 @journal.command("verify")

@@ -23,9 +23,11 @@ and ``evidence`` kind. Replaying the facts in ``seq`` order rebuilds the ownersh
 * ``released_without_hold``, ``malformed_fact`` (also a stored fact the journal cannot decode), ``wrong_run``,
   ``unknown_fact``.
 * ``chain_broken``: the companion stream's own hash chain breaks at this entry (edited or removed by
-  hand; ``verify.rows_breaks``), or the journal's next entry does not follow the stream's last
-  (its newest facts removed). Facts rewritten with fresh hashes, or removed while they were the
-  journal's newest entries, need ``verify`` with an anchor.
+  hand; ``verify.rows_breaks``; a value stored past the table's types, such as text that is not
+  UTF-8 or a ``seq`` that is not an integer, is named by its column and the fact not judged), or
+  the journal's next entry does not follow the stream's last (its newest facts removed). Facts
+  rewritten with fresh hashes, or removed while they were the journal's newest entries, need
+  ``verify`` with an anchor.
 
 Facts written before the evidence fields existed still replay: without ``heartbeatAtMs`` an
 activation proves the owner's heartbeat only down to its grant minus the skew allowance, and a
@@ -366,8 +368,8 @@ _DETAILS = {
 
 
 class _Stream(msgspec.Struct, frozen=True):
-    """One companion stream as one read found it: its stored rows in ``seq`` order (an entry
-    holding text that is not UTF-8 as ``verify``'s ``Undecodable``) and its chain's breaks."""
+    """One companion stream as one read found it: its stored rows in append order (an entry
+    holding values not of the journal's types as ``verify``'s ``Undecodable``) and its chain's breaks."""
 
     name: str
     rows: list[Any]
@@ -393,7 +395,8 @@ def _read_stream(store: Store, stream: str, method: str) -> _Stream:
 def _facts(stream: _Stream) -> Iterator[Entry | Violation]:
     """The stream's consensus facts, decoded; a fact the journal's decoder refuses comes back as
     its ``malformed_fact`` violation (naming the field and position, never the value). An entry
-    whose text is not UTF-8 is skipped: its ``encoding`` break reports it."""
+    whose text is not UTF-8, or whose integer column holds something else, is skipped: its
+    ``encoding`` or ``integer`` break reports it."""
     for row in stream.rows:
         if (type(row) is Undecodable or not row.event_type.startswith(FACT_PREFIX)
                 or row.source_id != FACT_SOURCE):
@@ -412,8 +415,9 @@ def ownership_history(store: Store, run_id: str) -> OwnershipHistory:
     Reads the run's ``run-store`` companion stream in ``seq`` order, once; entries that are not
     ``flows.consensus.*`` facts of the ``flows.run-store`` producer are skipped. Rule breaks are
     returned in ``violations``; an entry edited or removed by hand, or holding stored text that is
-    not UTF-8, is ``chain_broken`` at its seq (the latter is not judged), and a fact the journal
-    cannot decode is ``malformed_fact`` (not applied).
+    not UTF-8 or an integer column that holds something else, is ``chain_broken`` at its seq (-1
+    when the seq itself is not an integer) naming the column (the latter two are not judged), and
+    a fact the journal cannot decode is ``malformed_fact`` (not applied).
     """
     from fencepost.journal import companion_stream
 

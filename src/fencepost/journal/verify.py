@@ -47,7 +47,10 @@ class Break(msgspec.Struct, frozen=True):
     not follow its log predecessor), ``seq`` (a gap or repeat in the stream), ``stream_link`` (the
     entry does not follow its stream predecessor), ``content`` (type, payload or meta differ from
     what was hashed), ``entry_hash`` (any other field differs), ``event_id``, ``encoding`` (a stored
-    text value of the entry is not valid UTF-8, the columns named; possible on SQLite only) and ``anchor``.
+    text value of the entry is not valid UTF-8, the columns named; possible on SQLite only), ``integer``
+    (a stored ``seq``, ``source_seq`` or ``emitted_at_ms`` is not an integer, the columns named;
+    possible on SQLite only, past its CHECK constraints) and ``anchor``. ``seq`` is -1 where it is
+    not known (an anchor break, a stored seq that is not an integer).
     ``run_id`` is the run the entry belongs to: the stream itself, or for a companion stream
     (``flows.companion/...``, named by a hash) the run its ``meta.runId`` names when that run hashes
     to the stream; None when it cannot be told (or for an anchor break).
@@ -141,26 +144,34 @@ _NEXT_IN_LOG = (
 def _page(store: Store, conn: Connection, stmt: Any, as_bytes: Any, params: dict[str, Any]) -> list[Any]:
     """One page of rows; when a stored text value is not UTF-8 (SQLite), the same page again with
     its text read as bytes, so the entry holding it comes back as ``Undecodable`` instead of
-    failing the whole read."""
+    failing the whole read. So does an entry whose integer column holds something else."""
     try:
-        return conn.execute(stmt, params).all()
+        rows = conn.execute(stmt, params).all()
     except DBAPIError as exc:
         if store.db.backend.classify(exc)[0] != "decode_failed":
             raise
         return [_decoded(r) for r in conn.execute(as_bytes, params)]
+    return [_checked(r) for r in rows]
 
 
 def stream_rows(store: Store, conn: Connection, stream: str) -> list[Any]:
-    """Every stored row of one stream in ``seq`` order (all of ``_PAGE``'s columns), read on
-    ``conn``; an entry holding text that is not UTF-8 comes back as ``Undecodable``."""
+    """Every stored row of one stream in append order (all of ``_PAGE``'s columns), read on
+    ``conn``; an entry holding text that is not UTF-8, or an integer column holding something
+    else, comes back as ``Undecodable``.
+
+    Append order is ``seq`` order, and ``position`` order: the rows are read by ``seq`` and put in
+    ``position`` order, which differs only when a seq was stored by hand (one that is not an
+    integer sorts after every integer on SQLite), so the chain is checked where the entry was
+    appended."""
     rows: list[Any] = []
     after = -1
     while True:
         page = _page(store, conn, _STREAM_PAGE, _STREAM_BYTES_PAGE, {"stream": stream, "after": after, "n": PAGE})
         rows.extend(page)
         if len(page) < PAGE:
+            rows.sort(key=lambda row: row.position)  # already in order unless a seq was stored by hand
             return rows
-        after = int(page[-1].seq)
+        after = page[-1].seq  # as stored: a seq that is not an integer (SQLite) still pages in order
 
 
 def rows_breaks(conn: Connection, rows: list[Any]) -> list[Break]:
@@ -174,34 +185,59 @@ def rows_breaks(conn: Connection, rows: list[Any]) -> list[Break]:
     found: list[Break] = []
     prev: tuple[int, str] | None = None
     for row in rows:
-        problems = ([("encoding", _encoding_detail(row))] if type(row) is Undecodable
-                    else entry_problems(row, prev))
-        found.extend(Break(stream=row.run_id, seq=int(row.seq), position=int(row.position), what=what,
+        problems = row.problems if type(row) is Undecodable else entry_problems(row, prev)
+        found.extend(Break(stream=row.run_id, seq=_seq_of(row), position=int(row.position), what=what,
                            detail=detail) for what, detail in problems)
-        prev = (int(row.seq), row.entry_hash)
+        prev = (_chain_seq(row, prev), row.entry_hash)
     if rows:
         last = rows[-1]
         position = int(last.position)
         nxt = conn.execute(_NEXT_IN_LOG, {"after": position}).first()
         if nxt is not None and (int(nxt.position) != position + 1 or nxt.log_prev_hash != last.entry_hash):
-            found.append(Break(stream=last.run_id, seq=int(last.seq), position=position, what="log_link",
+            found.append(Break(stream=last.run_id, seq=_seq_of(last), position=position, what="log_link",
                                detail=f"the log's next entry (position {int(nxt.position)}) does not follow "
                                       "this one: an entry after it, maybe this stream's next, was removed "
                                       "or edited"))
     return found
 
 
-def _encoding_detail(row: Undecodable) -> str:
-    return f"stored {', '.join(row.columns)} {'is' if len(row.columns) == 1 else 'are'} not valid UTF-8"
+# The integer columns the checks read. ``position`` is not among them: it is the table's integer
+# primary key on SQLite (nothing else can be stored there) and BIGINT, like these, on PostgreSQL.
+_INT_COLUMNS = ("seq", "source_seq", "emitted_at_ms")
+
+
+def _columns_detail(columns: list[str], rule: str, rule_plural: str) -> str:
+    return f"stored {', '.join(columns)} {rule if len(columns) == 1 else rule_plural}"
 
 
 class Undecodable:
-    """An entry of a page read as bytes, some of whose text ``columns`` are not UTF-8 (those are
-    held with U+FFFD in place of each bad byte, so nothing shows the stored bytes)."""
+    """An entry whose stored values are not of the journal's types, each kind of problem in
+    ``problems`` as a ``(what, detail)`` pair naming the columns (see ``Break``), never a value:
+    ``encoding``, text that is not UTF-8 (held with U+FFFD in place of each bad byte, so nothing
+    shows the stored bytes); ``integer``, a ``seq``, ``source_seq`` or ``emitted_at_ms`` that is not
+    an integer (held as stored). Its other checks are not made: they would only repeat these."""
 
-    def __init__(self, values: dict[str, Any], columns: list[str]) -> None:
+    def __init__(self, values: dict[str, Any], problems: list[tuple[str, str]]) -> None:
         self.__dict__.update(values)
-        self.columns = columns
+        self.problems = problems
+
+
+def _damaged(values: dict[str, Any], not_utf8: list[str]) -> Undecodable | None:
+    """``Undecodable`` for a row's ``values`` (and its text columns that were not UTF-8), or None."""
+    problems = []
+    if not_utf8:
+        problems.append(("encoding", _columns_detail(sorted(not_utf8), "is not valid UTF-8", "are not valid UTF-8")))
+    not_int = [name for name in _INT_COLUMNS if type(values[name]) is not int]
+    if not_int:
+        problems.append(("integer", _columns_detail(not_int, "is not an integer", "are not integers")))
+    return Undecodable(values, problems) if problems else None
+
+
+def _checked(row: Any) -> Any:
+    """A row of ``_PAGE`` as it is, or ``Undecodable`` when an integer column holds something else."""
+    if all(type(getattr(row, name)) is int for name in _INT_COLUMNS):
+        return row
+    return _damaged(dict(row._mapping), [])
 
 
 def _decoded(row: Any) -> Any:
@@ -216,9 +252,20 @@ def _decoded(row: Any) -> Any:
             except UnicodeDecodeError:
                 values[name] = raw.decode("utf-8", "replace")
                 bad.append(name)
-    if bad:
-        return Undecodable(values, sorted(bad))
-    return _Row(values)
+    return _damaged(values, bad) or _Row(values)
+
+
+def _seq_of(row: Any) -> int:
+    """The entry's seq as a break reports it: -1 when the stored one is not an integer."""
+    return row.seq if type(row.seq) is int else -1
+
+
+def _chain_seq(row: Any, prev: tuple[int, str] | None) -> int:
+    """The seq the stream's chain continues from after ``row``: the stored one, or the one the
+    stream expected there when that is not an integer (one damaged entry is one break)."""
+    if type(row.seq) is int:
+        return row.seq
+    return 0 if prev is None else prev[0] + 1
 
 
 class _Row:
@@ -242,18 +289,19 @@ class _Checker:
     def fail(self, row: Any, what: str, detail: str) -> None:
         self.breaks += 1
         if len(self.listed) < MAX_LISTED:
-            self.listed.append(Break(stream=row.run_id, seq=int(row.seq), position=int(row.position), what=what,
+            self.listed.append(Break(stream=row.run_id, seq=_seq_of(row), position=int(row.position), what=what,
                                      detail=detail, run_id=_run_of(row)))
 
     def undecodable(self, row: Undecodable) -> None:
-        """An entry holding text that is not UTF-8: one ``encoding`` break; the chain continues
-        from what it stores (its other checks would only repeat the same break)."""
+        """An entry holding values not of the journal's types: one break per kind of problem; the
+        chain continues from what it stores (its other checks would only repeat the same break)."""
         self.count += 1
-        self.fail(row, "encoding", _encoding_detail(row))
+        for what, detail in row.problems:
+            self.fail(row, what, detail)
         position = int(row.position)
         self.expected_position = position + 1
         self.log_prev = row.entry_hash
-        self.streams[row.run_id] = (int(row.seq), row.entry_hash)
+        self.streams[row.run_id] = (_chain_seq(row, self.streams.get(row.run_id)), row.entry_hash)
         self.last = Head(position=position, entry_hash=row.entry_hash)
 
     def check(self, row: Any) -> None:
@@ -357,7 +405,8 @@ def verify(store: Store, *, anchor: Head | None = None,
             total = int(conn.execute(_COUNT).scalar_one())
             on_progress(0, total)
         while True:
-            # An entry holding text that is not UTF-8 (SQLite) is reported as a break, not the whole verify.
+            # An entry holding text that is not UTF-8, or an integer column holding something else
+            # (SQLite), is reported as a break, not the whole verify.
             rows = _page(store, conn, _PAGE, _BYTES_PAGE, {"after": after, "n": PAGE})
             for row in rows:
                 if type(row) is Undecodable:

@@ -414,10 +414,14 @@ def create_app(url: str | Mapping[str, str] | None = None, *, store: Any = None,
                                                        lambda _, s: views.status_counts(s))
             down.update(more_down)
             counts = {s: sum(c[s] for c in found.values()) for s in views.STATUSES}
+            # Each store's own counts: the page takes a store's live ones only when they are not
+            # older than its position of that store (each store's stats carry their own as_of).
+            store_counts: str | None = _encoder.encode(found).decode()
         else:
             counts = await run_in_threadpool(views.status_counts, store)
+            store_counts = None
         return page(request, "runs.html", page="runs", counts=counts, statuses=views.STATUSES, down=down,
-                    position=_encoder.encode(position).decode(), **data)
+                    store_counts=store_counts, position=_encoder.encode(position).decode(), **data)
 
     async def run(request: Request) -> Response:
         # /runs/<run id>, else /runs/?id=<run id> (the form run_href gives an id a browser would resolve)

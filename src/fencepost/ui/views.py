@@ -585,17 +585,22 @@ def stats(store: Store, hub: FeedHub) -> dict[str, Any]:
 
 def stats_across(stores: Mapping[str, Store], hub: FeedHub) -> dict[str, Any]:
     """The live ``stats`` event of a console over several stores: counts summed over the stores
-    that answer, health and lags per store, and for a store that does not answer its ``error``
-    code (``down_part``) instead. Raises when no store answers."""
+    that answer, and per store its health, lags, ``counts`` and their ``as_of`` (as ``stats`` has
+    them over one store: the store's feed position read before its counts, so that a page compares
+    each store's counts with what it has of that store); for a store that does not answer, its
+    ``error`` code (``down_part``) instead. Raises when no store answers."""
 
     def part(name: str, store: Store) -> tuple[dict[str, Any], dict[str, int]]:
-        out: dict[str, Any] = {"health": health(store, hub, name)}
+        at = store.feed.position()
+        out: dict[str, Any] = {"as_of": {"source": at.source, "revision": at.revision},
+                               "health": health(store, hub, name)}
         try:
             out["projections"] = [{k: p[k] for k in ("name", "applied_revision", "source_revision", "lag",
                                                      "applied", "rejected", "rebuilds")} for p in projections(store)]
         except FencepostError:
             out["projections"] = None
-        return out, status_counts(store)
+        out["counts"] = status_counts(store)
+        return out, out["counts"]
 
     # A store the hub found down is not read again here (a refused connection is retried for
     # seconds, which would hold every store's statistics back): the hub's own sample, once a
