@@ -190,14 +190,23 @@ class CliContext:
             raise click.UsageError(f"{command} works on one store and {len(self.specs)} were given"
                                    f"{why or ': give one --db'}")
 
-    def store(self, *, readonly: bool) -> Any:
-        """Open the store once: read-only for read commands (never creates or migrates)."""
+    def store(self, *, readonly: bool, opener: Callable[[str | None], Any] | None = None) -> Any:
+        """Open the store once: read-only for read commands (never creates or migrates).
+
+        ``opener(url)`` opens it instead of ``fencepost.open(url, readonly=readonly)`` (the console's
+        opens a store whose server does not answer yet as one it waits for)."""
         self.one_store_only()
         if self._store is None:
-            import fencepost
-
-            self._store = fencepost.open(self.url, readonly=readonly)
+            self._store = self._opener(readonly, opener)(self.url)
         return self._store
+
+    @staticmethod
+    def _opener(readonly: bool, opener: Callable[[str | None], Any] | None) -> Callable[[str | None], Any]:
+        if opener is not None:
+            return opener
+        import fencepost
+
+        return lambda url: fencepost.open(url, readonly=readonly)
 
     @property
     def resolved_url(self) -> str:
@@ -206,23 +215,25 @@ class CliContext:
         return resolve_url(self.url)
 
     # ------------------------------------------------------------------ several stores
-    def stores(self, *, readonly: bool) -> dict[str, Any]:
+    def stores(self, *, readonly: bool, opener: Callable[[str | None], Any] | None = None) -> dict[str, Any]:
         """Every given store, opened once, as ``{name: Store}`` in the order given.
 
         A store's name is the one given (``NAME=URL``), else the shard name its shard set recorded
         in it, else ``shard-<i>`` by position (counted from 0, as ``open_shards`` names a list).
         Refused (usage error): two names alike, the same database twice, or only some shards of a
-        recorded set. Read-only stores are never created or migrated.
+        recorded set. Read-only stores are never created or migrated. ``opener`` as for ``store``: a
+        store it gives that waits for its database (``ui.awaited``) is named as given, else by
+        position, and the checks that read a store (the same database twice, a recorded set given
+        whole) leave it out.
         """
         if self._stores is None:
-            import fencepost
-
             if not self.several:
                 self.url  # noqa: B018 - checks $FENCEPOST_DB as a --db value is checked
+            open_one = self._opener(readonly, opener)
             opened: list[Any] = []
             try:
                 for spec in self.specs:
-                    opened.append(fencepost.open(spec.url, readonly=readonly))
+                    opened.append(open_one(spec.url))
                 names = self._names(opened)
             except BaseException:
                 for store in opened:
@@ -233,9 +244,12 @@ class CliContext:
 
     def _names(self, opened: Sequence[Any]) -> list[str]:
         from fencepost.shards import membership
+        from fencepost.ui.awaited import awaiting
 
-        records = [membership.read(store) for store in opened]
-        _refuse_same_database(self.specs, [store.feed.position().source for store in opened])
+        answering = [not awaiting(store) for store in opened]
+        records = [membership.read(store) if up else None for store, up in zip(opened, answering, strict=True)]
+        _refuse_same_database(self.specs, [store.feed.position().source if up else None
+                                           for store, up in zip(opened, answering, strict=True)])
         names = _named(self.specs, records)
         sets: dict[str, list[tuple[int, Any]]] = {}
         for i, rec in enumerate(records):
@@ -243,8 +257,9 @@ class CliContext:
                 sets.setdefault(rec.set_id, []).append((i, rec))
         for members in sets.values():
             i, newest = max(members, key=lambda m: m[1].generation)
-            given = {rec.shard_name for _, rec in members}
-            if given != set(newest.members):
+            given, recorded = {rec.shard_name for _, rec in members}, set(newest.members)
+            # A store that does not answer yet may be one of the missing shards: not held against them.
+            if given != recorded and not (given < recorded and len(recorded - given) <= answering.count(False)):
                 raise click.UsageError(
                     f"{_label(self.specs, members[0][0])} is a shard of a set of {len(newest.members)} and "
                     f"{len(given)} of them were given: give every shard of the set")

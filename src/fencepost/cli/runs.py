@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ import click
 import msgspec
 
 from fencepost._values import ascii_digits
+from fencepost.changefeed.merged import listing_page, merged_page
 from fencepost.cli._common import (
     MAX_SAFE_INTEGER,
     CliContext,
@@ -261,19 +261,6 @@ def list_page(store: Any, filters: dict[str, Any], cursor: str | None, limit: in
     return _rows(store, [r.run_id for r in listed]), cursor
 
 
-def listing_page(store: Any, filters: dict[str, Any] | None, cursor: str | None, limit: int,
-                 descending: bool) -> tuple[list[Any], str | None]:
-    """Up to ``limit`` listing entries (``list_runs``' own rows) after ``cursor``, and the next cursor."""
-    listed: list[Any] = []
-    while len(listed) < limit:
-        page = store.feed.list_runs(filters, cursor, min(200, limit - len(listed)), newest_first=descending)
-        listed.extend(page.runs)
-        cursor = page.cursor
-        if cursor is None:
-            break
-    return listed, cursor
-
-
 def _rows(store: Any, run_ids: list[str]) -> list[Any]:
     from fencepost.errors import RunStoreError
 
@@ -338,7 +325,7 @@ STORE_COLUMN = Column("store", "store", wrap=False)
 def _list_across(stores: dict[str, Any], filters: dict[str, Any], cursor: str | None, limit: int,
                  descending: bool, out: Output) -> None:
     """One page of runs merged from several stores by (created, run id), each labelled with its store."""
-    shown, next_cursor = merged_page(stores, filters, cursor, limit, descending)
+    shown, next_cursor = merged_page(stores, filters, cursor, limit, descending, page=list_page)
     total = sum(store.feed.count_runs(filters) for store in stores.values())
     records = [{"store": name, **run_record(row)} for name, row in shown]
     footer = [f"showing {len(records)} of {total} in {len(stores)} stores"]
@@ -347,43 +334,6 @@ def _list_across(stores: dict[str, Any], filters: dict[str, Any], cursor: str | 
     out.rows(records, [STORE_COLUMN, *RUN_COLUMNS], title=f"{len(records)} run(s)", footer=footer,
              document={"runs": records, "next_cursor": next_cursor, "total": total},
              fields=["store", *_run_fields()])
-
-
-def merged_page(stores: Mapping[str, Any], filters: dict[str, Any], cursor: str | None, limit: int,
-                descending: bool, page: Callable[..., tuple[list[Any], str | None]] = list_page,
-                ) -> tuple[list[tuple[str, Any]], str | None]:
-    """One page of a listing merged from several named stores: ``[(store name, row)]`` and the next cursor.
-
-    Each store is listed with its own keyset cursor (``page(store, filters, cursor, limit,
-    descending)``: ``list_page`` for full rows, ``listing_page`` for the listing's own entries);
-    the candidates are merged by (created, run id, store name) and the first ``limit`` taken. The
-    next cursor records, per store, the key after its last run shown (null once that store is
-    done), so paging neither skips nor repeats a run; ``None`` when every store is done. A cursor
-    that is not one of a listing across these stores raises ``RunStoreError('invalid_cursor')``.
-    """
-    from fencepost.changefeed.cursor import decode_across, encode_across, encode_cursor, parse_filters
-
-    after = decode_across(cursor, list(stores))
-    parsed = parse_filters(filters or None)
-    fetched: dict[str, tuple[list[Any], str | None]] = {}
-    for name, store in stores.items():
-        if name in after and after[name] is None:
-            continue  # this store's listing is done
-        fetched[name] = page(store, filters, after.get(name), limit, descending)
-    candidates = [(row.created_at_ms, row.run_id, name, row) for name, (rows, _) in fetched.items() for row in rows]
-    candidates.sort(key=lambda c: (c[0], c[1], c[2]), reverse=descending)
-    shown = candidates[:limit]
-    resume = dict(after)
-    for name, (rows, page_cursor) in fetched.items():
-        taken = [c for c in shown if c[2] == name]
-        if len(taken) == len(rows):
-            resume[name] = page_cursor  # None: nothing after it
-        elif taken:
-            last = taken[-1][3]
-            resume[name] = encode_cursor(stores[name].feed.position().source, parsed, last.created_at_ms,
-                                         last.run_id, newest_first=descending)
-    more = any(resume.get(name, "") is not None for name in stores)
-    return [(name, row) for _, _, name, row in shown], encode_across(resume) if more else None
 
 
 def pasteable(cursor: str) -> str:

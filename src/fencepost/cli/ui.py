@@ -54,12 +54,15 @@ def ui(obj: CliContext, db: str | None, host: str, port: int, open_browser: bool
         )
     from fencepost._durable import redact_url
     from fencepost.ui.app import LOOPBACK_NAMES, create_app, is_loopback
+    from fencepost.ui.awaited import awaiting, open_or_await
     from fencepost.ui.server import bind, serve, url_of
 
     if db is not None:
         obj.url = db
-    stores = obj.stores(readonly=True) if obj.several else None
-    store = obj.store(readonly=True) if stores is None else None
+    # A store whose server does not answer yet is served as down and picked up once it answers;
+    # one that can never open (a missing SQLite file, refused credentials ...) stops the command here.
+    stores = obj.stores(readonly=True, opener=open_or_await) if obj.several else None
+    store = obj.store(readonly=True, opener=open_or_await) if stores is None else None
     try:
         sock = bind(host, port)
     except OSError as exc:
@@ -77,8 +80,14 @@ def ui(obj: CliContext, db: str | None, host: str, port: int, open_browser: bool
     if stores is None:
         served = redact_url(obj.resolved_url)
     else:
-        served = f"{len(stores)} stores (" + ", ".join(f"{n}={redact_url(s.db.url)}" for n, s in stores.items()) + ")"
+        served = f"{len(stores)} stores (" + ", ".join(f"{n}={redact_url(s.url)}" for n, s in stores.items()) + ")"
     click.echo(f"fencepost console for {served} at {url}  (read-only; Ctrl-C to stop)")
+    for name, each in (stores or {"": store}).items():
+        if awaiting(each):
+            which = f"store {name}" if name else "the database"
+            err_console.print(f"[yellow]warning[/yellow]: {which} does not answer ({each.error.code}): "
+                              "served as down until it answers", soft_wrap=not err_console.is_terminal,
+                              markup=True, highlight=False)
     if open_browser:
         import webbrowser
 

@@ -33,6 +33,7 @@ from fencepost._values import ascii_digits
 from fencepost.cli._output import printable
 from fencepost.errors import FencepostError, PersistenceError, SourceChanged
 from fencepost.ui import views
+from fencepost.ui.awaited import AwaitedStore, awaiting, open_or_await
 from fencepost.ui.hub import FeedHub, MultiFeedHub, catch_up, sse
 
 log = logging.getLogger("fencepost.ui")
@@ -294,9 +295,11 @@ def _templates() -> jinja2.Environment:
 
 
 def _named_stores(url: str | Mapping[str, str] | None, store: Any, stores: Any) -> tuple[dict[str, Any], bool]:
-    """The console's stores as ``{name: Store}`` and whether the app opened (and so owns) them."""
-    import fencepost
+    """The console's stores as ``{name: Store}`` and whether the app opened (and so owns) them.
 
+    A store the app opens whose database does not answer yet (its server not running) is served
+    as down until it does (``awaited.open_or_await``); any other failure to open it is raised.
+    """
     given = sum(x is not None for x in (url, store, stores))
     if given > 1:
         raise ValueError("give the console a url (or a mapping of name to url), a store, or stores: one of them")
@@ -306,7 +309,7 @@ def _named_stores(url: str | Mapping[str, str] | None, store: Any, stores: Any) 
         opened: dict[str, Any] = {}
         try:
             for name, each in url.items():
-                opened[name] = fencepost.open(each, readonly=True)
+                opened[name] = open_or_await(each)
             _check_stores(opened)
         except BaseException:
             for each_store in opened.values():
@@ -320,10 +323,15 @@ def _named_stores(url: str | Mapping[str, str] | None, store: Any, stores: Any) 
         _check_stores(named)
         return named, False
     if store is None:
-        return {"": fencepost.open(url, readonly=True)}, True
-    if not store.db.readonly:
+        return {"": open_or_await(url)}, True
+    if not _readonly(store):
         raise ValueError("the console serves only a store opened with readonly=True")
     return {"": store}, False
+
+
+def _readonly(store: Any) -> bool:
+    """Whether ``store`` was opened read-only (a store the console waits for opens read-only)."""
+    return isinstance(store, AwaitedStore) or store.db.readonly
 
 
 def _check_stores(named: Mapping[str, Any]) -> None:
@@ -332,8 +340,10 @@ def _check_stores(named: Mapping[str, Any]) -> None:
     seen: dict[str, str] = {}
     for i, (name, store) in enumerate(named.items()):
         check_name(name, i)
-        if not store.db.readonly:
+        if not _readonly(store):
             raise ValueError("the console serves only stores opened with readonly=True")
+        if awaiting(store):
+            continue  # its database does not answer yet: it opens (read-only) once it does
         source = store.feed.position().source
         if source in seen:
             raise ValueError(f"store #{i} is the same database as store {seen[source]!r}: give each store once")
@@ -404,10 +414,14 @@ def create_app(url: str | Mapping[str, str] | None = None, *, store: Any = None,
                                                        lambda _, s: views.status_counts(s))
             down.update(more_down)
             counts = {s: sum(c[s] for c in found.values()) for s in views.STATUSES}
+            # Each store's own counts: the page takes a store's live ones only when they are not
+            # older than its position of that store (each store's stats carry their own as_of).
+            store_counts: str | None = _encoder.encode(found).decode()
         else:
             counts = await run_in_threadpool(views.status_counts, store)
+            store_counts = None
         return page(request, "runs.html", page="runs", counts=counts, statuses=views.STATUSES, down=down,
-                    position=_encoder.encode(position).decode(), **data)
+                    store_counts=store_counts, position=_encoder.encode(position).decode(), **data)
 
     async def run(request: Request) -> Response:
         # /runs/<run id>, else /runs/?id=<run id> (the form run_href gives an id a browser would resolve)

@@ -115,7 +115,13 @@ class FeedHub:
         """Start the follower and the ticker (idempotent)."""
         if self._threads:
             return
-        self.position = self.store.feed.position()
+        try:
+            self.position = self.store.feed.position()
+        except FencepostError as exc:
+            # Its database does not answer (yet): the console serves it as down; the follower
+            # reads the position once it answers.
+            log.warning("console: the store does not answer (%s); waiting for it", exc.code)
+            self.unavailable = exc.code
         self._sample()
         for target, name in ((self._follow, "fencepost-ui-follow"), (self._ticker, "fencepost-ui-tick")):
             t = threading.Thread(target=target, name=name, daemon=True)
@@ -172,10 +178,12 @@ class FeedHub:
 
     # ------------------------------------------------------------------ follower
     def _follow(self) -> None:
-        feed = self.store.feed
         while not self._stop.is_set():
             try:
                 self.followers_started += 1
+                feed = self.store.feed
+                if self.position is None:  # the store did not answer at start-up: follow from now on
+                    self.position = feed.position()
                 for change in feed.follow(self.position, stop=self._stop, poll_interval=self._poll_interval):
                     data = run_event(feed, change)
                     self.position = change.position
@@ -368,7 +376,14 @@ class MultiFeedHub(FeedHub):
         """Start a follower per store and the ticker (idempotent)."""
         if self._threads:
             return
-        self.positions = {name: store.feed.position() for name, store in self.stores.items()}
+        for name, store in self.stores.items():
+            try:
+                self.positions[name] = store.feed.position()
+            except FencepostError as exc:
+                # Down at start-up as later: served as down until it answers the ticker's sample.
+                log.warning("console: store %s does not answer (%s); waiting for it", name, exc.code)
+                self.positions[name] = None
+                self.down[name] = exc.code
         self._sample()
         targets = [(lambda n=name: self._follow_one(n), f"fencepost-follow-{name}") for name in self.stores]
         for target, name in (*targets, (self._ticker, "fencepost-ui-tick")):
@@ -377,10 +392,12 @@ class MultiFeedHub(FeedHub):
             self._threads.append(t)
 
     def _follow_one(self, name: str) -> None:
-        feed = self.stores[name].feed
         while not self._stop.is_set():
             try:
                 self.followers_started += 1
+                feed = self.stores[name].feed
+                if self.positions[name] is None:  # it did not answer at start-up: follow from now on
+                    self.positions[name] = feed.position()
                 for change in feed.follow(self.positions[name], stop=self._stop, poll_interval=self._poll_interval):
                     data = {"store": name, **run_event(feed, change)}
                     self.positions[name] = change.position

@@ -220,7 +220,7 @@ def runs_page_across(stores: Mapping[str, Store], query: Mapping[str, str],
     after this one list its runs from there: none is skipped, though they come late.
     """
     from fencepost.changefeed.cursor import decode_across, encode_across
-    from fencepost.cli.runs import listing_page, merged_page
+    from fencepost.changefeed.merged import merged_page
 
     given_once(query, RUNS_PARAMETERS)
     filters = listing_filters(query)
@@ -235,7 +235,7 @@ def runs_page_across(stores: Mapping[str, Store], query: Mapping[str, str],
             after = decode_across(cursor, list(stores))
             held = {name: after.pop(name) for name in down if name in after}
             cursor = encode_across(after)
-        shown, next_cursor = merged_page(up, filters, cursor, limit, True, page=listing_page)
+        shown, next_cursor = merged_page(up, filters, cursor, limit, True)
     except RunStoreError as exc:
         bad = _bad_listing(exc)
         if bad is not None:
@@ -254,9 +254,10 @@ def runs_page_across(stores: Mapping[str, Store], query: Mapping[str, str],
 def down_part(store: Store, code: str) -> dict[str, Any]:
     """What the console says of a store that does not answer: its error code and its database
     (the URL's password hidden), never the error's text."""
-    from fencepost._durable import redact_url
+    from fencepost._durable import parse_url, redact_url
 
-    return {"error": code, "database": redact_url(store.url), "backend": store.db.backend.name}
+    # The backend is the URL's: a store the console waits for has no database object yet.
+    return {"error": code, "database": redact_url(store.url), "backend": parse_url(store.url)[0].get_backend_name()}
 
 
 def each_store(stores: Mapping[str, Store], read: Callable[[str, Store], Any], none_answering: bool = False,
@@ -584,17 +585,22 @@ def stats(store: Store, hub: FeedHub) -> dict[str, Any]:
 
 def stats_across(stores: Mapping[str, Store], hub: FeedHub) -> dict[str, Any]:
     """The live ``stats`` event of a console over several stores: counts summed over the stores
-    that answer, health and lags per store, and for a store that does not answer its ``error``
-    code (``down_part``) instead. Raises when no store answers."""
+    that answer, and per store its health, lags, ``counts`` and their ``as_of`` (as ``stats`` has
+    them over one store: the store's feed position read before its counts, so that a page compares
+    each store's counts with what it has of that store); for a store that does not answer, its
+    ``error`` code (``down_part``) instead. Raises when no store answers."""
 
     def part(name: str, store: Store) -> tuple[dict[str, Any], dict[str, int]]:
-        out: dict[str, Any] = {"health": health(store, hub, name)}
+        at = store.feed.position()
+        out: dict[str, Any] = {"as_of": {"source": at.source, "revision": at.revision},
+                               "health": health(store, hub, name)}
         try:
             out["projections"] = [{k: p[k] for k in ("name", "applied_revision", "source_revision", "lag",
                                                      "applied", "rejected", "rebuilds")} for p in projections(store)]
         except FencepostError:
             out["projections"] = None
-        return out, status_counts(store)
+        out["counts"] = status_counts(store)
+        return out, out["counts"]
 
     # A store the hub found down is not read again here (a refused connection is retried for
     # seconds, which would hold every store's statistics back): the hub's own sample, once a

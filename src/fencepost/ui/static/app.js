@@ -108,14 +108,45 @@
     flash(row);
   }
 
+  // Whether counts read as of feed position `at` are older than position `p` this page has seen.
+  function older(at, p) {
+    return Boolean(at && p && at.source === p.source && p.revision !== null && at.revision < p.revision);
+  }
+
+  // Over several stores: each store's counts as the page has them (rendered, then live), each
+  // store's new ones taken only when its own as_of is not behind the page's position of that store;
+  // a store that does not answer leaves the sum, as on the server. The shown counts are their sum.
+  function countsAcross(stats) {
+    const box = document.getElementById("counts");
+    let byStore = {};
+    try { byStore = JSON.parse(box.dataset.storeCounts || "{}"); } catch (e) { byStore = {}; }
+    for (const name of Object.keys(stats.stores)) {
+      const part = stats.stores[name];
+      if (part.error) { delete byStore[name]; continue; }
+      const p = position && position.stores ? position.stores[name] : null;
+      if (part.counts && !older(part.as_of, p)) byStore[name] = part.counts;
+    }
+    box.dataset.storeCounts = JSON.stringify(byStore);
+    const total = {};
+    for (const counts of Object.values(byStore)) {
+      for (const s of Object.keys(counts)) total[s] = (total[s] || 0) + counts[s];
+    }
+    return total;
+  }
+
   function onStatsRuns(stats) {
     if (!stats.counts) return;
-    // The hub's last sample, sent as the stream opens, can be older than the counts this page was
-    // rendered with (read after its position): counts as of an earlier revision are not shown.
-    const at = stats.as_of, p = position && !position.stores ? position : null;
-    if (at && p && at.source === p.source && p.revision !== null && at.revision < p.revision) return;
+    let counts = stats.counts;
+    if (stats.stores) {
+      if (!document.getElementById("counts")) return;
+      counts = countsAcross(stats);
+    } else if (older(stats.as_of, position && !position.stores ? position : null)) {
+      // The hub's last sample, sent as the stream opens, can be older than the counts this page was
+      // rendered with (read after its position): counts as of an earlier revision are not shown.
+      return;
+    }
     for (const el of document.querySelectorAll("[data-count]")) {
-      const n = stats.counts[el.dataset.count];
+      const n = counts[el.dataset.count];
       if (n !== undefined && el.textContent !== String(n)) { el.textContent = String(n); flash(el); }
     }
   }
