@@ -380,3 +380,57 @@ def test_a_reclaim_whose_release_stalls_does_not_hold_up_other_threads_checkouts
     assert second_done, "the second thread's checkout waited for the first thread's stalled release"
     assert not first_done_early
     assert results == {"first": 1, "second": 1}
+
+
+def test_a_taken_back_connection_is_not_counted_free_before_its_taker_has_a_place(
+        db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkout that takes back an idle thread's connection counts it as "releasing" (its place
+    is the taker's) until the release is over; the pool counted it free as soon as it was back, a
+    moment before that count dropped. A checkout in between found one place more than there was,
+    took the very connection meant for the taker, and left the taker inside SQLAlchemy's own pool
+    wait (30 s) with the pool full. Here a one-connection pool: the reclaimed connection's release
+    lets another thread check out right after the pool has it back; that thread must wait (it
+    meets ``pool_exhausted`` after a short ``POOL_WAIT``), not take the taker's connection."""
+    url = db_url + ("&" if "?" in db_url else "?") + "pool_size=1"
+    monkeypatch.setattr(_durable, "POOL_WAIT", 0.5)
+    store = fencepost.open(url)
+    parked = _Parked(store, 1)  # the pool's one connection, kept by an idle thread
+    release = _durable._Slot.release
+    intruder: dict[str, object] = {}
+
+    def read() -> None:
+        try:
+            intruder["got"] = store.db.read(lambda c: c.exec_driver_sql("SELECT 1").scalar())
+        except Exception as exc:  # the expected outcome is a pool_exhausted failure
+            intruder["error"] = exc
+
+    def release_then_intrude(slot: _durable._Slot) -> None:
+        release(slot)
+        if threading.current_thread().name == "taker" and not intruder:
+            intruder["started"] = True
+            t = threading.Thread(target=read, daemon=True)
+            t.start()
+            t.join(DEADLINE)
+
+    monkeypatch.setattr(_durable._Slot, "release", release_then_intrude)
+    taker: dict[str, object] = {}
+
+    def take() -> None:
+        try:
+            taker["got"] = store.db.read(lambda c: c.exec_driver_sql("SELECT 2").scalar())
+        except Exception as exc:  # reported by the test
+            taker["got"] = repr(exc)
+
+    t = threading.Thread(target=take, name="taker", daemon=True)
+    try:
+        assert parked.errors == []
+        t.start()
+        t.join(DEADLINE)
+    finally:
+        parked.stop()
+        store.close()
+    assert intruder.get("started"), "the taker took back no idle connection"
+    assert "got" not in intruder, "a checkout took the connection the taker had taken back for itself"
+    err = intruder.get("error")
+    assert getattr(err, "code", None) == "pool_exhausted", repr(err)
+    assert taker.get("got") == 2

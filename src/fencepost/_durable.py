@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 from urllib.parse import quote
 
-from sqlalchemy import create_engine
+from sqlalchemy import create_engine, event
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -78,6 +78,9 @@ class DbFailure(Exception):
 
 # Marks a driver error raised while making a new connection (``Database._checkout``).
 _CONNECTING = "fencepost_connecting"
+# Marks (in the pool record's ``record_info``) a connection taken back and counted as releasing
+# until the pool has it back (``Database._returned``).
+_RETURNING = "fencepost_returning"
 
 
 class ConnectProblem(NamedTuple):
@@ -439,6 +442,16 @@ class Database:
         self._checkout_lock = threading.Lock()
         self._connecting = 0  # checkouts let through ``_checkout_lock`` and not yet counted by the pool
         self._releasing = 0  # connections taken back from idle threads, counted by the pool until released
+        # A taken-back connection stops counting as releasing as the pool takes it in, before the
+        # pool counts it free (after its reset, the slow part): never one place too many.
+        this = weakref.ref(self)  # the engine must not keep the store alive
+
+        def checked_in(_dbapi_connection: Any, record: Any) -> None:
+            db = this()
+            if db is not None:
+                db._returned(record.record_info)
+
+        event.listen(self.engine, "checkin", checked_in)
         self._wake = threading.Event()  # set by ``dispose`` (and ``close``): checkouts waiting look again
         self._pid = os.getpid()
         self.closed = False
@@ -674,6 +687,8 @@ class Database:
                     taken = self._claim_idle()
                     if taken is not None:
                         self._releasing += 1
+                        returning = taken.conn.connection.record_info
+                        returning[_RETURNING] = True
                         in_use -= 1
                 reserved = in_use < limit
                 if reserved:
@@ -682,8 +697,7 @@ class Database:
                 try:
                     taken.release()  # back to the pool: the place this call reserved
                 finally:
-                    with self._checkout_lock:
-                        self._releasing -= 1
+                    self._returned(returning)  # when the pool's checkin did not (already closed)
             if reserved:
                 try:
                     # A free connection, or a new one: the reservation keeps the pool from waiting.
@@ -704,6 +718,14 @@ class Database:
                     "pool_size sets how many)", transient=True)
             self._wake.wait(pause)
             pause = min(pause * 2, 0.05)
+
+    def _returned(self, info: dict[Any, Any]) -> None:
+        """A connection whose pool record holds ``info`` is back in the pool (or gone): if it was
+        taken back, it no longer counts as releasing. Once per taking, whoever gets here first
+        (the pool's checkin, whichever thread returns it, or its taker afterwards)."""
+        if info.pop(_RETURNING, None):
+            with self._checkout_lock:
+                self._releasing -= 1
 
     def _claim_idle(self) -> _Slot | None:
         """Holding ``_checkout_lock``: one kept connection no transaction is using (another
