@@ -304,7 +304,14 @@ def _file_replaced(reason: str, *, reconnect: bool = False) -> Exception:
 def _check_file(file: list[Any]) -> None:
     """Refuse (``DbFailure`` ``file_replaced``) when a store's path ``file[0]`` no longer names the
     file ``file[1]`` it opened: deleted, or another file moved over it."""
-    if file[1] is not None and file_identity(file[0]) != file[1]:
+    opened = file[1]
+    if opened is None:
+        return
+    try:
+        st = os.stat(file[0])
+    except OSError:
+        st = None
+    if st is None or (st.st_dev, st.st_ino) != opened:
         raise _file_replaced("the database file was deleted or replaced after the store opened it; "
                              "nothing was written (open the store again to use the file now at its path)")
 

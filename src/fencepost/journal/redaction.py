@@ -628,7 +628,7 @@ class Redaction:
             if t is str:
                 st.nodes += 2
                 out[new_key] = strings.get(v) or self._string(v)
-            elif t is int or t is bool or v is None:
+            elif t is int or t is bool or v is None or (t is float and math.isfinite(v)):
                 st.nodes += 2
                 out[new_key] = v
             else:
