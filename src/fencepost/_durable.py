@@ -39,7 +39,7 @@ from fencepost._statements import wrapped
 from fencepost._txn import PROCESS
 from fencepost._txn import Txn as _Txn
 from fencepost._txn import current as _current
-from fencepost._values import ascii_digits
+from fencepost._values import ascii_digits, text_problem
 from fencepost.errors import DatabaseMissing, FencepostError, OpenError, PersistenceError
 
 T = TypeVar("T")
@@ -296,6 +296,13 @@ def parse_url(url: str) -> tuple[URL, dict[str, str]]:
     backend = parsed.get_backend_name()
     if backend not in ("sqlite", "postgresql"):
         raise ValueError("unsupported database URL scheme (use sqlite:/// or postgresql://)")
+    problem = text_problem(url) if backend == "postgresql" else None
+    if problem:
+        # libpq takes the connection string as UTF-8: encoding it fails in the driver with an error
+        # that holds the whole string, password included. (A SQLite URL names a file, whose name
+        # may hold any bytes: Python opens it as given.)
+        why = "holds bytes that are not UTF-8" if "surrogate" in problem else problem
+        raise ValueError(f"a PostgreSQL URL must be UTF-8 text: it {why}")
     query = dict(parsed.query)
     # The URL parser drops an option given with no value (``?schema=``): it would silently mean the
     # default, so fencepost's own options are looked for in the raw query string too.

@@ -22,6 +22,8 @@ import click
 import msgspec
 from rich.console import Console
 
+from fencepost._values import text_problem
+
 console = Console()
 err_console = Console(stderr=True)
 
@@ -67,12 +69,20 @@ class NonEmpty(click.ParamType):
         return value
 
 
+def not_utf8(text: str) -> bool:
+    """True when command-line text held bytes that are not UTF-8: Python hands them to the program
+    as lone surrogates, which every encoder refuses with an error quoting the character."""
+    return not text.isascii() and text_problem(text) is not None
+
+
 class JsonText(click.ParamType):
     """JSON text, stored byte for byte once it parses (``--state``)."""
 
     name = "JSON"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not_utf8(value):
+            self.fail("must be UTF-8 text (it holds bytes that are not)", param, ctx)
         try:
             msgspec.json.decode(value)
         except (msgspec.DecodeError, TypeError):
