@@ -22,7 +22,7 @@ import click
 import msgspec
 from rich.console import Console
 
-from fencepost._values import text_problem
+from fencepost._values import identifier_problem, text_problem
 
 console = Console()
 err_console = Console(stderr=True)
@@ -48,13 +48,17 @@ MAX_SAFE_INTEGER = 2**53 - 1
 
 
 class RunIdType(click.ParamType):
-    """A run id as typed: refused when empty (the store refuses it too, as a failure, exit 1)."""
+    """A run id as typed: one no run can have (empty, over 1024 UTF-16 units, bytes that are not
+    UTF-8) is a usage error here, not the store's refusal, which would be a failure (exit 1)."""
 
     name = "RUN_ID"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if value == "":
-            self.fail("a run id must not be empty", param, ctx)
+        problem = identifier_problem(value) if isinstance(value, str) else None
+        if problem:
+            if "surrogate" in problem:
+                problem = "must be UTF-8 text (it holds bytes that are not)"
+            self.fail(f"a run id {problem}", param, ctx)
         return value
 
 
