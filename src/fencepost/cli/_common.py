@@ -22,7 +22,7 @@ import click
 import msgspec
 from rich.console import Console
 
-from fencepost._values import identifier_problem, text_problem
+from fencepost._values import identifier_problem, parse_json_text, text_problem
 
 console = Console()
 err_console = Console(stderr=True)
@@ -80,17 +80,21 @@ def not_utf8(text: str) -> bool:
 
 
 class JsonText(click.ParamType):
-    """JSON text, stored byte for byte once it parses (``--state``)."""
+    """JSON text the store can hold, stored byte for byte (``--state``): parsed under the store's
+    durable-value rules, so a value it would refuse (nested past the depth limit, say) is a usage
+    error naming the rule, and nesting too deep for the decoder is that rule too, not a
+    ``RecursionError``."""
 
     name = "JSON"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, str) and not_utf8(value):
             self.fail("must be UTF-8 text (it holds bytes that are not)", param, ctx)
-        try:
-            msgspec.json.decode(value)
-        except (msgspec.DecodeError, TypeError):
+        _, problem = parse_json_text(value)
+        if problem == "is not valid JSON" or (problem and not isinstance(value, str)):
             self.fail(f"must be JSON text ({len(str(value))} characters given do not parse)", param, ctx)
+        if problem:
+            self.fail(f"must be a value the store can hold ({problem})", param, ctx)
         return value
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import click
 import msgspec
 
-from fencepost._values import ascii_digits
+from fencepost._values import MAXIMUM_JSON_DEPTH, ascii_digits
 from fencepost.cli._common import (
     MAX_SAFE_INTEGER,
     CliContext,
@@ -540,6 +540,9 @@ def _parse_ndjson(stream: Any) -> tuple[list[tuple[str, str]], list[int]]:
             doc = msgspec.json.decode(line)
         except msgspec.DecodeError:
             raise click.ClickException(f"stdin line {n}: not valid JSON") from None
+        except RecursionError:  # nested deeper than the decoder goes, and so than the store's limit
+            raise click.ClickException(f"stdin line {n}: JSON nested past the depth limit of "
+                                       f"{MAXIMUM_JSON_DEPTH}; no run was created") from None
         if type(doc) is not dict or type(doc.get("run_id")) is not str:
             raise click.ClickException(f'stdin line {n}: expected an object with a string "run_id"')
         extra = set(doc) - {"run_id", "state"}
