@@ -110,7 +110,10 @@ def _missing_directory(url: str) -> Path | None:
     if parsed.get_backend_name() != "sqlite":
         return None
     directory = Path(parsed.database or "").parent
-    return None if directory.exists() else directory
+    try:
+        return None if directory.exists() else directory
+    except OSError:  # a path the system refuses to look at: the open says why
+        return None
 
 
 def _read_only_init(url: str | None, refused: Any) -> str:
