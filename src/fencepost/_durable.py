@@ -39,7 +39,7 @@ from fencepost._statements import wrapped
 from fencepost._txn import PROCESS
 from fencepost._txn import Txn as _Txn
 from fencepost._txn import current as _current
-from fencepost._values import ascii_digits
+from fencepost._values import ascii_digits, text_problem
 from fencepost.errors import DatabaseMissing, FencepostError, OpenError, PersistenceError
 
 T = TypeVar("T")
@@ -299,6 +299,13 @@ def parse_url(url: str) -> tuple[URL, dict[str, str]]:
     backend = parsed.get_backend_name()
     if backend not in ("sqlite", "postgresql"):
         raise ValueError("unsupported database URL scheme (use sqlite:/// or postgresql://)")
+    problem = text_problem(url) if backend == "postgresql" else None
+    if problem:
+        # libpq takes the connection string as UTF-8: encoding it fails in the driver with an error
+        # that holds the whole string, password included. (A SQLite URL names a file, whose name
+        # may hold any bytes: Python opens it as given.)
+        why = "holds bytes that are not UTF-8" if "surrogate" in problem else problem
+        raise ValueError(f"a PostgreSQL URL must be UTF-8 text: it {why}")
     query = dict(parsed.query)
     # The URL parser drops an option given with no value (``?schema=``): it would silently mean the
     # default, so fencepost's own options are looked for in the raw query string too.
@@ -361,18 +368,26 @@ def _option_name(key: str) -> str:
     return f"'{key}'" if _NAMEABLE.match(key) else "an option"
 
 
-def _check_path(path: Path, where: str) -> None:
+def _check_path(path: Path, where: str, mode: str) -> None:
     """Refuse a SQLite path that cannot be a database file before SQLite answers with a misleading
     code: a directory (``SQLITE_CANTOPEN``, read as a permission problem), or a path whose
-    directories run through a file (``mkdir`` fails, as if for want of permission)."""
-    if path.is_dir():
-        raise OpenError("not_a_database", "open", f"{open_detail('not_a_database', where)}: it is a directory")
-    for parent in path.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise OpenError("open_failed", "open",
-                                f"{open_detail('open_failed', where)}: {parent} is not a directory")
-            return
+    directories run through a file (``mkdir`` fails, as if for want of permission), or a path the
+    operating system refuses to look at (a name too long, say), which ``Path.is_dir`` and
+    ``exists`` raise as a bare OSError."""
+    try:
+        if path.is_dir():
+            raise OpenError("not_a_database", "open", f"{open_detail('not_a_database', where)}: it is a directory")
+        for parent in path.parents:
+            if parent.exists():
+                if not parent.is_dir():
+                    raise OpenError("open_failed", "open",
+                                    f"{open_detail('open_failed', where)}: {parent} is not a directory")
+                return
+    except OSError as exc:
+        problem = "permission_denied" if isinstance(exc, PermissionError) else "open_failed"
+        why = os.strerror(exc.errno) if exc.errno else type(exc).__name__  # never the path OSError quotes
+        detail = open_detail(problem, where, mode=mode)
+        raise OpenError(problem, "open", detail if problem == "permission_denied" else f"{detail}: {why}") from None
 
 
 class Database:
@@ -392,7 +407,7 @@ class Database:
             path = Path(parsed.database or "")  # parse_url refused an empty or in-memory one
             self.backend: Backend = SqliteBackend(str(path))
             self.path: Path | None = path
-            _check_path(path, self.where)
+            _check_path(path, self.where, "reading" if readonly else "writing")
             if readonly:
                 if not path.exists():
                     raise DatabaseMissing("database_missing", "open",

@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     except click.ClickException as exc:
         # Usage errors: click's own message on one line, exit 2; a command's failure, exit 1.
-        echo_error(exc.format_message())
+        echo_error(exc.format_message() + _placement_hint(exc))
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)
@@ -105,6 +105,22 @@ def main(argv: list[str] | None = None) -> None:
         echo_error(f"{type(exc).__name__}: {_first_line(exc)}")
         sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+# The options of ``fencepost`` itself, which a command's --help does not list, with their metavar.
+_GROUP_OPTIONS = {"--db": "URL", "--shards": "FILE"}
+
+
+def _placement_hint(exc: click.ClickException) -> str:
+    """Where a group option given after the command goes (``runs list --db URL``): click only said
+    there is no such option, which a reader of ``fencepost --help`` could not make sense of."""
+    name = getattr(exc, "option_name", None)
+    ctx = getattr(exc, "ctx", None)
+    if not isinstance(exc, click.NoSuchOption) or name not in _GROUP_OPTIONS or ctx is None:
+        return ""
+    command = ctx.command_path.partition(" ")[2]
+    return (f" ({name} is an option of fencepost itself: give it before the command, "
+            f"as in fencepost {name} {_GROUP_OPTIONS[name]} {command})")
 
 
 # Refusals of a value the user typed (a --cursor that is not this listing's): usage errors.

@@ -8,7 +8,9 @@ from __future__ import annotations
 import math
 import os
 import re
+import select
 import signal
+import stat
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -19,6 +21,8 @@ from typing import Any, NamedTuple
 import click
 import msgspec
 from rich.console import Console
+
+from fencepost._values import identifier_problem, parse_json_text, text_problem
 
 console = Console()
 err_console = Console(stderr=True)
@@ -44,13 +48,17 @@ MAX_SAFE_INTEGER = 2**53 - 1
 
 
 class RunIdType(click.ParamType):
-    """A run id as typed: refused when empty (the store refuses it too, as a failure, exit 1)."""
+    """A run id as typed: one no run can have (empty, over 1024 UTF-16 units, bytes that are not
+    UTF-8) is a usage error here, not the store's refusal, which would be a failure (exit 1)."""
 
     name = "RUN_ID"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if value == "":
-            self.fail("a run id must not be empty", param, ctx)
+        problem = identifier_problem(value) if isinstance(value, str) else None
+        if problem:
+            if "surrogate" in problem:
+                problem = "must be UTF-8 text (it holds bytes that are not)"
+            self.fail(f"a run id {problem}", param, ctx)
         return value
 
 
@@ -65,16 +73,28 @@ class NonEmpty(click.ParamType):
         return value
 
 
+def not_utf8(text: str) -> bool:
+    """True when command-line text held bytes that are not UTF-8: Python hands them to the program
+    as lone surrogates, which every encoder refuses with an error quoting the character."""
+    return not text.isascii() and text_problem(text) is not None
+
+
 class JsonText(click.ParamType):
-    """JSON text, stored byte for byte once it parses (``--state``)."""
+    """JSON text the store can hold, stored byte for byte (``--state``): parsed under the store's
+    durable-value rules, so a value it would refuse (nested past the depth limit, say) is a usage
+    error naming the rule, and nesting too deep for the decoder is that rule too, not a
+    ``RecursionError``."""
 
     name = "JSON"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        try:
-            msgspec.json.decode(value)
-        except (msgspec.DecodeError, TypeError):
+        if isinstance(value, str) and not_utf8(value):
+            self.fail("must be UTF-8 text (it holds bytes that are not)", param, ctx)
+        _, problem = parse_json_text(value)
+        if problem == "is not valid JSON" or (problem and not isinstance(value, str)):
             self.fail(f"must be JSON text ({len(str(value))} characters given do not parse)", param, ctx)
+        if problem:
+            self.fail(f"must be a value the store can hold ({problem})", param, ctx)
         return value
 
 
@@ -507,15 +527,72 @@ class StopRelay:
         self._thread.join(timeout=5)
 
 
+class OutputWatch:
+    """Sets ``event`` when the last reader of stdout goes away (``| head -3`` has what it wanted).
+
+    A follower writes only when something happens, so it learns that its pipe closed at its next
+    write, and on a quiet store that write may never come: it went on waiting for ever. On a pipe
+    or a socket, ``poll`` reports POLLERR (POLLHUP for a socket) on the write end as soon as no
+    reader is left; a small daemon thread waits for that, or for ``close`` to wake it. A terminal or
+    a file is never watched (it has no reader to lose).
+    """
+
+    def __init__(self, event: threading.Event) -> None:
+        self.event = event
+        self.closed = False
+        self._thread: threading.Thread | None = None
+        fd = _piped_stdout()
+        if fd is None:
+            return
+        self._wake_read, self._wake_write = os.pipe()
+        self._thread = threading.Thread(target=self._watch, args=(fd,), daemon=True, name="fencepost-output-watch")
+        self._thread.start()
+
+    def _watch(self, fd: int) -> None:
+        poller = select.poll()
+        poller.register(fd, select.POLLERR | select.POLLHUP)
+        poller.register(self._wake_read, select.POLLIN)
+        if any(ready == fd for ready, _ in poller.poll()):
+            self.closed = True
+            self.event.set()
+
+    def close(self) -> None:
+        """Stop watching."""
+        if self._thread is None:
+            return
+        os.write(self._wake_write, b"\0")
+        self._thread.join(timeout=5)
+        os.close(self._wake_read)
+        os.close(self._wake_write)
+        self._thread = None
+
+
+def _piped_stdout() -> int | None:
+    """stdout's descriptor when it is a pipe or a socket (and ``poll`` exists), else None."""
+    if not hasattr(select, "poll"):
+        return None
+    try:
+        fd = sys.stdout.fileno()
+        mode = os.fstat(fd).st_mode
+    except (AttributeError, OSError, ValueError):  # replaced by an object without one, or closed
+        return None
+    return fd if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) else None
+
+
 @contextmanager
-def stop_on_signals() -> Iterator[threading.Event]:
+def stop_on_signals(*, output: bool = False) -> Iterator[threading.Event]:
     """An event set by SIGTERM or the first Ctrl-C, for a loop that stops gracefully.
 
     SIGTERM is a normal stop (the command exits 0); Ctrl-C exits 130 once the loop has stopped. A
     second Ctrl-C interrupts at once. A process started with SIGINT ignored (a shell's background
     job) keeps ignoring it. Only the main thread may install the handlers.
+
+    ``output``: the loop's output is what it is for (a follower printing changes), so the event is
+    also set when stdout is a pipe whose reader has gone; the command then exits 1, as any command
+    whose output pipe closes, without a word.
     """
     stop = threading.Event()
+    watch = OutputWatch(stop) if output else None
     relay = StopRelay(stop)
     interrupted: list[bool] = []
 
@@ -536,8 +613,22 @@ def stop_on_signals() -> Iterator[threading.Event]:
         signal.signal(signal.SIGTERM, previous_term)
         signal.signal(signal.SIGINT, previous_int)
         relay.close()
+        if watch is not None:
+            watch.close()
     if interrupted:
         raise SystemExit(INTERRUPTED)
+    if watch is not None and watch.closed:
+        _discard_stdout()
+        raise SystemExit(1)
+
+
+def _discard_stdout() -> None:
+    """Point stdout at the null device: what is left in its buffer must not fail the exit's flush."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
 
 
 def progress_columns() -> tuple[Any, ...]:

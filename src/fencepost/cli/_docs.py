@@ -66,6 +66,10 @@ traceback (set `FENCEPOST_DEBUG=1` to see one); data goes to stdout.
 | 2 | usage: a bad option, argument, command or `--db` URL (or URL option); nothing was changed |
 | 130 | interrupted: stopped with Ctrl-C (SIGTERM stops a follower gracefully with 0) |
 
+A command whose output pipe closes (`| head -3` has read what it wanted) stops and exits 1 without a
+word. A follower (`feed tail --follow`, `projection run --follow`) notices at once, even on a quiet
+store where it has nothing more to write.
+
 See also the guides: [worker](guides/worker.md), [demo](guides/demo.md).
 """
 

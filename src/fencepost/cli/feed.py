@@ -76,7 +76,8 @@ class Revision(click.ParamType):
                    "no longer SOURCE (rotated, or another database). With several stores it applies to each; "
                    "NAME=[SOURCE:]REVISION (repeatable) sets one store's.")
 @click.option("--follow", "-f", is_flag=True,
-              help="Keep following new changes until stopped (Ctrl-C exits 130, SIGTERM exits 0).")
+              help="Keep following new changes until stopped (Ctrl-C exits 130, SIGTERM exits 0, its "
+                   "output pipe closing exits 1).")
 @click.option("--limit", default=500, show_default=True, type=click.IntRange(1, 1000),
               help="Changes per page.")
 @output_options
@@ -110,7 +111,7 @@ def feed_tail(starts: tuple[tuple[str | None, str | None, int], ...], follow: bo
     with _rotation_explained({None: store}):
         if follow:
             emit = out.stream(CHANGE_COLUMNS, _change_fields())
-            with stop_on_signals() as stop:
+            with stop_on_signals(output=True) as stop:
                 # Pages of changes, each read with its runs' snapshots in one query.
                 for page in store.feed.follow_batches(start, stop=stop, limit=limit):
                     for change in page.changes:
@@ -180,7 +181,7 @@ def _tail_across(stores: dict[str, Any], starts: tuple[tuple[str | None, str | N
     with _rotation_explained(stores):
         if follow:
             emit = out.stream(LABELLED_CHANGE_COLUMNS, ["store", *_change_fields()])
-            with stop_on_signals() as stop:
+            with stop_on_signals(output=True) as stop:
                 for item in merged_follow(list(stores.items()), positions, stop=stop):
                     emit(record(item))
             return

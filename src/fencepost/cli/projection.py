@@ -129,7 +129,8 @@ def projection() -> None:
 @projection.command("run")
 @_options
 @click.option("--follow", "-f", is_flag=True,
-              help="Keep following the feed until stopped (Ctrl-C exits 130, SIGTERM exits 0).")
+              help="Keep following the feed until stopped (Ctrl-C exits 130, SIGTERM exits 0, its output "
+                   "pipe closing exits 1).")
 @click.option("--interval", type=FiniteRange(0.1, 3600), default=2.0, show_default=True,
               help="With --follow: seconds between status lines.")
 @progress_option
@@ -199,7 +200,7 @@ def _follow(obj: CliContext, builder: Any, which: str, target: str | None, inter
 
         builder._on_rebuild = rebuilding
     builder._prepare()  # create the target first: the read-only watcher below must find it
-    with stop_on_signals() as stop, _builder(obj, which, target, readonly_target=True) as watcher:
+    with stop_on_signals(output=True) as stop, _builder(obj, which, target, readonly_target=True) as watcher:
         thread = threading.Thread(target=work, args=(stop,), name=f"projection-{which}", daemon=True)
         thread.start()
         try:

@@ -11,7 +11,7 @@ from typing import Any
 import click
 import msgspec
 
-from fencepost._values import ascii_digits
+from fencepost._values import MAXIMUM_JSON_DEPTH, ascii_digits
 from fencepost.changefeed.merged import listing_page, merged_page
 from fencepost.cli._common import (
     MAX_SAFE_INTEGER,
@@ -110,7 +110,10 @@ def _missing_directory(url: str) -> Path | None:
     if parsed.get_backend_name() != "sqlite":
         return None
     directory = Path(parsed.database or "").parent
-    return None if directory.exists() else directory
+    try:
+        return None if directory.exists() else directory
+    except OSError:  # a path the system refuses to look at: the open says why
+        return None
 
 
 def _read_only_init(url: str | None, refused: Any) -> str:
@@ -490,6 +493,9 @@ def _parse_ndjson(stream: Any) -> tuple[list[tuple[str, str]], list[int]]:
             doc = msgspec.json.decode(line)
         except msgspec.DecodeError:
             raise click.ClickException(f"stdin line {n}: not valid JSON") from None
+        except RecursionError:  # nested deeper than the decoder goes, and so than the store's limit
+            raise click.ClickException(f"stdin line {n}: JSON nested past the depth limit of "
+                                       f"{MAXIMUM_JSON_DEPTH}; no run was created") from None
         if type(doc) is not dict or type(doc.get("run_id")) is not str:
             raise click.ClickException(f'stdin line {n}: expected an object with a string "run_id"')
         extra = set(doc) - {"run_id", "state"}

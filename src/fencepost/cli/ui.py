@@ -6,7 +6,7 @@ import signal
 
 import click
 
-from fencepost.cli._common import INTERRUPTED, CliContext, _checked_url, err_console
+from fencepost.cli._common import INTERRUPTED, CliContext, _checked_url, err_console, not_utf8
 
 
 def _checked_db(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -19,6 +19,8 @@ def _checked_host(ctx: click.Context, param: click.Parameter, value: str) -> str
     interface: refused, so exposing the console always takes an address typed on purpose."""
     if not value.strip():
         raise click.UsageError("--host: must not be empty or blank (0.0.0.0 listens on every interface)")
+    if not_utf8(value):
+        raise click.UsageError("--host: must be UTF-8 text (it holds bytes that are not)")
     return value
 
 
