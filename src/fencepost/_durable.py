@@ -234,11 +234,19 @@ def resolve_url(url: str | None) -> str:
 
 def redact_url(url: str) -> str:
     """The URL with any password hidden, safe to print: the one in the authority and any query
-    option that carries a secret (``?password=``, ``?sslpassword=``, ...)."""
+    option that carries a secret (``?password=``, ``?sslpassword=``, ...). A database path holding
+    bytes that are not UTF-8 (a SQLite file name may) shows them percent-encoded (``%FF``), as the
+    URL shows every byte of a non-ASCII path."""
     try:
         parsed = make_url(url)
         query = {k: (_MASK if _secret_option(k) else v) for k, v in parsed.query.items()}
+        database = parsed.database
+        undecodable = database is not None and text_problem(database) is not None
+        if undecodable:  # the renderer's quoting refuses lone surrogates: quote the path here
+            parsed = parsed.set(database=_PATH_MARK)
         shown = parsed.set(query=query).render_as_string(hide_password=True)
+        if undecodable:
+            shown = shown.replace(_PATH_MARK_ESCAPED, quote(database, safe=" +/", errors="surrogateescape"))
     except Exception:
         return "<unparseable database URL>"
     return shown.replace(_MASK_ESCAPED, "***")
@@ -247,6 +255,9 @@ def redact_url(url: str) -> str:
 # A query value stands in for a masked secret; rendered URL-escaped, then shown as ``***``.
 _MASK = "\x00masked\x00"
 _MASK_ESCAPED = "%00masked%00"
+# Stands in for a database path the renderer cannot quote (it holds bytes that are not UTF-8).
+_PATH_MARK = "\x00database\x00"
+_PATH_MARK_ESCAPED = "%00database%00"
 _SECRET_WORDS = ("password", "secret", "token", "key")
 
 
