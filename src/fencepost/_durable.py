@@ -909,10 +909,21 @@ class Database:
         return DbFailure(category, code, reason or self.backend.reason(exc, code), transient=transient)
 
     def connect(self) -> Connection:
-        """A plain connection (autobegin) for migrations, tests and tools."""
-        if self.closed:
-            raise PersistenceError("persistence_failed", "connect", "the store is closed")
-        return self._checkout()
+        """A plain connection (autobegin) for migrations, tests and tools.
+
+        No connection (the pool stayed full, the store closed while this call waited, the server
+        refused it): a ``PersistenceError`` carrying the failure's ``db_code`` and ``transient``."""
+        failure: DbFailure | None = _closed() if self.closed else None
+        if failure is None:
+            try:
+                return self._checkout()
+            except DBAPIError as exc:
+                failure = self._failure(exc)
+            except DbFailure as exc:
+                failure = exc
+        # Raised outside the handler: the driver's message may quote the URL.
+        raise carry_failure(PersistenceError(failure.category, "connect",
+                                             failure.reason or "no connection to the database"), failure)
 
     def _drop(self, write: bool) -> None:
         slot = getattr(self._local, "write" if write else "read", None)
