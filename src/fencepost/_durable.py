@@ -234,11 +234,19 @@ def resolve_url(url: str | None) -> str:
 
 def redact_url(url: str) -> str:
     """The URL with any password hidden, safe to print: the one in the authority and any query
-    option that carries a secret (``?password=``, ``?sslpassword=``, ...)."""
+    option that carries a secret (``?password=``, ``?sslpassword=``, ...). A database path holding
+    bytes that are not UTF-8 (a SQLite file name may) shows them percent-encoded (``%FF``), as the
+    URL shows every byte of a non-ASCII path."""
     try:
         parsed = make_url(url)
         query = {k: (_MASK if _secret_option(k) else v) for k, v in parsed.query.items()}
+        database = parsed.database
+        undecodable = database is not None and text_problem(database) is not None
+        if undecodable:  # the renderer's quoting refuses lone surrogates: quote the path here
+            parsed = parsed.set(database=_PATH_MARK)
         shown = parsed.set(query=query).render_as_string(hide_password=True)
+        if undecodable:
+            shown = shown.replace(_PATH_MARK_ESCAPED, quote(database, safe=" +/", errors="surrogateescape"))
     except Exception:
         return "<unparseable database URL>"
     return shown.replace(_MASK_ESCAPED, "***")
@@ -247,6 +255,9 @@ def redact_url(url: str) -> str:
 # A query value stands in for a masked secret; rendered URL-escaped, then shown as ``***``.
 _MASK = "\x00masked\x00"
 _MASK_ESCAPED = "%00masked%00"
+# Stands in for a database path the renderer cannot quote (it holds bytes that are not UTF-8).
+_PATH_MARK = "\x00database\x00"
+_PATH_MARK_ESCAPED = "%00database%00"
 _SECRET_WORDS = ("password", "secret", "token", "key")
 
 
@@ -898,10 +909,21 @@ class Database:
         return DbFailure(category, code, reason or self.backend.reason(exc, code), transient=transient)
 
     def connect(self) -> Connection:
-        """A plain connection (autobegin) for migrations, tests and tools."""
-        if self.closed:
-            raise PersistenceError("persistence_failed", "connect", "the store is closed")
-        return self._checkout()
+        """A plain connection (autobegin) for migrations, tests and tools.
+
+        No connection (the pool stayed full, the store closed while this call waited, the server
+        refused it): a ``PersistenceError`` carrying the failure's ``db_code`` and ``transient``."""
+        failure: DbFailure | None = _closed() if self.closed else None
+        if failure is None:
+            try:
+                return self._checkout()
+            except DBAPIError as exc:
+                failure = self._failure(exc)
+            except DbFailure as exc:
+                failure = exc
+        # Raised outside the handler: the driver's message may quote the URL.
+        raise carry_failure(PersistenceError(failure.category, "connect",
+                                             failure.reason or "no connection to the database"), failure)
 
     def _drop(self, write: bool) -> None:
         slot = getattr(self._local, "write" if write else "read", None)

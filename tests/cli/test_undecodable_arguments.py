@@ -73,3 +73,25 @@ def test_ui_host_that_is_not_utf8_is_a_usage_error(db_url, tmp_path):
     fencepost.open(db_url).close()
     result = _run("--db", db_url, "ui", "--port", "0", "--host", b"local" + BAD, cwd=tmp_path)
     _assert_usage_error_without_the_value(result, "--host")
+
+
+def test_init_of_a_sqlite_path_that_is_not_utf8_names_it_with_the_bytes_escaped(tmp_path):
+    """A SQLite file name may hold any bytes, so ``init`` creates it; its line printed
+    ``created <unparseable database URL>``. It now shows the path as the URL renders every other
+    byte that is not plain ASCII (percent-encoded), the undecodable byte as ``%FF``. SQLite only: a
+    PostgreSQL URL that is not UTF-8 is refused as a usage error (above)."""
+    path = os.fsencode(tmp_path) + b"/store-" + BAD + b".db"
+    result = _run(b"--db", b"sqlite:///" + path, b"init", cwd=tmp_path)
+    assert result.code == 0, result
+    assert "unparseable" not in result.out, result
+    assert f"created sqlite:///{tmp_path}/store-%FF.db (" in result.out, result
+    assert os.path.exists(path)
+
+
+def test_redact_url_escapes_undecodable_bytes_and_still_masks_the_password():
+    from fencepost._durable import redact_url
+
+    bad = os.fsdecode(b"x" + BAD)
+    assert redact_url(f"sqlite:////tmp/{bad} %.db") == "sqlite:////tmp/x%FF %25.db"
+    assert redact_url(f"postgresql://u:secret@h/{bad}?sslpassword=s2") == \
+        "postgresql://u:***@h/x%FF?sslpassword=***"

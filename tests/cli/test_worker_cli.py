@@ -158,3 +158,18 @@ def test_sigterm_while_the_worker_processes_are_still_starting_exits_0(db_url, t
     assert proc.returncode == 0, (out, err)
     assert "abnormally" not in out + err and "Traceback" not in err
     assert _statuses(db_url, ["s0"])["s0"] in ("pending", "completed", "suspended")
+
+
+def test_a_task_module_failing_at_import_shows_its_message_redacted(run_cli, tmp_path):
+    """A module raising at import with a credential in its message: the usage error keeps the module
+    name and the exception type, and shows the message as a run failure is logged (redacted, escaped).
+    No store is opened (the reference is refused first), so there is no backend to vary."""
+    (tmp_path / "leakytasks.py").write_text(
+        "raise RuntimeError('password=hunter2XYZ\\x1b[2J')\n\ndef work(ctx):\n    pass\n")
+    result = run_cli("worker", "--task", "leakytasks:work", cwd=tmp_path)
+    assert_one_line_error(result)
+    assert result.code == 2
+    assert "hunter2XYZ" not in result.err and "hunter2XYZ" not in result.out
+    assert "\x1b" not in result.err
+    assert "'leakytasks'" in result.err and "RuntimeError" in result.err
+    assert "password=[REDACTED]" in result.err

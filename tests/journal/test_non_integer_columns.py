@@ -16,6 +16,7 @@ from __future__ import annotations
 import pytest
 
 import fencepost
+from fencepost.errors import JournalError
 from fencepost.journal import companion_stream, ownership_history, replay_all, verify
 from tests.journal.conftest import A
 from tests.journal.test_replay import fact
@@ -113,3 +114,18 @@ def test_the_ownership_projection_leaves_the_damaged_fact_out_as_replay_does(dam
     assert all(type(r[4]) is int for r in rows if r[4] is not None), rows
     if column == "emitted_at_ms":  # the activation is left out: the claim stays a claim
         assert [tuple(r[:4]) for r in rows if r[0] == "run"] == [("run", "claimed", 0, "released")], rows
+
+
+def test_entries_and_log_say_the_column_does_not_hold_an_integer(damaged):
+    """``journal.entries()`` and ``journal.log()`` refused the damaged entry as "outside the safe
+    integer range", which reads as a number too large: now the error says the column does not hold
+    an integer, naming the column and the entry's position, never the value."""
+    store, column = damaged
+    for read in (lambda: store.journal.entries(companion_stream("run")), lambda: list(store.journal.log())):
+        with pytest.raises(JournalError) as caught:
+            read()
+        text = str(caught.value)
+        assert caught.value.code == "decode_failed"
+        assert f"stored {column} does not hold an integer" in text and "safe integer range" not in text, text
+        assert "position" in text
+        _clean(text)

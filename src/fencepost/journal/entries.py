@@ -91,6 +91,8 @@ def entry_from_row(row: Any, method: str) -> Entry:
                            f"stored payload or meta cannot be decoded as JSON{where}") from None
     for name in ("seq", "source_seq", "emitted_at_ms", "position"):
         v = getattr(row, name)
+        if type(v) is not int:  # only on SQLite, stored past its CHECK constraints
+            raise JournalError("decode_failed", method, f"stored {name} does not hold an integer{where}")
         if not (is_safe_int(v) and v < SAFE_MAX) and not (name in ("emitted_at_ms", "position") and v == SAFE_MAX):
             raise JournalError("decode_failed", method, f"stored {name} is outside the safe integer range{where}")
     for name in ("run_id", "event_id", "source_id", "event_type"):
