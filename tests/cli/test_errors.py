@@ -296,3 +296,22 @@ def test_projection_run_interval_without_follow_is_a_usage_error(run_cli, tmp_pa
     assert_one_line_error(result)
     assert result.code == 2 and "--interval needs --follow" in result.err, result
     assert not db.exists()
+
+
+def test_an_unexpected_error_at_the_boundary_is_shown_redacted(monkeypatch, capsys):
+    """The CLI's last-resort boundary printed an unexpected exception's first line as it was: a
+    message quoting a credential (``password=...``) or a terminal escape reached the screen. It now
+    goes through the redaction run failures get, escaped, with its type kept."""
+    from fencepost import cli
+    from fencepost.cli import _common
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("connect failed: password=hunter2XYZ \x1b[2J")
+
+    monkeypatch.setattr(_common.CliContext, "store", broken)
+    with pytest.raises(SystemExit) as ended:
+        cli.main(["runs", "list"])
+    assert ended.value.code == 1
+    err = capsys.readouterr().err
+    assert "RuntimeError" in err and "connect failed" in err, err
+    assert "hunter2XYZ" not in err and "\x1b" not in err, err

@@ -15,6 +15,7 @@ import sys
 import click
 
 from fencepost.cli._common import CliContext, echo_error, error_text, parse_db, read_shard_file
+from fencepost.cli._output import redacted_first_line
 from fencepost.cli.demo import demo
 from fencepost.cli.feed import feed, source
 from fencepost.cli.journal import journal
@@ -102,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(1)
     except Exception as exc:  # the boundary: never a traceback for the user
         _debug()
-        echo_error(f"{type(exc).__name__}: {_first_line(exc)}")
+        echo_error(f"{type(exc).__name__}: {redacted_first_line(exc, 'unexpected error')}")
         sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)
 
@@ -125,11 +126,6 @@ def _placement_hint(exc: click.ClickException) -> str:
 
 # Refusals of a value the user typed (a --cursor that is not this listing's): usage errors.
 _USAGE_CODES = frozenset({"invalid_cursor"})
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else "unexpected error"
 
 
 def _debug() -> None:

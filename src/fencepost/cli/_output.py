@@ -65,6 +65,21 @@ def one_line(text: str) -> str:
     return "".join("\\\\" if ch == "\\" else ch if ch.isprintable() else _escaped(ch) for ch in text)
 
 
+def redacted_first_line(exc: BaseException, empty: str) -> str:
+    """The first line of ``exc``'s message (``empty`` when it has none), redacted by the default rules
+    as a run failure's message is (it may quote a credential: ``password=...``, a connection string)
+    and escaped for a terminal; withheld when it cannot be formatted or redacted (the redactor's own
+    error may quote it)."""
+    from fencepost.journal.redaction import DEFAULT as DEFAULT_REDACTION
+
+    try:
+        redacted = DEFAULT_REDACTION({"message": str(exc)})["message"]
+    except Exception:
+        return "(message withheld: it could not be redacted)"
+    lines = redacted.strip().splitlines() if type(redacted) is str else []
+    return one_line(lines[0]) if lines else empty
+
+
 def _escaped(ch: str) -> str:
     code = ord(ch)
     return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"

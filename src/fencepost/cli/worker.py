@@ -17,7 +17,7 @@ import click
 import msgspec
 
 from fencepost.cli._common import CliContext, StopRelay, console, table, write_store
-from fencepost.cli._output import one_line, printable
+from fencepost.cli._output import one_line, printable, redacted_first_line
 
 
 def load_task(ref: str, import_dir: str | None = None) -> Any:
@@ -36,7 +36,7 @@ def load_task(ref: str, import_dir: str | None = None) -> Any:
         module = importlib.import_module(module_name)
     except Exception as exc:  # ImportError, or whatever the module raised while importing
         raise click.BadParameter(f"cannot import module {module_name!r}: {type(exc).__name__}: "
-                                 f"{_import_message(exc)}", param_hint="--task") from None
+                                 f"{redacted_first_line(exc, 'no message')}", param_hint="--task") from None
     try:
         fn = getattr(module, attr)
     except AttributeError:
@@ -47,20 +47,6 @@ def load_task(ref: str, import_dir: str | None = None) -> Any:
     if problem:
         raise click.BadParameter(f"{ref!r} {problem}", param_hint="--task")
     return fn
-
-
-def _import_message(exc: BaseException) -> str:
-    """The first line of ``exc``'s message, redacted by the default rules as a run failure's message is
-    (the module may have quoted a credential: ``password=...``, a connection string) and escaped for a
-    terminal; withheld when it cannot be formatted or redacted (the redactor's error may quote it)."""
-    from fencepost.journal.redaction import DEFAULT as DEFAULT_REDACTION
-
-    try:
-        redacted = DEFAULT_REDACTION({"message": str(exc)})["message"]
-    except Exception:
-        return "(message withheld: it could not be redacted)"
-    lines = redacted.strip().splitlines() if type(redacted) is str else []
-    return one_line(lines[0]) if lines else "no message"
 
 
 class TerminalSafeFormatter(logging.Formatter):
