@@ -39,6 +39,40 @@ class Result:
 
 
 @pytest.fixture
+def three_runs(db_url: str) -> str:
+    """``db_url`` holding runs r1, r2 and r3 (pending)."""
+    with fencepost.open(db_url) as store:
+        for run_id in ("r1", "r2", "r3"):
+            store.runs.create(run_id, "{}")
+    return db_url
+
+
+def owned_runs_with_a_damaged_fact(tmp_path: Path, assignment: str, *, ignore_checks: bool = False) -> str:
+    """A SQLite store (its URL) with runs r1 and r2, each claimed and owned (facts ``claimed`` seq 0,
+    ``activated`` seq 1), where r1's ``activated`` fact was rewritten by hand with the SQL
+    ``assignment`` (``payload_json = ...``): past the no-update trigger, and past the CHECK
+    constraints too with ``ignore_checks``."""
+    from fencepost.journal import OwnerId, companion_stream
+
+    url = f"sqlite:///{tmp_path / 'facts.db'}"
+    with fencepost.open(url) as store:
+        for run in ("r1", "r2"):
+            store.runs.create(run, "{}")
+            store.runs.claim_and_own(run, store.runs.get(run), OwnerId("h", 1, "n"), store.clock.now_ms())
+        conn = store.db.connect()
+        try:
+            if ignore_checks:
+                conn.exec_driver_sql("PRAGMA ignore_check_constraints=ON")
+            conn.exec_driver_sql("DROP TRIGGER flows_journal_events_no_update_v1")
+            conn.exec_driver_sql(f"UPDATE flows_journal_events SET {assignment} "
+                                 f"WHERE run_id = '{companion_stream('r1')}' AND seq = 1")
+            conn.commit()
+        finally:
+            conn.close()
+    return url
+
+
+@pytest.fixture
 def run_cli(tmp_path):
     """``run_cli(*args, cwd=None, env=None, timeout=60) -> Result`` with FENCEPOST_DB unset."""
 

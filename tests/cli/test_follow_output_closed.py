@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -33,61 +35,48 @@ def _start(*args: str) -> tuple[subprocess.Popen, object]:
     return proc, os.fdopen(read_end, "r")
 
 
-def _exit_after_reader_leaves(proc: subprocess.Popen, reader) -> tuple[int | None, str]:
+def _exits_when_its_reader_leaves(args: tuple[str, ...], read: Callable[[Any], None]) -> None:
+    """Start ``fencepost *args`` writing into a pipe, let ``read(reader)`` read (and check) what it
+    wrote so far, then close the reader: the follower must exit 1 at once, saying nothing."""
+    proc, reader = _start(*args)
+    try:
+        read(reader)
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
     reader.close()
     try:
         _out, err = proc.communicate(timeout=HANG_GUARD_S)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
-        _out, err = proc.communicate()
-        return None, err
-    return proc.returncode, err
-
-
-@pytest.fixture
-def three_runs(db_url):
-    with fencepost.open(db_url) as store:
-        for run_id in ("r1", "r2", "r3"):
-            store.runs.create(run_id, "{}")
-    return db_url
+        proc.communicate()
+        raise AssertionError(f"still following {HANG_GUARD_S} s after its reader left") from None
+    assert proc.returncode == 1, err
+    assert err == ""
 
 
 @pytest.mark.parametrize("fmt", ["table", "jsonl"])
 def test_feed_tail_follow_exits_when_its_reader_closes_the_pipe_on_a_quiet_store(three_runs, fmt):
-    proc, reader = _start("--db", three_runs, "feed", "tail", "--follow", "--format", fmt)
-    try:
+    def read(reader):
         lines = [reader.readline() for _ in range(3)]  # every change there is: the follower now waits
         assert all("r" + str(i) in line for i, line in enumerate(lines, start=1)), lines
-    except BaseException:
-        os.killpg(proc.pid, signal.SIGKILL)
-        raise
-    code, err = _exit_after_reader_leaves(proc, reader)
-    assert code == 1, f"still following {HANG_GUARD_S} s after its reader left" if code is None else err
-    assert err == ""
+
+    _exits_when_its_reader_leaves(("--db", three_runs, "feed", "tail", "--follow", "--format", fmt), read)
 
 
 def test_feed_tail_follow_across_stores_exits_when_its_reader_closes_the_pipe(three_runs, make_db_url):
     other = make_db_url()
     fencepost.open(other).close()
-    proc, reader = _start("--db", f"a={three_runs}", "--db", f"b={other}", "feed", "tail", "--follow")
-    try:
+
+    def read(reader):
         lines = [reader.readline() for _ in range(3)]
         assert all(line.startswith("a ") for line in lines), lines
-    except BaseException:
-        os.killpg(proc.pid, signal.SIGKILL)
-        raise
-    code, err = _exit_after_reader_leaves(proc, reader)
-    assert code == 1, f"still following {HANG_GUARD_S} s after its reader left" if code is None else err
-    assert err == ""
+
+    _exits_when_its_reader_leaves(("--db", f"a={three_runs}", "--db", f"b={other}", "feed", "tail", "--follow"), read)
 
 
 def test_projection_run_follow_exits_when_its_reader_closes_the_pipe_between_status_lines(three_runs):
-    proc, reader = _start("--db", three_runs, "projection", "run", "--follow", "--interval", "3600")
-    try:
+    def read(reader):
         assert reader.readline().startswith("runs_by_status  position")  # the next one is an hour away
-    except BaseException:
-        os.killpg(proc.pid, signal.SIGKILL)
-        raise
-    code, err = _exit_after_reader_leaves(proc, reader)
-    assert code == 1, f"still following {HANG_GUARD_S} s after its reader left" if code is None else err
-    assert err == ""
+
+    _exits_when_its_reader_leaves(("--db", three_runs, "projection", "run", "--follow", "--interval", "3600"), read)

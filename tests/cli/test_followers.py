@@ -43,14 +43,6 @@ def _stop(proc: subprocess.Popen, sig: int) -> tuple[int, str, str]:
     return proc.returncode, out, err
 
 
-@pytest.fixture
-def three_runs(db_url):
-    with fencepost.open(db_url) as store:
-        for run_id in ("r1", "r2", "r3"):
-            store.runs.create(run_id, "{}")
-    return db_url
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 0)], ids=["ctrl-c", "sigterm"])
 def test_feed_tail_follow_stops_on_a_signal_with_the_documented_exit_code(three_runs, sig, code):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-import fencepost
+from tests.cli.conftest import owned_runs_with_a_damaged_fact
 
 SECRET = "SECRET-7"
 
@@ -20,22 +20,7 @@ SECRET = "SECRET-7"
 def damaged_url(request, tmp_path) -> tuple[str, str]:
     """Runs r1 and r2, each claimed and owned (facts ``claimed`` seq 0, ``activated`` seq 1); r1's
     ``activated`` fact holds text in one integer column."""
-    from fencepost.journal import OwnerId, companion_stream
-
-    url = f"sqlite:///{tmp_path / 'facts.db'}"
-    with fencepost.open(url) as store:
-        for run in ("r1", "r2"):
-            store.runs.create(run, "{}")
-            store.runs.claim_and_own(run, store.runs.get(run), OwnerId("h", 1, "n"), store.clock.now_ms())
-        conn = store.db.connect()
-        try:
-            conn.exec_driver_sql("PRAGMA ignore_check_constraints=ON")
-            conn.exec_driver_sql("DROP TRIGGER flows_journal_events_no_update_v1")
-            conn.exec_driver_sql(f"UPDATE flows_journal_events SET {request.param} = '{SECRET}' "
-                                 f"WHERE run_id = '{companion_stream('r1')}' AND seq = 1")
-            conn.commit()
-        finally:
-            conn.close()
+    url = owned_runs_with_a_damaged_fact(tmp_path, f"{request.param} = '{SECRET}'", ignore_checks=True)
     return url, request.param
 
 

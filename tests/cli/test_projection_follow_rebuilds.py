@@ -19,7 +19,7 @@ from sqlalchemy import text
 
 import fencepost
 from fencepost._durable import Database
-from tests.cli.test_followers import _start, three_runs  # noqa: F401 - fixture
+from tests.cli.test_followers import _start
 
 BOUND_S = 30
 
@@ -73,7 +73,7 @@ def _drop(url: str, table: str) -> None:
 
 
 @pytest.mark.slow
-def test_follow_says_when_a_dropped_live_table_is_rebuilt(three_runs):  # noqa: F811
+def test_follow_says_when_a_dropped_live_table_is_rebuilt(three_runs):
     proc = _start("--db", three_runs, "projection", "run", "--follow", "--interval", "0.2")
     try:
         lines = _Lines(proc)
@@ -91,7 +91,7 @@ def test_follow_says_when_a_dropped_live_table_is_rebuilt(three_runs):  # noqa: 
 
 
 @pytest.mark.slow
-def test_follow_says_when_a_rotation_rebuilt_the_projection_between_two_lines(three_runs):  # noqa: F811
+def test_follow_says_when_a_rotation_rebuilt_the_projection_between_two_lines(three_runs):
     proc = _start("--db", three_runs, "projection", "run", "--follow", "--interval", "0.2")
     try:
         lines = _Lines(proc)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 import fencepost
-from tests.cli.conftest import assert_one_line_error
+from tests.cli.conftest import assert_one_line_error, owned_runs_with_a_damaged_fact
 
 
 @pytest.fixture
@@ -51,22 +51,7 @@ def test_reads_exit_1_with_one_line_naming_the_column(run_cli, spoiled_url, args
 def spoiled_fact_url(tmp_path) -> str:
     """Runs r1 and r2, each claimed and owned (facts ``claimed`` seq 0, ``activated`` seq 1); r1's
     ``activated`` fact holds a payload that is not valid UTF-8."""
-    from fencepost.journal import OwnerId, companion_stream
-
-    url = f"sqlite:///{tmp_path / 'facts.db'}"
-    with fencepost.open(url) as store:
-        for run in ("r1", "r2"):
-            store.runs.create(run, "{}")
-            store.runs.claim_and_own(run, store.runs.get(run), OwnerId("h", 1, "n"), store.clock.now_ms())
-        conn = store.db.connect()
-        try:
-            conn.exec_driver_sql("DROP TRIGGER flows_journal_events_no_update_v1")
-            conn.exec_driver_sql("UPDATE flows_journal_events SET payload_json = CAST(x'7b2269223a22ff227d' AS TEXT) "
-                                 f"WHERE run_id = '{companion_stream('r1')}' AND seq = 1")
-            conn.commit()
-        finally:
-            conn.close()
-    return url
+    return owned_runs_with_a_damaged_fact(tmp_path, "payload_json = CAST(x'7b2269223a22ff227d' AS TEXT)")
 
 
 @pytest.mark.parametrize("args", [("r1",), ("--all",), ("r1", "--format", "json"), ("--all", "--format", "json")])
