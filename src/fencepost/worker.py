@@ -39,7 +39,7 @@ from fencepost import _gauges
 from fencepost._dialects import FILE_REPLACED
 from fencepost._durable import COMMIT_UNKNOWN, DbFailure, map_failure
 from fencepost._schema import flows_runs as runs_t
-from fencepost._values import identifier_problem, parse_json_text, stop_problem
+from fencepost._values import SAFE_MAX, identifier_problem, parse_json_text, stop_problem
 from fencepost.errors import FencepostError, RunStoreError
 from fencepost.journal.owner import OwnerId, owner_problem
 from fencepost.journal.redaction import DEFAULT as DEFAULT_REDACTION
@@ -429,7 +429,9 @@ class Worker:
             if self.run_prefix is not None:
                 where = and_(where, runs_t.c.run_id.startswith(self.run_prefix, autoescape=True))
             stmt = select(*_CANDIDATE_COLUMNS).where(where).order_by(runs_t.c.created_at_ms, runs_t.c.run_id)
-            return [dict(r._mapping) for r in conn.execute(stmt.limit(limit))]
+            # ``limit`` may be any int >= 1 (``take``'s, or ``concurrency`` times four); the SQL LIMIT is
+            # a 64-bit integer, and no table holds more than 2**53 rows anyway.
+            return [dict(r._mapping) for r in conn.execute(stmt.limit(min(limit, SAFE_MAX)))]
 
         found = [c for member in _members(self.store) for c in _read(member, read, "worker_candidates")]
         if len(found) > limit:  # several shards: the oldest ``limit`` of them all

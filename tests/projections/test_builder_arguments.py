@@ -33,6 +33,12 @@ def _refused(caught: pytest.ExceptionInfo, field: str) -> None:
     ("target", 5),
     ("target", ""),
     ("target", b"sqlite:///x.db"),
+    # A string that is no database URL was a bare ValueError from URL parsing, not naming ``target``.
+    ("target", "nope://host/db"),
+    ("target", "flows.db"),
+    ("target", "postgresql://u@127.0.0.1/db?schema=NOT-A-SCHEMA"),
+    ("target", "postgresql://u@127.0.0.1/db?colour=blue"),
+    ("target", "sqlite:///x.db?synchronous=sometimes"),
 ])
 def test_a_bad_target_is_refused_and_nothing_is_created(store, tmp_path, monkeypatch, field, target):
     cwd = tmp_path / "cwd"

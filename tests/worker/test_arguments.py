@@ -91,3 +91,16 @@ def test_good_arguments_still_work(store):
     store.runs.create("keep2", '{"n": 2}')
     stats = Worker(store, _fn, run_prefix="keep2").run(stop, until_idle=True)
     assert stats.completed == 1 and store.runs.get("keep2").status == "completed"
+
+
+@pytest.mark.parametrize("limit", [2**63, 10**30])
+def test_a_limit_past_any_sql_integer_takes_what_there_is(store, limit):
+    """``take(limit)`` and ``concurrency`` accept any integer >= 1, but a limit past 64 bits reached
+    the candidate query as its LIMIT and raised a raw ``OverflowError`` (SQLite) or a driver error
+    (PostgreSQL) from inside the sweep. "Up to ``limit``" with more than there can be rows takes every
+    run there is. Both backends."""
+    _pending(store)
+    assert [r.run_id for r in Worker(store, _fn).take(limit)] == ["keep"]
+    store.runs.create("keep2", '{"n": 2}')
+    stats = Worker(store, _fn, concurrency=limit, run_prefix="keep2").run(until_idle=True)
+    assert stats.completed == 1 and store.runs.get("keep2").status == "completed"

@@ -216,8 +216,16 @@ class ProjectionBuilder:
         self.batch_size = batch_size
         self.poll_interval = poll_interval
         self._lock_timeout = lock_timeout
-        self._owns_target = isinstance(target, str)
-        self.target = Database(target) if isinstance(target, str) else target
+        if isinstance(target, str):
+            try:
+                target = Database(target)
+            except ValueError as exc:  # URL parsing: the message names the rule, never the URL's values
+                raise ProjectionError("invalid_projection", "ProjectionBuilder",
+                                      f"target is not a usable database URL: {exc}") from None
+            self._owns_target = True
+        else:
+            self._owns_target = False
+        self.target = target
         self._feed_kind: str = feed
         if named is None:
             self._shares = [Share(self.name, None, source, feed)]  # type: ignore[arg-type]
