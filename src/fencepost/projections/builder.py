@@ -504,10 +504,10 @@ class ProjectionBuilder:
         except TypeError:
             raise refuse("must be an iterable of snapshots") from None
         kinds: tuple[type, ...] = (ConsensusFact,) if self._feed_kind == "consensus" else (Observed, Missing)
-        wanted = "ConsensusFact" if self._feed_kind == "consensus" else "Observed or Missing snapshot"
+        wanted = "a ConsensusFact" if self._feed_kind == "consensus" else "an Observed or Missing snapshot"
         for index, item in enumerate(items):
             if type(item) not in kinds:
-                raise refuse(f"#{index} must be a {wanted} (as this projection's feed delivers)")
+                raise refuse(f"#{index} must be {wanted} (as this projection's feed delivers)")
             if identifier_problem(item.run_id) or type(item.source) is not str or not is_safe_int(item.revision):
                 raise refuse(f"#{index} must carry a run_id, a source and a non-negative integer revision")
         return items
