@@ -465,12 +465,13 @@ class ProjectionBuilder:
                                       f"updates #{index} is ahead of its source (revision {item.revision} "
                                       f"> the source's {head}): not a snapshot the feed gave")
         self._acquire()
-        # A projection of a restored or rotated source compares nothing until it is rebuilt: its
-        # held revisions belong to a history the source no longer has.
-        self._refuse_if_moved(share, self._read(lambda conn: self._load_in(conn, share)), source, head)
 
         def body(conn: Connection) -> tuple[int, int]:
             cp = self._load_in(conn, share)
+            # A projection of a restored or rotated source compares nothing until it is rebuilt: its
+            # held revisions belong to a history the source no longer has (raised here, the write
+            # rolls back with nothing in it).
+            self._refuse_if_moved(share, cp, source, head)
             if cp.source is None:  # before the first page nothing can be compared: counted as rejected
                 accepted, rejected = 0, len(items)
             else:
