@@ -497,10 +497,19 @@ class StopRelay:
     is inside ``set()``, or a signal arriving while the main thread is inside ``event.wait()``.
     ``trigger`` (the handler) only writes a byte to a pipe; a small daemon thread reads it and sets
     the event.
+
+    ``watch_output``: the same thread also sets ``event`` (and ``output_closed``) when the last
+    reader of stdout goes away (``| head -3`` has what it wanted). A follower writes only when
+    something happens, so it would learn that its pipe closed at its next write, and on a quiet
+    store that write may never come. On a pipe or a socket, ``poll`` reports POLLERR (POLLHUP for a
+    socket) on the write end as soon as no reader is left; a terminal or a file is never watched
+    (it has no reader to lose).
     """
 
-    def __init__(self, event: threading.Event) -> None:
+    def __init__(self, event: threading.Event, *, watch_output: bool = False) -> None:
         self.event = event
+        self.output_closed = False
+        self._output = _piped_stdout() if watch_output else None
         self._read, self._write = os.pipe()
         os.set_blocking(self._write, False)
         self._thread = threading.Thread(target=self._relay, daemon=True, name="fencepost-stop-relay")
@@ -516,8 +525,23 @@ class StopRelay:
             pass
 
     def _relay(self) -> None:
-        while os.read(self._read, 64):  # empty: the write end was closed
-            self.event.set()
+        if self._output is None:
+            while os.read(self._read, 64):  # empty: the write end was closed
+                self.event.set()
+        else:
+            poller = select.poll()
+            poller.register(self._read, select.POLLIN)
+            poller.register(self._output, select.POLLERR | select.POLLHUP)
+            while True:
+                ready = [fd for fd, _ in poller.poll()]
+                if self._output in ready:  # no reader left: watched no more
+                    poller.unregister(self._output)
+                    self.output_closed = True
+                    self.event.set()
+                if self._read in ready:
+                    if not os.read(self._read, 64):
+                        break
+                    self.event.set()
         os.close(self._read)
 
     def close(self) -> None:
@@ -525,46 +549,6 @@ class StopRelay:
         fd, self._write = self._write, -1
         os.close(fd)
         self._thread.join(timeout=5)
-
-
-class OutputWatch:
-    """Sets ``event`` when the last reader of stdout goes away (``| head -3`` has what it wanted).
-
-    A follower writes only when something happens, so it learns that its pipe closed at its next
-    write, and on a quiet store that write may never come: it went on waiting for ever. On a pipe
-    or a socket, ``poll`` reports POLLERR (POLLHUP for a socket) on the write end as soon as no
-    reader is left; a small daemon thread waits for that, or for ``close`` to wake it. A terminal or
-    a file is never watched (it has no reader to lose).
-    """
-
-    def __init__(self, event: threading.Event) -> None:
-        self.event = event
-        self.closed = False
-        self._thread: threading.Thread | None = None
-        fd = _piped_stdout()
-        if fd is None:
-            return
-        self._wake_read, self._wake_write = os.pipe()
-        self._thread = threading.Thread(target=self._watch, args=(fd,), daemon=True, name="fencepost-output-watch")
-        self._thread.start()
-
-    def _watch(self, fd: int) -> None:
-        poller = select.poll()
-        poller.register(fd, select.POLLERR | select.POLLHUP)
-        poller.register(self._wake_read, select.POLLIN)
-        if any(ready == fd for ready, _ in poller.poll()):
-            self.closed = True
-            self.event.set()
-
-    def close(self) -> None:
-        """Stop watching."""
-        if self._thread is None:
-            return
-        os.write(self._wake_write, b"\0")
-        self._thread.join(timeout=5)
-        os.close(self._wake_read)
-        os.close(self._wake_write)
-        self._thread = None
 
 
 def _piped_stdout() -> int | None:
@@ -592,8 +576,7 @@ def stop_on_signals(*, output: bool = False) -> Iterator[threading.Event]:
     whose output pipe closes, without a word.
     """
     stop = threading.Event()
-    watch = OutputWatch(stop) if output else None
-    relay = StopRelay(stop)
+    relay = StopRelay(stop, watch_output=output)
     interrupted: list[bool] = []
 
     def on_interrupt(*_: object) -> None:
@@ -613,11 +596,9 @@ def stop_on_signals(*, output: bool = False) -> Iterator[threading.Event]:
         signal.signal(signal.SIGTERM, previous_term)
         signal.signal(signal.SIGINT, previous_int)
         relay.close()
-        if watch is not None:
-            watch.close()
     if interrupted:
         raise SystemExit(INTERRUPTED)
-    if watch is not None and watch.closed:
+    if relay.output_closed:
         _discard_stdout()
         raise SystemExit(1)
 
