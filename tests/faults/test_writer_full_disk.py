@@ -125,3 +125,49 @@ def test_page_limit_hook_is_a_full_disk_too(tmp_path) -> None:
             store.runs.get("doomed")
     finally:
         store.close()
+
+
+def test_a_shared_commit_on_a_full_disk_fails_every_member_then_the_group_writes_again(small_disk) -> None:
+    """Covers full disk x group commit (nothing else did): four calls provably share one COMMIT
+    (the leader holds its group open until the others are queued), and the disk is full when it
+    runs. Every member gets ``SQLITE_FULL`` (a definite refusal, not "may have committed"), nothing
+    of any member landed, no change reached the feed, and the same store's next shared group commits."""
+    from sqlalchemy import event, text
+
+    from fencepost._durable import COMMIT_UNKNOWN, DbFailure
+    from tests.test_group_commit import _call_all, _hold_until_queued, _run_ids
+
+    def insert(run_id: str):
+        return lambda conn: conn.execute(text(
+            "INSERT INTO flows_runs (run_id, status, state_json, created_at_ms) VALUES (:r, 'pending', :s, 0)"),
+            {"r": run_id, "s": BIG_STATE})
+
+    store = fencepost.open(small_disk.url())
+    try:
+        store.runs.create("before", "{}")
+        since = store.feed.position()
+        commits: list[int] = []
+        event.listen(store.db.engine, "commit", lambda _conn: commits.append(1))
+        small_disk.fill(store)
+
+        def leader(conn):
+            insert("leader-big")(conn)
+            return _hold_until_queued(store, 3)(conn)
+
+        outcomes = _call_all(store, leader, {f"m{i}": insert(f"m{i}") for i in range(3)})
+        assert set(outcomes) == {"leader", "m0", "m1", "m2"}
+        for name, outcome in outcomes.items():
+            assert isinstance(outcome, DbFailure), (name, outcome)
+            assert outcome.code == "SQLITE_FULL" and outcome.reason != COMMIT_UNKNOWN, (name, outcome)
+        if small_disk.mounted:
+            assert len(commits) == 1  # one shared COMMIT, refused (the page cap fails the INSERTs instead)
+        assert _run_ids(store) == {"before"}
+        assert store.feed.changes_since(since, limit=100).changes == []
+
+        small_disk.free()
+        outcomes = _call_all(store, _hold_until_queued(store, 3), {f"n{i}": insert(f"n{i}") for i in range(3)})
+        assert not [o for o in outcomes.values() if isinstance(o, BaseException)], outcomes
+        assert _run_ids(store) == {"before", "leader", "n0", "n1", "n2"}
+    finally:
+        small_disk.free()
+        store.close()
