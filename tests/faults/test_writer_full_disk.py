@@ -127,47 +127,86 @@ def test_page_limit_hook_is_a_full_disk_too(tmp_path) -> None:
         store.close()
 
 
-def test_a_shared_commit_on_a_full_disk_fails_every_member_then_the_group_writes_again(small_disk) -> None:
-    """Covers full disk x group commit (nothing else did): four calls provably share one COMMIT
-    (the leader holds its group open until the others are queued), and the disk is full when it
-    runs. Every member gets ``SQLITE_FULL`` (a definite refusal, not "may have committed"), nothing
-    of any member landed, no change reached the feed, and the same store's next shared group commits."""
-    from sqlalchemy import event, text
+def _shared(store, leader_body, calls: dict) -> dict[str, object]:
+    """Run ``leader_body`` as a write that holds its group open until every one of ``calls`` (name
+    -> a no-argument store call, each on its own thread) has queued to join it; every outcome."""
+    import threading
 
-    from fencepost._durable import COMMIT_UNKNOWN, DbFailure
-    from tests.test_group_commit import _call_all, _hold_until_queued, _run_ids
+    outcomes: dict[str, object] = {}
 
-    def insert(run_id: str):
-        return lambda conn: conn.execute(text(
-            "INSERT INTO flows_runs (run_id, status, state_json, created_at_ms) VALUES (:r, 'pending', :s, 0)"),
-            {"r": run_id, "s": BIG_STATE})
+    def call(name: str, fn) -> None:
+        try:
+            outcomes[name] = fn()
+        except BaseException as exc:  # the caller's own outcome
+            outcomes[name] = exc
+
+    leader = threading.Thread(target=call, args=("leader", lambda: store.db.write(leader_body)))
+    leader.start()
+    deadline = time.monotonic() + 30
+    while store.db._group._group is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    threads = [threading.Thread(target=call, args=item) for item in calls.items()]
+    for t in threads:
+        t.start()
+    for t in [leader, *threads]:
+        t.join(60)
+    assert not any(t.is_alive() for t in [leader, *threads])
+    return outcomes
+
+
+def test_journal_appends_sharing_a_commit_on_a_full_disk_all_fail_then_the_group_writes_again(
+        small_disk) -> None:
+    """Covers full disk x journal appends gathered in one group commit (nothing else did): three
+    appends to three streams and the leader's own write provably share one COMMIT (the leader holds
+    its group open until they are queued), and the disk is full when it runs. Every call fails with
+    ``SQLITE_FULL`` (a definite refusal, never "may have committed"), no entry and no change landed,
+    the journal verifies, and the same store's next shared group commits and still verifies."""
+    from sqlalchemy import event
+
+    from fencepost._durable import COMMIT_UNKNOWN
+    from fencepost.journal import verify
+    from tests.test_group_commit import _hold_until_queued, _run_ids
 
     store = fencepost.open(small_disk.url())
     try:
-        store.runs.create("before", "{}")
+        for n in range(3):
+            store.journal.append_unfenced(f"stream-{n}", "made", {"n": 0}, source_id="fault-suite")
+        head_before = verify(store).head
         since = store.feed.position()
         commits: list[int] = []
         event.listen(store.db.engine, "commit", lambda _conn: commits.append(1))
         small_disk.fill(store)
 
-        def leader(conn):
-            insert("leader-big")(conn)
+        def appends(tag: str) -> dict:
+            return {f"{tag}{n}": (lambda n=n: store.journal.append_unfenced(
+                f"stream-{n}", "step", {"blob": "x" * 65536}, source_id="fault-suite")) for n in range(3)}
+
+        def leader(conn):  # a write of its own that needs room too, then holds the group open
+            store.runs.create("leader-big", BIG_STATE)
             return _hold_until_queued(store, 3)(conn)
 
-        outcomes = _call_all(store, leader, {f"m{i}": insert(f"m{i}") for i in range(3)})
-        assert set(outcomes) == {"leader", "m0", "m1", "m2"}
+        outcomes = _shared(store, leader, appends("a"))
+        assert set(outcomes) == {"leader", "a0", "a1", "a2"}
         for name, outcome in outcomes.items():
-            assert isinstance(outcome, DbFailure), (name, outcome)
-            assert outcome.code == "SQLITE_FULL" and outcome.reason != COMMIT_UNKNOWN, (name, outcome)
+            assert isinstance(outcome, Exception), (name, outcome)
+            assert (getattr(outcome, "db_code", None) or outcome.code) == "SQLITE_FULL", (name, outcome)
+            assert COMMIT_UNKNOWN not in str(outcome), (name, outcome)
+            if name != "leader":
+                assert isinstance(outcome, fencepost.JournalError), (name, outcome)
+                assert_value_free(outcome)
         if small_disk.mounted:
             assert len(commits) == 1  # one shared COMMIT, refused (the page cap fails the INSERTs instead)
-        assert _run_ids(store) == {"before"}
+        assert _run_ids(store) == set()
+        report = verify(store)
+        assert report.ok and report.head == head_before and report.entries_checked == 3, report
         assert store.feed.changes_since(since, limit=100).changes == []
 
         small_disk.free()
-        outcomes = _call_all(store, _hold_until_queued(store, 3), {f"n{i}": insert(f"n{i}") for i in range(3)})
+        outcomes = _shared(store, _hold_until_queued(store, 3), appends("b"))
         assert not [o for o in outcomes.values() if isinstance(o, BaseException)], outcomes
-        assert _run_ids(store) == {"before", "leader", "n0", "n1", "n2"}
+        report = verify(store)
+        assert report.ok and report.entries_checked == 6, report
     finally:
         small_disk.free()
         store.close()
