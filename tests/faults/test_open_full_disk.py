@@ -20,6 +20,7 @@ import pytest
 
 import fencepost
 from fencepost._migrations import STORE_NAMESPACES, discover
+from tests.cli.conftest import assert_one_line_error
 from tests.conftest import back_to_4001, ledger_of
 
 pytestmark = pytest.mark.slow
@@ -80,3 +81,32 @@ def test_pending_migrations_on_a_full_disk_leave_the_ledger_as_it_was(small_disk
         assert ledger_of(url) == ALL
         assert store.runs.get("kept").status == "pending"
         store.runs.create("after", "{}")
+
+
+def test_reading_a_closed_store_on_a_full_disk_says_the_disk_is_full(small_disk, run_cli) -> None:
+    """A store every process has closed (no ``-shm`` left) on a disk that then filled: a read needs
+    the index back, and SQLite cannot create it (``SQLITE_IOERR_SHMSIZE``). The read-only open and
+    ``fencepost runs list`` said "could not be opened; disk I/O error"; they say the disk is full,
+    and read again once space is back. The file is untouched."""
+    if not small_disk.mounted:
+        pytest.skip("needs a tmpfs (the page cap applies to an open store only)")
+    url = small_disk.url()
+    with fencepost.open(url) as store:
+        for n in range(5):
+            store.runs.create(f"r{n}", "{}")
+    db = small_disk.root / "flows.db"
+    assert not db.with_name("flows.db-shm").exists()
+    size = db.stat().st_size
+    small_disk.fill_leaving(0)
+    try:
+        with pytest.raises(fencepost.OpenError) as caught:
+            fencepost.open(url, readonly=True).close()
+        result = run_cli("--db", url, "runs", "list")
+    finally:
+        small_disk.free()
+    assert caught.value.code == "disk_full", caught.value
+    assert_one_line_error(result)
+    assert "no space left on the disk" in result.err, result.err
+    assert db.stat().st_size == size
+    with fencepost.open(url, readonly=True) as store:
+        assert sorted(r.run_id for r in store.feed.iter_runs()) == [f"r{n}" for n in range(5)]
