@@ -63,6 +63,8 @@ _SQLITE_REASONS = {
     "SQLITE_LOCKED": f"{_WRITE_LOCK_HELD} on every retry",
     "SQLITE_FULL": "the disk is full",
     "SQLITE_READONLY": "the database file or its directory is read-only",
+    # The log's shared-memory index (-shm) could not grow: SQLite's own word is "usually a full disk".
+    "SQLITE_IOERR_SHMSIZE": "the disk is full (the log's shared-memory index could not grow)",
     "SQLITE_IOERR": "disk I/O error",
     "SQLITE_CORRUPT": "the database file is corrupt",
     "SQLITE_NOTADB": "the file is not a SQLite database",
@@ -128,6 +130,7 @@ _SQLITE_OPEN = {
     "SQLITE_PERM": "permission_denied",
     "SQLITE_AUTH": "permission_denied",
     "SQLITE_FULL": "disk_full",
+    "SQLITE_IOERR_SHMSIZE": "disk_full",  # the -shm index could not grow (a full disk)
 }
 _PG_OPEN = {
     "3D000": "database_missing",  # invalid_catalog_name

@@ -153,6 +153,23 @@ class SmallDisk:
         finally:
             os.close(fd)
 
+    def fill_leaving(self, room: int) -> None:
+        """Leave about ``room`` bytes free on the disk (mounted only: a page cap has no such room)."""
+        assert self.mounted, "fill_leaving needs the tmpfs"
+        fd = os.open(self._ballast, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        try:
+            size = 65536
+            while size:
+                try:
+                    os.write(fd, b"\0" * size)
+                except OSError as exc:
+                    assert exc.errno == errno.ENOSPC, exc
+                    size //= 2
+        finally:
+            os.close(fd)
+        if room:
+            os.truncate(self._ballast, max(0, self._ballast.stat().st_size - room))
+
     def free(self) -> None:
         """Give the space back."""
         if not self.mounted:

@@ -125,3 +125,88 @@ def test_page_limit_hook_is_a_full_disk_too(tmp_path) -> None:
             store.runs.get("doomed")
     finally:
         store.close()
+
+
+def _shared(store, leader_body, calls: dict) -> dict[str, object]:
+    """Run ``leader_body`` as a write that holds its group open until every one of ``calls`` (name
+    -> a no-argument store call, each on its own thread) has queued to join it; every outcome."""
+    import threading
+
+    outcomes: dict[str, object] = {}
+
+    def call(name: str, fn) -> None:
+        try:
+            outcomes[name] = fn()
+        except BaseException as exc:  # the caller's own outcome
+            outcomes[name] = exc
+
+    leader = threading.Thread(target=call, args=("leader", lambda: store.db.write(leader_body)))
+    leader.start()
+    deadline = time.monotonic() + 30
+    while store.db._group._group is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    threads = [threading.Thread(target=call, args=item) for item in calls.items()]
+    for t in threads:
+        t.start()
+    for t in [leader, *threads]:
+        t.join(60)
+    assert not any(t.is_alive() for t in [leader, *threads])
+    return outcomes
+
+
+def test_journal_appends_sharing_a_commit_on_a_full_disk_all_fail_then_the_group_writes_again(
+        small_disk) -> None:
+    """Covers full disk x journal appends gathered in one group commit (nothing else did): three
+    appends to three streams and the leader's own write provably share one COMMIT (the leader holds
+    its group open until they are queued), and the disk is full when it runs. Every call fails with
+    ``SQLITE_FULL`` (a definite refusal, never "may have committed"), no entry and no change landed,
+    the journal verifies, and the same store's next shared group commits and still verifies."""
+    from sqlalchemy import event
+
+    from fencepost._durable import COMMIT_UNKNOWN
+    from fencepost.journal import verify
+    from tests.test_group_commit import _hold_until_queued, _run_ids
+
+    store = fencepost.open(small_disk.url())
+    try:
+        for n in range(3):
+            store.journal.append_unfenced(f"stream-{n}", "made", {"n": 0}, source_id="fault-suite")
+        head_before = verify(store).head
+        since = store.feed.position()
+        commits: list[int] = []
+        event.listen(store.db.engine, "commit", lambda _conn: commits.append(1))
+        small_disk.fill(store)
+
+        def appends(tag: str) -> dict:
+            return {f"{tag}{n}": (lambda n=n: store.journal.append_unfenced(
+                f"stream-{n}", "step", {"blob": "x" * 65536}, source_id="fault-suite")) for n in range(3)}
+
+        def leader(conn):  # a write of its own that needs room too, then holds the group open
+            store.runs.create("leader-big", BIG_STATE)
+            return _hold_until_queued(store, 3)(conn)
+
+        outcomes = _shared(store, leader, appends("a"))
+        assert set(outcomes) == {"leader", "a0", "a1", "a2"}
+        for name, outcome in outcomes.items():
+            assert isinstance(outcome, Exception), (name, outcome)
+            assert (getattr(outcome, "db_code", None) or outcome.code) == "SQLITE_FULL", (name, outcome)
+            assert COMMIT_UNKNOWN not in str(outcome), (name, outcome)
+            if name != "leader":
+                assert isinstance(outcome, fencepost.JournalError), (name, outcome)
+                assert_value_free(outcome)
+        if small_disk.mounted:
+            assert len(commits) == 1  # one shared COMMIT, refused (the page cap fails the INSERTs instead)
+        assert _run_ids(store) == set()
+        report = verify(store)
+        assert report.ok and report.head == head_before and report.entries_checked == 3, report
+        assert store.feed.changes_since(since, limit=100).changes == []
+
+        small_disk.free()
+        outcomes = _shared(store, _hold_until_queued(store, 3), appends("b"))
+        assert not [o for o in outcomes.values() if isinstance(o, BaseException)], outcomes
+        report = verify(store)
+        assert report.ok and report.entries_checked == 6, report
+    finally:
+        small_disk.free()
+        store.close()

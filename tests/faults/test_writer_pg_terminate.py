@@ -139,3 +139,71 @@ def test_backend_terminated_mid_commit(db_url: str, peer) -> None:
         assert_nothing_of(store, "slow-1", since)
     finally:
         store.close()
+
+
+def _terminate_and_wait(store, pid: int) -> None:
+    """End backend ``pid`` from another connection and wait until it is gone."""
+    with store.db.connect() as other:
+        assert other.exec_driver_sql(f"SELECT pg_terminate_backend({pid})").scalar() is True
+        other.commit()
+        deadline = time.monotonic() + 20
+        while other.exec_driver_sql(f"SELECT count(*) FROM pg_stat_activity WHERE pid = {pid}").scalar():
+            other.rollback()
+            assert time.monotonic() < deadline, "the terminated backend never went away"
+            time.sleep(0.01)
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])
+def test_target_backend_terminated_mid_projection_page(make_db_url) -> None:
+    """Covers pg_terminate_backend x projection build (nothing else terminates a target session).
+    The target's backend is terminated while a page's transaction has written rows but not
+    committed: the page is applied once (retried on a new connection, or failed as transient with
+    nothing of it landed, the same builder then going on), and the projection equals a fresh build."""
+    from sqlalchemy import event, text
+
+    from fencepost.projections import ProjectionBuilder, RunsByStatus
+
+    source_url, target, fresh = make_db_url(), make_db_url(), make_db_url()
+    store = fencepost.open(source_url)
+    try:
+        store.journal.transact(lambda tx: [store.runs.create(f"run-{i:03d}", "{}") for i in range(30)])
+        with ProjectionBuilder(store, target, RunsByStatus(), batch_size=10) as builder:
+            assert builder.status().applied_revision == 0  # the target reached once
+            killed: list[int] = []
+
+            def kill_mid_page(conn, cursor, statement, params, context, executemany) -> None:
+                if not killed and "projection_runs_by_status" in statement and statement.lstrip().upper().startswith(
+                        "INSERT"):
+                    killed.append(int(cursor.connection.info.backend_pid))
+                    _terminate_and_wait(store, killed[0])
+
+            event.listen(builder.target.engine, "after_cursor_execute", kill_mid_page)
+            try:
+                try:
+                    builder.catch_up()
+                except fencepost.ProjectionError as exc:
+                    assert exc.transient is True, exc  # type: ignore[attr-defined]
+                    assert_value_free(exc)
+                    assert builder.status().applied_revision % 10 == 0  # a page boundary
+            finally:
+                event.remove(builder.target.engine, "after_cursor_execute", kill_mid_page)
+            assert killed, "the fault was never injected"
+            builder.catch_up()
+            status = builder.status()
+            assert (status.lag, status.applied, status.rejected) == (0, 30, 0), status
+        with ProjectionBuilder(store, fresh, RunsByStatus()) as other:
+            other.catch_up()
+
+        def rows(url):
+            from fencepost._durable import Database
+
+            db = Database(url, readonly=True)
+            try:
+                return db.read(lambda c: c.execute(text(
+                    "SELECT run_id, status, source, revision FROM projection_runs_by_status ORDER BY run_id")).all())
+            finally:
+                db.dispose()
+
+        assert rows(target) == rows(fresh) and len(rows(target)) == 30
+    finally:
+        store.close()
