@@ -317,8 +317,9 @@ def cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
     return code, out.out, out.err
 
 
-def cli_flow(url: str, bad_url: str, capsys: pytest.CaptureFixture[str], tmp_path) -> tuple[list, list]:
+def cli_flow(urls: dict[str, str], capsys: pytest.CaptureFixture[str], tmp_path) -> tuple[list, list]:
     """Every command a user runs on the store; ``(shows state, shows no state)`` lists of outputs."""
+    url, bad_url = urls["cli"], urls["cli_bad"]
     db = ["--db", url]
     state = json.dumps(secret_state(9))
     shows_state, no_state = [], []
@@ -338,10 +339,11 @@ def cli_flow(url: str, bad_url: str, capsys: pytest.CaptureFixture[str], tmp_pat
     run([*db, "runs", "create", "cli-1", "--state", state], expect=None)  # already exists
     run([*db, "runs", "create", "cli-bad", "--state", '{"password": "' + PASSWORD + '", "token": ' + TOKEN + "}"],
         expect=None)
-    for fmt in (["--json"], ["--format", "jsonl"], ["--format", "csv"], []):
+    for fmt in (["--json"], ["--format", "csv"], []):  # where the failure record and payloads show
         run([*db, "runs", "list", *fmt], state_shown=True)
         run([*db, "runs", "show", "canary-1", *fmt], state_shown=True)
         run([*db, "journal", "show", "canary-1", *fmt])
+    for fmt in (["--format", "jsonl"], []):
         run([*db, "feed", "tail", *fmt])
         run([*db, "feed", "snapshot", "canary-1", "cli-1", *fmt])
         run([*db, "source", "show", *fmt])
@@ -352,6 +354,18 @@ def cli_flow(url: str, bad_url: str, capsys: pytest.CaptureFixture[str], tmp_pat
     run([*db, "runs", "list", "--bogus-option"], expect=2)
     run(["--db", bad_url, "runs", "list", "--json"], expect=1)
     run(["--db", bad_url, "init"], expect=1)
+    # Projections onto a target whose URL has a password, a reachable one and one that is not.
+    run([*db, "projection", "run", "--target", urls["target"], "--no-progress", "--json"])
+    run([*db, "projection", "status", "--target", urls["target"], "--json"])
+    run([*db, "projection", "status", "--target", urls["target"]])
+    run([*db, "projection", "run", "--target", urls["cli_bad"], "--no-progress", "--json"], expect=1)
+    # Several stores from a --shards file (where the documentation says passwords belong).
+    shards = tmp_path / "stores.txt"
+    shards.write_text(f"main={url}\n")
+    run(["--shards", str(shards), "runs", "list", "--json"], state_shown=True)
+    run(["--shards", str(shards), "journal", "show", "canary-1", "--json"])
+    shards.write_text(f"main={url}\nother={bad_url}\n")
+    run(["--shards", str(shards), "runs", "list", "--json"], expect=None)
     return shows_state, no_state
 
 
@@ -407,7 +421,7 @@ def test_no_canary_leaves_its_place(urls: dict[str, str], otel, logs: Capture, c
     otel["exporter"].clear()
     errors = Errors()
     library_flow(urls["store"], urls["target"], urls["bad_target"], urls["bad"], errors)
-    shows_state, no_state = cli_flow(urls["cli"], urls["cli_bad"], capsys, tmp_path)
+    shows_state, no_state = cli_flow(urls, capsys, tmp_path)
     sub_state, sub = cli_subprocess(urls["cli"], urls["cli_bad"])
 
     # Logs first: the raw reads below are this test's own (SQLAlchemy logs the rows it reads at DEBUG).
