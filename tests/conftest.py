@@ -150,6 +150,31 @@ def make_db_url(backend: str, tmp_path) -> Iterator:
             drop_schema(base, schema)
 
 
+_OTEL: dict[str, object] = {}
+
+
+@pytest.fixture(scope="session")
+def otel() -> dict[str, object]:
+    """The OpenTelemetry SDK's tracer and meter providers with in-memory readers, installed once per
+    process (the API takes one global provider of each): ``{"reader": ..., "exporter": ...}``."""
+    if not _OTEL:
+        from opentelemetry import metrics, trace
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+        reader = InMemoryMetricReader()
+        metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+        exporter = InMemorySpanExporter()
+        tp = TracerProvider()
+        tp.add_span_processor(SimpleSpanProcessor(exporter))
+        trace.set_tracer_provider(tp)
+        _OTEL.update(reader=reader, exporter=exporter)
+    return _OTEL
+
+
 @pytest.fixture
 def clock() -> ManualClock:
     return ManualClock(0)

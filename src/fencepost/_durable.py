@@ -233,13 +233,14 @@ def resolve_url(url: str | None) -> str:
 
 
 def redact_url(url: str) -> str:
-    """The URL with any password hidden, safe to print: the one in the authority and any query
-    option that carries a secret (``?password=``, ``?sslpassword=``, ...). A database path holding
+    """The URL with any password hidden, safe to print: the one in the authority, any query
+    option that carries a secret (``?password=``, ``?sslpassword=``, ...), and any option whose value
+    holds a credential by the journal's textual rules (``?options=-c app.api_token=...``). A database path holding
     bytes that are not UTF-8 (a SQLite file name may) shows them percent-encoded (``%FF``), as the
     URL shows every byte of a non-ASCII path."""
     try:
         parsed = make_url(url)
-        query = {k: (_MASK if _secret_option(k) else v) for k, v in parsed.query.items()}
+        query = {k: (_MASK if _secret_option(k) or _secret_value(v) else v) for k, v in parsed.query.items()}
         database = parsed.database
         undecodable = database is not None and text_problem(database) is not None
         if undecodable:  # the renderer's quoting refuses lone surrogates: quote the path here
@@ -259,6 +260,15 @@ _MASK_ESCAPED = "%00masked%00"
 _PATH_MARK = "\x00database\x00"
 _PATH_MARK_ESCAPED = "%00database%00"
 _SECRET_WORDS = ("password", "secret", "token", "key")
+
+
+def _secret_value(value: str | tuple[str, ...]) -> bool:
+    """Whether an option's value (each of them, when given more than once) holds a credential that
+    the journal's textual redaction would rewrite: libpq's ``options`` carries ``-c name=value``
+    settings, and a ``name`` such as ``app.api_token`` makes its value a secret."""
+    from fencepost.journal.redaction import DEFAULT
+
+    return any(DEFAULT.text(v) != v for v in ((value,) if isinstance(value, str) else value))
 
 
 def _secret_option(key: str) -> bool:

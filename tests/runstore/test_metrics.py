@@ -5,33 +5,11 @@ from __future__ import annotations
 import typing
 
 import pytest
-from opentelemetry import metrics, trace
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from fencepost import Activated, Attempt, AttemptStoreError, Claimed, FenceLost, RunStoreError, Transitioned
 from fencepost.runstore import outcomes as o
 
 from .conftest import PENDING, A, B, C, ev, fresh, running
-
-_OTEL: dict[str, object] = {}
-
-
-@pytest.fixture(scope="session")
-def otel():
-    """Install SDK providers once per process (the API allows one global provider)."""
-    if not _OTEL:
-        reader = InMemoryMetricReader()
-        metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
-        exporter = InMemorySpanExporter()
-        tp = TracerProvider()
-        tp.add_span_processor(SimpleSpanProcessor(exporter))
-        trace.set_tracer_provider(tp)
-        _OTEL.update(reader=reader, exporter=exporter)
-    return _OTEL
 
 
 def value(otel, name, **attrs):
