@@ -472,3 +472,24 @@ def test_documented_rule_state_stored_as_given_journal_redacted(db_url: str) -> 
     assert payload["aws"]["aws_secret_access_key"] == "[REDACTED]"
     assert not hits([("payload", json.dumps(payload))], ALL)
 
+
+
+def test_statement_parameters_stay_out_of_sqlalchemys_info_log(db_url: str, tmp_path, logs: Capture) -> None:
+    """With ``sqlalchemy.engine`` at INFO (``echo=True`` in effect), SQLAlchemy logs each statement with
+    its parameters unless the engine hides them. The values a store sends through SQLAlchemy (run ids,
+    a flow name it projects, a cursor) are user data: they must not reach that log."""
+    canary_run = "run-" + PASSWORD
+    flow = "flow-" + PASSWORD
+    engine_log = logging.getLogger("sqlalchemy.engine")
+    engine_log.setLevel(logging.INFO)
+    with fencepost.open(db_url) as store:
+        store.runs.create(canary_run, json.dumps({"flowName": flow}))
+        assert store.runs.get(canary_run) is not None
+        target = f"sqlite:///{tmp_path / 'views.db'}"
+        with ProjectionBuilder(store, target, RunsByStatus()) as builder:
+            builder.catch_up()
+        assert list(store.feed.iter_runs())
+    infos = [r for r in logs.records if r.name.startswith("sqlalchemy.engine") and r.levelno == logging.INFO]
+    assert infos, "SQLAlchemy logged no statement at INFO: the check saw nothing"
+    leaked = [r.getMessage() for r in infos if PASSWORD in r.getMessage()]
+    assert not leaked, leaked[:3]

@@ -447,6 +447,7 @@ class Database:
             self.engine: Engine = create_engine(
                 parsed,
                 connect_args={"check_same_thread": False, "timeout": 30},
+                hide_parameters=True,  # statement parameters carry user data: never in SQLAlchemy's log
                 **pool_args,
             )
             self.schema: str | None = None
@@ -465,6 +466,7 @@ class Database:
             self.path = None
             self.engine = create_engine(
                 parsed,
+                hide_parameters=True,  # statement parameters carry user data: never in SQLAlchemy's log
                 **pool_args,
                 # Defaults a URL's own ``connect_timeout`` / ``application_name`` overrides.
                 connect_args={k: v for k, v in (("connect_timeout", 10), ("application_name", "fencepost"))
