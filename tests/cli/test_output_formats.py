@@ -158,7 +158,7 @@ def test_csv_spells_booleans_as_json_does(run_cli, with_deletion):
     verify = _csv(run_cli("--db", with_deletion, "journal", "verify", "--format", "csv"))
     assert verify[0]["ok"] == "true"
     delete = run_cli("--db", with_deletion, "runs", "delete", "kept", "--format", "csv")
-    assert _csv(delete) == [{"deleted": "kept", "forced": "false"}]
+    assert _csv(delete) == [{"run_id": "kept", "deleted": "true", "forced": "false"}]
 
 
 def test_csv_follows_a_stream_with_the_same_spelling(run_cli, with_deletion):

@@ -627,7 +627,8 @@ def runs_delete(run_id: str, force: bool, out: Output) -> None:
 
     Change-feed readers (fencepost feed tail, projections) see the deletion. The journal is
     append-only and keeps the run's history. A running or claimed run is refused unless --force;
-    a run other runs name as their parent is refused.
+    a run other runs name as their parent is refused. With --format json: {"run_id", "deleted":
+    true, "forced"}.
 
     Example: fencepost runs delete order-17
     """
@@ -645,4 +646,4 @@ def runs_delete(run_id: str, force: bool, out: Output) -> None:
     if out.is_table:
         out.message(f"deleted {one_line(run_id)}")
     else:
-        out.record({"deleted": run_id, "forced": force})
+        out.record({"run_id": run_id, "deleted": True, "forced": force})
