@@ -226,6 +226,11 @@ class ProjectionBuilder:
         else:
             self._owns_target = False
         self.target = target
+        problem = _sql.truncated_name(ShadowTables(projection, tables), target.backend.name)
+        if problem:
+            if self._owns_target:
+                target.close()
+            raise ProjectionError("invalid_projection", "ProjectionBuilder", problem)
         self._feed_kind: str = feed
         if named is None:
             self._shares = [Share(self.name, None, source, feed)]  # type: ignore[arg-type]
