@@ -261,3 +261,32 @@ def test_the_longest_names_postgresql_keeps_build_and_rebuild(store, make_db_url
         assert builder.catch_up().applied == 1
         store.feed.rotate_source()
         assert builder.catch_up().rebuilt and builder.status().lag == 0
+
+
+@pytest.mark.parametrize("kind", [RunsByStatus, OwnershipHistory])
+@pytest.mark.parametrize("table", [None, 5, "", b"projection_x"])
+def test_a_built_in_projection_refuses_a_table_that_is_not_a_name(kind, table):
+    """``RunsByStatus(table=None)`` raised SQLAlchemy's bare AssertionError ('use
+    quoted_name.construct() for None passthrough'); ``table=5`` and ``table=''`` were accepted and
+    built a table named '5', or '' (SQLite) / failed as a bare persistence_failed (PostgreSQL)."""
+    with pytest.raises(ProjectionError) as caught:
+        kind(table=table)
+    _refused(caught, "table")
+
+
+def test_a_projection_table_without_a_name_is_refused_before_writing(store, make_db_url):
+    from sqlalchemy import Column, MetaData, Table, Text
+
+    class Nameless:
+        name = "nameless"
+        feed = "runs"
+        tables = (Table("", MetaData(), Column("run_id", Text, primary_key=True)),)
+
+        def reset(self, target) -> None: ...
+
+        def apply(self, target, update) -> None: ...
+
+    target = make_db_url()
+    with pytest.raises(ProjectionError) as caught:
+        ProjectionBuilder(store, target, Nameless())
+    _refused(caught, "table")

@@ -181,6 +181,8 @@ class ProjectionBuilder:
         tables = list(getattr(projection, "tables", ()))
         if not tables or not all(isinstance(t, Table) for t in tables):
             raise ProjectionError("invalid_projection", "ProjectionBuilder", "tables must be SQLAlchemy Tables")
+        if not all(t.name for t in tables):
+            raise ProjectionError("invalid_projection", "ProjectionBuilder", "table names must not be empty")
         if named is not None and not _sources.keyed_by_source(tables):
             keyed = getattr(projection, "keyed_by_source", None)
             if callable(keyed):
