@@ -235,3 +235,62 @@ def test_afollow_cancelled_or_timed_out_stops_its_thread_and_listener(store, how
         time.sleep(0.02)
     assert not [t.name for t in threading.enumerate() if "follow" in t.name]
     assert _listeners(store) == 0
+
+
+def _follow_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("fencepost-") and "follow" in t.name]
+
+
+def test_a_cancelled_afollow_stops_its_threads_within_moments(store):
+    """The change feed page says leaving an ``async for`` stops the follower's thread "within a
+    tenth of a second". On PostgreSQL it took half a second every time: the listener thread waited
+    for notifications in slices of 0.5 s and the follower's close joined it, so the thread and the
+    LISTEN connection outlived the cancel by 0.5 s (and ``store.close()`` or a projection builder's
+    ``close()`` under a follower waited as long). Three cancels; the median must be well under
+    half a second (the median, so that one slow scheduling on a busy machine does not decide)."""
+
+    async def one() -> float:
+        async def consume() -> None:
+            async for _ in store.feed.afollow(poll_interval=60):
+                pass
+
+        task = asyncio.create_task(consume())
+        assert await _until(lambda: len(_follow_threads()) >= 2, 5)
+        await asyncio.sleep(0.05)
+        started = time.monotonic()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert await _until(lambda: not _follow_threads(), 5), _follow_threads()
+        return time.monotonic() - started
+
+    took = [asyncio.run(one()) for _ in range(3)]
+    assert sorted(took)[1] < 0.3, f"the follower's threads outlived the cancel by {took} s"
+    assert _listeners(store) == 0
+
+
+def test_a_stopped_follow_returns_within_moments(store):
+    """The synchronous twin: ``stop.set()`` under a waiting ``follow`` ended the loop only after the
+    PostgreSQL listener's 0.5 s slice ran out."""
+    took = []
+    for _ in range(3):
+        stop = threading.Event()
+        ended = threading.Event()
+
+        def follow(stop: threading.Event, ended: threading.Event) -> None:
+            for _ in store.feed.follow(stop=stop, poll_interval=60):
+                pass
+            ended.set()
+
+        thread = threading.Thread(target=follow, args=(stop, ended))
+        thread.start()
+        deadline = time.monotonic() + 5
+        while len(_follow_threads()) < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.05)
+        started = time.monotonic()
+        stop.set()
+        thread.join(5)
+        took.append(time.monotonic() - started)
+        assert ended.is_set() and not _follow_threads()
+    assert sorted(took)[1] < 0.3, f"follow returned {took} s after stop was set"

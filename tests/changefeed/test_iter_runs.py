@@ -91,3 +91,32 @@ def test_bad_status_lists_are_refused(store, bad):
     assert err.value.code == "invalid_options"
     with pytest.raises(RunStoreError):
         store.feed.count_runs({"status": bad})
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"page_size": 0}, "page_size"),
+    ({"page_size": -1}, "page_size"),
+    ({"page_size": 201}, "page_size"),
+    ({"page_size": "50"}, "page_size"),
+    ({"page_size": None}, "page_size"),
+    ({"page_size": True}, "page_size"),
+    ({"filters": {"colour": "red"}}, "1 unknown filter"),
+    ({"filters": ["status"]}, "filters"),
+    ({"filters": {"status": "sleeping"}}, "status"),
+    ({"cursor": 5}, "cursor"),
+    ({"newest_first": "yes"}, "newest_first"),
+])
+def test_iter_runs_refuses_bad_arguments_when_called_naming_them(store, kwargs, field):
+    """``iter_runs(page_size=0)`` returned a generator; the error came only at the first ``next``,
+    and it named ``limit`` and ``list_runs``, neither of which the caller wrote. Now the call itself
+    raises ``invalid_options`` from ``iter_runs``, naming the argument, before any query."""
+    with pytest.raises(RunStoreError) as err:
+        store.feed.iter_runs(**kwargs)
+    assert err.value.code == "invalid_options"
+    assert err.value.method == "iter_runs" and err.value.detail.startswith(field), err.value
+
+
+def test_count_runs_errors_name_count_runs(store):
+    with pytest.raises(RunStoreError) as err:
+        store.feed.count_runs({"colour": "red"})
+    assert err.value.code == "invalid_options" and err.value.method == "count_runs", err.value

@@ -204,3 +204,89 @@ def test_offer_refuses_a_consensus_fact_ahead_of_the_journal_and_writes_nothing(
         assert (after.applied, after.rejected) == (before.applied, before.rejected)
         store.runs.transition_owned("r-1", owner, "completed")
         assert builder.catch_up().applied == 1
+
+
+class _LongIndex:
+    """A runs projection whose declared index name fits PostgreSQL's 63 bytes, but not with ``__shadow``."""
+
+    name = "long_index"
+    feed = "runs"
+
+    def __init__(self) -> None:
+        from sqlalchemy import Column, Index, MetaData, Table, Text
+
+        self.table = Table("long_index_runs", MetaData(), Column("run_id", Text, primary_key=True),
+                           Column("status", Text))
+        Index("i" * 60, self.table.c.status)
+        self.tables = (self.table,)
+
+    def reset(self, target) -> None:
+        target.conn.execute(self.table.delete())
+
+    def apply(self, target, update) -> None:
+        table = target.table("long_index_runs")
+        row = {"run_id": update.run_id, "status": getattr(update, "status", None)}
+        target.conn.execute(target.insert(table).values(**row).on_conflict_do_update(
+            index_elements=[table.c.run_id], set_={"status": row["status"]}))
+
+
+@pytest.mark.parametrize(("field", "projection"), [
+    ("table", lambda: RunsByStatus(table="t" * 58)),      # its shadow's name is 66 bytes
+    ("table", lambda: RunsByStatus(table="t" * 70)),
+    ("table", lambda: RunsByStatus(table="é" * 30)),      # 60 bytes: characters are not bytes
+    ("index", _LongIndex),
+])
+def test_a_name_postgresql_would_truncate_is_refused_at_construction(store, make_db_url, field, projection):
+    """A projection table (or declared index) whose name, or its ``__shadow`` copy's, is longer than
+    PostgreSQL's 63 bytes failed at the first catch_up with a bare 'projection target persistence
+    failed' (no db_code): PostgreSQL truncated the live and shadow index names to the same 63 bytes
+    and refused the second. Refused at construction instead, naming the table or index and the
+    limit. On a SQLite target, which has no such limit, the same projection builds."""
+    target = make_db_url("postgresql")
+    with pytest.raises(ProjectionError) as caught:
+        ProjectionBuilder(store, target, projection())
+    _refused(caught, field)
+    assert "63 bytes" in caught.value.detail
+    store.runs.create("r", "{}")
+    with ProjectionBuilder(store, make_db_url("sqlite"), projection()) as builder:
+        assert builder.catch_up().applied == 1
+        store.feed.rotate_source()
+        assert builder.catch_up().rebuilt
+
+
+def test_the_longest_names_postgresql_keeps_build_and_rebuild(store, make_db_url):
+    store.runs.create("r", "{}")
+    table = "t" * (63 - len("__shadow") - len("_status_idx"))
+    with ProjectionBuilder(store, make_db_url("postgresql"), RunsByStatus(table=table)) as builder:
+        assert builder.catch_up().applied == 1
+        store.feed.rotate_source()
+        assert builder.catch_up().rebuilt and builder.status().lag == 0
+
+
+@pytest.mark.parametrize("kind", [RunsByStatus, OwnershipHistory])
+@pytest.mark.parametrize("table", [None, 5, "", b"projection_x"])
+def test_a_built_in_projection_refuses_a_table_that_is_not_a_name(kind, table):
+    """``RunsByStatus(table=None)`` raised SQLAlchemy's bare AssertionError ('use
+    quoted_name.construct() for None passthrough'); ``table=5`` and ``table=''`` were accepted and
+    built a table named '5', or '' (SQLite) / failed as a bare persistence_failed (PostgreSQL)."""
+    with pytest.raises(ProjectionError) as caught:
+        kind(table=table)
+    _refused(caught, "table")
+
+
+def test_a_projection_table_without_a_name_is_refused_before_writing(store, make_db_url):
+    from sqlalchemy import Column, MetaData, Table, Text
+
+    class Nameless:
+        name = "nameless"
+        feed = "runs"
+        tables = (Table("", MetaData(), Column("run_id", Text, primary_key=True)),)
+
+        def reset(self, target) -> None: ...
+
+        def apply(self, target, update) -> None: ...
+
+    target = make_db_url()
+    with pytest.raises(ProjectionError) as caught:
+        ProjectionBuilder(store, target, Nameless())
+    _refused(caught, "table")

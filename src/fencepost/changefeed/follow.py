@@ -276,7 +276,7 @@ class _PostgresWaiter(_Waiter):
             self.note_hint()
             try:
                 while not self._closed.is_set():
-                    for note in conn.notifies(timeout=0.5):
+                    for note in conn.notifies(timeout=STOP_SLICE):  # close() waits for this slice
                         if note.payload == self._schema:
                             self.note_hint()
             except Exception:  # connection lost: reconnect and re-query

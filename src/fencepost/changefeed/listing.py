@@ -133,7 +133,7 @@ def list_runs(store: Store, filters: Mapping[str, Any] | None, cursor: str | Non
 
 def count_runs(store: Store, filters: Mapping[str, Any] | None) -> int:
     """How many runs match ``filters`` now (the same filters as ``list_runs``; one query)."""
-    parsed = parse_filters(filters)
+    parsed = _as_method("count_runs", parse_filters, filters)
     stmt = _filtered(store, select(func.count()).select_from(_sql.flows_runs), parsed)
     return _read(store, "count_runs", lambda conn: int(conn.execute(stmt, _params(parsed)).scalar_one()))
 
@@ -146,13 +146,38 @@ def iter_runs(
     page_size: int = MAX_LIST_LIMIT,
     newest_first: bool = False,
 ) -> Iterator[Observed]:
-    """Yield every run matching ``filters``, page after page of ``list_runs`` (each page one snapshot)."""
+    """Every run matching ``filters``, page after page of ``list_runs`` (each page one snapshot).
+
+    The arguments are checked when it is called (``invalid_options`` from ``iter_runs`` naming the
+    argument, before any query); the pages are read as the iterator is consumed."""
+    if type(page_size) is not int or not 1 <= page_size <= MAX_LIST_LIMIT:
+        raise RunStoreError("invalid_options", "iter_runs", f"page_size must be an integer in 1..{MAX_LIST_LIMIT}")
+    _as_method("iter_runs", parse_filters, filters)
+    if cursor is not None and type(cursor) is not str:
+        raise RunStoreError("invalid_options", "iter_runs", "cursor must be a string returned by list_runs")
+    if type(newest_first) is not bool:
+        raise RunStoreError("invalid_options", "iter_runs", "newest_first must be a boolean")
+    return _iter_pages(store, filters, cursor, page_size, newest_first)
+
+
+def _iter_pages(store: Store, filters: Mapping[str, Any] | None, cursor: str | None, page_size: int,
+                newest_first: bool) -> Iterator[Observed]:
     while True:
         page = list_runs(store, filters, cursor, page_size, newest_first=newest_first)
         yield from page.runs
         if page.cursor is None:
             return
         cursor = page.cursor
+
+
+def _as_method(method: str, check: Any, *args: Any) -> Any:
+    """``check(*args)``, its ``invalid_options`` error naming ``method`` (the call the caller made)."""
+    try:
+        return check(*args)
+    except RunStoreError as exc:
+        if type(exc) is not RunStoreError or exc.code != "invalid_options":
+            raise
+        raise RunStoreError("invalid_options", method, exc.detail) from None
 
 
 def _read(store: Store, method: str, body: Any) -> Any:

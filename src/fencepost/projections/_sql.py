@@ -6,13 +6,16 @@ Statements are module-level Core objects with bind parameters, so SQLAlchemy com
 from __future__ import annotations
 
 from operator import itemgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import BigInteger, Column, Integer, MetaData, Select, Table, Text, TextClause, bindparam, select, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.expression import Executable
 
 from fencepost._dialects import Backend, in_json_ids, statement_cache
+
+if TYPE_CHECKING:
+    from fencepost.projections._shadow import ShadowTables
 
 metadata = MetaData()
 
@@ -86,6 +89,31 @@ run_revisions_shadow = _revisions_table("projection_run_revisions_shadow")
 # the builder's own, on a target that may be the store's own database.
 RESERVED_PREFIX = "flows_"
 SWAP_PARKING = "fencepost_projection_swap"  # a live table's name for the moment of a swap
+
+
+POSTGRES_NAME_BYTES = 63  # PostgreSQL cuts every identifier longer than this to this length
+
+
+def truncated_name(tables: ShadowTables, backend: str) -> str | None:
+    """The first name the builder would create on a PostgreSQL target that is longer than PostgreSQL
+    keeps (a table, a declared index or constraint, or a ``__shadow`` copy of one), as a problem
+    naming what the projection declared; ``None`` on SQLite, which keeps names whole."""
+    if backend != "postgresql":
+        return None
+    for declared in tables.live.values():
+        shadow = tables.shadow[declared.name]
+        named = [("table", declared.name, declared.name, shadow.name)]
+        named += [("index", str(i.name), str(i.name), f"{i.name}__shadow") for i in declared.indexes if i.name]
+        named += [("constraint", c.name, c.name, f"{c.name}__shadow") for c in declared.constraints
+                  if isinstance(c.name, str) and c.name]
+        for kind, name, live, copy in named:
+            longest = max(len(live.encode()), len(copy.encode()))
+            if longest > POSTGRES_NAME_BYTES:
+                where = "" if kind == "table" else f" of table {declared.name!r}"
+                return (f"{kind} {name!r}{where} is too long for PostgreSQL: with the '__shadow' suffix of "
+                        f"its rebuild copy it takes {longest} bytes, and PostgreSQL keeps {POSTGRES_NAME_BYTES} "
+                        f"bytes (give it a name of at most {POSTGRES_NAME_BYTES - len('__shadow')} bytes)")
+    return None
 
 
 def reserved_table(name: str) -> bool:

@@ -181,6 +181,8 @@ class ProjectionBuilder:
         tables = list(getattr(projection, "tables", ()))
         if not tables or not all(isinstance(t, Table) for t in tables):
             raise ProjectionError("invalid_projection", "ProjectionBuilder", "tables must be SQLAlchemy Tables")
+        if not all(t.name for t in tables):
+            raise ProjectionError("invalid_projection", "ProjectionBuilder", "table names must not be empty")
         if named is not None and not _sources.keyed_by_source(tables):
             keyed = getattr(projection, "keyed_by_source", None)
             if callable(keyed):
@@ -226,6 +228,11 @@ class ProjectionBuilder:
         else:
             self._owns_target = False
         self.target = target
+        problem = _sql.truncated_name(ShadowTables(projection, tables), target.backend.name)
+        if problem:
+            if self._owns_target:
+                target.close()
+            raise ProjectionError("invalid_projection", "ProjectionBuilder", problem)
         self._feed_kind: str = feed
         if named is None:
             self._shares = [Share(self.name, None, source, feed)]  # type: ignore[arg-type]
@@ -394,6 +401,7 @@ class ProjectionBuilder:
             return [(checkpoints.load(conn, share.checkpoint), checkpoints.last_rebuild(conn, share.checkpoint))
                     for share in self._shares], missing
 
+        self._refuse_closed("status")
         found, missing = self._read(body) if self._target_ready() else ([(None, None)] * len(self._shares), False)
         statuses = [self._status(share, cp, last, table_missing=missing)
                     for share, (cp, last) in zip(self._shares, found, strict=True)]
@@ -425,6 +433,7 @@ class ProjectionBuilder:
 
         With named sources: the list of each source's share, by source name.
         """
+        self._refuse_closed("rebuilds")
         if not self._target_ready():
             found: list[list[RebuildRecord]] = [[] for _ in self._shares]
         else:
@@ -756,8 +765,7 @@ class ProjectionBuilder:
 
     # ------------------------------------------------------------------ plumbing
     def _acquire(self) -> None:
-        if self._closed.is_set():
-            raise ProjectionError("projection_failed", "acquire", "the builder is closed")
+        self._refuse_closed("acquire")
         self._reach_target("acquire")
         self._lock.acquire(self._lock_timeout)
         self._prepare()
@@ -890,6 +898,12 @@ class ProjectionBuilder:
             raise ProjectionError(
                 "invalid_projection", "prepare", "a projection of another feed kind holds this name on the target"
             )
+
+    def _refuse_closed(self, method: str) -> None:
+        # A closed builder has given its target's connections back: reading on would open new ones
+        # that nothing closes any more.
+        if self._closed.is_set():
+            raise ProjectionError("projection_failed", method, "the builder is closed")
 
     def _target_ready(self) -> bool:
         if self._prepared:

@@ -12,12 +12,19 @@ from sqlalchemy import update as sql_update
 
 from fencepost._dialects import in_json_ids
 from fencepost.changefeed import Missing, Observed
+from fencepost.errors import ProjectionError
 from fencepost.journal.owner import OwnerId
 from fencepost.journal.replay import Holding, owner_of, ownership_step
 from fencepost.projections import _sql
 from fencepost.projections.protocol import ConsensusFact, Target
 
 Int = BigInteger().with_variant(Integer(), "sqlite")
+
+
+def _check_table(projection: str, table: object) -> None:
+    """A built-in projection's ``table=`` is a non-empty string (SQLAlchemy would take 5 as '5')."""
+    if type(table) is not str or not table:
+        raise ProjectionError("invalid_projection", projection, "table must be a non-empty string")
 
 
 class RunsByStatus:
@@ -37,6 +44,7 @@ class RunsByStatus:
 
     def __init__(self, name: str = "runs_by_status", *, table: str = "projection_runs_by_status",
                  by_source: bool = False) -> None:
+        _check_table("RunsByStatus", table)
         self.name = name
         self._define(table, by_source)
 
@@ -164,6 +172,7 @@ class OwnershipHistory:
 
     def __init__(self, name: str = "ownership_history", *, table: str = "projection_ownership_history",
                  by_source: bool = False) -> None:
+        _check_table("OwnershipHistory", table)
         self.name = name
         self._define(table, by_source)
 
