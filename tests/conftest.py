@@ -8,8 +8,10 @@ runs; otherwise its tests are skipped with a reason, except under ``FENCEPOST_RE
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
+import time
 import traceback
 import uuid
 from collections.abc import Callable, Iterator
@@ -239,10 +241,15 @@ def ledger_of(url: str) -> set[int]:
         db.dispose()
 
 
-def run_forked(child: Callable[[], object]) -> int:
+def run_forked(child: Callable[[], object], *, parent: Callable[[], object] | None = None,
+               timeout: float | None = None) -> int:
     """Run ``child()`` in a forked process and wait for it: its exit status (0 = it returned; 1 =
     it raised, its traceback printed with the test's output). The child leaves by ``os._exit``,
-    never through the parent's cleanups."""
+    never through the parent's cleanups.
+
+    ``parent()`` runs in the parent right after the fork, before the wait (release what the child
+    must find held, close a pipe's other end, read what the child writes). ``timeout``: a child
+    still running after that many seconds is killed, and ``TimeoutError`` raised."""
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child process
         code = 1
@@ -253,7 +260,21 @@ def run_forked(child: Callable[[], object]) -> int:
             traceback.print_exc()
         finally:
             os._exit(code)
-    _, status = os.waitpid(pid, 0)
+    try:
+        if parent is not None:
+            parent()
+    finally:
+        if timeout is None:
+            _, status = os.waitpid(pid, 0)
+        else:
+            deadline = time.monotonic() + timeout
+            while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if done[0] == 0:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                raise TimeoutError(f"the forked child did not end within {timeout:g} s")
+            status = done[1]
     return os.waitstatus_to_exitcode(status)
 
 

@@ -18,6 +18,7 @@ import pytest
 
 import fencepost
 from fencepost import _checkpoint, _dialects
+from tests.conftest import run_forked
 
 
 def in_database_file(path: Path, run_id: str) -> bool:
@@ -122,27 +123,26 @@ def test_a_forked_child_checkpoints_its_own_writes(tmp_path: Path) -> None:
         # copy of it is never released, and the child must not wait for it.
         held = store.db.backend.checkpointer._lock
         held.acquire()
+
+        def child() -> None:
+            store.runs.create("child", '{"n": 1}')
+            checkpointer = store.db.backend.checkpointer
+            assert wait_for(lambda: checkpointer.passes > 0) and checkpointer.running
+
+        released: list[bool] = []
+
+        def let_go() -> None:  # in the parent, once forked: the child's copy stays held
+            held.release()
+            released.append(True)
+
         try:
-            pid = os.fork()
+            code = run_forked(child, parent=let_go, timeout=20)
+        except TimeoutError:
+            raise AssertionError("the child hung on its first write") from None
         finally:
-            if pid != 0:
+            if not released:  # the fork itself failed
                 held.release()
-        if pid == 0:
-            code = 1
-            try:
-                store.runs.create("child", '{"n": 1}')
-                checkpointer = store.db.backend.checkpointer
-                code = 0 if wait_for(lambda: checkpointer.passes > 0) and checkpointer.running else 2
-            finally:
-                os._exit(code)
-        deadline = time.monotonic() + 20
-        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if done[0] == 0:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-            raise AssertionError("the child hung on its first write")
-        assert os.waitstatus_to_exitcode(done[1]) == 0
+        assert code == 0
         assert in_database_file(path, "child")
 
 

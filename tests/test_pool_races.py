@@ -22,6 +22,7 @@ from tests.conftest import run_forked
 
 SMALL = (2, 6)  # a pool of 8 connections
 DEADLINE = 20.0
+POOL_WAIT_BOUND = 10.0  # far below SQLAlchemy's own pool wait (30 s)
 
 
 @pytest.fixture
@@ -434,3 +435,66 @@ def test_a_taken_back_connection_is_not_counted_free_before_its_taker_has_a_plac
     err = intruder.get("error")
     assert getattr(err, "code", None) == "pool_exhausted", repr(err)
     assert taker.get("got") == 2
+
+
+def test_dispose_while_a_reclaim_is_mid_release_keeps_the_takers_place(
+        db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkout that takes back an idle thread's connection counts it as "releasing" until the
+    pool has it back. ``dispose`` in between put a new pool in place, which never counted that
+    connection, yet the count still subtracted it from the new pool's: one place more than there
+    was, until the release ended. A checkout then took the taker's place and left the taker waiting
+    in SQLAlchemy's own pool wait (30 s) with the pool full. Here a one-connection pool: the
+    reclaim's release is held (an event hook) while ``dispose`` runs and another thread checks out;
+    that thread must wait (``pool_exhausted`` after a short ``POOL_WAIT``), and the taker, let go,
+    reads at once."""
+    url = db_url + ("&" if "?" in db_url else "?") + "pool_size=1"
+    monkeypatch.setattr(_durable, "POOL_WAIT", 0.5)
+    store = fencepost.open(url)
+    parked = _Parked(store, 1)  # the pool's one connection, kept by an idle thread
+    release = _durable._Slot.release
+    stalled, unblock = threading.Event(), threading.Event()
+
+    def held_release(slot: _durable._Slot) -> None:
+        if threading.current_thread().name == "taker" and not stalled.is_set():
+            stalled.set()
+            unblock.wait(DEADLINE)
+        release(slot)
+
+    monkeypatch.setattr(_durable._Slot, "release", held_release)
+    taker: dict[str, object] = {}
+    intruder: dict[str, object] = {}
+
+    def take() -> None:
+        try:
+            taker["got"] = store.db.read(lambda c: c.exec_driver_sql("SELECT 2").scalar())
+        except Exception as exc:  # reported by the test
+            taker["got"] = repr(exc)
+        taker["after_unblock_s"] = time.monotonic() - taker.get("unblocked", time.monotonic())  # type: ignore[operator]
+
+    def intrude() -> None:
+        try:
+            intruder["got"] = store.db.read(lambda c: c.exec_driver_sql("SELECT 1").scalar())
+        except Exception as exc:  # the expected outcome is a pool_exhausted failure
+            intruder["error"] = exc
+
+    t = threading.Thread(target=take, name="taker", daemon=True)
+    try:
+        assert parked.errors == []
+        t.start()
+        assert stalled.wait(DEADLINE), "the taker took back no idle connection"
+        store.db.dispose()  # while the taken-back connection is on its way back to the old pool
+        x = threading.Thread(target=intrude, name="intruder", daemon=True)
+        x.start()
+        x.join(DEADLINE)
+        taker["unblocked"] = time.monotonic()
+        unblock.set()
+        t.join(DEADLINE)
+    finally:
+        unblock.set()
+        parked.stop()
+        store.close()
+    assert "got" not in intruder, "a checkout took the place of the taker mid-release"
+    err = intruder.get("error")
+    assert getattr(err, "code", None) == "pool_exhausted", repr(err)
+    assert taker.get("got") == 2, taker
+    assert taker["after_unblock_s"] < POOL_WAIT_BOUND, taker  # type: ignore[operator]

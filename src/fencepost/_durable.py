@@ -479,7 +479,10 @@ class Database:
         self._slots_lock = threading.Lock()
         self._checkout_lock = threading.Lock()
         self._connecting = 0  # checkouts let through ``_checkout_lock`` and not yet counted by the pool
-        self._releasing = 0  # connections taken back from idle threads, counted by the pool until released
+        # Connections taken back from idle threads, counted by their pool until released: per pool,
+        # since ``dispose`` puts a new pool in place that never counted the ones still on their way
+        # back to the old one.
+        self._releasing: dict[Any, int] = {}
         # A taken-back connection stops counting as releasing as the pool takes it in, before the
         # pool counts it free (after its reset, the slow part): never one place too many.
         this = weakref.ref(self)  # the engine must not keep the store alive
@@ -685,7 +688,7 @@ class Database:
         self._slots_lock = threading.Lock()
         self._checkout_lock = threading.Lock()
         self._connecting = 0
-        self._releasing = 0
+        self._releasing = {}
         self._wake = threading.Event()
         self.engine.dispose(close=False)
         self._pid = PROCESS.pid  # last: another thread's first call goes on once this is set
@@ -720,13 +723,13 @@ class Database:
             with self._checkout_lock:
                 # Places in use: the pool's count, less the taken-back connections it still counts
                 # (each one's place is its taker's), plus the reservations it does not count yet.
-                in_use = pool.checkedout() + self._connecting - self._releasing  # type: ignore[attr-defined]
+                in_use = pool.checkedout() + self._connecting - self._releasing.get(pool, 0)  # type: ignore[attr-defined]
                 if in_use >= limit:
                     taken = self._claim_idle()
                     if taken is not None:
-                        self._releasing += 1
+                        self._releasing[pool] = self._releasing.get(pool, 0) + 1
                         returning = taken.conn.connection.record_info
-                        returning[_RETURNING] = True
+                        returning[_RETURNING] = pool
                         in_use -= 1
                 reserved = in_use < limit
                 if reserved:
@@ -761,9 +764,14 @@ class Database:
         """A connection whose pool record holds ``info`` is back in the pool (or gone): if it was
         taken back, it no longer counts as releasing. Once per taking, whoever gets here first
         (the pool's checkin, whichever thread returns it, or its taker afterwards)."""
-        if info.pop(_RETURNING, None):
+        pool = info.pop(_RETURNING, None)
+        if pool is not None:
             with self._checkout_lock:
-                self._releasing -= 1
+                left = self._releasing.get(pool, 0) - 1
+                if left > 0:
+                    self._releasing[pool] = left
+                else:
+                    self._releasing.pop(pool, None)
 
     def _claim_idle(self) -> _Slot | None:
         """Holding ``_checkout_lock``: one kept connection no transaction is using (another

@@ -30,6 +30,7 @@ import pytest
 import fencepost
 from tests.changefeed.test_follow_server_restart import PrivateServer, started_private
 from tests.cli.conftest import run_cli  # noqa: F401 - the CLI fixture, for the CLI fault tests
+from tests.conftest import run_forked, run_in_background
 
 REPO = Path(__file__).resolve().parents[2]
 # The bound on "another process writes once the fault is gone" (the issue's 1 s).
@@ -293,30 +294,36 @@ def unprivileged(fn, *args):
     import pickle
 
     read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: drop root, run, report, exit without running the parent's cleanups
+    data = bytearray()
+
+    def child() -> None:  # drop root, run, report (``run_forked`` leaves without the parent's cleanups)
         os.close(read)
+        _drop_root()
         try:
-            if os.geteuid() == 0:
-                os.setgroups([])
-                os.setgid(65534)
-                os.setuid(65534)
-            try:
-                payload = pickle.dumps(("ok", fn(*args)))
-            except BaseException as exc:
-                payload = pickle.dumps(("err", exc))
-            with os.fdopen(write, "wb") as out:
-                out.write(payload)
-        finally:
-            os._exit(0)
-    os.close(write)
-    with os.fdopen(read, "rb") as inp:
-        data = inp.read()
-    os.waitpid(pid, 0)
-    kind, value = pickle.loads(data)
+            payload = pickle.dumps(("ok", fn(*args)))
+        except BaseException as exc:
+            payload = pickle.dumps(("err", exc))
+        with os.fdopen(write, "wb") as out:
+            out.write(payload)
+
+    def collect() -> None:  # in the parent: read it all before waiting (a large result fills the pipe)
+        os.close(write)
+        with os.fdopen(read, "rb") as inp:
+            data.extend(inp.read())
+
+    run_forked(child, parent=collect)
+    kind, value = pickle.loads(bytes(data))
     if kind == "err":
         raise value
     return value
+
+
+def _drop_root() -> None:
+    """In a forked child: become ``nobody`` when running as root (no override of file permissions)."""
+    if os.geteuid() == 0:
+        os.setgroups([])
+        os.setgid(65534)
+        os.setuid(65534)
 
 
 def record(fault: str, backend: str, seen: str, recovered_s: float) -> None:
@@ -335,30 +342,30 @@ def reader_as_nobody(url: str):
 
     to_child_r, to_child_w = os.pipe()
     to_parent_r, to_parent_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the reader
+
+    def reader() -> None:
+        os.close(to_child_w)
+        os.close(to_parent_r)
+        seen: list = []
         try:
-            os.close(to_child_w)
-            os.close(to_parent_r)
-            seen: list = []
-            try:
-                if os.geteuid() == 0:
-                    os.setgroups([])
-                    os.setgid(65534)
-                    os.setuid(65534)
-                with fencepost.open(url, readonly=True) as store:
-                    seen.append(sorted(r.run_id for r in store.feed.iter_runs()))
-                    os.write(to_parent_w, b"r")
-                    os.read(to_child_r, 1)  # go(): the block has written
-                    seen.append(sorted(r.run_id for r in store.feed.iter_runs()))
-                    seen.append(store.runs.get("r2").status)
-            except BaseException as exc:  # reported to the test
-                seen.append(repr(exc))
-            os.write(to_parent_w, pickle.dumps(seen))
-        finally:
-            os._exit(0)
-    os.close(to_child_r)
-    os.close(to_parent_w)
+            _drop_root()
+            with fencepost.open(url, readonly=True) as store:
+                seen.append(sorted(r.run_id for r in store.feed.iter_runs()))
+                os.write(to_parent_w, b"r")
+                os.read(to_child_r, 1)  # go(): the block has written
+                seen.append(sorted(r.run_id for r in store.feed.iter_runs()))
+                seen.append(store.runs.get("r2").status)
+        except BaseException as exc:  # reported to the test
+            seen.append(repr(exc))
+        os.write(to_parent_w, pickle.dumps(seen))
+
+    def parent_ends() -> None:
+        os.close(to_child_r)
+        os.close(to_parent_w)
+
+    # The fork and the wait on a thread of their own: the block runs while the reader lives.
+    exit_code: list[int] = []
+    waiter, failed = run_in_background(lambda: exit_code.append(run_forked(reader, parent=parent_ends)))
 
     def go() -> list:
         os.write(to_child_w, b"g")
@@ -372,5 +379,6 @@ def reader_as_nobody(url: str):
         yield go
     finally:
         os.close(to_child_w)
-        os.waitpid(pid, 0)
+        waiter.join()
         os.close(to_parent_r)
+    assert failed == [] and exit_code == [0], (failed, exit_code)

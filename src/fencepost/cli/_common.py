@@ -244,7 +244,7 @@ class CliContext:
         recorded set. Read-only stores are never created or migrated. ``opener`` as for ``store``: a
         store it gives that waits for its database (``ui.awaited``) is named as given, else by
         position, and the checks that read a store (the same database twice, a recorded set given
-        whole) leave it out.
+        whole) run for it when it opens: failing them then, it is refused with their message.
         """
         if self._stores is None:
             if not self.several:
@@ -264,12 +264,18 @@ class CliContext:
 
     def _names(self, opened: Sequence[Any]) -> list[str]:
         from fencepost.shards import membership
-        from fencepost.ui.awaited import awaiting
+        from fencepost.ui.awaited import check_as_they_open
 
-        answering = [not awaiting(store) for store in opened]
-        records = [membership.read(store) if up else None for store, up in zip(opened, answering, strict=True)]
-        _refuse_same_database(self.specs, [store.feed.position().source if up else None
-                                           for store, up in zip(opened, answering, strict=True)])
+        # A store that does not answer yet is checked when it opens (refused then if it fails).
+        return check_as_they_open(opened, lambda store: (membership.read(store), store.feed.position().source),
+                                  self._checked_names)
+
+    def _checked_names(self, facts: Sequence[tuple[Any, str] | None]) -> list[str]:
+        """The stores' names, from each store's shard record and change-feed source (None for a
+        store that does not answer); refused (usage error) as ``stores`` says."""
+        answering = [fact is not None for fact in facts]
+        records = [fact[0] if fact is not None else None for fact in facts]
+        _refuse_same_database(self.specs, [fact[1] if fact is not None else None for fact in facts])
         names = _named(self.specs, records)
         sets: dict[str, list[tuple[int, Any]]] = {}
         for i, rec in enumerate(records):

@@ -33,7 +33,7 @@ from fencepost._values import ascii_digits
 from fencepost.cli._output import printable
 from fencepost.errors import FencepostError, PersistenceError, SourceChanged
 from fencepost.ui import views
-from fencepost.ui.awaited import AwaitedStore, awaiting, open_or_await
+from fencepost.ui.awaited import AwaitedStore, check_as_they_open, open_or_await
 from fencepost.ui.hub import FeedHub, MultiFeedHub, catch_up, sse
 
 log = logging.getLogger("fencepost.ui")
@@ -337,14 +337,20 @@ def _readonly(store: Any) -> bool:
 def _check_stores(named: Mapping[str, Any]) -> None:
     from fencepost.shards.membership import check_name
 
-    seen: dict[str, str] = {}
     for i, (name, store) in enumerate(named.items()):
         check_name(name, i)
         if not _readonly(store):
             raise ValueError("the console serves only stores opened with readonly=True")
-        if awaiting(store):
-            continue  # its database does not answer yet: it opens (read-only) once it does
-        source = store.feed.position().source
+    # A store that does not answer yet is checked when it opens (refused then if it fails).
+    check_as_they_open(list(named.values()), lambda store: store.feed.position().source,
+                       lambda sources: _refuse_same_database(list(named), sources))
+
+
+def _refuse_same_database(names: list[str], sources: list[str | None]) -> None:
+    seen: dict[str, str] = {}
+    for i, (name, source) in enumerate(zip(names, sources, strict=True)):
+        if source is None:
+            continue
         if source in seen:
             raise ValueError(f"store #{i} is the same database as store {seen[source]!r}: give each store once")
         seen[source] = name

@@ -6,25 +6,44 @@ listening yet, no free slot, starting up) gives an ``AwaitedStore`` instead, whi
 as a store that is down; any other failure (a bad URL, a missing SQLite file, refused credentials,
 a database without fencepost's tables) is raised, so the console refuses to start.
 
-An ``AwaitedStore`` stands for the ``Store``: every attribute but ``url`` and ``close`` opens the
-store first (at most one attempt a second) and then is the open store's. Until the database answers,
-each such access raises the last open's ``OpenError``, which the console reports as it reports any
-store that stopped answering: down, with its error code and its URL's password hidden.
+An ``AwaitedStore`` stands for the ``Store``: every attribute but ``url`` and ``close`` is the open
+store's once it opened. Until then each such access raises at once the last open's ``OpenError``,
+which the console reports as it reports any store that stopped answering: down, with its error code
+and its URL's password hidden; and, at most once a second, it starts an open attempt on a thread of
+its own. One attempt runs at a time and nobody waits for it: a database whose host swallows
+traffic costs its attempt ``connect_timeout``, never a request.
+
+The start-up checks that read a store (``check_as_they_open``: the same database given twice, a
+recorded shard set given whole) cannot read one that does not answer; they run when it opens, and
+a store that fails them then is refused for good: ``StoreRefused`` (code ``refused``, the check's
+message as its detail) is what every access raises, and the other stores keep serving.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from fencepost.errors import OpenError
+from fencepost.errors import FencepostError, OpenError
 
 if TYPE_CHECKING:
     from fencepost._store import Store
 
+log = logging.getLogger("fencepost.ui")
+
 #: Seconds between two attempts to open a store that does not answer.
 RETRY_S = 1.0
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class StoreRefused(OpenError):
+    """A store that opened late and failed a start-up check: code ``refused``, the check's message
+    (the one the start-up would have refused with) as its detail."""
 
 
 def waits(exc: BaseException) -> bool:
@@ -50,6 +69,38 @@ def awaiting(store: Any) -> bool:
     return isinstance(store, AwaitedStore) and store.opened is None
 
 
+def refusal(store: Any) -> str | None:
+    """Why ``store`` was refused when it opened late (``StoreRefused``'s detail), else None."""
+    return store.refused if isinstance(store, AwaitedStore) else None
+
+
+def check_as_they_open(stores: Sequence[Any], read: Callable[[Any], T], check: Callable[[list[T | None]], R]) -> R:
+    """``check`` over ``read`` of each store (None for one that does not answer yet), now; its result.
+
+    Each store still awaited gets the check again when it opens, over what was read of the
+    stores so far with its own reading added: a check that raises then refuses that store
+    (``StoreRefused``). Checks of stores opening at once run one at a time.
+    """
+    facts: list[T | None] = [None if awaiting(store) else read(store) for store in stores]
+    result = check(facts)
+    lock = threading.Lock()
+
+    def when_open(i: int) -> Callable[[Store], None]:
+        def recheck(opened: Store) -> None:
+            got = read(opened)
+            with lock:
+                trial = list(facts)
+                trial[i] = got
+                check(trial)
+                facts[i] = got
+        return recheck
+
+    for i, store in enumerate(stores):
+        if awaiting(store):
+            store.checks.append(when_open(i))
+    return result
+
+
 class AwaitedStore:
     """A read-only store opened once its database answers (see the module)."""
 
@@ -57,12 +108,18 @@ class AwaitedStore:
         from fencepost._durable import resolve_url
 
         self.url = resolve_url(url)
-        #: Why the last attempt to open it failed.
+        #: Why the last attempt to open it failed (or why it was refused).
         self.error = error
+        #: The start-up check's message once the store, opened late, failed it; else None.
+        self.refused: str | None = None
+        #: Run on the opened store before it is served (``check_as_they_open``); one raising
+        #: refuses it, a ``FencepostError`` (its database failing the read) counts as a failed open.
+        self.checks: list[Callable[[Store], None]] = []
         self._store: Store | None = None
         self._closed = False
         self._lock = threading.Lock()
         self._tried = time.monotonic()
+        self._attempt: threading.Thread | None = None
 
     @property
     def opened(self) -> Store | None:
@@ -73,22 +130,55 @@ class AwaitedStore:
         store = self._store
         if store is not None:
             return store
-        import fencepost
-
         with self._lock:
             if self._store is not None:
                 return self._store
             if self._closed:
                 raise OpenError("open_failed", "open", "the console closed this store")
             now = time.monotonic()
-            if now - self._tried >= RETRY_S:
+            if self.refused is None and self._attempt is None and now - self._tried >= RETRY_S:
                 self._tried = now
-                try:
-                    self._store = fencepost.open(self.url, readonly=True)
-                    return self._store
-                except OpenError as exc:
-                    self.error = exc
+                self._attempt = threading.Thread(target=self._try_open, name="fencepost-ui-open", daemon=True)
+                self._attempt.start()
             raise _again(self.error)
+
+    def _try_open(self) -> None:
+        """One open attempt, on its own thread: the store served from now on, or why not."""
+        import fencepost
+
+        store: Store | None = None
+        error: OpenError | None = None
+        refused: str | None = None
+        try:
+            store = fencepost.open(self.url, readonly=True)
+            for check in self.checks:
+                check(store)
+        except OpenError as exc:
+            error = exc
+        except FencepostError as exc:  # a check's read failed: the database went away again
+            error = OpenError("open_failed", "open", exc.detail)
+            error.transient = True
+        except Exception as exc:  # a check refused it: the start-up's own message
+            refused = str(exc) or type(exc).__name__
+            error = StoreRefused("refused", "open", refused)
+        if error is not None and store is not None:
+            store.close()
+            store = None
+        with self._lock:
+            self._attempt = None
+            if error is None and not self._closed:
+                self._store = store
+                return
+            if refused is not None:
+                self.refused = refused
+            if error is not None:
+                self.error = error
+        if store is not None:  # it opened after the console closed it
+            store.close()
+        if refused is not None:
+            from fencepost._durable import redact_url
+
+            log.warning("console: store %s refused once it answered: %s", redact_url(self.url), refused)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):  # copy, pickle and friends ask for dunders: never open for them
@@ -96,7 +186,8 @@ class AwaitedStore:
         return getattr(self._open(), name)
 
     def close(self) -> None:
-        """Close the store if it opened; it is never opened after this."""
+        """Close the store if it opened; it is never opened after this (an attempt in flight closes
+        what it opens)."""
         with self._lock:
             self._closed = True
             store, self._store = self._store, None
@@ -107,6 +198,6 @@ class AwaitedStore:
 def _again(exc: OpenError) -> OpenError:
     """A fresh copy of ``exc`` to raise (one exception object raised again and again would grow
     its traceback each time)."""
-    err = OpenError(exc.code, exc.method, exc.detail)
+    err = type(exc)(exc.code, exc.method, exc.detail)
     err.__dict__.update({k: v for k, v in exc.__dict__.items() if k not in ("code", "method", "detail")})
     return err

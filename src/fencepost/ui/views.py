@@ -253,11 +253,17 @@ def runs_page_across(stores: Mapping[str, Store], query: Mapping[str, str],
 
 def down_part(store: Store, code: str) -> dict[str, Any]:
     """What the console says of a store that does not answer: its error code and its database
-    (the URL's password hidden), never the error's text."""
+    (the URL's password hidden), never the error's text; for a store refused when it opened late,
+    code ``refused`` and the refusal (``detail``: the start-up's message, which holds no value)."""
     from fencepost._durable import parse_url, redact_url
+    from fencepost.ui.awaited import refusal
 
     # The backend is the URL's: a store the console waits for has no database object yet.
-    return {"error": code, "database": redact_url(store.url), "backend": parse_url(store.url)[0].get_backend_name()}
+    part = {"error": code, "database": redact_url(store.url), "backend": parse_url(store.url)[0].get_backend_name()}
+    refused = refusal(store)
+    if refused is not None:  # refused once it answered: why, as the start-up would have said
+        part["error"], part["detail"] = "refused", refused
+    return part
 
 
 def each_store(stores: Mapping[str, Store], read: Callable[[str, Store], Any], none_answering: bool = False,
