@@ -555,8 +555,9 @@ class Database:
             raise _closed()  # each store maps it to its own error class
         if self.readonly:
             raise _read_only()
-        txn = self._active()
-        if txn is not None:
+        active = _current.get()  # ``_active()``, inline: every write asks
+        txn = active.get(id(self)) if active else None
+        if txn is not None and txn.pid == PROCESS.pid:
             if not txn.write:
                 raise PersistenceError("persistence_failed", "write", "a write cannot nest in a read")
             registered = len(txn.after_commit)
