@@ -223,7 +223,7 @@ class GroupCommit:
         except SQLAlchemyError:
             return (_ALONE, None, [])  # cannot connect: a single write retries and maps it
         with slot.lock:
-            if slot.gone:  # taken back between the lookup and the lock
+            if slot.reclaimed or slot.conn.closed:  # ``gone``: taken back between the lookup and the lock
                 return (_ALONE, None, [])
             conn = slot.conn
             trans = None
