@@ -496,8 +496,11 @@ class SqliteBackend(Backend):
         # connection): read as a plain attribute, not through the proxy's properties, and COMMIT
         # called on it directly (the proxy only forwards ``commit`` from its ``__getattr__``, after
         # a failed attribute lookup on every transaction).
+        # The WeakSet's own set of references, asked directly: ``in writers`` costs a Python call.
+        writer_refs, ref = writers.data, weakref.ref
+
         def do_begin(dbapi_connection: Any) -> None:
-            if dbapi_connection in writers:
+            if ref(dbapi_connection) in writer_refs:
                 _check_file(file)
                 dbapi_connection.dbapi_connection.execute("BEGIN IMMEDIATE")
             else:

@@ -570,8 +570,9 @@ class Database:
             raise _closed()  # each store maps it to its own error class
         if self.readonly:
             raise _read_only()
-        txn = self._active()
-        if txn is not None:
+        active = _current.get()  # ``_active()``, inline: every write asks
+        txn = active.get(id(self)) if active else None
+        if txn is not None and txn.pid == PROCESS.pid:
             if not txn.write:
                 raise PersistenceError("persistence_failed", "write", "a write cannot nest in a read")
             registered = len(txn.after_commit)
@@ -658,9 +659,11 @@ class Database:
         child never reuses its parent's connections; a thread's connections return to the pool
         when the thread ends, and ``dispose`` closes them all.
         """
-        self._after_fork()
+        if self._pid != PROCESS.pid:  # ``_after_fork()``, inline: every transaction comes here
+            PROCESS.adopt(self, self._forget_parent)
         slot = getattr(self._local, "write" if write else "read", None)
-        if slot is not None and not slot.gone and not slot.conn.invalidated:
+        # Neither closed nor invalidated: SQLAlchemy's connection still holds its pool connection.
+        if slot is not None and not slot.reclaimed and slot.conn._dbapi_connection is not None:
             return slot
         if slot is not None:
             slot.release()
@@ -807,7 +810,7 @@ class Database:
             # Held for the whole transaction; ``slot`` stays referenced until it ends, so a
             # concurrent ``dispose`` that drops this thread's slots cannot close it under us.
             with slot.lock:
-                if slot.gone:  # taken back (a reclaim, ``dispose``) between the lookup and the lock
+                if slot.reclaimed or slot.conn.closed:  # ``gone``: taken back (a reclaim, ``dispose``)
                     continue
                 result, txn = self._once_on(slot.conn, fn, write=write, durable=durable)
             break

@@ -172,6 +172,11 @@ class GroupCommit:
         finally:
             if leading:
                 self._end_group(taken)
+        kind, value, callbacks = outcome
+        if kind is _OK:  # the usual answer, without a call for it
+            for callback in callbacks:
+                callback()
+            return value  # type: ignore[no-any-return]
         return self._answer(fn, outcome)
 
     def _gather(self) -> None:
@@ -205,7 +210,10 @@ class GroupCommit:
             self._answer_all(taken, alone=True)  # whatever ended the group early: nothing of it committed
         self._last_members = len(taken)
         with self._lock:
-            self._pass_lead()
+            if self._queue:
+                self._pass_lead()
+            else:
+                self._leading = False
 
     def _run_group(self, fn: Callable[[Connection], Any], taken: list[_Call]) -> Outcome:
         """Lead one group: run ``fn``, then the queued bodies (into ``taken``), COMMIT, answer."""
@@ -215,7 +223,7 @@ class GroupCommit:
         except SQLAlchemyError:
             return (_ALONE, None, [])  # cannot connect: a single write retries and maps it
         with slot.lock:
-            if slot.gone:  # taken back between the lookup and the lock
+            if slot.reclaimed or slot.conn.closed:  # ``gone``: taken back between the lookup and the lock
                 return (_ALONE, None, [])
             conn = slot.conn
             trans = None
@@ -231,7 +239,9 @@ class GroupCommit:
                 txn = Txn(conn, True)
                 token = current.set({id(db): txn})
                 try:
-                    own = self._body(conn, fn, txn)
+                    own = (_OK, fn(conn), txn.after_commit)  # ``_body``, inline: the lone writer's path
+                except Exception as exc:
+                    own = self._raised(exc)
                 finally:
                     current.reset(token)
                 if own[0] != _OK:

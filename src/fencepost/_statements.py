@@ -59,12 +59,18 @@ def run(conn: Connection, q: Sql, params: dict[str, Any] | None) -> Any:
     statements in one string).
     """
     dialect = conn.dialect
-    text_, defaults, order = q.plan(dialect.name)
+    # ``q.plan`` and ``_driver``, inline for the usual case: every statement of a write comes here.
+    hit = q._compiled.get(dialect.name)
+    text_, defaults, order = hit if hit is not None else q.plan(dialect.name)
     if defaults:
         params = {**defaults, **(params or {})}
     if order is not None:
         params = order(params)
-    raw = _driver(conn, dialect)
+    fairy = conn._dbapi_connection  # what ``conn.connection`` returns while the connection is open
+    if fairy is not None and _PLAIN_DRIVER.get(type(dialect)):
+        raw = fairy.dbapi_connection
+    else:
+        raw = _driver(conn, dialect)
     try:
         if (conn._has_events or conn.engine._has_events) and _observed(conn):
             return _run_observed(conn, raw, text_, params)
