@@ -8,6 +8,8 @@
   on every connection of the store), so the suite still runs where mounting is refused.
 - ``private_server``: a private PostgreSQL instance (``initdb`` + ``pg_ctl``) that may be restarted;
   the shared test server is never touched.
+- ``full_disk_server``: a private PostgreSQL instance whose tables live on a small tmpfs (a real
+  full disk for the server: ``fill()``, ``free()``).
 """
 
 from __future__ import annotations
@@ -201,6 +203,66 @@ def small_disk(tmp_path: Path) -> Iterator[SmallDisk]:
 def private_server() -> Iterator[PrivateServer]:
     """A private PostgreSQL instance this test may restart or stop."""
     with started_private(PrivateServer, "fencepost-pg", "the restart test") as server:
+        yield server
+
+
+class SmallTablespaceServer(PrivateServer):
+    """A private PostgreSQL instance whose default tablespace (every table and index fencepost
+    creates) lives on a small tmpfs the test fills and frees; its log (``pg_wal``) stays on the
+    ordinary disk, so the server itself keeps running while the tables cannot grow."""
+
+    def init(self) -> None:
+        super().init()
+        self.disk = self.root / "small"
+        self.disk.mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(self.disk)],
+                       check=True, capture_output=True)
+        shutil.chown(self.disk, "postgres", "postgres")
+        space = self.disk / "space"
+        space.mkdir()
+        shutil.chown(space, "postgres", "postgres")
+        self._ballast = self.disk / "ballast"
+        from sqlalchemy import create_engine
+
+        engine = create_engine(self.url.split("?")[0], isolation_level="AUTOCOMMIT")
+        try:
+            with engine.connect() as conn:
+                conn.exec_driver_sql(f"CREATE TABLESPACE small LOCATION '{space}'")
+                conn.exec_driver_sql("ALTER DATABASE postgres SET default_tablespace = small")
+        finally:
+            engine.dispose()
+
+    def fill(self) -> None:
+        """Leave no free space in the tablespace's filesystem."""
+        fd = os.open(self._ballast, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        try:
+            size = 65536
+            while size:
+                try:
+                    os.write(fd, b"\0" * size)
+                except OSError as exc:
+                    assert exc.errno == errno.ENOSPC, exc
+                    size //= 2
+        finally:
+            os.close(fd)
+
+    def free(self) -> None:
+        """Give the space back."""
+        self._ballast.unlink(missing_ok=True)
+
+    def stop(self) -> None:
+        super().stop()
+        if getattr(self, "disk", None) is not None:
+            subprocess.run(["umount", "-l", str(self.disk)], capture_output=True)
+
+
+@pytest.fixture
+def full_disk_server() -> Iterator[SmallTablespaceServer]:
+    """A private PostgreSQL instance whose tables live on a small tmpfs (``fill()``/``free()``);
+    skips where a filesystem cannot be mounted."""
+    if not _can_mount():
+        pytest.skip("mounting a filesystem needs root and a permitted mount")
+    with started_private(SmallTablespaceServer, "fencepost-pgdisk", "the PostgreSQL full-disk test") as server:
         yield server
 
 
