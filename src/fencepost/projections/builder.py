@@ -911,6 +911,11 @@ class ProjectionBuilder:
         return cp
 
     def _write(self, fn: Callable[[Connection], T], *, durable: bool = True) -> T:
+        # Every write is made holding the lock: its PostgreSQL session may have ended since the call
+        # began (a server restart, a terminated backend), and another builder may hold the name by
+        # now. A lost lock is taken again when the name is free, else ``builder_busy``; the
+        # checkpoint's compare-and-set covers the lock lost between this look and the commit.
+        self._lock.acquire(self._lock_timeout)
         try:
             return self.target.write(fn, durable=durable)
         except DbFailure as exc:
