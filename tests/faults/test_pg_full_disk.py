@@ -236,3 +236,57 @@ def test_migrations_on_open_on_a_full_disk_say_disk_full_and_leave_nothing(full_
         store.runs.create("after", "{}")
         assert store.runs.get("after").status == "pending"
     assert ledger_of(url) == want
+
+
+def test_a_full_log_disk_panics_the_server_and_the_same_store_writes_once_it_is_back(wal_full_server) -> None:
+    """PostgreSQL full disk under the server's log (``pg_wal``) x run-store write. PostgreSQL cannot
+    refuse a COMMIT whose log record it cannot write: it PANICs (every session ends) and, with no
+    room to recover in, shuts down. The caller's write fails ``persistence_failed`` / 53100 saying
+    the disk is full and that the COMMIT's outcome is unknown (transient: the server is away);
+    nothing partial landed (the run and its journal entry are both there or both absent), every
+    write acknowledged before is there, and once space is back and the server started again the
+    SAME store writes, the feed going on without a gap."""
+    from fencepost._durable import COMMIT_UNKNOWN
+    from tests.faults.conftest import _counts
+
+    store = fencepost.open(wal_full_server.url)
+    try:
+        store.runs.create("before", "{}")
+        since = store.feed.position()
+        wal_full_server.fill()
+        acknowledged: list[str] = []
+        failed = None
+        for i in range(200):  # the log's recycled segments take the first writes
+            try:
+                store.runs.create(f"big-{i:03d}", _big())
+            except fencepost.RunStoreError as exc:
+                failed = (f"big-{i:03d}", exc)
+                break
+            acknowledged.append(f"big-{i:03d}")
+        assert failed is not None, "the log never filled"
+        doomed, exc = failed
+        assert (exc.code, getattr(exc, "db_code", None)) == ("persistence_failed", "53100"), exc
+        assert DISK_FULL in str(exc) and COMMIT_UNKNOWN in str(exc), exc
+        assert getattr(exc, "transient", None) is True, exc
+        assert_value_free(exc)
+
+        deadline = time.monotonic() + 30
+        while wal_full_server.running():  # the PANIC, the failed recovery, the shutdown
+            assert time.monotonic() < deadline, "the server did not stop"
+            time.sleep(0.05)
+        wal_full_server.free()
+        wal_full_server.start()
+        cleared = time.monotonic()
+        store.runs.create("after", "{}")  # the same store, its dead connections replaced
+        record("log disk full (pg_wal on tmpfs)", "postgresql",
+               "RunStoreError persistence_failed 53100 (PANIC, COMMIT unknown)", time.monotonic() - cleared)
+
+        assert _counts(store, doomed) in ((0, 0), (1, 1))  # all of it or nothing
+        landed = [doomed] if _counts(store, doomed) == (1, 1) else []
+        for run_id in acknowledged:
+            assert store.runs.get(run_id).status == "pending"
+        changed = [c.run_id for c in store.feed.changes_since(since, limit=1000).changes]
+        assert changed == [*acknowledged, *landed, "after"], changed  # once each, in order, no gap
+    finally:
+        wal_full_server.free()
+        store.close()
