@@ -923,7 +923,11 @@ class Database:
         category, code = self.backend.classify(exc)
         transient = self.backend.is_transient(exc)
         if at_commit and self.backend.commit_unknown(exc):
-            return DbFailure(category, code, COMMIT_UNKNOWN, transient=transient)
+            # A COMMIT whose log write met a full disk (PostgreSQL answers with a PANIC, ending the
+            # session) has an unknown outcome too; the caller is told the cause as well.
+            full = self.backend.open_problem(code) == "disk_full"
+            return DbFailure(category, code, f"the disk is full: {COMMIT_UNKNOWN}" if full else COMMIT_UNKNOWN,
+                             transient=transient)
         reason = None
         if code is None and getattr(exc, _CONNECTING, False):
             # A new connection failed, and libpq keeps the server's refusal code to itself (no free

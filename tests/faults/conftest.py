@@ -8,6 +8,8 @@
   on every connection of the store), so the suite still runs where mounting is refused.
 - ``private_server``: a private PostgreSQL instance (``initdb`` + ``pg_ctl``) that may be restarted;
   the shared test server is never touched.
+- ``full_disk_server``, ``wal_full_server``: a private PostgreSQL instance whose tables, or whose log
+  (``pg_wal``), live on a small tmpfs (a real full disk for the server: ``fill()``, ``free()``).
 """
 
 from __future__ import annotations
@@ -202,6 +204,106 @@ def small_disk(tmp_path: Path) -> Iterator[SmallDisk]:
 def private_server() -> Iterator[PrivateServer]:
     """A private PostgreSQL instance this test may restart or stop."""
     with started_private(PrivateServer, "fencepost-pg", "the restart test") as server:
+        yield server
+
+
+class _OnSmallDisk(PrivateServer):
+    """A private PostgreSQL instance with part of its files on a small tmpfs (``self.disk``) the
+    test fills and frees."""
+
+    disk: Path | None = None
+
+    def _mount(self, size: str) -> Path:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.disk = self.root / "small"
+        self.disk.mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(self.disk)],
+                       check=True, capture_output=True)
+        shutil.chown(self.disk, "postgres", "postgres")
+        self._ballast = self.disk / "ballast"
+        return self.disk
+
+    def fill(self) -> None:
+        """Leave no free space on the small disk."""
+        fd = os.open(self._ballast, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        try:
+            size = 65536
+            while size:
+                try:
+                    os.write(fd, b"\0" * size)
+                except OSError as exc:
+                    assert exc.errno == errno.ENOSPC, exc
+                    size //= 2
+        finally:
+            os.close(fd)
+
+    def free(self) -> None:
+        """Give the space back."""
+        self._ballast.unlink(missing_ok=True)
+
+    def stop(self) -> None:
+        super().stop()
+        if self.disk is not None:
+            subprocess.run(["umount", "-l", str(self.disk)], capture_output=True)
+
+
+class SmallTablespaceServer(_OnSmallDisk):
+    """Its default tablespace (every table and index fencepost creates) is on the small disk; its
+    log (``pg_wal``) stays on the ordinary disk, so the server keeps running while tables cannot grow."""
+
+    def init(self) -> None:
+        super().init()
+        space = self._mount("8m") / "space"
+        space.mkdir()
+        shutil.chown(space, "postgres", "postgres")
+        from sqlalchemy import create_engine
+
+        engine = create_engine(self.url.split("?")[0], isolation_level="AUTOCOMMIT")
+        try:
+            with engine.connect() as conn:
+                conn.exec_driver_sql(f"CREATE TABLESPACE small LOCATION '{space}'")
+                conn.exec_driver_sql("ALTER DATABASE postgres SET default_tablespace = small")
+        finally:
+            engine.dispose()
+
+
+class SmallWalServer(_OnSmallDisk):
+    """Its log (``pg_wal``, in 1 MiB segments) is on the small disk: a full disk there fails the
+    server's log write, which PostgreSQL answers with a PANIC (and, with no room to recover in, a
+    shutdown: ``running()`` says, ``start()`` starts it again)."""
+
+    def init(self) -> None:
+        if self.as_postgres:
+            self.root.mkdir(parents=True, exist_ok=True)
+            shutil.chown(self.root, "postgres", "postgres")
+        wal = self._mount("24m") / "pg_wal"
+        self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync",
+                  "--wal-segsize=1", "-X", str(wal))
+        with open(self.data / "postgresql.conf", "a") as conf:
+            conf.write("min_wal_size = 4MB\nmax_wal_size = 8MB\n")
+        self.start()
+
+    def running(self) -> bool:
+        return (self.data / "postmaster.pid").exists()
+
+
+@pytest.fixture
+def full_disk_server() -> Iterator[SmallTablespaceServer]:
+    """A private PostgreSQL instance whose tables live on a small tmpfs (``fill()``/``free()``);
+    skips where a filesystem cannot be mounted."""
+    if not _can_mount():
+        pytest.skip("mounting a filesystem needs root and a permitted mount")
+    with started_private(SmallTablespaceServer, "fencepost-pgdisk", "the PostgreSQL full-disk test") as server:
+        yield server
+
+
+@pytest.fixture
+def wal_full_server() -> Iterator[SmallWalServer]:
+    """A private PostgreSQL instance whose log (``pg_wal``) lives on a small tmpfs (``fill()``/``free()``);
+    skips where a filesystem cannot be mounted."""
+    if not _can_mount():
+        pytest.skip("mounting a filesystem needs root and a permitted mount")
+    with started_private(SmallWalServer, "fencepost-pgwal", "the PostgreSQL full-log test") as server:
         yield server
 
 

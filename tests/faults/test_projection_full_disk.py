@@ -76,6 +76,7 @@ def test_a_rebuild_on_a_full_disk_leaves_the_live_table_and_the_same_builder_fin
                 small_disk.free()
             assert caught.value.code == "persistence_failed", caught.value
             assert getattr(caught.value, "db_code", None) == "SQLITE_FULL", caught.value
+            assert "Projection.rebuild: " in str(caught.value), caught.value  # names what failed
             assert_value_free(caught.value)
             assert _rows(target) == live  # readers still see the whole old projection
             status = builder.status()

@@ -294,7 +294,7 @@ class ProjectionBuilder:
                 self._tables.reset(conn, self.target.backend, share)
                 checkpoints.start_shadow(conn, cp, source=source, reason="requested", now_ms=self._now(share))
 
-            self._write(body)
+            self._write(body, method="rebuild")
 
         if self.sources is None:
             start(shares[0])
@@ -669,7 +669,7 @@ class ProjectionBuilder:
                 start(conn)
                 self._rebuild_begun(share, reason)
 
-            self._write(start_and_say)
+            self._write(start_and_say, method="rebuild")
             cp = self._read(lambda conn: self._load_in(conn, share))
         applied = rejected = 0
         while True:
@@ -690,7 +690,7 @@ class ProjectionBuilder:
             self._tables.swap(conn, self.target.backend, share)
             checkpoints.swap_shadow(conn, cp, now_ms=self._now(share))
 
-        self._write(swap)
+        self._write(swap, method="rebuild")
         return applied, rejected
 
     def _rebuild_begun(self, share: Share, reason: str) -> None:
@@ -719,7 +719,8 @@ class ProjectionBuilder:
         # Only the last page of a pass waits for the disk: it makes the earlier ones durable too (one
         # log), and until then a power loss undoes pages whole, each with its checkpoint, so the
         # builder resumes after the last page that survived. A shadow page never waits: the swap does.
-        result = self._write(body, durable=not (shadow or page.has_more))
+        # A shadow page is the rebuild's: its failure says so ("Projection.rebuild: ...").
+        result = self._write(body, durable=not (shadow or page.has_more), method="rebuild" if shadow else "apply")
         if self._after_page is not None:
             self._after_page(shadow, page)
         return result
@@ -924,14 +925,19 @@ class ProjectionBuilder:
             raise ProjectionError("projection_failed", "load", "checkpoint row is missing on the target")
         return cp
 
-    def _write(self, fn: Callable[[Connection], T], *, durable: bool = True) -> T:
+    def _write(self, fn: Callable[[Connection], T], *, durable: bool = True, method: str = "apply") -> T:
+        # Every write is made holding the lock: its PostgreSQL session may have ended since the call
+        # began (a server restart, a terminated backend), and another builder may hold the name by
+        # now. A lost lock is taken again when the name is free, else ``builder_busy``; the
+        # checkpoint's compare-and-set covers the lock lost between this look and the commit.
+        self._lock.acquire(self._lock_timeout)
         try:
             return self.target.write(fn, durable=durable)
         except DbFailure as exc:
             # The next call looks at the projection's tables again: a table dropped under the
             # builder is found (and built again) there instead of failing every page.
             self._recheck_tables = True
-            raise map_failure(exc, ProjectionError, "apply", "projection target") from None
+            raise map_failure(exc, ProjectionError, method, "projection target") from None
 
     def _read(self, fn: Callable[[Connection], T]) -> T:
         try:
