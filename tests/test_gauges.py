@@ -9,10 +9,10 @@ import pytest
 
 from fencepost.projections import ProjectionBuilder, RunsByStatus
 from fencepost.worker import Worker
-from tests.runstore.test_metrics import otel, value  # noqa: F401 - the one SDK provider of the process
+from tests.runstore.test_metrics import value
 
 
-def _points(otel, name):  # noqa: F811
+def _points(otel, name):
     data = otel["reader"].get_metrics_data()
     out = []
     for rm in data.resource_metrics if data else []:
@@ -23,7 +23,7 @@ def _points(otel, name):  # noqa: F811
     return out
 
 
-def test_projection_lag_is_what_the_builder_has_not_applied(otel, store, db_url):  # noqa: F811
+def test_projection_lag_is_what_the_builder_has_not_applied(otel, store, db_url):
     for i in range(7):
         store.runs.create(f"p{i}", "{}")
     builder = ProjectionBuilder(store, db_url, RunsByStatus(), batch_size=3)
@@ -42,7 +42,7 @@ def test_projection_lag_is_what_the_builder_has_not_applied(otel, store, db_url)
     assert not [p for p in _points(otel, "flows_projection_lag") if p[0].get("projection") == builder.name]
 
 
-def test_projection_lag_reports_the_backlog_between_pages(otel, store, db_url):  # noqa: F811
+def test_projection_lag_reports_the_backlog_between_pages(otel, store, db_url):
     for i in range(10):
         store.runs.create(f"b{i}", "{}")
     builder = ProjectionBuilder(store, db_url, RunsByStatus(), batch_size=4)
@@ -59,7 +59,7 @@ def test_projection_lag_reports_the_backlog_between_pages(otel, store, db_url): 
     assert value(otel, "flows_projection_lag", projection=builder.name) == 0
 
 
-def test_feed_position_follows_the_reader_and_goes_when_it_stops(otel, store):  # noqa: F811
+def test_feed_position_follows_the_reader_and_goes_when_it_stops(otel, store):
     for i in range(5):
         store.runs.create(f"f{i}", "{}")
     stop = threading.Event()
@@ -73,7 +73,7 @@ def test_feed_position_follows_the_reader_and_goes_when_it_stops(otel, store):  
     assert not [p for p in _points(otel, "flows_feed_position") if p[0]["source"] == got[0].source]
 
 
-def test_worker_in_flight_counts_the_runs_it_is_running(otel, store):  # noqa: F811
+def test_worker_in_flight_counts_the_runs_it_is_running(otel, store):
     for i in range(3):
         store.runs.create(f"w{i}", "{}")
     started = threading.Barrier(4)

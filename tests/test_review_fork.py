@@ -179,7 +179,7 @@ def test_two_threads_making_their_first_call_in_a_forked_child_reset_its_state_o
         assert most[0] == 1, f"{most[0]} threads reset the child's {part} at once"
         expected = "before-fork" if part == "connections" else None
         assert results == {n: expected or f"{n}-{round_}" for n in ("first", "second")}, results
-        assert db._connecting == 0 and db._releasing == 0
+        assert db._connecting == 0 and not db._releasing
         assert kept >= 2, kept
 
     for round_ in range(3):

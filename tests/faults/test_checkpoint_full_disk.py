@@ -8,14 +8,14 @@ import pytest
 
 import fencepost
 from fencepost import _checkpoint
-from tests.runstore.test_metrics import otel, value  # noqa: F401 - the process's one SDK provider
+from tests.runstore.test_metrics import value
 from tests.test_checkpoint import in_database_file, wait_for
 
 from .conftest import BIG_STATE
 
 
 def test_a_checkpoint_that_meets_a_full_disk_leaves_the_write_durable_and_resumes(
-        small_disk, monkeypatch, otel) -> None:  # noqa: F811 - otel is the imported fixture
+        small_disk, monkeypatch, otel) -> None:
     """A real full disk (tmpfs): the committed write stays readable from the log, the store keeps
     working, and once space is back the next checkpoint copies everything."""
     if not small_disk.mounted:

@@ -12,7 +12,7 @@ from fencepost import RunStoreError, Transitioned
 from fencepost.runstore import _sql as q
 
 from .conftest import PENDING, A, count, fresh
-from .test_metrics import Delta, key, otel  # noqa: F401 - otel is a fixture
+from .test_metrics import Delta, key
 
 
 def _transient(store):
@@ -61,7 +61,7 @@ def test_transient_failure_retries_the_whole_outer_transaction(mstore, fail_once
         mstore.runs.get(f"{witness}-1")  # the first attempt's witness rolled back
 
 
-def test_retried_settle_counts_throughput_once(otel, mstore, fail_once):  # noqa: F811
+def test_retried_settle_counts_throughput_once(otel, mstore, fail_once):
     """DW-06: a terminal transition retried once commits once and counts once."""
     r = fresh()
     mstore.runs.create(r, "{}")

@@ -27,7 +27,7 @@ from fencepost import (
 from fencepost.runstore import heartbeat
 
 from .conftest import PENDING, A, B, activate_new, fresh, running
-from .test_metrics import Delta, key, otel, spans  # noqa: F401 - otel is a fixture
+from .test_metrics import Delta, key, spans
 
 # --------------------------------------------------------------- claim-and-finish: "The outcomes you have to handle"
 
@@ -196,7 +196,7 @@ COUNTERS = [("flows_run_claims", {"op": "claim", "outcome": "not_found"}, _not_f
 
 
 @pytest.mark.parametrize("name,attrs,make", COUNTERS, ids=[c[0] for c in COUNTERS])
-def test_counter_table_row(otel, mstore, name, attrs, make):  # noqa: F811
+def test_counter_table_row(otel, mstore, name, attrs, make):
     """Seed observe-outcomes.md counter table: name and attributes exactly."""
     d = Delta(otel, [key(name, **attrs)])
     make(mstore)
@@ -264,7 +264,7 @@ SPAN_ROWS = _span_rows()
 
 
 @pytest.mark.parametrize("name,make", SPAN_ROWS, ids=[n for n, _ in SPAN_ROWS])
-def test_span_table_row(otel, mstore, name, make):  # noqa: F811
+def test_span_table_row(otel, mstore, name, make):
     """Seed observe-outcomes.md span table: identity, acting host and ``outcome`` on success."""
     otel["exporter"].clear()
     attrs, outcome = make(mstore)
