@@ -28,6 +28,7 @@ from fencepost import OpenError, RunStoreError
 from fencepost.worker import Worker
 from tests.changefeed.test_follow_server_restart import PrivateServer, started_private
 from tests.cli.conftest import assert_one_line_error
+from tests.conftest import run_in_background
 from tests.faults.conftest import assert_value_free
 from tests.worker.conftest import run_in_thread, stop_worker, wait_for
 
@@ -210,6 +211,40 @@ def test_a_worker_mid_run_waits_out_a_server_that_stopped_answering(stoppable: S
             go.set()
             stop_worker(t, stop, outcome, 30)
         assert seen == [], seen
+
+
+def test_a_follower_waits_out_a_server_that_stopped_answering(stoppable: StoppableServer) -> None:
+    """A follower whose store needs a new connection while the postmaster is stopped keeps trying
+    (each try now ends after one connect_timeout) and delivers what was written meanwhile, once."""
+    url = _url(stoppable)
+    writer, follower_store = fencepost.open(url), fencepost.open(url)
+    seen: list[str] = []
+    stop = threading.Event()
+
+    def follow() -> None:
+        for change in follower_store.feed.follow(stop=stop, poll_interval=0.5):
+            seen.append(change.run_id)
+
+    thread, errors = run_in_background(follow)
+    try:
+        writer.runs.create("before", "{}")
+        assert wait_for(lambda: "before" in seen, 20), seen
+        stoppable.freeze()
+        try:
+            follower_store.db.dispose()  # its next page needs a new connection
+            writer.runs.create("during", "{}")  # on the writer's open session, which still answers
+            time.sleep(2.5 * TIMEOUT_S)
+            assert "during" not in seen
+        finally:
+            stoppable.thaw()
+        assert wait_for(lambda: "during" in seen, 30), seen
+    finally:
+        stop.set()
+        thread.join(15)
+        writer.close()
+        follower_store.close()
+    assert not errors and not thread.is_alive(), errors
+    assert seen == ["before", "during"], seen
 
 
 def test_the_console_starts_with_its_server_silent_and_picks_it_up(stoppable: StoppableServer) -> None:
