@@ -229,6 +229,12 @@ class Backend:
         the code the diagnosis found (one the driver did not pass on), if any."""
         return self.diagnose_connect(engine), None, None
 
+    def no_answer(self, engine: Engine, exc: BaseException) -> str | None:
+        """When the driver's ``exc`` says a new connection got no answer from the server within its
+        connect timeout: a value-free sentence saying so (the failure is then ``cannot_connect`` and
+        transient, with nothing more to ask: the server would not answer a diagnosis either)."""
+        return None
+
     @staticmethod
     def insert(table: Any) -> Any:
         raise NotImplementedError
@@ -723,6 +729,12 @@ class PostgresBackend(Backend):
             return code is not None and code in _PG_TRANSIENT_CODES
         return False
 
+    def waited_out(self, exc: BaseException, elapsed_s: float) -> bool:
+        # A new connection that got no answer has already waited its whole connect_timeout: trying
+        # again within the call would multiply that wait by the store's retries (twelve timeouts).
+        # The call fails as transient at once, and its caller (a worker, a follower) waits it out.
+        return _pg_timed_out(exc)
+
     @staticmethod
     def _lost(exc: DBAPIError) -> bool:
         """The connection is gone: invalidated, a connection-class code, the server ending the
@@ -731,8 +743,9 @@ class PostgresBackend(Backend):
             return True
         code = getattr(exc.orig, "sqlstate", None)
         if code is None:
-            # psycopg raises OperationalError without a sqlstate when the socket drops.
-            return type(exc.orig).__name__ in {"OperationalError", "InterfaceError"}
+            # psycopg raises OperationalError without a sqlstate when the socket drops, and its
+            # subclass ConnectionTimeout when a new connection got no answer within connect_timeout.
+            return any(c.__name__ in {"OperationalError", "InterfaceError"} for c in type(exc.orig).__mro__)
         return code in _PG_LOST_CODES or code[:2] in _PG_TRANSIENT_CLASSES
 
     def commit_unknown(self, exc: BaseException) -> bool:
@@ -785,6 +798,9 @@ class PostgresBackend(Backend):
         except OSError:
             return "cannot_connect", None, None
         database = kwargs.get("dbname")
+        if refused == _PG_SILENT:
+            # Every credential probe would wait out its own timeout on it, to no end.
+            return "cannot_connect", _pg_no_answer_note(_pg_probe_timeout(kwargs)), None
         if refused in _PG_REFUSALS:
             return "cannot_connect", _PG_REFUSALS[refused], refused
         options = sorted(k for k in url.query if k not in _PG_IDENTITY)
@@ -809,9 +825,17 @@ class PostgresBackend(Backend):
             return None, "the server's host name could not be resolved"
         except OSError:
             return None, "no server accepts connections at the store's address"
+        if refused == _PG_SILENT:
+            return None, _pg_no_answer_note(_pg_probe_timeout(kwargs))
         if refused in _PG_REFUSALS:
             return refused, _PG_REFUSALS[refused]
         return None, None
+
+    def no_answer(self, engine: Engine, exc: BaseException) -> str | None:
+        if not _pg_timed_out(exc):
+            return None
+        _, kwargs = engine.dialect.create_connect_args(engine.url)
+        return _pg_no_answer_note(_pg_connect_timeout(kwargs))
 
     @staticmethod
     def insert(table: Any) -> Any:
@@ -958,6 +982,38 @@ _HOST_UNRESOLVED = "its host name could not be resolved"
 _PG_PROTOCOL_3 = 196608  # protocol version 3.0, as the startup message spells it
 _SQLSTATE = re.compile(rb"^[0-9A-Z]{5}$")
 _PROBE_TIMEOUT_S = 5
+# What the startup probe returns for a server that took the connection and sent nothing back.
+_PG_SILENT = "no answer"
+# A store's connect_timeout when its URL gives none (libpq's own default is to wait forever).
+PG_CONNECT_TIMEOUT_S = 10
+
+
+def _pg_connect_timeout(kwargs: dict[str, Any]) -> int:
+    """The seconds a new connection waits for the server, from the driver's connect arguments as a
+    store's engine gets them: the URL's ``connect_timeout`` (else fencepost's default), read as
+    libpq does (whole seconds, at least 2; 0 or less waits as long as the driver's own bound)."""
+    try:
+        value = int(float(kwargs.get("connect_timeout", PG_CONNECT_TIMEOUT_S)))
+    except (TypeError, ValueError):
+        return PG_CONNECT_TIMEOUT_S
+    return 130 if value <= 0 else max(value, 2)
+
+
+def _pg_probe_timeout(kwargs: dict[str, Any]) -> int:
+    """How long the startup probe waits for the server: the store's connect timeout, at most
+    ``_PROBE_TIMEOUT_S``."""
+    return min(_pg_connect_timeout(kwargs), _PROBE_TIMEOUT_S)
+
+
+def _pg_timed_out(exc: BaseException) -> bool:
+    """Whether the driver's ``exc`` says a new connection got no answer within its connect timeout:
+    told by the exception's class (psycopg's ``ConnectionTimeout``), never its message."""
+    orig = getattr(exc, "orig", None)
+    return any(c.__name__ == "ConnectionTimeout" for c in type(orig).__mro__)
+
+
+def _pg_no_answer_note(seconds: int) -> str:
+    return f"the server did not answer within {seconds} s (connect_timeout); retry once it answers"
 
 
 def _pg_addresses(kwargs: dict[str, Any]) -> list[tuple[str, int]]:
@@ -982,7 +1038,7 @@ def _pg_addresses(kwargs: dict[str, Any]) -> list[tuple[str, int]]:
     return found
 
 
-def _pg_reach(kwargs: dict[str, Any]) -> socket.socket:
+def _pg_reach(kwargs: dict[str, Any], timeout: float = _PROBE_TIMEOUT_S) -> socket.socket:
     """A socket connected to the first address of ``_pg_addresses`` that accepts one (as libpq
     tries them); the last failure when none does (``socket.gaierror`` when no host name resolves)."""
     try:
@@ -992,7 +1048,7 @@ def _pg_reach(kwargs: dict[str, Any]) -> socket.socket:
     failure: OSError | None = None
     for host, port in addresses:
         try:
-            return _pg_socket(host, port)
+            return _pg_socket(host, port, timeout)
         except socket.gaierror as exc:
             if failure is None or isinstance(failure, socket.gaierror):
                 failure = exc  # "does not resolve" only when no address was reachable otherwise
@@ -1006,25 +1062,27 @@ def _pg_refusal(kwargs: dict[str, Any]) -> str | None:
     """The SQLSTATE with which the server the driver connects to (its connect arguments ``kwargs``)
     refuses a session at startup, else None (``_pg_startup_refusal``); ``OSError`` when nothing
     answers there (``socket.gaierror`` when no host name resolves)."""
-    sock = _pg_reach(kwargs)
+    timeout = _pg_probe_timeout(kwargs)
+    sock = _pg_reach(kwargs, timeout)
     user = kwargs.get("user") or os.environ.get("PGUSER") or _os_user()
     with sock:
-        return _pg_startup_refusal(sock, user, kwargs.get("dbname") or os.environ.get("PGDATABASE") or user)
+        return _pg_startup_refusal(sock, user, kwargs.get("dbname") or os.environ.get("PGDATABASE") or user,
+                                   timeout=timeout)
 
 
-def _pg_socket(host: str, port: int) -> socket.socket:
+def _pg_socket(host: str, port: int, timeout: float = _PROBE_TIMEOUT_S) -> socket.socket:
     """A connected socket to the server at ``host`` (a Unix socket directory when it starts with
     ``/``) and ``port``; ``socket.gaierror`` when the host name does not resolve."""
     if host.startswith("/"):
         sock = socket.socket(socket.AF_UNIX)
         try:
-            sock.settimeout(_PROBE_TIMEOUT_S)
+            sock.settimeout(timeout)
             sock.connect(f"{host}/.s.PGSQL.{port}")
         except BaseException:
             sock.close()
             raise
         return sock
-    return socket.create_connection((host, port), timeout=_PROBE_TIMEOUT_S)
+    return socket.create_connection((host, port), timeout=timeout)
 
 
 def _os_user() -> str:
@@ -1035,10 +1093,12 @@ def _os_user() -> str:
         return ""
 
 
-def _pg_startup_refusal(sock: socket.socket, user: str, database: str) -> str | None:
+def _pg_startup_refusal(sock: socket.socket, user: str, database: str, *,
+                        timeout: float = _PROBE_TIMEOUT_S) -> str | None:
     """The SQLSTATE with which the server on ``sock`` refuses a session of ``user`` on
-    ``database`` at startup, else None (it asks for a password, or lets the session in: the probe
-    then ends it, having learnt what it came for; or the peer does not speak the protocol).
+    ``database`` at startup, ``_PG_SILENT`` when it sends nothing at all within ``timeout``
+    seconds, else None (it asks for a password, or lets the session in: the probe then ends it,
+    having learnt what it came for; or the peer does not speak the protocol).
 
     The code field of the server's ErrorResponse, which libpq keeps to itself when a connection
     fails; no message text is read. No password is sent, and no TLS is negotiated: the refusals
@@ -1049,9 +1109,15 @@ def _pg_startup_refusal(sock: socket.socket, user: str, database: str) -> str | 
     body = struct.pack("!i", _PG_PROTOCOL_3) + params + b"\0"
     # One bound for the whole exchange, not per read: a peer sending a byte now and then (a broken
     # proxy, something else listening on the port) would otherwise keep the probe for hours.
-    deadline = time.monotonic() + _PROBE_TIMEOUT_S
+    deadline = time.monotonic() + timeout
     try:
         sock.sendall(struct.pack("!i", len(body) + 4) + body)
+        sock.settimeout(timeout)
+        try:
+            if not sock.recv(1, socket.MSG_PEEK):
+                return None  # closed without a word
+        except TimeoutError:
+            return _PG_SILENT  # not one byte: nothing there is serving (a stopped server, a dead proxy)
         for _ in range(64):  # a login answers in a handful of messages
             kind, payload = _pg_message(sock, deadline)
             if kind == b"E":

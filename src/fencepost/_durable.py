@@ -27,6 +27,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from fencepost._dialects import (
+    PG_CONNECT_TIMEOUT_S,
     SCHEMA_NAME,
     SQLITE_CHECKPOINTS,
     SQLITE_SYNCHRONOUS,
@@ -469,7 +470,8 @@ class Database:
                 hide_parameters=True,  # statement parameters carry user data: never in SQLAlchemy's log
                 **pool_args,
                 # Defaults a URL's own ``connect_timeout`` / ``application_name`` overrides.
-                connect_args={k: v for k, v in (("connect_timeout", 10), ("application_name", "fencepost"))
+                connect_args={k: v for k, v in (("connect_timeout", PG_CONNECT_TIMEOUT_S),
+                                                ("application_name", "fencepost"))
                               if k not in parsed.query},
             )
         self.backend.configure(self.engine, readonly=readonly, options=options)
@@ -519,6 +521,11 @@ class Database:
             _category, code = self.backend.classify(exc)
             problem, note = self.backend.open_problem(code), None
             if problem is None and code is None:
+                note = self.backend.no_answer(self.engine, exc)
+                if note is not None:
+                    # The server took no part within the connect timeout: an outage, and asking it
+                    # anything more would only wait out the timeout again.
+                    return ConnectProblem("cannot_connect", None, note, True)
                 # A refused login, a URL option the driver or the server refuses, and a server
                 # that does not answer all reach libpq as a lost connection would (no code): the
                 # diagnosis decides, and only a server that cannot take the connection now
@@ -931,8 +938,11 @@ class Database:
         reason = None
         if code is None and getattr(exc, _CONNECTING, False):
             # A new connection failed, and libpq keeps the server's refusal code to itself (no free
-            # slot reads as a lost connection): ask the server, as an open that cannot connect does.
-            code, reason = self.backend.connect_refusal(self.engine)
+            # slot reads as a lost connection): ask the server, as an open that cannot connect does,
+            # unless it already failed to answer within the connect timeout.
+            reason = self.backend.no_answer(self.engine, exc)
+            if reason is None:
+                code, reason = self.backend.connect_refusal(self.engine)
         return DbFailure(category, code, reason or self.backend.reason(exc, code), transient=transient)
 
     def connect(self) -> Connection:

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from fencepost._dialects import _PROBE_TIMEOUT_S, _pg_startup_refusal
+from fencepost._dialects import _PG_SILENT, _PROBE_TIMEOUT_S, _pg_startup_refusal
 
 
 @pytest.fixture
@@ -58,3 +58,26 @@ def test_a_peer_that_trickles_its_answer_ends_the_probe_within_its_timeout(trick
     assert not probe.is_alive(), "the probe was still reading after four times its timeout"
     assert result == [None]
     assert time.monotonic() - began < _PROBE_TIMEOUT_S * 4
+
+
+def test_a_peer_that_never_answers_is_reported_as_silent_within_the_timeout() -> None:
+    """A peer that reads the startup message and sends nothing (a stopped server): the probe says
+    so (``_PG_SILENT``, which the open reports as a server that did not answer, never as a refused
+    login) once its timeout has passed, and no later."""
+    ours, theirs = socket.socketpair()
+    try:
+        began = time.monotonic()
+        assert _pg_startup_refusal(ours, "u", "d", timeout=1) == _PG_SILENT
+        assert 0.9 <= time.monotonic() - began < _PROBE_TIMEOUT_S
+    finally:
+        ours.close()
+        theirs.close()
+
+
+def test_a_peer_that_closes_without_a_word_is_not_silent() -> None:
+    ours, theirs = socket.socketpair()
+    theirs.close()
+    try:
+        assert _pg_startup_refusal(ours, "u", "d", timeout=1) is None
+    finally:
+        ours.close()

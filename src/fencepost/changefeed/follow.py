@@ -30,6 +30,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from fencepost import _gauges
+from fencepost._dialects import PG_CONNECT_TIMEOUT_S
 from fencepost._dialects import file_identity as _file_identity
 from fencepost._durable import store_closed
 from fencepost._values import seconds_problem, stop_problem
@@ -245,6 +246,8 @@ class _PostgresWaiter(_Waiter):
         self._schema = db.schema
         self._conninfo = db.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
         self.application_name = f"fencepost-follow-{self._schema}"[:63]
+        # The store's own wait for a new connection: the URL's connect_timeout, else fencepost's default.
+        self._timeout = {} if "connect_timeout" in db.engine.url.query else {"connect_timeout": PG_CONNECT_TIMEOUT_S}
         self._closed = threading.Event()
         self._conn: Any = None
         self._lock = threading.Lock()
@@ -254,9 +257,8 @@ class _PostgresWaiter(_Waiter):
     def _connect(self) -> Any:
         import psycopg
 
-        conn = psycopg.connect(
-            self._conninfo, autocommit=True, connect_timeout=10, application_name=self.application_name
-        )
+        conn = psycopg.connect(self._conninfo, autocommit=True, application_name=self.application_name,
+                               **self._timeout)
         conn.execute(f"LISTEN {CHANNEL}")
         return conn
 
