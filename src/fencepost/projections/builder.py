@@ -27,7 +27,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 from sqlalchemy import Table, select
@@ -38,6 +38,7 @@ from fencepost._dialects import file_identity
 from fencepost._durable import Database, DbFailure, map_failure, store_closed
 from fencepost._migrations import migrate, pending
 from fencepost._values import identifier_problem, is_safe_int, seconds_problem, stop_problem
+from fencepost.changefeed.types import StopSignal
 from fencepost.errors import FencepostError, ProjectionError, SourceChanged
 from fencepost.projections import _sources, _sql, checkpoints
 from fencepost.projections._feeds import Page
@@ -52,10 +53,6 @@ if TYPE_CHECKING:
     from fencepost.shards import ShardSet
 
 T = TypeVar("T")
-
-
-class _Stop(Protocol):
-    def is_set(self) -> bool: ...
 
 
 log = logging.getLogger("fencepost.projections")
@@ -306,7 +303,7 @@ class ProjectionBuilder:
 
         return self._each(shares, one)
 
-    def run(self, stop: threading.Event | None = None) -> None:
+    def run(self, stop: StopSignal | None = None) -> None:
         """Catch up, then follow the source until ``stop`` is set (or the builder is closed).
 
         Wake-ups come from the change feed's ``follow`` (watchfiles or LISTEN/NOTIFY); a poll every
@@ -328,7 +325,7 @@ class ProjectionBuilder:
             else:
                 self._follow_all(stop)
 
-    def _follow_all(self, stop: _Stop) -> None:
+    def _follow_all(self, stop: StopSignal) -> None:
         halt = threading.Event()  # set by the first share that fails, or once ``stop`` is set
         failures: list[BaseException] = []
 
@@ -353,7 +350,7 @@ class ProjectionBuilder:
         if failures:
             raise failures[0]
 
-    def _follow(self, share: Share, stop: _Stop) -> None:
+    def _follow(self, share: Share, stop: StopSignal) -> None:
         wake = threading.Event()
         quit_watch = threading.Event()
         watcher = threading.Thread(target=self._watch, args=(share, wake, quit_watch), daemon=True,
@@ -948,10 +945,10 @@ class ProjectionBuilder:
     def _now(self, share: Share) -> int:
         return int(share.store.clock.now_ms())
 
-    def _stopping(self, stop: _Stop) -> bool:
+    def _stopping(self, stop: StopSignal) -> bool:
         return stop.is_set() or self._closed.is_set()
 
-    def _wait(self, wake: threading.Event, stop: _Stop, timeout: float) -> None:
+    def _wait(self, wake: threading.Event, stop: StopSignal, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while not self._stopping(stop):
             remaining = deadline - time.monotonic()

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -38,7 +38,7 @@ from fencepost._schema import flows_runs as runs_t
 from fencepost._store import Store
 from fencepost._store import open as open_store
 from fencepost._values import identifier_problem
-from fencepost.changefeed.types import Change, Position
+from fencepost.changefeed.types import Change, Position, StopSignal
 from fencepost.clock import Clock, SystemClock
 from fencepost.errors import FencepostError
 from fencepost.journal.owner import OwnerId
@@ -177,8 +177,8 @@ class ShardSet:
         """
         return merged_changes(self.items(), _checks.positions(positions, self.names, "changes"), limit=limit)
 
-    def follow(self, positions: Mapping[str, Position] | None = None, *, stop: threading.Event | None = None,
-               poll_interval: float = 2.0) -> Iterator[ShardChange]:
+    def follow(self, positions: Mapping[str, Position] | None = None, *, stop: StopSignal | None = None,
+               poll_interval: float = 2.0) -> Generator[ShardChange, None, None]:
         """Follow every shard at once (one thread each) and yield their changes as they come, labelled.
 
         Each shard's changes keep their order; between shards there is none. Ends when ``stop`` is
@@ -234,7 +234,7 @@ def _named_errors(name: str) -> Iterator[None]:
 
 
 def merged_follow(stores: Iterable[tuple[str, Store]], positions: Mapping[str, Position] | None = None, *,
-                  stop: threading.Event | None = None, poll_interval: float = 2.0) -> Iterator[ShardChange]:
+                  stop: StopSignal | None = None, poll_interval: float = 2.0) -> Generator[ShardChange, None, None]:
     """Follow several named stores at once (a thread each), yielding their changes labelled as they come.
 
     Each store's changes keep their order; between stores there is none. Ends when ``stop`` is set;
@@ -249,7 +249,7 @@ def merged_follow(stores: Iterable[tuple[str, Store]], positions: Mapping[str, P
 
 
 def _merged_follow(stores: Iterable[tuple[str, Store]], positions: Mapping[str, Position] | None, *,
-                   stop: threading.Event | None, poll_interval: float) -> Iterator[ShardChange]:
+                   stop: StopSignal | None, poll_interval: float) -> Generator[ShardChange, None, None]:
     stop = stop if stop is not None else threading.Event()
     inner = threading.Event()
     out: queue.Queue[Any] = queue.Queue(maxsize=1000)
