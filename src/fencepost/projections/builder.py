@@ -27,7 +27,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar, overload
 
 import msgspec
 from sqlalchemy import Table, select
@@ -53,6 +53,22 @@ if TYPE_CHECKING:
     from fencepost.shards import ShardSet
 
 T = TypeVar("T")
+
+
+class OneSource:
+    """Type marker: a ``ProjectionBuilder`` fed by one ``Store`` (``ProjectionBuilder[OneSource]``).
+
+    Its ``catch_up``, ``rebuild``, ``status`` and ``rebuilds`` return one value (a ``CatchUp`` ...).
+    Only type checkers see it; ``ProjectionBuilder(store, ...)`` is typed so without being told.
+    """
+
+
+class NamedSources:
+    """Type marker: a ``ProjectionBuilder`` fed by named stores, a mapping or a ``ShardSet``
+    (``ProjectionBuilder[NamedSources]``): its results are dicts by source name."""
+
+
+Shape = TypeVar("Shape", OneSource, NamedSources)
 
 
 log = logging.getLogger("fencepost.projections")
@@ -122,7 +138,7 @@ def worth_waiting(exc: BaseException) -> bool:
     return isinstance(exc, (DbFailure, FencepostError)) and not store_closed(exc)
 
 
-class ProjectionBuilder:
+class ProjectionBuilder(Generic[Shape]):
     """Keep ``projection`` on the database at ``target`` from the store ``source`` (or several stores).
 
     Parameters
@@ -133,7 +149,10 @@ class ProjectionBuilder:
         backends) or a ``ShardSet``. Names are 1..64 characters of ``A-Z a-z 0-9 . _ -``. With
         named sources, ``catch_up``, ``rebuild``, ``status`` and ``rebuilds`` return one entry per
         source name, and the projection keys its rows by ``source_name`` (built-in projections are
-        switched to that shape with their ``keyed_by_source()``).
+        switched to that shape with their ``keyed_by_source()``). Type checkers see the shape:
+        ``ProjectionBuilder(store, ...)`` is a ``ProjectionBuilder[OneSource]`` whose ``catch_up()``
+        is a ``CatchUp``, named sources give a ``ProjectionBuilder[NamedSources]`` whose results are
+        ``dict[str, ...]``.
     target:
         A database URL (or an open ``Database``): the source's own database or another one, on
         either backend. The builder's tables (migration block ``projections``) and the projection's
@@ -157,6 +176,30 @@ class ProjectionBuilder:
     A bad argument (here, or ``run``'s ``stop`` and ``offer``'s updates at the call) raises
     ``ProjectionError`` with code ``invalid_projection`` naming it, before anything is written.
     """
+
+    @overload
+    def __init__(
+        self: ProjectionBuilder[OneSource],
+        source: Store,
+        target: str | Database,
+        projection: Projection,
+        *,
+        batch_size: int = ...,
+        lock_timeout: float | None = ...,
+        poll_interval: float = ...,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: ProjectionBuilder[NamedSources],
+        source: Mapping[str, Store] | ShardSet,
+        target: str | Database,
+        projection: Projection,
+        *,
+        batch_size: int = ...,
+        lock_timeout: float | None = ...,
+        poll_interval: float = ...,
+    ) -> None: ...
 
     def __init__(
         self,
@@ -250,6 +293,14 @@ class ProjectionBuilder:
         self._on_rebuild: Callable[[str | None, str], None] | None = None
 
     # ------------------------------------------------------------------ public surface
+    @overload
+    def catch_up(self: ProjectionBuilder[OneSource], *,
+                 on_progress: Callable[[int, int], None] | None = ...) -> CatchUp: ...
+
+    @overload
+    def catch_up(self: ProjectionBuilder[NamedSources], *,
+                 on_progress: Callable[[int, int], None] | None = ...) -> dict[str, CatchUp]: ...
+
     def catch_up(self, *, on_progress: Callable[[int, int], None] | None = None) -> CatchUp | dict[str, CatchUp]:
         """Apply everything up to the source's current revision, rebuilding first if it rotated.
 
@@ -270,6 +321,14 @@ class ProjectionBuilder:
         if self.sources is None:
             return self._catch_up(self._shares[0], on_progress)
         return self._each(self._shares, lambda share: self._catch_up(share, on_progress))
+
+    @overload
+    def rebuild(self: ProjectionBuilder[OneSource], source_name: None = ..., *,
+                on_progress: Callable[[int, int], None] | None = ...) -> CatchUp: ...
+
+    @overload
+    def rebuild(self: ProjectionBuilder[NamedSources], source_name: str | None = ..., *,
+                on_progress: Callable[[int, int], None] | None = ...) -> dict[str, CatchUp]: ...
 
     def rebuild(self, source_name: str | None = None, *,
                 on_progress: Callable[[int, int], None] | None = None) -> CatchUp | dict[str, CatchUp]:
@@ -381,6 +440,12 @@ class ProjectionBuilder:
             quit_watch.set()
             watcher.join(timeout=5)
 
+    @overload
+    def status(self: ProjectionBuilder[OneSource]) -> ProjectionStatus: ...
+
+    @overload
+    def status(self: ProjectionBuilder[NamedSources]) -> dict[str, ProjectionStatus]: ...
+
     def status(self) -> ProjectionStatus | dict[str, ProjectionStatus]:
         """Read the checkpoint and the source head: lag, rejected, rebuilds, last rebuild.
 
@@ -424,6 +489,12 @@ class ProjectionBuilder:
             current_source=source, source_revision=head, lag=lag, applied=cp.applied, rejected=cp.rejected,
             rebuilds=cp.rebuilds, pending_rebuild=pending, last_rebuild=last,
         )
+
+    @overload
+    def rebuilds(self: ProjectionBuilder[OneSource]) -> list[RebuildRecord]: ...
+
+    @overload
+    def rebuilds(self: ProjectionBuilder[NamedSources]) -> dict[str, list[RebuildRecord]]: ...
 
     def rebuilds(self) -> list[RebuildRecord] | dict[str, list[RebuildRecord]]:
         """Every completed rebuild of this projection on this target, oldest first (read-only).
@@ -531,7 +602,7 @@ class ProjectionBuilder:
         if self._owns_target:
             self.target.dispose()
 
-    def __enter__(self) -> ProjectionBuilder:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
