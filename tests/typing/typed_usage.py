@@ -97,10 +97,12 @@ def stop_signals(store: Store, shards: fencepost.ShardSet) -> None:
         follow.close()
         pages = store.feed.follow_batches(stop=signal)
         assert_type(pages, Generator[ChangePage, None, None])
-        merged = shards.follow(stop=signal)
+        merged = shards.follow({"edge-1": None}, stop=signal)  # a shard at None starts at revision 0
         assert_type(merged, Generator[ShardChange, None, None])
         Worker(store, lambda ctx: None).run(signal)
     store.feed.follow(stop=True)  # type: ignore[arg-type]
+    positions: dict[str, fencepost.Position | None] = {"edge-1": None}
+    assert_type(next(shards.changes(positions)), ShardChange)
 
 
 async def tail(store: Store) -> list[str]:

@@ -167,7 +167,8 @@ class ShardSet:
         """Every shard's current change-feed position."""
         return {name: store.feed.position() for name, store in self.items()}
 
-    def changes(self, positions: Mapping[str, Position] | None = None, *, limit: int = 500) -> Iterator[ShardChange]:
+    def changes(self, positions: Mapping[str, Position | None] | None = None, *,
+                limit: int = 500) -> Iterator[ShardChange]:
         """Every change after ``positions`` (per shard; missing shards start at revision 0), labelled.
 
         Shard by shard, each in revision order up to its watermark at the time it is read. A
@@ -177,7 +178,7 @@ class ShardSet:
         """
         return merged_changes(self.items(), _checks.positions(positions, self.names, "changes"), limit=limit)
 
-    def follow(self, positions: Mapping[str, Position] | None = None, *, stop: StopSignal | None = None,
+    def follow(self, positions: Mapping[str, Position | None] | None = None, *, stop: StopSignal | None = None,
                poll_interval: float = 2.0) -> Generator[ShardChange, None, None]:
         """Follow every shard at once (one thread each) and yield their changes as they come, labelled.
 
@@ -202,7 +203,7 @@ class ShardSet:
         self.close()
 
 
-def merged_changes(stores: Iterable[tuple[str, Store]], positions: Mapping[str, Position] | None = None, *,
+def merged_changes(stores: Iterable[tuple[str, Store]], positions: Mapping[str, Position | None] | None = None, *,
                    limit: int = 500) -> Iterator[ShardChange]:
     """The changes of several named stores after ``positions``, store by store, labelled with the name.
 
@@ -233,7 +234,7 @@ def _named_errors(name: str) -> Iterator[None]:
         raise
 
 
-def merged_follow(stores: Iterable[tuple[str, Store]], positions: Mapping[str, Position] | None = None, *,
+def merged_follow(stores: Iterable[tuple[str, Store]], positions: Mapping[str, Position | None] | None = None, *,
                   stop: StopSignal | None = None, poll_interval: float = 2.0) -> Generator[ShardChange, None, None]:
     """Follow several named stores at once (a thread each), yielding their changes labelled as they come.
 
@@ -248,7 +249,7 @@ def merged_follow(stores: Iterable[tuple[str, Store]], positions: Mapping[str, P
     return _merged_follow(stores, positions, stop=stop, poll_interval=poll_interval)
 
 
-def _merged_follow(stores: Iterable[tuple[str, Store]], positions: Mapping[str, Position] | None, *,
+def _merged_follow(stores: Iterable[tuple[str, Store]], positions: Mapping[str, Position | None] | None, *,
                    stop: StopSignal | None, poll_interval: float) -> Generator[ShardChange, None, None]:
     stop = stop if stop is not None else threading.Event()
     inner = threading.Event()
