@@ -69,3 +69,16 @@ def test_shard_names_are_exported_from_the_package_and_the_subpackage(name: str)
 
     assert name in fencepost.__all__
     assert getattr(fencepost, name) is getattr(fencepost.shards, name)
+
+
+def test_the_run_store_exports_every_outcome_class_to_type_checkers_too() -> None:
+    """``__all__`` is a literal list (what type checkers read: with ``sorted({...})`` they saw no
+    ``fencepost.Claimed``); it must still name every outcome class, and ``fencepost`` re-export it."""
+    import fencepost.runstore
+    from fencepost.runstore.outcomes import ATTEMPT_OUTCOMES, RUN_OUTCOMES
+
+    base = {"Attempt", "AttemptPolicy", "AttemptStore", "LivenessEvidence", "Outcome", "RunFailure", "RunRow",
+            "RunSnapshot", "RunStore"}
+    assert fencepost.runstore.__all__ == sorted(base | {c.__name__ for c in RUN_OUTCOMES + ATTEMPT_OUTCOMES})
+    assert set(fencepost.runstore.__all__) <= set(fencepost.__all__)
+    assert len(fencepost.__all__) == len(set(fencepost.__all__))

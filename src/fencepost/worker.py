@@ -40,6 +40,7 @@ from fencepost._dialects import FILE_REPLACED
 from fencepost._durable import COMMIT_UNKNOWN, DbFailure, map_failure
 from fencepost._schema import flows_runs as runs_t
 from fencepost._values import SAFE_MAX, identifier_problem, parse_json_text, stop_problem
+from fencepost.changefeed.types import StopSignal
 from fencepost.errors import FencepostError, RunStoreError
 from fencepost.journal.owner import OwnerId, owner_problem
 from fencepost.journal.redaction import DEFAULT as DEFAULT_REDACTION
@@ -240,6 +241,20 @@ class RunContext:
 RunFunction = Callable[[RunContext], Any]
 
 
+def _wait_for_stop(stop: StopSignal, seconds: float) -> None:
+    """Wait ``seconds`` or until ``stop`` is set: at once for an ``Event``, else within a tenth of a
+    second (any ``StopSignal`` has ``is_set()``, not necessarily ``wait``)."""
+    if isinstance(stop, threading.Event):
+        stop.wait(seconds)
+        return
+    deadline = time.monotonic() + seconds
+    while not stop.is_set():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        time.sleep(min(left, 0.1))
+
+
 class Worker:
     """Claim and run runs from ``store`` with ``fn`` on ``concurrency`` threads.
 
@@ -273,7 +288,7 @@ class Worker:
         self._lock = threading.Lock()
         self._done = threading.Event()
         self._stopping = threading.Event()
-        self._stop_event: threading.Event | None = None  # run()'s ``stop``
+        self._stop_event: StopSignal | None = None  # run()'s ``stop``
         self._stop_at: float | None = None  # monotonic end of the stop grace, once a stop was noticed
         self._gauge_attrs = {"host": self.owner.host_id, "pid": self.owner.pid, "worker": self.owner.nonce[:8]}
 
@@ -282,7 +297,7 @@ class Worker:
             setattr(self.stats, name, getattr(self.stats, name) + 1)
 
     # ------------------------------------------------------------------ the loop
-    def run(self, stop: threading.Event | None = None, *, until_idle: bool = False) -> WorkerStats:
+    def run(self, stop: StopSignal | None = None, *, until_idle: bool = False) -> WorkerStats:
         """Work until ``stop`` is set (or, with ``until_idle``, until nothing is claimable or running).
 
         Returns the counts. When ``stop`` is set no new run is taken; runs in hand finish, or are
@@ -333,7 +348,7 @@ class Worker:
                         log.warning("worker: database unavailable (%s); sweeping again once it answers",
                                     getattr(exc, "db_code", None) or exc.code)
                     backoff = min(backoff * 2, _MAX_BACKOFF_S) if backoff else _FIRST_BACKOFF_S
-                    stop.wait(backoff)
+                    _wait_for_stop(stop, backoff)
                     continue
                 if backoff:
                     log.warning("worker: database available again")

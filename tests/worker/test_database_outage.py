@@ -19,7 +19,7 @@ import pytest
 import fencepost
 from fencepost.worker import Worker
 from tests.faults.conftest import private_server  # noqa: F401 - fixture
-from tests.worker.conftest import run_in_thread, stop_worker, wait_for
+from tests.worker.conftest import run_in_thread, stop_worker, unavailable, wait_for
 
 
 def _outage_met_and_waited_out(caplog, outcome: list, timeout: float) -> None:
@@ -117,6 +117,47 @@ def test_a_sqlite_file_replaced_under_the_worker_ends_it(tmp_path, caplog):
         t.join(5)
         assert outcome, "the worker swept on over a replaced file"
         assert isinstance(outcome[0], fencepost.RunStoreError) and outcome[0].db_code == "file_replaced"
+    finally:
+        stop.set()
+        store.close()
+
+
+class _Flag:
+    """A stop signal of one's own: ``is_set()`` and nothing else (no ``wait``), as the docs allow."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def set(self) -> None:
+        self._event.set()
+
+
+def test_a_stop_signal_without_wait_outlives_an_outage(db_url, caplog, monkeypatch):
+    """``run(stop)`` accepts any object with ``is_set()``, yet the sweep's back-off during an outage
+    called ``stop.wait(backoff)``: with such a stop the first unavailable sweep ended the worker with
+    ``AttributeError``. The back-off now waits on ``is_set()`` alone; a stop still ends it promptly."""
+    store = fencepost.open(db_url)
+    stop = _Flag()
+    try:
+        store.runs.create("r1", "{}")
+        worker = Worker(store, lambda ctx: {"done": True}, concurrency=1)
+        sweep, failures = worker._sweep, [3]
+
+        def flaky_sweep(*args: Any, **kwargs: Any) -> Any:
+            if failures[0]:
+                failures[0] -= 1
+                raise unavailable("claim")
+            return sweep(*args, **kwargs)
+
+        monkeypatch.setattr(worker, "_sweep", flaky_sweep)
+        with caplog.at_level(logging.WARNING, logger="fencepost.worker"):
+            t, outcome = run_in_thread(worker, stop)  # type: ignore[arg-type]
+            _outage_met_and_waited_out(caplog, outcome, 5)
+        assert _completed_then_stopped(store, "r1", t, stop, outcome, 10).completed == 1  # type: ignore[arg-type]
+        assert failures == [0]
     finally:
         stop.set()
         store.close()

@@ -15,6 +15,7 @@ from fencepost.changefeed.types import (
     Observed,
     Position,
     RunPage,
+    StopSignal,
     Waiting,
     is_newer,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "Observed",
     "Position",
     "RunPage",
+    "StopSignal",
     "Waiting",
     "is_newer",
 ]

@@ -9,7 +9,7 @@ reader paging ``revision > cursor AND revision <= watermark`` never skips a chan
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Generator, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -22,13 +22,20 @@ from fencepost._statements import run
 from fencepost._values import identifier_problem, is_safe_int
 from fencepost.changefeed import _sql
 from fencepost.changefeed.snapshot import SOURCE_SHAPE, Corrupt, check_batch, check_position, decode_run
-from fencepost.changefeed.types import Batch, Change, ChangeBatch, ChangePage, Missing, Observed, Position, RunPage
+from fencepost.changefeed.types import (
+    Batch,
+    Change,
+    ChangeBatch,
+    ChangePage,
+    Missing,
+    Observed,
+    Position,
+    RunPage,
+    StopSignal,
+)
 from fencepost.errors import RunStoreError, SourceChanged
 
 if TYPE_CHECKING:
-    import asyncio
-    import threading
-
     from fencepost._store import Store
 
 MAX_CHANGES_LIMIT = 1000
@@ -278,9 +285,9 @@ class ChangeFeed:
         self,
         position: Position | None = None,
         *,
-        stop: threading.Event | None = None,
+        stop: StopSignal | None = None,
         poll_interval: float = 2.0,
-    ) -> Iterator[Change]:
+    ) -> Generator[Change, None, None]:
         """Yield every change after ``position`` forever, ending only when ``stop`` is set.
 
         ``position=None`` starts at revision 0 of the current source. Wake-ups come from watchfiles
@@ -298,10 +305,10 @@ class ChangeFeed:
         self,
         position: Position | None = None,
         *,
-        stop: threading.Event | None = None,
+        stop: StopSignal | None = None,
         poll_interval: float = 2.0,
         limit: int = 500,
-    ) -> Iterator[ChangePage]:
+    ) -> Generator[ChangePage, None, None]:
         """Yield every page of changes after ``position``, with their snapshots, until ``stop`` is set.
 
         The paging form of ``follow``: each item is a ``changes_with_snapshots`` page (``limit``
@@ -317,14 +324,15 @@ class ChangeFeed:
         self,
         position: Position | None = None,
         *,
-        stop: threading.Event | asyncio.Event | None = None,
+        stop: StopSignal | None = None,
         poll_interval: float = 2.0,
-    ) -> AsyncIterator[Change]:
-        """The asyncio variant of ``follow``: an async iterator of the same changes.
+    ) -> AsyncGenerator[Change, None]:
+        """The asyncio variant of ``follow``: an async generator of the same changes.
 
         The follower waits on a thread of its own (never the loop, never its default executor);
         leaving the ``async for`` stops that thread and releases its connections without blocking
-        the loop. ``stop`` may be a ``threading.Event`` or an ``asyncio.Event``.
+        the loop. ``stop`` may be a ``threading.Event`` or an ``asyncio.Event`` (any ``StopSignal``).
+        It is an async generator: ``await it.aclose()`` ends a follow left before its end at once.
         """
         from fencepost.changefeed.follow import afollow
 

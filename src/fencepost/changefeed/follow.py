@@ -26,15 +26,15 @@ import os
 import queue
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import AsyncGenerator, Callable, Generator
+from typing import TYPE_CHECKING, Any
 
 from fencepost import _gauges
 from fencepost._dialects import PG_CONNECT_TIMEOUT_S
 from fencepost._dialects import file_identity as _file_identity
 from fencepost._durable import store_closed
 from fencepost._values import seconds_problem, stop_problem
-from fencepost.changefeed.types import Change, ChangePage, Position
+from fencepost.changefeed.types import Change, ChangePage, Position, StopSignal
 from fencepost.errors import FencepostError, SourceChanged
 
 if TYPE_CHECKING:
@@ -49,24 +49,20 @@ MAX_BACKOFF = 5.0
 SETTLE = (0.005, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)  # re-confirmations after an unconfirmed hint
 
 
-class _Stop(Protocol):
-    def is_set(self) -> bool: ...
-
-
 class _Never:
     def is_set(self) -> bool:
         return False
 
 
 class _Either:
-    def __init__(self, *events: _Stop) -> None:
+    def __init__(self, *events: StopSignal) -> None:
         self.events = events
 
     def is_set(self) -> bool:
         return any(e.is_set() for e in self.events)
 
 
-def _sleep(seconds: float, stop: _Stop) -> None:
+def _sleep(seconds: float, stop: StopSignal) -> None:
     deadline = time.monotonic() + seconds
     while not stop.is_set():
         left = deadline - time.monotonic()
@@ -104,7 +100,7 @@ class _Waiter:
     def _rechecks(self, now: float) -> list[float]:
         return [t for t in (self.hint_at + d for d in self.settle) if t > now]
 
-    def wait(self, stop: _Stop, poll_interval: float) -> None:
+    def wait(self, stop: StopSignal, poll_interval: float) -> None:
         deadline = time.monotonic() + poll_interval
         # A hint consumed just before the last query may belong to a commit that was not yet
         # visible to it: keep confirming for a moment after every hint, not only after new ones.
@@ -329,11 +325,11 @@ def check_follow_arguments(stop: object, poll_interval: object) -> None:
 
 
 def follow(
-    feed: ChangeFeed, position: Position | None, *, stop: _Stop | None, poll_interval: float
-) -> Iterator[Change]:
+    feed: ChangeFeed, position: Position | None, *, stop: StopSignal | None, poll_interval: float
+) -> Generator[Change, None, None]:
     """Generator behind ``ChangeFeed.follow`` (see its docstring for the contract)."""
     check_follow_arguments(stop, poll_interval)
-    halt: _Stop = stop if stop is not None else _Never()
+    halt: StopSignal = stop if stop is not None else _Never()
     if position is not None:
         # Refuse a malformed position now, not at the first page (decode_failed).
         from fencepost.changefeed.feed import _check_requested_position
@@ -342,7 +338,9 @@ def follow(
     return _follow(feed, position, halt, float(poll_interval))
 
 
-def _follow(feed: ChangeFeed, position: Position | None, stop: _Stop, poll_interval: float) -> Iterator[Change]:
+def _follow(
+    feed: ChangeFeed, position: Position | None, stop: StopSignal, poll_interval: float
+) -> Generator[Change, None, None]:
     pages = _pages(feed, position, stop, poll_interval, lambda p: feed.changes_since(p, PAGE))
     try:
         for batch in pages:
@@ -355,8 +353,8 @@ def _follow(feed: ChangeFeed, position: Position | None, stop: _Stop, poll_inter
 
 
 def follow_batches(
-    feed: ChangeFeed, position: Position | None, *, stop: _Stop | None, poll_interval: float, limit: int
-) -> Iterator[ChangePage]:
+    feed: ChangeFeed, position: Position | None, *, stop: StopSignal | None, poll_interval: float, limit: int
+) -> Generator[ChangePage, None, None]:
     """Generator behind ``ChangeFeed.follow_batches`` (see its docstring for the contract)."""
     check_follow_arguments(stop, poll_interval)
     from fencepost.changefeed.feed import MAX_CHANGES_LIMIT, _check_requested_position, _decode_failed
@@ -365,12 +363,12 @@ def follow_batches(
         raise _decode_failed("follow_batches", f"limit must be an integer in 1..{MAX_CHANGES_LIMIT}")
     if position is not None:
         _check_requested_position(position, "follow_batches")
-    halt: _Stop = stop if stop is not None else _Never()
+    halt: StopSignal = stop if stop is not None else _Never()
     return _nonempty(_pages(feed, position, halt, float(poll_interval),
                             lambda p: feed.changes_with_snapshots(p, limit)))
 
 
-def _nonempty(pages: Iterator[ChangePage]) -> Iterator[ChangePage]:
+def _nonempty(pages: Generator[ChangePage, None, None]) -> Generator[ChangePage, None, None]:
     try:
         for page in pages:
             if page.changes:
@@ -379,8 +377,8 @@ def _nonempty(pages: Iterator[ChangePage]) -> Iterator[ChangePage]:
         pages.close()
 
 
-def _pages(feed: ChangeFeed, position: Position | None, stop: _Stop, poll_interval: float,
-           fetch: Callable[[Position], Any]) -> Iterator[Any]:
+def _pages(feed: ChangeFeed, position: Position | None, stop: StopSignal, poll_interval: float,
+           fetch: Callable[[Position], Any]) -> Generator[Any, None, None]:
     """Every page ``fetch`` returns from ``position`` on, waiting for a hint or the poll when caught up."""
     waiter = _make_waiter(feed)
     backoff = 0.05
@@ -423,8 +421,8 @@ _END = object()
 
 
 def afollow(
-    feed: ChangeFeed, position: Position | None, *, stop: Any, poll_interval: float
-) -> AsyncIterator[Change]:
+    feed: ChangeFeed, position: Position | None, *, stop: StopSignal | None, poll_interval: float
+) -> AsyncGenerator[Change, None]:
     """Async generator behind ``ChangeFeed.afollow``: the blocking follower runs on a thread of its own.
 
     ``stop`` may be a ``threading.Event`` or an ``asyncio.Event``. Leaving the ``async for`` (break,
@@ -458,7 +456,7 @@ class _Pump:
     per-thread database connections then return to the pool.
     """
 
-    def __init__(self, it: Iterator[Any]) -> None:
+    def __init__(self, it: Generator[Any, None, None]) -> None:
         self._it = it
         self._requests: queue.SimpleQueue[tuple[asyncio.AbstractEventLoop, asyncio.Future[Any]] | None] = (
             queue.SimpleQueue())
@@ -496,8 +494,8 @@ class _Pump:
 
 
 async def _afollow(
-    feed: ChangeFeed, position: Position | None, *, stop: Any, poll_interval: float
-) -> AsyncIterator[Change]:
+    feed: ChangeFeed, position: Position | None, *, stop: StopSignal | None, poll_interval: float
+) -> AsyncGenerator[Change, None]:
     inner = threading.Event()
     halt = _Either(inner, stop) if stop is not None else inner
     pump = _Pump(follow(feed, position, stop=halt, poll_interval=poll_interval))

@@ -6,7 +6,7 @@ compared by value. ``Observed`` and ``Missing`` are tagged, so ``Observed | Miss
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import msgspec
 
@@ -14,6 +14,18 @@ from fencepost._values import is_safe_int
 from fencepost.journal.owner import OwnerId
 
 WaitingKind = Literal["timer", "signal", "approval", "quota", "human", "other"]
+
+
+@runtime_checkable
+class StopSignal(Protocol):
+    """What a ``stop`` argument may be: anything with an ``is_set()`` method.
+
+    ``threading.Event`` and ``asyncio.Event`` are both ``StopSignal``s, and so is an object of your
+    own (a flag set by a signal handler, a deadline). Every ``follow``, ``follow_batches``,
+    ``afollow``, a shard set's ``follow``, ``ProjectionBuilder.run`` and ``Worker.run`` take one.
+    """
+
+    def is_set(self) -> bool: ...
 
 
 class Position(msgspec.Struct, frozen=True):

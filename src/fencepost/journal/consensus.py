@@ -32,31 +32,31 @@ class Decision(msgspec.Struct, frozen=True, tag=True):
     """What the strategy decided."""
 
 
-class Claimed(Decision):
+class Claimed(Decision, frozen=True):
     """The claim was granted at ``granted_at_ms`` (the token ``activate`` must present)."""
 
     granted_at_ms: int
 
 
-class Activated(Decision):
+class Activated(Decision, frozen=True):
     """The claim was traded for ownership."""
 
 
-class Renewed(Decision):
+class Renewed(Decision, frozen=True):
     """The lease was renewed; ``heartbeat_at_ms`` is the stamp now held (never moves back)."""
 
     heartbeat_at_ms: int
 
 
-class Recovered(Decision):
+class Recovered(Decision, frozen=True):
     """A stale claim was cleared."""
 
 
-class Lost(Decision):
+class Lost(Decision, frozen=True):
     """The caller does not hold what it presented."""
 
 
-class Rejected(Decision):
+class Rejected(Decision, frozen=True):
     """Refused, with ``reason`` one of ``already_claimed``, ``owner_held``, ``owner_live``,
     ``evidence_invalid``, ``claim_fresh``, ``claim_changed``, ``unavailable``."""
 

@@ -5,7 +5,7 @@
 keeps one fed by several named stores, one checkpoint per source; see ``docs/concepts/projections.md``.
 """
 
-from fencepost.projections.builder import CatchUp, ProjectionBuilder, ProjectionStatus
+from fencepost.projections.builder import CatchUp, NamedSources, OneSource, ProjectionBuilder, ProjectionStatus
 from fencepost.projections.builtin import OwnershipHistory, RunsByStatus
 from fencepost.projections.checkpoints import RebuildRecord
 from fencepost.projections.protocol import ConsensusFact, Projection, Target
@@ -13,6 +13,8 @@ from fencepost.projections.protocol import ConsensusFact, Projection, Target
 __all__ = [
     "CatchUp",
     "ConsensusFact",
+    "NamedSources",
+    "OneSource",
     "OwnershipHistory",
     "Projection",
     "ProjectionBuilder",

@@ -27,7 +27,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar, overload
 
 import msgspec
 from sqlalchemy import Table, select
@@ -38,6 +38,7 @@ from fencepost._dialects import file_identity
 from fencepost._durable import Database, DbFailure, map_failure, store_closed
 from fencepost._migrations import migrate, pending
 from fencepost._values import identifier_problem, is_safe_int, seconds_problem, stop_problem
+from fencepost.changefeed.types import StopSignal
 from fencepost.errors import FencepostError, ProjectionError, SourceChanged
 from fencepost.projections import _sources, _sql, checkpoints
 from fencepost.projections._feeds import Page
@@ -54,8 +55,20 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-class _Stop(Protocol):
-    def is_set(self) -> bool: ...
+class OneSource:
+    """Type marker: a ``ProjectionBuilder`` fed by one ``Store`` (``ProjectionBuilder[OneSource]``).
+
+    Its ``catch_up``, ``rebuild``, ``status`` and ``rebuilds`` return one value (a ``CatchUp`` ...).
+    Only type checkers see it; ``ProjectionBuilder(store, ...)`` is typed so without being told.
+    """
+
+
+class NamedSources:
+    """Type marker: a ``ProjectionBuilder`` fed by named stores, a mapping or a ``ShardSet``
+    (``ProjectionBuilder[NamedSources]``): its results are dicts by source name."""
+
+
+Shape = TypeVar("Shape", OneSource, NamedSources)
 
 
 log = logging.getLogger("fencepost.projections")
@@ -125,7 +138,7 @@ def worth_waiting(exc: BaseException) -> bool:
     return isinstance(exc, (DbFailure, FencepostError)) and not store_closed(exc)
 
 
-class ProjectionBuilder:
+class ProjectionBuilder(Generic[Shape]):
     """Keep ``projection`` on the database at ``target`` from the store ``source`` (or several stores).
 
     Parameters
@@ -136,7 +149,10 @@ class ProjectionBuilder:
         backends) or a ``ShardSet``. Names are 1..64 characters of ``A-Z a-z 0-9 . _ -``. With
         named sources, ``catch_up``, ``rebuild``, ``status`` and ``rebuilds`` return one entry per
         source name, and the projection keys its rows by ``source_name`` (built-in projections are
-        switched to that shape with their ``keyed_by_source()``).
+        switched to that shape with their ``keyed_by_source()``). Type checkers see the shape:
+        ``ProjectionBuilder(store, ...)`` is a ``ProjectionBuilder[OneSource]`` whose ``catch_up()``
+        is a ``CatchUp``, named sources give a ``ProjectionBuilder[NamedSources]`` whose results are
+        ``dict[str, ...]``.
     target:
         A database URL (or an open ``Database``): the source's own database or another one, on
         either backend. The builder's tables (migration block ``projections``) and the projection's
@@ -160,6 +176,30 @@ class ProjectionBuilder:
     A bad argument (here, or ``run``'s ``stop`` and ``offer``'s updates at the call) raises
     ``ProjectionError`` with code ``invalid_projection`` naming it, before anything is written.
     """
+
+    @overload
+    def __init__(
+        self: ProjectionBuilder[OneSource],
+        source: Store,
+        target: str | Database,
+        projection: Projection,
+        *,
+        batch_size: int = ...,
+        lock_timeout: float | None = ...,
+        poll_interval: float = ...,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: ProjectionBuilder[NamedSources],
+        source: Mapping[str, Store] | ShardSet,
+        target: str | Database,
+        projection: Projection,
+        *,
+        batch_size: int = ...,
+        lock_timeout: float | None = ...,
+        poll_interval: float = ...,
+    ) -> None: ...
 
     def __init__(
         self,
@@ -253,6 +293,14 @@ class ProjectionBuilder:
         self._on_rebuild: Callable[[str | None, str], None] | None = None
 
     # ------------------------------------------------------------------ public surface
+    @overload
+    def catch_up(self: ProjectionBuilder[OneSource], *,
+                 on_progress: Callable[[int, int], None] | None = ...) -> CatchUp: ...
+
+    @overload
+    def catch_up(self: ProjectionBuilder[NamedSources], *,
+                 on_progress: Callable[[int, int], None] | None = ...) -> dict[str, CatchUp]: ...
+
     def catch_up(self, *, on_progress: Callable[[int, int], None] | None = None) -> CatchUp | dict[str, CatchUp]:
         """Apply everything up to the source's current revision, rebuilding first if it rotated.
 
@@ -273,6 +321,14 @@ class ProjectionBuilder:
         if self.sources is None:
             return self._catch_up(self._shares[0], on_progress)
         return self._each(self._shares, lambda share: self._catch_up(share, on_progress))
+
+    @overload
+    def rebuild(self: ProjectionBuilder[OneSource], source_name: None = ..., *,
+                on_progress: Callable[[int, int], None] | None = ...) -> CatchUp: ...
+
+    @overload
+    def rebuild(self: ProjectionBuilder[NamedSources], source_name: str | None = ..., *,
+                on_progress: Callable[[int, int], None] | None = ...) -> dict[str, CatchUp]: ...
 
     def rebuild(self, source_name: str | None = None, *,
                 on_progress: Callable[[int, int], None] | None = None) -> CatchUp | dict[str, CatchUp]:
@@ -306,7 +362,7 @@ class ProjectionBuilder:
 
         return self._each(shares, one)
 
-    def run(self, stop: threading.Event | None = None) -> None:
+    def run(self, stop: StopSignal | None = None) -> None:
         """Catch up, then follow the source until ``stop`` is set (or the builder is closed).
 
         Wake-ups come from the change feed's ``follow`` (watchfiles or LISTEN/NOTIFY); a poll every
@@ -328,7 +384,7 @@ class ProjectionBuilder:
             else:
                 self._follow_all(stop)
 
-    def _follow_all(self, stop: _Stop) -> None:
+    def _follow_all(self, stop: StopSignal) -> None:
         halt = threading.Event()  # set by the first share that fails, or once ``stop`` is set
         failures: list[BaseException] = []
 
@@ -353,7 +409,7 @@ class ProjectionBuilder:
         if failures:
             raise failures[0]
 
-    def _follow(self, share: Share, stop: _Stop) -> None:
+    def _follow(self, share: Share, stop: StopSignal) -> None:
         wake = threading.Event()
         quit_watch = threading.Event()
         watcher = threading.Thread(target=self._watch, args=(share, wake, quit_watch), daemon=True,
@@ -383,6 +439,12 @@ class ProjectionBuilder:
         finally:
             quit_watch.set()
             watcher.join(timeout=5)
+
+    @overload
+    def status(self: ProjectionBuilder[OneSource]) -> ProjectionStatus: ...
+
+    @overload
+    def status(self: ProjectionBuilder[NamedSources]) -> dict[str, ProjectionStatus]: ...
 
     def status(self) -> ProjectionStatus | dict[str, ProjectionStatus]:
         """Read the checkpoint and the source head: lag, rejected, rebuilds, last rebuild.
@@ -427,6 +489,12 @@ class ProjectionBuilder:
             current_source=source, source_revision=head, lag=lag, applied=cp.applied, rejected=cp.rejected,
             rebuilds=cp.rebuilds, pending_rebuild=pending, last_rebuild=last,
         )
+
+    @overload
+    def rebuilds(self: ProjectionBuilder[OneSource]) -> list[RebuildRecord]: ...
+
+    @overload
+    def rebuilds(self: ProjectionBuilder[NamedSources]) -> dict[str, list[RebuildRecord]]: ...
 
     def rebuilds(self) -> list[RebuildRecord] | dict[str, list[RebuildRecord]]:
         """Every completed rebuild of this projection on this target, oldest first (read-only).
@@ -534,7 +602,7 @@ class ProjectionBuilder:
         if self._owns_target:
             self.target.dispose()
 
-    def __enter__(self) -> ProjectionBuilder:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -948,10 +1016,10 @@ class ProjectionBuilder:
     def _now(self, share: Share) -> int:
         return int(share.store.clock.now_ms())
 
-    def _stopping(self, stop: _Stop) -> bool:
+    def _stopping(self, stop: StopSignal) -> bool:
         return stop.is_set() or self._closed.is_set()
 
-    def _wait(self, wake: threading.Event, stop: _Stop, timeout: float) -> None:
+    def _wait(self, wake: threading.Event, stop: StopSignal, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while not self._stopping(stop):
             remaining = deadline - time.monotonic()

@@ -81,9 +81,16 @@ class Projection(Protocol):
     ``keyed_by_source()`` returning the keyed copy, which the builder calls when given several sources.
     """
 
-    name: str
-    feed: FeedKind
-    tables: Sequence[Table]
+    # Read-only members, so plain class attributes satisfy them (``feed = "runs"``, a tuple of tables);
+    # the builder checks the values when it is constructed (``feed`` must be ``"runs"`` or ``"consensus"``).
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def feed(self) -> str: ...
+
+    @property
+    def tables(self) -> Sequence[Table]: ...
 
     def reset(self, target: Target) -> None:
         """Remove every row this projection keeps in ``target.tables``."""

@@ -18,126 +18,126 @@ class Outcome(msgspec.Struct, frozen=True, tag=True):
 
 
 # --------------------------------------------------------------------------- run store
-class Claimed(Outcome):
+class Claimed(Outcome, frozen=True):
     """The claim was granted; ``claimed_at_ms`` is the fence token for ``activate``."""
 
     claimed_at_ms: int
 
 
-class Activated(Outcome):
+class Activated(Outcome, frozen=True):
     """The caller now owns the run (status ``running``, first heartbeat written)."""
 
 
-class AlreadyClaimed(Outcome):
+class AlreadyClaimed(Outcome, frozen=True):
     """Another process holds the claim columns."""
 
 
-class HeartbeatFresh(Outcome):
+class HeartbeatFresh(Outcome, frozen=True):
     """The row is ``running`` under a live lease."""
 
 
-class SnapshotChanged(Outcome):
+class SnapshotChanged(Outcome, frozen=True):
     """The row moved between the caller's read and its write."""
 
 
-class EvidenceRequired(Outcome):
+class EvidenceRequired(Outcome, frozen=True):
     """The snapshot is current and its stale owner needs liveness evidence to be replaced."""
 
 
-class LivenessUnconfirmed(Outcome):
+class LivenessUnconfirmed(Outcome, frozen=True):
     """The evidence did not match the owner, its host scope or ``now_ms``: nothing was tried."""
 
 
-class ClaimLost(Outcome):
+class ClaimLost(Outcome, frozen=True):
     """The claim columns no longer match the caller's token."""
 
 
-class ClaimFresh(Outcome):
+class ClaimFresh(Outcome, frozen=True):
     """The claim to recover is still inside the staleness window."""
 
 
-class ClaimChanged(Outcome):
+class ClaimChanged(Outcome, frozen=True):
     """The claim to recover is no longer the one named."""
 
 
-class Abandoned(Outcome):
+class Abandoned(Outcome, frozen=True):
     """The caller's claim was released."""
 
 
-class Recovered(Outcome):
+class Recovered(Outcome, frozen=True):
     """The stale claim was cleared."""
 
 
-class FenceLost(Outcome):
+class FenceLost(Outcome, frozen=True):
     """Another owner holds the run (or nobody does): stop working on it."""
 
 
-class GuardFailed(Outcome):
+class GuardFailed(Outcome, frozen=True):
     """The caller owns the run; the transition guard refused the write."""
 
 
-class Updated(Outcome):
+class Updated(Outcome, frozen=True):
     """The heartbeat was accepted; ``heartbeat_at_ms`` is the stamp now stored (never moves back)."""
 
     heartbeat_at_ms: int | None = None
 
 
-class Transitioned(Outcome):
+class Transitioned(Outcome, frozen=True):
     """The owned transition was written."""
 
 
-class NotFound(Outcome):
+class NotFound(Outcome, frozen=True):
     """No such run (or attempt) row."""
 
 
-class CancelRequested(Outcome):
+class CancelRequested(Outcome, frozen=True):
     """This call recorded the cancellation request at ``requested_at_ms``."""
 
     requested_at_ms: int
 
 
-class AlreadyRequested(Outcome):
+class AlreadyRequested(Outcome, frozen=True):
     """A request was already recorded; ``requested_at_ms`` is the original time."""
 
     requested_at_ms: int
 
 
-class Terminal(Outcome):
+class Terminal(Outcome, frozen=True):
     """The run had already settled as ``status``; nothing was recorded."""
 
     status: str
 
 
 # --------------------------------------------------------------------------- attempt store
-class Inserted(Outcome):
+class Inserted(Outcome, frozen=True):
     """The attempt row was inserted."""
 
 
-class Upserted(Outcome):
+class Upserted(Outcome, frozen=True):
     """An in-progress attempt was overwritten (``put_mode="upsert"``)."""
 
 
-class ExistingSame(Outcome):
+class ExistingSame(Outcome, frozen=True):
     """The attempt already exists with the same content."""
 
 
-class Conflict(Outcome):
+class Conflict(Outcome, frozen=True):
     """The attempt already exists with other content."""
 
 
-class RunNotFound(Outcome):
+class RunNotFound(Outcome, frozen=True):
     """The attempt's run does not exist."""
 
 
-class StateChanged(Outcome):
+class StateChanged(Outcome, frozen=True):
     """The attempt is no longer in an in-progress state."""
 
 
-class Finished(Outcome):
+class Finished(Outcome, frozen=True):
     """The attempt was settled."""
 
 
-class Patched(Outcome):
+class Patched(Outcome, frozen=True):
     """The attempt's optional fields were patched."""
 
 

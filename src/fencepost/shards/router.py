@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -38,7 +38,7 @@ from fencepost._schema import flows_runs as runs_t
 from fencepost._store import Store
 from fencepost._store import open as open_store
 from fencepost._values import identifier_problem
-from fencepost.changefeed.types import Change, Position
+from fencepost.changefeed.types import Change, Position, StopSignal
 from fencepost.clock import Clock, SystemClock
 from fencepost.errors import FencepostError
 from fencepost.journal.owner import OwnerId
@@ -167,7 +167,8 @@ class ShardSet:
         """Every shard's current change-feed position."""
         return {name: store.feed.position() for name, store in self.items()}
 
-    def changes(self, positions: Mapping[str, Position] | None = None, *, limit: int = 500) -> Iterator[ShardChange]:
+    def changes(self, positions: Mapping[str, Position | None] | None = None, *,
+                limit: int = 500) -> Iterator[ShardChange]:
         """Every change after ``positions`` (per shard; missing shards start at revision 0), labelled.
 
         Shard by shard, each in revision order up to its watermark at the time it is read. A
@@ -177,8 +178,8 @@ class ShardSet:
         """
         return merged_changes(self.items(), _checks.positions(positions, self.names, "changes"), limit=limit)
 
-    def follow(self, positions: Mapping[str, Position] | None = None, *, stop: threading.Event | None = None,
-               poll_interval: float = 2.0) -> Iterator[ShardChange]:
+    def follow(self, positions: Mapping[str, Position | None] | None = None, *, stop: StopSignal | None = None,
+               poll_interval: float = 2.0) -> Generator[ShardChange, None, None]:
         """Follow every shard at once (one thread each) and yield their changes as they come, labelled.
 
         Each shard's changes keep their order; between shards there is none. Ends when ``stop`` is
@@ -202,7 +203,7 @@ class ShardSet:
         self.close()
 
 
-def merged_changes(stores: Iterable[tuple[str, Store]], positions: Mapping[str, Position] | None = None, *,
+def merged_changes(stores: Iterable[tuple[str, Store]], positions: Mapping[str, Position | None] | None = None, *,
                    limit: int = 500) -> Iterator[ShardChange]:
     """The changes of several named stores after ``positions``, store by store, labelled with the name.
 
@@ -233,8 +234,8 @@ def _named_errors(name: str) -> Iterator[None]:
         raise
 
 
-def merged_follow(stores: Iterable[tuple[str, Store]], positions: Mapping[str, Position] | None = None, *,
-                  stop: threading.Event | None = None, poll_interval: float = 2.0) -> Iterator[ShardChange]:
+def merged_follow(stores: Iterable[tuple[str, Store]], positions: Mapping[str, Position | None] | None = None, *,
+                  stop: StopSignal | None = None, poll_interval: float = 2.0) -> Generator[ShardChange, None, None]:
     """Follow several named stores at once (a thread each), yielding their changes labelled as they come.
 
     Each store's changes keep their order; between stores there is none. Ends when ``stop`` is set;
@@ -248,8 +249,8 @@ def merged_follow(stores: Iterable[tuple[str, Store]], positions: Mapping[str, P
     return _merged_follow(stores, positions, stop=stop, poll_interval=poll_interval)
 
 
-def _merged_follow(stores: Iterable[tuple[str, Store]], positions: Mapping[str, Position] | None, *,
-                   stop: threading.Event | None, poll_interval: float) -> Iterator[ShardChange]:
+def _merged_follow(stores: Iterable[tuple[str, Store]], positions: Mapping[str, Position | None] | None, *,
+                   stop: StopSignal | None, poll_interval: float) -> Generator[ShardChange, None, None]:
     stop = stop if stop is not None else threading.Event()
     inner = threading.Event()
     out: queue.Queue[Any] = queue.Queue(maxsize=1000)
