@@ -41,6 +41,7 @@ class BuilderLock:
         self._name = name
         self._handle: Any = None
         self._mutex = threading.Lock()  # the threads of a builder of several sources share the handle
+        self._closed = False  # released for good (its builder closed): never taken again
         digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:24]
         if target.backend.name == "sqlite":
             assert target.path is not None
@@ -59,6 +60,8 @@ class BuilderLock:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             with self._mutex:  # not held while waiting: ``release`` must not wait for another builder
+                if self._closed:  # a write still under way in another thread must not take it again
+                    raise ProjectionError("projection_failed", "acquire", "the builder is closed")
                 if self._handle is not None and self._alive():
                     return
                 if self._try():
@@ -145,6 +148,12 @@ class BuilderLock:
     def release(self) -> None:
         """Give the lock up (idempotent)."""
         with self._mutex:
+            self._release()
+
+    def close(self) -> None:
+        """Give the lock up for good: ``acquire`` refuses from now on (idempotent)."""
+        with self._mutex:
+            self._closed = True
             self._release()
 
     def _release(self) -> None:

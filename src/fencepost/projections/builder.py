@@ -598,7 +598,7 @@ class ProjectionBuilder(Generic[Shape]):
             self._running.release()
         for share in self._shares:
             _gauges.projection_lag.discard(**self._gauge_labels(share))
-        self._lock.release()
+        self._lock.close()
         if self._owns_target:
             self.target.dispose()
 
