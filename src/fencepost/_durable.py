@@ -156,11 +156,6 @@ class _Slot:
         self.reclaimed = False
         self._finalizer = weakref.finalize(self, _close_quietly, conn, os.getpid())
 
-    @property
-    def gone(self) -> bool:
-        """Taken back or closed: its thread checks out another connection."""
-        return self.reclaimed or self.conn.closed
-
     def release(self) -> None:
         self._finalizer()
 
@@ -170,7 +165,7 @@ class _Slot:
         In use: its thread holds ``lock`` (a transaction is running on it), or a transaction is
         open on it all the same (SQLAlchemy's, or the driver's when ``transaction_open`` asks the
         driver connection): closing that would end a transaction under whoever opened it. Once
-        taken, its thread finds it ``gone`` under ``lock`` and never begins on it, so the release
+        taken, its thread finds it reclaimed under ``lock`` and never begins on it, so the release
         (on PostgreSQL a rollback over the network) can run without holding any lock.
         """
         if not self.lock.acquire(blocking=False):
@@ -817,7 +812,7 @@ class Database:
             # Held for the whole transaction; ``slot`` stays referenced until it ends, so a
             # concurrent ``dispose`` that drops this thread's slots cannot close it under us.
             with slot.lock:
-                if slot.reclaimed or slot.conn.closed:  # ``gone``: taken back (a reclaim, ``dispose``)
+                if slot.reclaimed or slot.conn.closed:  # taken back (a reclaim, ``dispose``) or closed
                     continue
                 result, txn = self._once_on(slot.conn, fn, write=write, durable=durable)
             break

@@ -212,7 +212,7 @@ class GroupCommit:
         with self._lock:
             if self._queue:
                 self._pass_lead()
-            else:
+            else:  # the lone writer's usual case, without the call
                 self._leading = False
 
     def _run_group(self, fn: Callable[[Connection], Any], taken: list[_Call]) -> Outcome:
@@ -223,7 +223,7 @@ class GroupCommit:
         except SQLAlchemyError:
             return (_ALONE, None, [])  # cannot connect: a single write retries and maps it
         with slot.lock:
-            if slot.reclaimed or slot.conn.closed:  # ``gone``: taken back between the lookup and the lock
+            if slot.reclaimed or slot.conn.closed:  # taken back or closed between the lookup and the lock
                 return (_ALONE, None, [])
             conn = slot.conn
             trans = None
