@@ -317,6 +317,22 @@ def test_a_bad_url_option_is_a_usage_error_that_creates_nothing(run_cli, tmp_pat
     assert not db.parent.exists()
 
 
+@pytest.mark.parametrize("option", ["connect_timeout=abc", "keepalives_idle=soon", "port=abc", "keepalives=x"])
+@pytest.mark.parametrize("command", [("init",), ("runs", "list"), ("runs", "create", "r1")])
+def test_a_bad_libpq_number_is_a_usage_error_that_connects_to_nothing(run_cli, option, command):
+    """``connect_timeout=abc`` exited 1 (``open_failed`` after trying to connect) and ``port=abc``
+    in the query exited 1 with SQLAlchemy's ``ArgumentError``; every other bad URL option is a
+    usage error (exit 2) naming it, checked before anything connects."""
+    from tests.conftest import require_postgres, store_exists
+
+    url = f"{require_postgres()}?schema=t_never_made_cli_walk&{option}"
+    result = run_cli("--db", url, *command)
+    assert_one_line_error(result)
+    name, value = option.split("=")
+    assert result.code == 2 and f"--db: {name} must be" in result.err and value not in result.err, result
+    assert not store_exists(url)
+
+
 def test_a_bad_url_is_a_usage_error_naming_which_db(run_cli, tmp_path):
     result = run_cli("--db", f"sqlite:///{tmp_path / 'a.db'}", "--db", "mysql://x/y", "runs", "list")
     assert_one_line_error(result)
