@@ -276,3 +276,41 @@ def test_pool_size_bounds_transactions_in_progress(db_url: str, monkeypatch: pyt
         assert store.runs.get("shared").run_id == "shared"  # a connection is free again
     finally:
         store.close()
+
+
+# ------------------------------------------------------------------ libpq's numeric options
+LIBPQ_NUMBERS = ["connect_timeout", "keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count",
+                 "tcp_user_timeout", "port"]
+
+
+@pytest.mark.parametrize("name", LIBPQ_NUMBERS)
+@pytest.mark.parametrize("value", ["abc", "1.5", "10s", "99999999999999999999", "\u00b2"])
+def test_a_libpq_number_that_is_not_one_is_refused_by_name_before_connecting(name: str, value: str) -> None:
+    """``connect_timeout=abc`` reached libpq and failed as ``open_failed`` after a connection
+    attempt (``port=abc`` in the query as an unmapped SQLAlchemy ``ArgumentError``), where every
+    other bad option is a ``ValueError`` naming it before anything connects or is created."""
+    base = require_postgres().split("?")[0].replace("postgres@", f"postgres:{SECRET}@", 1)
+    url = f"{base}?schema=t_{uuid.uuid4().hex[:16]}&{name}={value}"
+    message = _refused(url)
+    assert message.startswith(f"{name} must be") and value not in message, message
+    from tests.conftest import store_exists
+    assert not store_exists(url)
+
+
+@pytest.mark.parametrize("query", ["connect_timeout=5", "connect_timeout=0", "connect_timeout=-1", "keepalives=0",
+                                   "keepalives_idle=30&keepalives_interval=10&keepalives_count=3",
+                                   "tcp_user_timeout=10000"])
+def test_a_libpq_number_is_still_accepted(pg_url: str, query: str) -> None:
+    store = fencepost.open(f"{pg_url}&{query}")
+    try:
+        store.db.write(lambda conn: None)
+    finally:
+        store.close()
+
+
+def test_ports_in_the_query_are_checked_each() -> None:
+    parse_url("postgresql+psycopg://u@/db?host=a&host=b&port=5432,5433")
+    parse_url("postgresql+psycopg://u@/db?host=a&port=5432")
+    for bad in ("0", "65536", "5432,x", "5432,", "-1"):
+        with pytest.raises(ValueError, match=r"^port must be"):
+            parse_url(f"postgresql+psycopg://u@/db?host=a&host=b&port={bad}")

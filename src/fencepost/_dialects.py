@@ -266,6 +266,10 @@ class Backend:
         """Which of the tables ``names`` exist in the store's namespace: one catalog query."""
         raise NotImplementedError
 
+    def namespace_exists(self, conn: Connection) -> bool:
+        """Whether the store's namespace (a PostgreSQL schema) exists; a SQLite file is its own."""
+        return True
+
     def split_script(self, script: str) -> list[str]:
         raise NotImplementedError
 
@@ -881,6 +885,10 @@ class PostgresBackend(Backend):
             return set()
         rows = conn.execute(_PG_TABLES, {"s": self.schema, "t": wanted})
         return {str(name) for (name,) in rows}
+
+    def namespace_exists(self, conn: Connection) -> bool:
+        return conn.execute(text("SELECT 1 FROM pg_namespace WHERE nspname = :s"), {"s": self.schema}).first() \
+            is not None
 
     def greatest(self, a: Any, b: Any) -> Any:
         return func.greatest(a, b)

@@ -351,6 +351,8 @@ def parse_url(url: str) -> tuple[URL, dict[str, str]]:
         known = ", ".join(k for k, b in _OWN_OPTIONS.items() if b in (backend, "any"))
         more = "" if backend == "sqlite" else " and the driver's connection keywords"
         raise ValueError(f"unknown URL option {_option_name(unknown[0])} (known: {known}{more})")
+    if backend == "postgresql":
+        _check_libpq_numbers(query)
     timeout = options.get("busy_timeout_ms", "0")
     if not (ascii_digits(timeout) and int(timeout) <= _BUSY_TIMEOUT_MAX):
         raise ValueError(f"busy_timeout_ms must be an integer of milliseconds in 0..{_BUSY_TIMEOUT_MAX}")
@@ -377,6 +379,32 @@ def parse_url(url: str) -> tuple[URL, dict[str, str]]:
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _NO_SCHEME = (": it has no scheme (a SQLite file is given as sqlite:///relative/path.db or "
               "sqlite:////absolute/path.db, PostgreSQL as postgresql://user@host/database)")
+
+
+# libpq's options that take a whole number (a C int): a value that is not one failed only when
+# libpq came to connect, as ``open_failed``, where every other bad option is refused by name here.
+_LIBPQ_NUMBERS = {"connect_timeout": "an integer of seconds", "keepalives": "an integer (0 turns keepalives off)",
+                  "keepalives_idle": "an integer of seconds", "keepalives_interval": "an integer of seconds",
+                  "keepalives_count": "an integer", "tcp_user_timeout": "an integer of milliseconds"}
+_INT_MAX = 2**31 - 1
+
+
+def _check_libpq_numbers(query: dict[str, Any]) -> None:
+    """Refuse a libpq numeric option (or a ``port`` in the query) that is not a number, by name."""
+    for key, what in _LIBPQ_NUMBERS.items():
+        for value in _values(query.get(key)):
+            digits = value[1:] if value.startswith("-") else value
+            if not (ascii_digits(digits, 10) and int(digits) <= _INT_MAX):
+                raise ValueError(f"{key} must be {what} in -{_INT_MAX}..{_INT_MAX}")
+    for value in _values(query.get("port")):
+        # One port, or one per host (``host=a&host=b&port=5432,5433``).
+        if not all(ascii_digits(p, 5) and 1 <= int(p) <= 65535 for p in value.split(",")):
+            raise ValueError("port must be an integer in 1..65535 (with several hosts, one per host, "
+                             "separated by commas)")
+
+
+def _values(value: str | tuple[str, ...] | None) -> tuple[str, ...]:
+    return () if value is None else (value,) if isinstance(value, str) else tuple(value)
 
 
 def _option_name(key: str) -> str:

@@ -275,3 +275,30 @@ def test_feed_tail_resumes_from_a_source_and_revision_and_refuses_another_source
         refused = run_cli("--db", populated, "feed", "tail", "--from", bad)
         assert_one_line_error(refused)
         assert refused.code == 2 and "--from" in refused.err, refused
+
+
+def test_a_projection_that_applied_nothing_shows_no_source_like_one_never_built(run_cli, db_url):
+    """``projection run --name ownership_history`` on a store with no ownership fact yet applied
+    nothing, yet recorded the current source id: ``projection status`` then showed that id as the
+    source the read model reflects, where runs_by_status never built showed ``-``. Both show no
+    source (``-``, null, empty) until something was applied, in every output format."""
+    assert run_cli("--db", db_url, "init").code == 0
+    assert run_cli("--db", db_url, "runs", "create", "r1").code == 0
+    assert run_cli("--db", db_url, "projection", "run", "--name", "ownership_history").code == 0
+    for name in ("runs_by_status", "ownership_history"):
+        shown = run_cli("--db", db_url, "projection", "status", "--name", name, "--json")
+        assert shown.code == 0, shown
+        status = json.loads(shown.out)
+        assert status["source"] is None and status["applied_revision"] == 0, (name, status)
+        assert status["lag"] == status["source_revision"], (name, status)
+        table = run_cli("--db", db_url, "projection", "status", "--name", name)
+        assert [line.split() for line in table.out.splitlines() if line.startswith("source ")] == \
+            [["source", "-"]], (name, table)
+        csv = run_cli("--db", db_url, "projection", "status", "--name", name, "--format", "csv").out.splitlines()
+        assert dict(zip(csv[0].split(","), csv[1].split(","), strict=True))["source"] == "", (name, csv)
+    # Once something is applied, the source is the one the projection reflects.
+    with fencepost.open(db_url) as store:
+        store.runs.claim_and_own("r1", store.runs.get("r1"), OwnerId("h", 1, "n"), store.clock.now_ms())
+    assert run_cli("--db", db_url, "projection", "run", "--name", "ownership_history").code == 0
+    status = json.loads(run_cli("--db", db_url, "projection", "status", "--name", "ownership_history", "--json").out)
+    assert status["source"] == status["current_source"] and status["applied_revision"] > 0, status

@@ -250,6 +250,55 @@ def test_projection_status_on_a_missing_target_database_names_the_target(run_cli
     assert not (tmp_path / "read-model.db").exists()
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_projection_status_on_a_missing_target_file_or_schema_is_an_error_and_creates_nothing(
+        run_cli, tmp_path, backend):
+    """A PostgreSQL --target naming a schema that is not there reported a projection never built
+    (exit 0, the whole source as lag), where a SQLite file that is not there is ``database_missing``:
+    a mistyped schema looked like a real read model. Both are an error naming the target, masked."""
+    from tests.conftest import drop_schema, require_postgres, store_exists
+
+    assert run_cli("init").code == 0
+    if backend == "sqlite":
+        target = f"sqlite:///{tmp_path / 'read-model.db'}"
+    else:
+        base = require_postgres()
+        target = base.replace("://postgres@", "://postgres:hunter2@") + "?schema=t_no_such_read_model"
+        drop_schema(base, "t_no_such_read_model")
+    for name in ("runs_by_status", "ownership_history"):
+        for fmt in ("table", "json"):
+            result = run_cli("projection", "status", "--name", name, "--target", target, "--format", fmt)
+            assert_one_line_error(result)
+            assert result.code == 1, result
+            assert "database_missing: Projection.status: projection target: no " in result.err, result.err
+            assert "fencepost projection run --target" in result.err, result.err
+            assert result.out == ""
+            if backend == "postgresql":
+                assert "schema t_no_such_read_model" in result.err, result.err
+                assert "hunter2" not in result.err and "postgres:***@" in result.err, result.err
+    assert not store_exists(target)
+
+
+@pytest.mark.parametrize("command", ["run", "rebuild"])
+def test_projection_run_and_rebuild_create_a_missing_target_file_or_schema(run_cli, db_url, make_db_url, command):
+    """``projection run`` and ``rebuild`` build the read model where --target says, creating the
+    SQLite file or the PostgreSQL schema; status then reads it (exit 0)."""
+    import json
+
+    from tests.conftest import store_exists
+
+    assert run_cli("--db", db_url, "init").code == 0
+    assert run_cli("--db", db_url, "runs", "create", "r1").code == 0
+    target = make_db_url()
+    assert not store_exists(target)
+    result = run_cli("--db", db_url, "projection", command, "--target", target)
+    assert result.code == 0, result
+    assert store_exists(target)
+    status = run_cli("--db", db_url, "projection", "status", "--target", target, "--json")
+    assert status.code == 0, status
+    assert json.loads(status.out)["lag"] == 0
+
+
 @pytest.mark.parametrize("args", [["runs", "cancel", "r1"], ["source", "rotate"]], ids=["runs cancel", "source rotate"])
 def test_write_commands_on_a_missing_database_do_not_create_one(run_cli, tmp_path, args):
     result = run_cli(*args)
@@ -266,6 +315,22 @@ def test_a_bad_url_option_is_a_usage_error_that_creates_nothing(run_cli, tmp_pat
     name, value = option.split("=")
     assert result.code == 2 and f"--db: {name}" in result.err and value not in result.err
     assert not db.parent.exists()
+
+
+@pytest.mark.parametrize("option", ["connect_timeout=abc", "keepalives_idle=soon", "port=abc", "keepalives=x"])
+@pytest.mark.parametrize("command", [("init",), ("runs", "list"), ("runs", "create", "r1")])
+def test_a_bad_libpq_number_is_a_usage_error_that_connects_to_nothing(run_cli, option, command):
+    """``connect_timeout=abc`` exited 1 (``open_failed`` after trying to connect) and ``port=abc``
+    in the query exited 1 with SQLAlchemy's ``ArgumentError``; every other bad URL option is a
+    usage error (exit 2) naming it, checked before anything connects."""
+    from tests.conftest import require_postgres, store_exists
+
+    url = f"{require_postgres()}?schema=t_never_made_cli_walk&{option}"
+    result = run_cli("--db", url, *command)
+    assert_one_line_error(result)
+    name, value = option.split("=")
+    assert result.code == 2 and f"--db: {name} must be" in result.err and value not in result.err, result
+    assert not store_exists(url)
 
 
 def test_a_bad_url_is_a_usage_error_naming_which_db(run_cli, tmp_path):

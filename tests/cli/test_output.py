@@ -294,3 +294,56 @@ def test_runs_list_csv_with_no_match_still_prints_its_header(run_cli, operated):
     labelled = run_cli("--db", f"only={operated}", "runs", "list", "--status", "failed", "--format", "csv")
     assert labelled.code == 0, labelled
     assert labelled.out.splitlines() == [f"store,{header}"], labelled
+
+
+def _on_a_terminal(args: list[str], columns: str) -> str:
+    """What ``fencepost *args`` prints on a real terminal (a pty) ``columns`` wide."""
+    import os
+    import pty
+
+    leader, follower = pty.openpty()
+    env = {**os.environ, "COLUMNS": columns, "LINES": "50"}
+    env.pop("FENCEPOST_DB", None)
+    proc = subprocess.Popen([fencepost_exe(), *args], stdin=follower, stdout=follower, stderr=subprocess.PIPE,
+                            env=env)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            data = os.read(leader, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(leader)
+    assert proc.wait(timeout=60) == 0, proc.stderr.read()
+    return b"".join(chunks).decode()
+
+
+def test_a_long_flow_name_is_cut_on_a_terminal_and_whole_elsewhere(run_cli, db_url):
+    """A 300-character flow name folded into some 38 rows of an 8-wide column, the run's row
+    spread over a screen. On a terminal a list table keeps one row per run: free text is cut with
+    an ellipsis, the run id (to be copied) stays whole; a pipe and --json keep the whole name."""
+    flow = "flow-" + "x" * 290 + "-end"
+    run_id = "run-with-a-long-flow-name-0001"
+    with fencepost.open(db_url) as store:
+        store.runs.create(run_id, json.dumps({"flowName": flow}))
+        store.runs.create("r-short", json.dumps({"flowName": "billing"}))
+    text = _on_a_terminal(["--db", db_url, "runs", "list"], "120")
+    lines = text.splitlines()
+    assert "┃" in text, text  # a drawn table
+    rows = [line for line in lines if run_id in line]
+    assert len(rows) == 1, text
+    assert "…" in rows[0] and "-end" not in text, text
+    assert "billing" in text, text
+    # The table is as tall as its runs: header, two rows, borders and the footer.
+    assert len([line for line in lines if line.strip()]) <= 8, text
+    assert all(len(re.sub(r"\x1b\[[0-9;]*m", "", line).rstrip()) <= 120 for line in lines), text
+    piped = run_cli("--db", db_url, "runs", "list")
+    assert next(line for line in piped.out.splitlines() if run_id in line).split()[2] == flow, piped
+    as_json = json.loads(run_cli("--db", db_url, "runs", "list", "--json").out)
+    assert next(r for r in as_json["runs"] if r["run_id"] == run_id)["state"] == {"flowName": flow}
+    # One object (runs show) is not a list: its value column folds, nothing is cut with an ellipsis.
+    shown = _on_a_terminal(["--db", db_url, "runs", "show", run_id], "100")
+    assert shown.count("x") >= 150 and "…" not in shown, shown

@@ -10,6 +10,7 @@ import sys
 import time
 
 import httpx
+import pytest
 
 from tests.cli.conftest import fencepost_exe
 
@@ -100,3 +101,37 @@ def test_ui_without_the_extra_names_the_extra_to_install(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=60)
     assert proc.returncode == 1
     assert "pip install 'fencepost[ui]'" in proc.stderr and "starlette" in proc.stderr
+
+
+@pytest.mark.parametrize("sig, expected", [(signal.SIGINT, 130), (signal.SIGTERM, 0)], ids=["SIGINT", "SIGTERM"])
+def test_ui_stops_at_once_without_a_traceback_while_a_page_follows_its_events(demo_url, sig, expected):
+    """With a browser tab open (its /events stream connected), SIGTERM or Ctrl-C waited out
+    uvicorn's graceful period, then cancelled the stream and printed "Exception in ASGI
+    application" with a traceback (CancelledError) on stderr. The signal now ends every event
+    stream first: the command exits with its usual code and nothing on stderr."""
+    import threading
+
+    proc, url = _serve("ui", "--db", demo_url, "--port", "0")
+    opened = threading.Event()
+    try:
+        assert _get_when_up(url + "/health").status_code == 200
+
+        def follow() -> None:
+            try:
+                with httpx.stream("GET", url + "/events", timeout=30) as r:
+                    for _ in r.iter_bytes():
+                        opened.set()
+            except httpx.HTTPError:
+                pass
+
+        reader = threading.Thread(target=follow, daemon=True)
+        reader.start()
+        assert opened.wait(10), "the event stream sent nothing"
+        started = time.monotonic()
+    finally:
+        code, err = _stop(proc, sig)
+    took = time.monotonic() - started
+    reader.join(10)
+    assert code == expected, err
+    assert "Traceback" not in err and "ERROR" not in err, err
+    assert took < 10, took

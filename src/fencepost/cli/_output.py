@@ -167,7 +167,7 @@ class Output:
         elif self.format == "csv":
             _write_csv(records, fields)
         else:
-            _write_table(title, columns, [[c.cell(r) for c in columns] for r in records])
+            _write_table(title, columns, [[c.cell(r) for c in columns] for r in records], cut=True)
             for line in footer:
                 click.echo(printable(line))
 
@@ -294,44 +294,87 @@ def _write_csv(records: Sequence[Mapping[str, Any]], fields: Sequence[str] = ())
     sys.stdout.flush()
 
 
-def _write_table(title: str | None, columns: Sequence[Column], cells: list[list[str]]) -> None:
+# On a terminal, a list too wide for whole identifiers is printed as plain lines; its free-text
+# cells are cut to this many terminal cells there, so a record takes a line or two, not a screen.
+_PLAIN_CUT = 24
+_ELLIPSIS = "\u2026"
+
+
+def _write_table(title: str | None, columns: Sequence[Column], cells: list[list[str]], *, cut: bool = False) -> None:
+    """``cut`` (a list of records): on a terminal, free-text cells are cut with an ellipsis so each
+    record keeps one row; identifiers stay whole (they are copied). Anywhere else nothing is cut."""
     # What the store holds is shown, never obeyed: control characters escaped before any layout.
     title = printable(title) if title is not None else None
     shown = [printable if c.wrap else one_line for c in columns]  # identifiers: one line, line ends escaped
     cells = [[show(v) for show, v in zip(shown, row, strict=True)] for row in cells]
-    if sys.stdout.isatty():
+    from rich.cells import cell_len
+
+    terminal = sys.stdout.isatty()
+    if terminal:
         from rich.console import Console
 
         console = Console(highlight=False)
-        from rich.cells import cell_len
-
+        if cut:
+            cells = [[_one_line(v) for v in row] for row in cells]
         widths = [max([cell_len(c.header)] + [cell_len(row[i]) for row in cells]) for i, c in enumerate(columns)]
         # Identifier columns at full width, the others at least 6 wide, plus borders and padding.
         needed = sum(w if not c.wrap else min(w, 6) for w, c in zip(widths, columns, strict=True))
-        if needed + 3 * len(columns) + 1 <= console.width:
-            _rich_table(console, title, columns, cells, widths)
+        frame = 3 * len(columns) + 1
+        if needed + frame <= console.width:
+            limits = _free_widths(columns, widths, console.width - frame) if cut else None
+            _rich_table(console, title, columns, cells, widths, limits)
             return
-        # Too narrow for whole identifiers: plain lines (the terminal wraps them, the text stays whole).
+        # Too narrow for whole identifiers: plain lines (the terminal wraps them, the ids stay whole).
+        if cut:
+            cells = [[_cut(v, _PLAIN_CUT) if c.wrap else v for c, v in zip(columns, row, strict=True)]
+                     for row in cells]
     # A pipe or a file: plain aligned columns, one record per line, nothing folded or cropped.
     # Cells never contain a newline (they would break "one record per line").
     # Padded by terminal cells, not characters: a CJK character takes two, a combining mark none.
-    from rich.cells import cell_len
-
     rows = [[c.header for c in columns]] + [[_one_line(v) for v in row] for row in cells]
     widths = [max(cell_len(r[i]) for r in rows) for i in range(len(columns))]
     for r in rows:
         click.echo("  ".join(v + " " * (w - cell_len(v)) for v, w in zip(r, widths, strict=True)).rstrip())
 
 
+def _free_widths(columns: Sequence[Column], widths: list[int], room: int) -> list[int | None]:
+    """The widest each free-text column may be so the table fits ``room`` cells of content: the
+    identifiers take their whole width first, the free-text columns share the rest, a narrow one
+    keeping its own width and leaving what it does not need to the wider ones. None: no limit."""
+    left = room - sum(w for w, c in zip(widths, columns, strict=True) if not c.wrap)
+    free = sorted((w, i) for i, (w, c) in enumerate(zip(widths, columns, strict=True)) if c.wrap)
+    limits: list[int | None] = [None] * len(columns)
+    for k, (w, i) in enumerate(free):
+        given = max(1, min(w, left // (len(free) - k)))
+        limits[i] = given
+        left -= given
+    return limits
+
+
+def _cut(text: str, width: int) -> str:
+    """``text`` in at most ``width`` terminal cells, its end replaced by an ellipsis when cut."""
+    from rich.cells import cell_len, set_cell_size
+
+    if cell_len(text) <= width:
+        return text
+    return set_cell_size(text, width - 1).rstrip() + _ELLIPSIS
+
+
 def _rich_table(console: Any, title: str | None, columns: Sequence[Column], cells: list[list[str]],
-                widths: list[int]) -> None:
+                widths: list[int], limits: list[int | None] | None = None) -> None:
+    """``limits``: the widest each free-text column may be, its cells cut with an ellipsis to one
+    line (a list of records); without them, free text folds."""
     from rich.table import Table
     from rich.text import Text
 
     t = Table(title=title, show_lines=False, header_style="bold")
-    for c, w in zip(columns, widths, strict=True):
-        # An identifier column is as wide as its longest value: never folded, never cropped.
-        t.add_column(c.header, no_wrap=not c.wrap, overflow="fold", min_width=None if c.wrap else w)
+    for k, (c, w) in enumerate(zip(columns, widths, strict=True)):
+        limit = None if limits is None else limits[k]
+        if limit is not None:
+            t.add_column(c.header, no_wrap=True, overflow="ellipsis", max_width=limit)
+        else:
+            # An identifier column is as wide as its longest value: never folded, never cropped.
+            t.add_column(c.header, no_wrap=not c.wrap, overflow="fold", min_width=None if c.wrap else w)
     for row in cells:
         t.add_row(*[Text(v) for v in row])  # Text: a cell is never read as rich markup
     console.print(t)

@@ -93,20 +93,32 @@ def _busy_explained(which: str) -> Iterator[None]:
 
 
 def _readonly_target(url: str) -> Any:
-    """The target opened read-only; a SQLite file that is not there is named as the projection's
-    target (the store's advice, ``fencepost init``, would make a store of it)."""
+    """The target opened read-only. A SQLite file that is not there, or a PostgreSQL schema that is
+    not, is named as the projection's target (``database_missing``) rather than read as a
+    projection never built: a mistyped name would otherwise look like a real, empty read model (and
+    the store's advice, ``fencepost init``, would make a store of it)."""
     from pathlib import Path
 
-    from fencepost._durable import Database, open_detail, parse_url
+    from fencepost._durable import Database, DbFailure, open_detail, parse_url, redact_url
     from fencepost.errors import DatabaseMissing, ProjectionError
 
+    advice = "; build the projection there first (`fencepost projection run --target URL`)"
     try:
-        return Database(url, readonly=True)
+        db = Database(url, readonly=True)
     except DatabaseMissing:
         where = str(Path(parse_url(url)[0].database or ""))
         raise ProjectionError("database_missing", "status", "projection target: " + open_detail(
-            "database_missing", where, sqlite=False) + "; build the projection there first "
-            "(`fencepost projection run --target URL`)") from None
+            "database_missing", where, sqlite=False) + advice) from None
+    if db.schema is not None:
+        try:
+            found = db.connect_problem() is not None or db.read(db.backend.namespace_exists)
+        except DbFailure:
+            found = True  # unreadable for another reason: the builder's first read says why
+        if not found:
+            db.dispose()
+            raise ProjectionError("database_missing", "status", f"projection target: no schema {db.schema} at "
+                                  f"{redact_url(url)}{advice}")
+    return db
 
 
 def _per_store(result: Any) -> list[dict[str, Any]]:

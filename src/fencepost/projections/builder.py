@@ -96,8 +96,9 @@ class CatchUp(msgspec.Struct, frozen=True):
 class ProjectionStatus(msgspec.Struct, frozen=True):
     """Where a projection stands against its source.
 
-    ``source``/``applied_revision`` is what the projection reflects (``source`` is None before the
-    first page); ``current_source``/``source_revision`` is the feed now. ``lag`` is the number of
+    ``source``/``applied_revision`` is what the projection reflects (``source`` is None until a
+    page consumed a revision: never built, or caught up with an empty feed);
+    ``current_source``/``source_revision`` is the feed now. ``lag`` is the number of
     revisions (journal positions for a consensus projection) still to consume; while a rebuild is
     pending (``pending_rebuild`` names why: ``source_changed``, ``source_rewound``,
     ``journal_diverged``, ``requested``, or ``table_missing`` when a table of the projection was

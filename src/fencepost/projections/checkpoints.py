@@ -135,7 +135,9 @@ def advance_live(conn: Connection, cp: Checkpoint, *, source: str, revision: int
     params = {"cp_name": cp.name, "cp_revision": cp.revision, "to_source": source, "to_revision": revision,
               "to_anchor": anchor, "add_applied": applied, "add_rejected": rejected, "now_ms": now_ms}
     if cp.source is None:
-        result = conn.execute(_ADVANCE_FIRST, params)
+        # A page that consumed nothing (an empty feed) leaves the source unrecorded: at revision 0
+        # the projection reflects no source yet, as one never built.
+        result = conn.execute(_ADVANCE_FIRST, {**params, "to_source": source if revision > 0 else None})
     else:
         result = conn.execute(_ADVANCE_LIVE, {**params, "cp_source": cp.source})
     if result.rowcount != 1:

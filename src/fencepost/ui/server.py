@@ -35,9 +35,18 @@ def url_of(sock: socket.socket) -> str:
 def _server(app: Any) -> Any:
     import uvicorn
 
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            # The signal ends every open event stream first (as ``UiServer.stop`` does): uvicorn
+            # would otherwise wait them out, then cancel them with a traceback on stderr.
+            super().handle_exit(sig, frame)
+            hub = getattr(app.state, "hub", None)
+            if hub is not None and not hub.closed:
+                hub.close()
+
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
                             timeout_graceful_shutdown=GRACEFUL_S, server_header=False)
-    return uvicorn.Server(config)
+    return Server(config)
 
 
 def serve(app: Any, sock: socket.socket) -> int | None:
