@@ -484,3 +484,15 @@ def reader_as_nobody(url: str):
         waiter.join()
         os.close(to_parent_r)
     assert failed == [] and exit_code == [0], (failed, exit_code)
+
+
+def shard_records(urls: list[str]) -> list:
+    """Each store's shard-set membership record, read through a read-only open."""
+    import fencepost
+    from fencepost.shards import membership
+
+    out = []
+    for url in urls:
+        with fencepost.open(url, readonly=True) as store:
+            out.append(membership.read(store))
+    return out

@@ -13,18 +13,9 @@ from __future__ import annotations
 import pytest
 
 import fencepost
-from fencepost.shards import membership as ms
-from tests.faults.conftest import assert_value_free
+from tests.faults.conftest import assert_value_free, shard_records
 
 pytestmark = pytest.mark.slow
-
-
-def _records(urls: list[str]) -> list:
-    out = []
-    for url in urls:
-        with fencepost.open(url, readonly=True) as store:
-            out.append(ms.read(store))
-    return out
 
 
 def test_a_grow_interrupted_by_a_full_disk_is_refused_then_finished(small_disk, tmp_path) -> None:
@@ -35,7 +26,7 @@ def test_a_grow_interrupted_by_a_full_disk_is_refused_then_finished(small_disk, 
     with fencepost.open_shards(urls[:2]) as shards:
         for run_id in ids:
             shards.runs.create(run_id, "{}")
-        before = _records(urls[:2])
+        before = shard_records(urls[:2])
         small_disk.fill(shards["shard-1"])
     try:
         with pytest.raises(fencepost.ShardError) as caught:
@@ -44,7 +35,7 @@ def test_a_grow_interrupted_by_a_full_disk_is_refused_then_finished(small_disk, 
         small_disk.free()
     assert (caught.value.code, getattr(caught.value, "db_code", None)) == ("persistence_failed", "SQLITE_FULL")
     assert_value_free(caught.value)
-    s0, s1, s2 = _records(urls)
+    s0, s1, s2 = shard_records(urls)
     assert (s0.generation, s0.members) == (2, ("shard-0", "shard-1", "shard-2"))
     assert s1 == before[1] and s2 is None  # nothing half-written in the full store, nothing past it
     with pytest.raises(fencepost.ShardError) as refused:
@@ -54,4 +45,4 @@ def test_a_grow_interrupted_by_a_full_disk_is_refused_then_finished(small_disk, 
         assert shards.membership.generation == 2
         assert [shards.runs.get(r).status for r in ids] == ["pending"] * len(ids)
         shards.runs.create("after", "{}")
-    assert {(r.generation, r.members) for r in _records(urls)} == {(2, ("shard-0", "shard-1", "shard-2"))}
+    assert {(r.generation, r.members) for r in shard_records(urls)} == {(2, ("shard-0", "shard-1", "shard-2"))}

@@ -16,17 +16,9 @@ from sqlalchemy import event, text
 from sqlalchemy.engine import Engine
 
 import fencepost
-from fencepost.shards import membership as ms
+from tests.faults.conftest import shard_records
 
 pytestmark = pytest.mark.slow
-
-
-def _records(urls: list[str]) -> list:
-    out = []
-    for url in urls:
-        with fencepost.open(url, readonly=True) as store:
-            out.append(ms.read(store))
-    return out
 
 
 class _Terminator:
@@ -59,7 +51,7 @@ def test_a_grow_whose_backend_is_terminated_mid_record_finishes(make_db_url) -> 
     with fencepost.open_shards(urls[:2]) as shards:
         for run_id in ids:
             shards.runs.create(run_id, "{}")
-    before = _records(urls[:2])
+    before = shard_records(urls[:2])
     schema = urls[1].rsplit("schema=", 1)[1]
     with fencepost.open(urls[0]) as admin, _Terminator(admin, schema, "UPDATE flows_shard_membership") as fault:
         try:
@@ -68,7 +60,7 @@ def test_a_grow_whose_backend_is_terminated_mid_record_finishes(make_db_url) -> 
         except fencepost.ShardError as exc:
             outcome = exc
     assert fault.fired, "the fault was never injected"
-    s0, s1, _s2 = _records(urls)
+    s0, s1, _s2 = shard_records(urls)
     assert (s0.generation, s0.members) == (2, ("shard-0", "shard-1", "shard-2"))
     # The terminated store holds the old record or the new one, never a mix.
     assert s1 == before[1] or (s1.generation, s1.members) == (2, ("shard-0", "shard-1", "shard-2")), s1
@@ -80,7 +72,7 @@ def test_a_grow_whose_backend_is_terminated_mid_record_finishes(make_db_url) -> 
         assert shards.membership.generation == 2
         assert [shards.runs.get(r).status for r in ids] == ["pending"] * len(ids)
         shards.runs.create("after", "{}")
-    assert {(r.generation, r.members) for r in _records(urls)} == {(2, ("shard-0", "shard-1", "shard-2"))}
+    assert {(r.generation, r.members) for r in shard_records(urls)} == {(2, ("shard-0", "shard-1", "shard-2"))}
 
 
 @pytest.mark.parametrize("backend", ["postgresql"])
