@@ -144,32 +144,12 @@ class SmallDisk:
         if not keep_log:
             with sqlite3.connect(store.db.path) as raw:
                 raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        fd = os.open(self._ballast, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-        try:
-            size = 65536
-            while size:
-                try:
-                    os.write(fd, b"\0" * size)
-                except OSError as exc:
-                    assert exc.errno == errno.ENOSPC, exc
-                    size //= 2
-        finally:
-            os.close(fd)
+        fill_file(self._ballast)
 
     def fill_leaving(self, room: int) -> None:
         """Leave about ``room`` bytes free on the disk (mounted only: a page cap has no such room)."""
         assert self.mounted, "fill_leaving needs the tmpfs"
-        fd = os.open(self._ballast, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-        try:
-            size = 65536
-            while size:
-                try:
-                    os.write(fd, b"\0" * size)
-                except OSError as exc:
-                    assert exc.errno == errno.ENOSPC, exc
-                    size //= 2
-        finally:
-            os.close(fd)
+        fill_file(self._ballast)
         if room:
             os.truncate(self._ballast, max(0, self._ballast.stat().st_size - room))
 
@@ -225,17 +205,7 @@ class _OnSmallDisk(PrivateServer):
 
     def fill(self) -> None:
         """Leave no free space on the small disk."""
-        fd = os.open(self._ballast, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-        try:
-            size = 65536
-            while size:
-                try:
-                    os.write(fd, b"\0" * size)
-                except OSError as exc:
-                    assert exc.errno == errno.ENOSPC, exc
-                    size //= 2
-        finally:
-            os.close(fd)
+        fill_file(self._ballast)
 
     def free(self) -> None:
         """Give the space back."""
@@ -496,3 +466,18 @@ def shard_records(urls: list[str]) -> list:
         with fencepost.open(url, readonly=True) as store:
             out.append(membership.read(store))
     return out
+
+
+def fill_file(path) -> None:
+    """Grow ``path`` until its disk refuses even one more byte (ENOSPC, nothing else)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        size = 65536
+        while size:
+            try:
+                os.write(fd, b"\0" * size)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC, exc
+                size //= 2
+    finally:
+        os.close(fd)
