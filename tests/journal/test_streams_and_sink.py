@@ -299,6 +299,23 @@ def test_appends_fail_while_the_database_is_unavailable_and_work_again_after(db_
         store.close()
 
 
+def test_a_closed_store_journal_is_journal_closed(db_url: str) -> None:
+    """JN-36 (analogue): after the store was closed, appends and reads are ``journal_closed`` (not
+    a database failure a caller might retry), and say the store is closed."""
+    store = fencepost.open(db_url)
+    store.journal.append_unfenced("run", "t", {}, source_id="p")
+    store.close()
+    for call in (lambda: store.journal.append_unfenced("run", "t", {}, source_id="p"),
+                 lambda: store.journal.append("run", "t", {}, owner=A, source_id="p"),
+                 lambda: store.journal.transact(lambda tx: None),
+                 lambda: store.journal.entries("run"),
+                 lambda: list(store.journal.log())):
+        with pytest.raises(fencepost.JournalError) as err:
+            call()
+        assert err.value.code == "journal_closed", err.value
+        assert "the store is closed" in str(err.value)
+
+
 # ----------------------------------------------------------------------------- receipts
 
 
