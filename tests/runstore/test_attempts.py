@@ -109,7 +109,8 @@ def test_attempts_coexist(run1):
 
 
 def test_put_idempotency_and_fence(run1):
-    """AS-09, AS-10, AS-11."""
+    """AS-09, AS-10, AS-11; AS-12: stored and given JSON compare as values: key order ignored, array
+    order kept, ``1 == 1.0`` (one JSON number type), ``true`` is not ``1``."""
     s, rid = run1
     full = att(rid, finished_at_ms=None, heartbeat_at_ms=11, checkpoint={"a": [1, 2]}, error={"e": 1},
                outcome={"o": True}, meta={"k": "v", "n": 1})
@@ -120,6 +121,10 @@ def test_put_idempotency_and_fence(run1):
     assert s.attempts.put(reordered, OWN) == ExistingSame()  # key order ignored; 1 == 1.0 (decisions.md)
     assert s.attempts.put(att(rid, heartbeat_at_ms=11, checkpoint={"a": [1, 2]}, error={"e": 1},
                               outcome={"o": True}, meta={"k": "v", "n": True}), OWN) == Conflict()  # true is not 1
+    assert s.attempts.put(att(rid, heartbeat_at_ms=11, checkpoint={"a": [2, 1]}, error={"e": 1},
+                              outcome={"o": True}, meta={"k": "v", "n": 1}), OWN) == Conflict()  # array order kept
+    assert s.attempts.put(att(rid, heartbeat_at_ms=11, checkpoint={"a": [1, 2]}, error={"e": 1},
+                              outcome={"o": 1}, meta={"k": "v", "n": 1}), OWN) == Conflict()  # 1 is not true
     assert s.attempts.put(att(rid, step_key_digest="other"), STALE) == FenceLost()
     assert s.attempts.put(att("missing-run"), OWN) == RunNotFound()
 

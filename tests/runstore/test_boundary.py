@@ -186,7 +186,10 @@ CORRUPTIONS = {
 
 @pytest.mark.parametrize("sql", list(CORRUPTIONS.values()), ids=list(CORRUPTIONS))
 def test_corrupt_rows_fail_decode_without_values(store, sql):
-    """RS-08 (eight decode_failed), RS-19/RX-09: rows written with the CHECK constraints out of the way."""
+    """RS-08 (eight decode_failed), RS-19/RX-09: rows written with the CHECK constraints out of the way.
+
+    RM-19: the unknown-status row carrying a cancel request also fails ``request_cancel`` as ``decode_failed``.
+    """
     store.runs.create("r", "{}")
     with store.db.connect() as conn:
         disable_check_constraints(conn, "flows_runs")
