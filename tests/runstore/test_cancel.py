@@ -366,3 +366,26 @@ def test_lineage_request_is_one_statement_whatever_the_size(mstore, monkeypatch,
     monkeypatch.undo()
     assert mstore.runs.get(root).cancel_requested_at_ms is None
     assert mstore.runs.get(f"{root}-{rounds - 1}").cancel_requested_at_ms == 100
+
+
+def test_lineage_member_with_an_unknown_status_fails_decode(store):
+    """LN-11: the live-looking round of a lineage has an unknown stored status (CHECKs off) and a
+    request; nothing is left to write, so ``request_cancel_lineage`` reads the rounds and fails
+    ``decode_failed``, from either member. (Had another live round taken the request, the answer is
+    ``CancelRequested`` from the one UPDATE, without reading the rounds: LN-07.)"""
+    from ._corrupt import disable_check_constraints
+
+    _lineage(store)
+    store.runs.claim_and_own("root", PENDING, A, 0)
+    store.runs.transition_owned("root", A, "completed")
+    with store.db.connect() as conn:
+        disable_check_constraints(conn, "flows_runs")
+        conn.exec_driver_sql("UPDATE flows_runs SET status = 'unknown', cancel_requested_at_ms = 1 "
+                             "WHERE run_id = 'next'")
+        conn.commit()
+    before = revision(store)
+    for target in ("root", "next"):
+        with pytest.raises(RunStoreError) as e:
+            store.runs.request_cancel_lineage(target, 100)
+        assert e.value.code == "decode_failed"
+    assert revision(store) == before
