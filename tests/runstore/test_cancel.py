@@ -135,6 +135,20 @@ def test_parent_and_round_metadata_round_trip(store):
     assert (p.parent_run_id, p.cancel_requested_at_ms, p.lineage_id, p.round_ordinal) == (None, None, None, None)
 
 
+def test_parent_links_walk_back_to_the_root_in_sql(store, raw):
+    """RM-03: with a <- b <- c by parent_run_id, a recursive SQL walk from c yields [c, b, a]."""
+    store.runs.create("a", "{}")
+    store.runs.create("b", "{}", parent_run_id="a")
+    store.runs.create("c", "{}", parent_run_id="b")
+    walk = raw.exec_driver_sql(
+        "WITH RECURSIVE up(run_id, parent_run_id, depth) AS ("
+        " SELECT run_id, parent_run_id, 0 FROM flows_runs WHERE run_id = 'c'"
+        " UNION ALL SELECT r.run_id, r.parent_run_id, up.depth + 1 FROM flows_runs r"
+        " JOIN up ON r.run_id = up.parent_run_id)"
+        " SELECT run_id FROM up ORDER BY depth").scalars().all()
+    assert walk == ["c", "b", "a"]
+
+
 def test_request_cancel_first_writer_wins(store, clock):
     """RM-04, RM-05: caller time is request data, not bounded by the store clock."""
     store.runs.create("run", "{}")
