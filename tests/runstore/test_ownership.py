@@ -437,6 +437,19 @@ def test_supervise_body_that_finishes_is_not_cancelled(fake, clock):
 
 
 # ------------------------------------------------------------------------------------------- real store
+def advance_real(keeper, clock: ManualClock, ms: int, step: int = 1000) -> None:
+    """``advance_to`` for a real store: at each tick wait for the pulse's answer before moving on.
+
+    ``settle()`` counts a pulse in flight for more than a moment as hung (the fake-store tests need
+    that); a real write slowed by a loaded machine is not hung, and the clock must not pass a
+    deadline before its answer is in."""
+    while clock.now_ms() < ms:
+        clock.set(min(ms, clock.now_ms() + step))
+        keeper.settle()
+        _wait_for(lambda: keeper.supervisor._pulse is None)
+        keeper.settle()
+
+
 def _activate(store, run_id, owner):
     store.runs.create(run_id, "{}")
     row = store.runs.get(run_id)
@@ -549,12 +562,12 @@ def test_a_pulse_answered_fence_lost_interrupts_the_owned_work(store, clock):
     writes = _Writes(store)
     lapses: list[int] = []
     with LeaseKeeper(store, "r1", A, on_lapse=lapses.append) as keeper:
-        advance_to(keeper, clock, 1000)
+        advance_real(keeper, clock, 1000)
         assert writes.pulses == [(1000, "Updated")]
         assert store.runs.get("r1").heartbeat_at_ms == 1000
         keeper.check()
         assert type(store.runs.transition_owned("r1", A, "suspended")).__name__ == "Transitioned"
-        advance_to(keeper, clock, 2000)
+        advance_real(keeper, clock, 2000)
         assert writes.pulses == [(1000, "Updated"), (2000, "FenceLost")]
         with pytest.raises(LeaseLost) as info:
             keeper.check()
@@ -570,14 +583,14 @@ def test_always_failing_writes_keep_the_work_alive_until_exactly_19000(store, cl
     writes.failing = True
     lapses: list[int] = []
     with LeaseKeeper(store, "r1", A, on_lapse=lapses.append) as keeper:
-        advance_to(keeper, clock, 5000)
+        advance_real(keeper, clock, 5000)
         keeper.check()
-        advance_to(keeper, clock, 18_999)
+        advance_real(keeper, clock, 18_999)
         keeper.check()
         assert not keeper.lost and lapses == []
-        advance_to(keeper, clock, 19_000, step=1)
+        advance_real(keeper, clock, 19_000, step=1)
         assert keeper.lost and lapses == [19_000]
-        advance_to(keeper, clock, 29_999)
+        advance_real(keeper, clock, 29_999)
         with pytest.raises(LeaseLost) as info:
             keeper.check()
     assert info.value.reason == "lapsed" and info.value.unconfirmed_ms == 19_000
@@ -592,15 +605,15 @@ def test_one_successful_pulse_rearms_the_whole_budget(store, clock):
     writes = _Writes(store)
     writes.failing = True
     with LeaseKeeper(store, "r1", A) as keeper:
-        advance_to(keeper, clock, 17_000)
+        advance_real(keeper, clock, 17_000)
         writes.failing = False
-        advance_to(keeper, clock, 18_000)
+        advance_real(keeper, clock, 18_000)
         assert writes.pulses[-1] == (18_000, "Updated")
         writes.failing = True
-        advance_to(keeper, clock, 36_000)
+        advance_real(keeper, clock, 36_000)
         keeper.check()
         assert clock.now_ms() > 30_000 and not keeper.lost
-        advance_to(keeper, clock, 37_000)
+        advance_real(keeper, clock, 37_000)
         with pytest.raises(LeaseLost) as info:
             keeper.check()
     assert info.value.reason == "lapsed"
