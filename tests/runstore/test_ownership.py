@@ -462,7 +462,7 @@ def _activate(store, run_id, owner):
 def test_keeper_renews_a_real_lease_and_stops_on_steal(store, clock):
     _activate(store, "r1", A)
     with LeaseKeeper(store, "r1", A) as keeper:
-        advance_to(keeper, clock, 5000)
+        advance_real(keeper, clock, 5000)
         assert store.runs.get("r1").heartbeat_at_ms == 5000
         keeper.check()
         # The owner stalls (no pulses) long enough for a peer to steal and activate.
