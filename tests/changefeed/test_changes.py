@@ -251,3 +251,32 @@ def test_is_newer_refuses_what_is_not_a_position_naming_the_argument(store, wron
     with pytest.raises(ValueError, match=r"^is_newer: incoming"):
         fencepost.is_newer(stored, incoming)
     assert fencepost.is_newer(incoming, Position(incoming.source, 0))
+
+
+def test_every_committed_row_write_takes_one_revision_and_a_raw_delete_is_tracked(db_url, clock, raw, store, origin):
+    """ER-04: a and b created (revisions 1, 2); a is owned (3), cancel requested (4), acknowledged at
+    4 (5) and again at 5 (6: the row matched, though the first record is kept), cancelled (7); calls
+    that match no row take none. Another connection deletes a with raw SQL (8). Reopened: the same
+    source at 8, and the feed is [b 2 live, a 8 deleted]."""
+    from fencepost import OwnerId, RunSnapshot
+
+    owner = OwnerId("host-a", 101, "owner-a")
+    runs = store.runs
+    runs.create("a", "{}")
+    runs.create("b", "{}")
+    assert runs.acknowledge_cancel("a", owner, 2) is False
+    runs.claim_and_own("a", RunSnapshot("pending", None, None), owner, 2)
+    assert runs.acknowledge_cancel("a", owner, 3) is False
+    runs.request_cancel("a", 3)
+    assert runs.acknowledge_cancel("a", OwnerId("host-a", 101, "stale"), 4) is False
+    assert runs.acknowledge_cancel("a", owner, 4) is True
+    assert runs.acknowledge_cancel("a", owner, 5) is True
+    runs.transition_owned("a", owner, "cancelled")
+    assert runs.acknowledge_cancel("a", owner, 6) is False
+    assert store.feed.position() == Position(origin.source, 7)
+    delete_run(raw, "a")
+    raw.commit()
+    with fencepost.open(db_url, clock=clock) as again:
+        assert again.feed.position() == Position(origin.source, 8)
+        assert again.feed.changes_since(origin, 10).changes == [
+            Change("b", origin.source, 2, False), Change("a", origin.source, 8, True)]

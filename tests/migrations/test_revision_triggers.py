@@ -82,19 +82,27 @@ def test_rolled_back_mutation_leaves_no_revision_and_no_change(store: fencepost.
 
 
 def test_revision_overflow_refuses_the_mutation(store: fencepost.Store, raw) -> None:
+    """ER-05: at revision 2^53-1 a create (store or raw SQL) fails; no row; an earlier tombstone is intact."""
+    raw.execute(INSERT, {"id": "a", "t": 1})
+    raw.exec_driver_sql("DELETE FROM flows_runs WHERE run_id = 'a'")
     raw.exec_driver_sql("UPDATE flows_run_source SET revision = 9007199254740991")
     raw.commit()
+    with pytest.raises(fencepost.RunStoreError):
+        store.runs.create("overflow", "{}")
     with pytest.raises(DBAPIError):
-        raw.execute(INSERT, {"id": "a", "t": 1})
+        raw.execute(INSERT, {"id": "overflow", "t": 1})
     raw.rollback()
     assert raw.exec_driver_sql("SELECT count(*) FROM flows_runs").scalar() == 0
-    assert _source(raw)[1] == 9007199254740991 and _changes(raw) == {}
+    assert _source(raw)[1] == 9007199254740991 and _changes(raw) == {"a": (2, 1)}
 
 
 def test_missing_source_row_makes_every_mutation_fail(store: fencepost.Store, raw) -> None:
+    """ER-06: with the source row gone, a store create and raw INSERT, UPDATE and DELETE all fail."""
     raw.execute(INSERT, {"id": "a", "t": 1})
     raw.exec_driver_sql("DELETE FROM flows_run_source")
     raw.commit()
+    with pytest.raises(fencepost.RunStoreError):
+        store.runs.create("c", "{}")
     for stmt in (
         "INSERT INTO flows_runs (run_id, status, state_json, created_at_ms) VALUES ('b', 'pending', '{}', 1)",
         "UPDATE flows_runs SET state_json = '[1]' WHERE run_id = 'a'",
@@ -103,16 +111,19 @@ def test_missing_source_row_makes_every_mutation_fail(store: fencepost.Store, ra
         with pytest.raises(DBAPIError):
             raw.exec_driver_sql(stmt)
         raw.rollback()
-    assert raw.exec_driver_sql("SELECT state_json FROM flows_runs").scalar() == "{}"
+    assert raw.exec_driver_sql("SELECT run_id, state_json FROM flows_runs").all() == [("a", "{}")]
 
 
 def test_run_id_is_immutable(store: fencepost.Store, raw) -> None:
+    """ER-03: a raw UPDATE renaming a run is refused; the run and ``flows_run_source`` are unchanged."""
     raw.execute(INSERT, {"id": "a", "t": 1})
     raw.commit()
+    before = _source(raw)
     with pytest.raises(DBAPIError):
         raw.exec_driver_sql("UPDATE flows_runs SET run_id = 'z' WHERE run_id = 'a'")
     raw.rollback()
     assert raw.exec_driver_sql("SELECT run_id FROM flows_runs").scalar() == "a"
+    assert _source(raw) == before and _changes(raw) == {"a": (1, 0)}
 
 
 def test_created_at_is_immutable(store: fencepost.Store, raw) -> None:

@@ -109,7 +109,8 @@ def test_attempts_coexist(run1):
 
 
 def test_put_idempotency_and_fence(run1):
-    """AS-09, AS-10, AS-11."""
+    """AS-09, AS-10, AS-11; AS-12: stored and given JSON compare as values: key order ignored, array
+    order kept, ``1 == 1.0`` (one JSON number type), ``true`` is not ``1``."""
     s, rid = run1
     full = att(rid, finished_at_ms=None, heartbeat_at_ms=11, checkpoint={"a": [1, 2]}, error={"e": 1},
                outcome={"o": True}, meta={"k": "v", "n": 1})
@@ -120,6 +121,10 @@ def test_put_idempotency_and_fence(run1):
     assert s.attempts.put(reordered, OWN) == ExistingSame()  # key order ignored; 1 == 1.0 (decisions.md)
     assert s.attempts.put(att(rid, heartbeat_at_ms=11, checkpoint={"a": [1, 2]}, error={"e": 1},
                               outcome={"o": True}, meta={"k": "v", "n": True}), OWN) == Conflict()  # true is not 1
+    assert s.attempts.put(att(rid, heartbeat_at_ms=11, checkpoint={"a": [2, 1]}, error={"e": 1},
+                              outcome={"o": True}, meta={"k": "v", "n": 1}), OWN) == Conflict()  # array order kept
+    assert s.attempts.put(att(rid, heartbeat_at_ms=11, checkpoint={"a": [1, 2]}, error={"e": 1},
+                              outcome={"o": 1}, meta={"k": "v", "n": 1}), OWN) == Conflict()  # 1 is not true
     assert s.attempts.put(att(rid, step_key_digest="other"), STALE) == FenceLost()
     assert s.attempts.put(att("missing-run"), OWN) == RunNotFound()
 
@@ -350,3 +355,186 @@ def test_of_run_lists_every_attempt_of_one_run_oldest_first(run1):
         with pytest.raises(AttemptStoreError) as e:
             s.attempts.of_run(bad.pop("run_id"), **bad)
         assert e.value.code == "invalid_attempt"
+
+
+def _driver_error(store, kind: str):
+    """A driver error as the backend raises it: a constraint violation, or an I/O failure."""
+    import sqlite3
+
+    import psycopg
+    from sqlalchemy.exc import DBAPIError
+
+    if store.db.name == "sqlite":
+        orig = (sqlite3.IntegrityError("UNIQUE constraint failed") if kind == "constraint"
+                else sqlite3.OperationalError("disk I/O error"))
+        orig.sqlite_errorname = "SQLITE_CONSTRAINT_UNIQUE" if kind == "constraint" else "SQLITE_IOERR"
+        return DBAPIError.instance(None, None, orig, sqlite3.Error)
+    orig = (psycopg.errors.UniqueViolation("duplicate key") if kind == "constraint"
+            else psycopg.errors.IoError("could not read block"))
+    return DBAPIError.instance(None, None, orig, psycopg.Error)
+
+
+@pytest.mark.parametrize("kind,code", [("constraint", "constraint"), ("io", "persistence_failed")],
+                         ids=["constraint", "other"])
+def test_get_over_failing_sql_maps_the_failure_class(run1, monkeypatch, kind, code):
+    """AS-19: a constraint-class failure under ``get`` is ``constraint``, anything else
+    ``persistence_failed``; the cause names the category and the driver's code, never a value."""
+    from fencepost.runstore import _sql as q
+
+    s, rid = run1
+    real = q.run
+
+    def run(conn, stmt, params):
+        if stmt is q.SELECT_ATTEMPT:
+            raise _driver_error(s, kind)
+        return real(conn, stmt, params)
+
+    monkeypatch.setattr(q, "run", run)
+    with pytest.raises(AttemptStoreError) as e:
+        s.attempts.get(rid, "digest-1", 0)
+    assert e.value.code == code
+    assert str(e.value).startswith(f"{code}: AttemptStore.get: attempt persistence failed")
+    assert e.value.cause["category"] == code and e.value.cause["code"]
+    chain, link = [], e.value
+    while link is not None:
+        chain.append(type(link).__name__)
+        link = link.__cause__ or link.__context__
+    assert chain in (["AttemptStoreError"], ["AttemptStoreError", "DbFailure"])  # the driver's error is not kept
+
+
+def test_an_attempt_store_error_inside_get_passes_through(run1, monkeypatch):
+    """AS-19: an ``AttemptStoreError`` already raised (``unknown``) reaches the caller unchanged."""
+    from fencepost.runstore import _sql as q
+
+    s, rid = run1
+    raised = AttemptStoreError("unknown", "get", "attempt store unavailable")
+
+    def run(conn, stmt, params):
+        raise raised
+
+    monkeypatch.setattr(q, "run", run)
+    with pytest.raises(AttemptStoreError) as e:
+        s.attempts.get(rid, "digest-1", 0)
+    assert e.value is raised and e.value.code == "unknown"
+
+
+def test_a_stored_attempts_identity_addresses_get_and_patch(run1):
+    """AS-20 (Python analogue: identity is three arguments, not an id object): the identity read
+    back from a stored attempt addresses get and patch; a patched checkpoint reads back."""
+    s, rid = run1
+    s.attempts.put(att(rid, meta={"k": "v"}), OWN)
+    stored = s.attempts.of_run(rid)[0]
+    ident = (stored.run_id, stored.step_key_digest, stored.attempt)
+    assert s.attempts.get(*ident) == stored
+    assert s.attempts.patch(*ident, OWN, checkpoint={"cursor": 2}) == Patched()
+    assert s.attempts.get(*ident).checkpoint == {"cursor": 2}
+
+
+class _CountingStr(str):
+    """A ``str`` subclass that records every method call made on it."""
+
+    calls: list[str] = []
+
+    def __len__(self):
+        _CountingStr.calls.append("len")
+        return super().__len__()
+
+    def isascii(self):
+        _CountingStr.calls.append("isascii")
+        return super().isascii()
+
+
+BAD_IDENTITIES = {
+    "run-id-str-subclass": (_CountingStr("run-x"), "digest-1", 0),
+    "digest-str-subclass": ("run-x", _CountingStr("digest-1"), 0),
+    "attempt-bool": ("run-x", "digest-1", False),
+    "attempt-float": ("run-x", "digest-1", 0.0),
+    "attempt-missing": ("run-x", "digest-1", None),
+    "attempt-str": ("run-x", "digest-1", "0"),
+    "run-id-date": (__import__("datetime").date(2026, 1, 1), "digest-1", 0),
+}
+
+
+@pytest.mark.parametrize("ident", list(BAD_IDENTITIES.values()), ids=list(BAD_IDENTITIES))
+def test_identities_of_the_wrong_type_are_refused_unread(run1, ident):
+    """AS-21 [JS] analogue: an identity part that is not exactly ``str`` / ``int`` (a subclass, a
+    bool, a float, None, a date) is ``invalid_attempt`` for get, heartbeat and patch, and nothing
+    on the object is called (the type is checked first)."""
+    s, _ = run1
+    _CountingStr.calls = []
+    for call in (lambda: s.attempts.get(*ident), lambda: s.attempts.heartbeat(*ident, OWN, 1),
+                 lambda: s.attempts.patch(*ident, OWN, meta={})):
+        with pytest.raises(AttemptStoreError) as e:
+            call()
+        assert e.value.code == "invalid_attempt"
+    assert _CountingStr.calls == []
+
+
+class _ReadCountingAttempt(Attempt):
+    """An ``Attempt`` subclass whose ``state`` is a property: it records each read."""
+
+    reads = 0
+
+    @property
+    def state(self):  # type: ignore[override]
+        _ReadCountingAttempt.reads += 1
+        return "running"
+
+
+class _ExtraAttempt(Attempt):
+    """An ``Attempt`` subclass that only adds an attribute."""
+
+    extra = "ignored?"
+
+
+def test_only_an_exact_attempt_is_accepted_and_nothing_else_is_read(run1):
+    """AB-01 [JS] analogue: put and finish refuse None, a date, a dict of the fields, an ``Attempt``
+    subclass with a property (never read) and one that only adds an attribute (Python has no
+    non-enumerable key to ignore: the exact type is the rule); nothing is written."""
+    import datetime
+
+    s, rid = run1
+    fields = dict(run_id=rid, step_key_digest="digest-1", attempt=0, state="running", started_at_ms=10)
+    _ReadCountingAttempt.reads = 0
+    bad = [None, datetime.datetime(2026, 1, 1), fields, _ReadCountingAttempt(**fields), _ExtraAttempt(**fields)]
+    before = revision(s)
+    for value in bad:
+        for call in (lambda v=value: s.attempts.put(v, OWN), lambda v=value: s.attempts.finish(v, OWN)):
+            with pytest.raises(AttemptStoreError) as e:
+                call()
+            assert e.value.code == "invalid_attempt"
+    assert _ReadCountingAttempt.reads == 0
+    assert s.attempts.get(rid, "digest-1", 0) is None and revision(s) == before
+    assert s.attempts.put(Attempt(**fields), OWN) == Inserted()
+
+
+class _FlappingOwner(OwnerId):
+    """An ``OwnerId`` subclass answering a different host on every other read of ``host_id``."""
+
+    reads = 0
+
+    @property
+    def host_id(self):  # type: ignore[override]
+        _FlappingOwner.reads += 1
+        return "host-a" if _FlappingOwner.reads % 2 else "host-z"
+
+
+def test_owner_is_taken_by_value_and_a_flapping_owner_is_never_read(run1):
+    """AB-03 [JS] analogue: an owner is a frozen, exact ``OwnerId`` taken by value, so put,
+    heartbeat, patch and finish answer Inserted, Updated, Patched, Finished; an ``OwnerId``
+    subclass whose host changes between reads is refused by each of them without one read through it."""
+    s, rid = run1
+    flapping = _FlappingOwner("host-a", 42, "nonce-a")
+    _FlappingOwner.reads = 0
+    for call in (lambda: s.attempts.put(att(rid), flapping),
+                 lambda: s.attempts.heartbeat(rid, "digest-1", 0, flapping, 12),
+                 lambda: s.attempts.patch(rid, "digest-1", 0, flapping, meta={}),
+                 lambda: s.attempts.finish(att(rid, state="done", finished_at_ms=20), flapping)):
+        with pytest.raises(AttemptStoreError) as e:
+            call()
+        assert e.value.code == "invalid_attempt"
+    assert _FlappingOwner.reads == 0
+    assert s.attempts.put(att(rid), OWN) == Inserted()
+    assert s.attempts.heartbeat(rid, "digest-1", 0, OWN, 12) == Updated(12)
+    assert s.attempts.patch(rid, "digest-1", 0, OWN, meta={"k": 1}) == Patched()
+    assert s.attempts.finish(att(rid, state="done", finished_at_ms=20), OWN) == Finished()

@@ -186,7 +186,10 @@ CORRUPTIONS = {
 
 @pytest.mark.parametrize("sql", list(CORRUPTIONS.values()), ids=list(CORRUPTIONS))
 def test_corrupt_rows_fail_decode_without_values(store, sql):
-    """RS-08 (eight decode_failed), RS-19/RX-09: rows written with the CHECK constraints out of the way."""
+    """RS-08 (eight decode_failed), RS-19/RX-09: rows written with the CHECK constraints out of the way.
+
+    RM-19: the unknown-status row carrying a cancel request also fails ``request_cancel`` as ``decode_failed``.
+    """
     store.runs.create("r", "{}")
     with store.db.connect() as conn:
         disable_check_constraints(conn, "flows_runs")
@@ -228,3 +231,30 @@ def test_snapshot_expected_accepts_only_the_three_guarded_fields(store):
     activate_new(store, "r", A)
     row = store.runs.get("r")
     assert row.snapshot() == RunSnapshot("running", A, 0)
+
+
+class _FlakyOwner(OwnerId):
+    """An ``OwnerId`` subclass whose ``host_id`` raises on its second read."""
+
+    reads = 0
+
+    @property
+    def host_id(self):  # type: ignore[override]
+        _FlakyOwner.reads += 1
+        if _FlakyOwner.reads > 1:
+            raise RuntimeError("second read")
+        return "host-a"
+
+
+def test_an_owner_is_never_read_through_a_subclass(mstore):
+    """BD-01 [JS] analogue: owners are exact, frozen ``OwnerId`` values taken once per call; a subclass
+    whose ``host_id`` raises on a second read is ``invalid_run`` on every call, the same answer each
+    time, with no read through it; a plain owner on a missing run is ``NotFound``."""
+    _FlakyOwner.reads = 0
+    flaky = _FlakyOwner("host-a", 101, "owner-a")
+    for _ in range(2):
+        with pytest.raises(RunStoreError) as e:
+            mstore.runs.heartbeat("missing", flaky, 0)
+        assert e.value.code == "invalid_run"
+    assert _FlakyOwner.reads == 0
+    assert type(mstore.runs.heartbeat("missing", A, 0)).__name__ == "NotFound"

@@ -135,6 +135,20 @@ def test_parent_and_round_metadata_round_trip(store):
     assert (p.parent_run_id, p.cancel_requested_at_ms, p.lineage_id, p.round_ordinal) == (None, None, None, None)
 
 
+def test_parent_links_walk_back_to_the_root_in_sql(store, raw):
+    """RM-03: with a <- b <- c by parent_run_id, a recursive SQL walk from c yields [c, b, a]."""
+    store.runs.create("a", "{}")
+    store.runs.create("b", "{}", parent_run_id="a")
+    store.runs.create("c", "{}", parent_run_id="b")
+    walk = raw.exec_driver_sql(
+        "WITH RECURSIVE up(run_id, parent_run_id, depth) AS ("
+        " SELECT run_id, parent_run_id, 0 FROM flows_runs WHERE run_id = 'c'"
+        " UNION ALL SELECT r.run_id, r.parent_run_id, up.depth + 1 FROM flows_runs r"
+        " JOIN up ON r.run_id = up.parent_run_id)"
+        " SELECT run_id FROM up ORDER BY depth").scalars().all()
+    assert walk == ["c", "b", "a"]
+
+
 def test_request_cancel_first_writer_wins(store, clock):
     """RM-04, RM-05: caller time is request data, not bounded by the store clock."""
     store.runs.create("run", "{}")
@@ -366,3 +380,26 @@ def test_lineage_request_is_one_statement_whatever_the_size(mstore, monkeypatch,
     monkeypatch.undo()
     assert mstore.runs.get(root).cancel_requested_at_ms is None
     assert mstore.runs.get(f"{root}-{rounds - 1}").cancel_requested_at_ms == 100
+
+
+def test_lineage_member_with_an_unknown_status_fails_decode(store):
+    """LN-11: the live-looking round of a lineage has an unknown stored status (CHECKs off) and a
+    request; nothing is left to write, so ``request_cancel_lineage`` reads the rounds and fails
+    ``decode_failed``, from either member. (Had another live round taken the request, the answer is
+    ``CancelRequested`` from the one UPDATE, without reading the rounds: LN-07.)"""
+    from ._corrupt import disable_check_constraints
+
+    _lineage(store)
+    store.runs.claim_and_own("root", PENDING, A, 0)
+    store.runs.transition_owned("root", A, "completed")
+    with store.db.connect() as conn:
+        disable_check_constraints(conn, "flows_runs")
+        conn.exec_driver_sql("UPDATE flows_runs SET status = 'unknown', cancel_requested_at_ms = 1 "
+                             "WHERE run_id = 'next'")
+        conn.commit()
+    before = revision(store)
+    for target in ("root", "next"):
+        with pytest.raises(RunStoreError) as e:
+            store.runs.request_cancel_lineage(target, 100)
+        assert e.value.code == "decode_failed"
+    assert revision(store) == before

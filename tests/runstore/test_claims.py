@@ -458,7 +458,10 @@ def test_reconfirm_renews_only_while_no_claim_is_pending(store, clock):
 
 
 def test_heartbeat_is_monotonic(store):
-    """Seed leases.md: a late pulse is Updated but never moves the stamp back."""
+    """Seed leases.md, LO-01 (newer line): a late pulse is Updated but never moves the stamp back (200 then
+    150 leaves 200). LO-01's other two points follow the newer line too: a far-future stamp is bounded by
+    the skew allowance (RS-45, ``test_skew_allowance_edges``), a bad stamp is ``invalid_run`` with
+    ``{field, detail}`` (RX-06, ``test_every_timestamp_is_a_safe_integer_and_never_echoed``)."""
     activate_new(store, "r", A)
     assert store.runs.heartbeat("r", A, 200) == Updated(200)
     assert store.runs.heartbeat("r", A, 150) == Updated(200)

@@ -88,3 +88,53 @@ def test_store_error_inside_outer_write_rolls_everything_back(mstore):
     with pytest.raises(RunStoreError) as e:
         mstore.runs.get(a)
     assert e.value.code == "not_found_row"
+
+
+SECRET = "sk-live-DW03-SECRETSECRET"
+
+
+def _failing_driver(store, kind):
+    """A driver error of ``kind`` (busy or io) whose message and cause both hold SECRET."""
+    if store.db.name == "sqlite":
+        orig = sqlite3.OperationalError(f"database is locked near {SECRET}" if kind == "busy"
+                                        else f"disk I/O error reading {SECRET}")
+        orig.sqlite_errorname = "SQLITE_BUSY" if kind == "busy" else "SQLITE_IOERR"
+        base = sqlite3.Error
+    else:
+        orig = (psycopg.errors.SerializationFailure(f"could not serialize {SECRET}") if kind == "busy"
+                else psycopg.errors.IoError(f"could not read {SECRET}"))
+        base = psycopg.Error
+    orig.__cause__ = RuntimeError(SECRET)
+    return DBAPIError.instance(f"INSERT ... '{SECRET}'", {"v": SECRET}, orig, base)
+
+
+@pytest.mark.parametrize("kind", ["busy", "io"])
+def test_writer_failures_carry_category_and_code_but_no_secret(mstore, monkeypatch, kind):
+    """DW-03/04: the writer fails with a busy (retried until the attempts run out) or an I/O error
+    whose text and cause hold a secret: the RunStoreError is ``persistence_failed`` with cause
+    ``{category, code}`` and the driver's code; the secret is in no message, cause or chain."""
+    from fencepost import _durable
+
+    monkeypatch.setattr(_durable, "MAX_ATTEMPTS", 2)  # a busy database is retried: keep it short
+    real = q.run
+
+    def run(conn, stmt, params):
+        if stmt is q.INSERT_RUN:
+            raise _failing_driver(mstore, kind)
+        return real(conn, stmt, params)
+
+    monkeypatch.setattr(q, "run", run)
+    rid = fresh()
+    with pytest.raises(RunStoreError) as e:
+        mstore.runs.create(rid, "{}")
+    err = e.value
+    assert err.code == "persistence_failed"
+    assert err.cause == {"category": "persistence_failed", "code": err.db_code} and err.db_code
+    seen, link = [], err
+    while link is not None:
+        seen.append(f"{link!s} {link!r} {getattr(link, 'cause', '')!r}")
+        link = link.__cause__ or link.__context__
+    assert SECRET not in " ".join(seen)
+    monkeypatch.setattr(q, "run", real)
+    with pytest.raises(RunStoreError):
+        mstore.runs.get(rid)  # nothing was written

@@ -88,3 +88,19 @@ def test_pid_probe_against_real_processes():
     child.wait()
     assert same_host_pid_probe(OwnerId("host-a", child.pid, "n"), ctx(SAME, 0, 0)) is False
     assert same_host_pid_probe(OwnerId("host-a", 1, "init"), ctx(SAME, 0, 0)) is True
+
+
+def test_evidence_kinds_follow_the_host_relation():
+    """OW-04 (pure rule, no database): ``sameHostIncarnation`` is our evidence kinds' host rule:
+    ``same-host-pid-dead`` holds for a claimant on the owner's host only, ``cross-host-unreachable-stale``
+    for another host only, ``lease-expired`` for either."""
+    from fencepost.journal.consensus import evidence_matches
+
+    def holds(kind, claimant):
+        return evidence_matches(LivenessEvidence(A, 7, kind), A, claimant, 7)
+
+    assert holds("same-host-pid-dead", SAME) is True
+    assert holds("same-host-pid-dead", OTHER) is False
+    assert holds("cross-host-unreachable-stale", SAME) is False
+    assert holds("cross-host-unreachable-stale", OTHER) is True
+    assert holds("lease-expired", SAME) is True and holds("lease-expired", OTHER) is True

@@ -437,6 +437,19 @@ def test_supervise_body_that_finishes_is_not_cancelled(fake, clock):
 
 
 # ------------------------------------------------------------------------------------------- real store
+def advance_real(keeper, clock: ManualClock, ms: int, step: int = 1000) -> None:
+    """``advance_to`` for a real store: at each tick wait for the pulse's answer before moving on.
+
+    ``settle()`` counts a pulse in flight for more than a moment as hung (the fake-store tests need
+    that); a real write slowed by a loaded machine is not hung, and the clock must not pass a
+    deadline before its answer is in."""
+    while clock.now_ms() < ms:
+        clock.set(min(ms, clock.now_ms() + step))
+        keeper.settle()
+        _wait_for(lambda: keeper.supervisor._pulse is None)
+        keeper.settle()
+
+
 def _activate(store, run_id, owner):
     store.runs.create(run_id, "{}")
     row = store.runs.get(run_id)
@@ -449,7 +462,7 @@ def _activate(store, run_id, owner):
 def test_keeper_renews_a_real_lease_and_stops_on_steal(store, clock):
     _activate(store, "r1", A)
     with LeaseKeeper(store, "r1", A) as keeper:
-        advance_to(keeper, clock, 5000)
+        advance_real(keeper, clock, 5000)
         assert store.runs.get("r1").heartbeat_at_ms == 5000
         keeper.check()
         # The owner stalls (no pulses) long enough for a peer to steal and activate.
@@ -501,3 +514,107 @@ def test_settle_on_a_supervisor_never_started_returns_at_once(fake, clock):
     keeper = LeaseKeeper(fake, "r1", A)
     keeper.settle(timeout=2)
     assert time.monotonic() - began < 1 and fake.runs.calls == []
+
+
+# ------------------------------------------------------------------- the 19 s budget on a real store
+class _Writes:
+    """Wrap a real store's heartbeat, heartbeat_many and reconfirm: record every pulse's outcome, and
+    fail the writes with ``persistence_failed`` while ``failing`` is set."""
+
+    def __init__(self, store) -> None:
+        self.failing = False
+        self.pulses: list[tuple[int, str]] = []
+        runs = store.runs
+        real_hb, real_many, real_re = runs.heartbeat, runs.heartbeat_many, runs.reconfirm
+
+        def fail():
+            raise fencepost.RunStoreError("persistence_failed", "heartbeat", "run persistence failed")
+
+        def heartbeat(run_id, owner, now_ms):
+            if self.failing:
+                self.pulses.append((now_ms, "failure"))
+                fail()
+            outcome = real_hb(run_id, owner, now_ms)
+            self.pulses.append((now_ms, type(outcome).__name__))
+            return outcome
+
+        def heartbeat_many(owner, run_ids, now_ms):
+            if self.failing:
+                self.pulses.append((now_ms, "failure"))
+                fail()
+            answers = real_many(owner, run_ids, now_ms)
+            self.pulses.extend((now_ms, type(o).__name__) for o in answers.values())
+            return answers
+
+        def reconfirm(run_id, owner, now_ms):
+            if self.failing:
+                fail()
+            return real_re(run_id, owner, now_ms)
+
+        runs.heartbeat, runs.heartbeat_many, runs.reconfirm = heartbeat, heartbeat_many, reconfirm
+
+
+def test_a_pulse_answered_fence_lost_interrupts_the_owned_work(store, clock):
+    """RS-31: A owns, the loop runs; at 1 000 the pulse is ``Updated`` (row heartbeat 1 000); A's run
+    is suspended; the 2 000 pulse answers ``FenceLost`` and the owned work is interrupted, not failed
+    (no lapse, no reconfirm)."""
+    _activate(store, "r1", A)
+    writes = _Writes(store)
+    lapses: list[int] = []
+    with LeaseKeeper(store, "r1", A, on_lapse=lapses.append) as keeper:
+        advance_real(keeper, clock, 1000)
+        assert writes.pulses == [(1000, "Updated")]
+        assert store.runs.get("r1").heartbeat_at_ms == 1000
+        keeper.check()
+        assert type(store.runs.transition_owned("r1", A, "suspended")).__name__ == "Transitioned"
+        advance_real(keeper, clock, 2000)
+        assert writes.pulses == [(1000, "Updated"), (2000, "FenceLost")]
+        with pytest.raises(LeaseLost) as info:
+            keeper.check()
+    assert info.value.reason == "FenceLost" and lapses == []
+
+
+def test_always_failing_writes_keep_the_work_alive_until_exactly_19000(store, clock):
+    """RS-32, RS-33, RS-35: every heartbeat (and the reconfirm) fails ``persistence_failed``: the work
+    is alive at 5 000 and at 18 999, interrupted exactly at 19 000 (not a pulse later), long before
+    the stamp it last wrote (0) is stealable at 30 001; it stays interrupted."""
+    _activate(store, "r1", A)
+    writes = _Writes(store)
+    writes.failing = True
+    lapses: list[int] = []
+    with LeaseKeeper(store, "r1", A, on_lapse=lapses.append) as keeper:
+        advance_real(keeper, clock, 5000)
+        keeper.check()
+        advance_real(keeper, clock, 18_999)
+        keeper.check()
+        assert not keeper.lost and lapses == []
+        advance_real(keeper, clock, 19_000, step=1)
+        assert keeper.lost and lapses == [19_000]
+        advance_real(keeper, clock, 29_999)
+        with pytest.raises(LeaseLost) as info:
+            keeper.check()
+    assert info.value.reason == "lapsed" and info.value.unconfirmed_ms == 19_000
+    assert store.runs.get("r1").heartbeat_at_ms == 0
+
+
+def test_one_successful_pulse_rearms_the_whole_budget(store, clock):
+    """RS-34: writes fail until 17 000, the 18 000 pulse succeeds, then they fail again: at 36 000
+    (clock past 30 000, 18 s after the success) the work is alive; the budget from 18 000 runs out
+    at 37 000."""
+    _activate(store, "r1", A)
+    writes = _Writes(store)
+    writes.failing = True
+    with LeaseKeeper(store, "r1", A) as keeper:
+        advance_real(keeper, clock, 17_000)
+        writes.failing = False
+        advance_real(keeper, clock, 18_000)
+        assert writes.pulses[-1] == (18_000, "Updated")
+        writes.failing = True
+        advance_real(keeper, clock, 36_000)
+        keeper.check()
+        assert clock.now_ms() > 30_000 and not keeper.lost
+        advance_real(keeper, clock, 37_000)
+        with pytest.raises(LeaseLost) as info:
+            keeper.check()
+    assert info.value.reason == "lapsed"
+    assert store.runs.get("r1").heartbeat_at_ms == 18_000
