@@ -127,6 +127,18 @@ def test_same_identity_on_the_other_channel_is_a_committed_duplicate(store: fenc
     assert [r[1] for r in rows(store, "run")] == [0, 1, 2, 3]
 
 
+def test_an_append_is_persisted_before_it_returns_stamped_by_the_store_clock(store: fencepost.Store,
+                                                                          clock) -> None:
+    """JN-11 (analogue: our one channel never answers before persisting): the receipt
+    ``Accepted{seq 0, sourceSeq 0}`` comes back with the entry already readable, no flush needed,
+    and its ``emitted_at_ms`` is the store clock's 1 000."""
+    clock.set(1_000)
+    receipt = store.journal.append_unfenced("run", "t", {"v": 1}, source_id="p")
+    assert (type(receipt), receipt.seq, receipt.source_seq) == (Accepted, 0, 0)
+    (entry,) = store.journal.entries("run").entries
+    assert (entry.seq, entry.emitted_at_ms, entry.payload) == (0, 1_000, {"v": 1})
+
+
 # ----------------------------------------------------------------------------- readers
 
 
