@@ -106,10 +106,14 @@ def failure_detail(subject: str, exc: DbFailure) -> str:
 DECODE_FAILED = "decode_failed"
 
 
-def failure_code(exc: DbFailure, usual: str) -> str:
+def failure_code(exc: DbFailure, usual: str, closed: str | None = None) -> str:
     """The code of the store error for ``exc``: ``decode_failed`` for a stored value that cannot
-    be decoded (the code every component gives a corrupt stored row), else ``usual``."""
-    return DECODE_FAILED if exc.category == DECODE_FAILED else usual
+    be decoded (the code every component gives a corrupt stored row); ``closed``, when given, for a
+    store that was closed (a part with a code of its own for that: the journal's ``journal_closed``);
+    else ``usual``."""
+    if exc.category == DECODE_FAILED:
+        return DECODE_FAILED
+    return closed if closed is not None and store_closed(exc) else usual
 
 
 # The reason of a COMMIT that got no answer: nothing may repeat it blindly (see CommitUnknown).

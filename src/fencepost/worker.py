@@ -44,6 +44,7 @@ from fencepost.changefeed.types import StopSignal
 from fencepost.errors import FencepostError, RunStoreError
 from fencepost.journal.owner import OwnerId, owner_problem
 from fencepost.journal.redaction import DEFAULT as DEFAULT_REDACTION
+from fencepost.journal.redaction import redact_diagnostics
 from fencepost.runstore.heartbeat import HEARTBEAT_INTERVAL_MS as INTERVAL_MS
 from fencepost.runstore.heartbeat import STALE_AFTER_MS as STALE_MS
 from fencepost.runstore.heartbeat import WRITE_TOLERANCE_MS as TOLERANCE_MS
@@ -851,7 +852,7 @@ class Worker:
             if not redaction.enabled:  # the store's explicit opt-out: its failures are stored as given
                 return failure.traceback
             try:
-                text = redaction(fields)["traceback"]
+                text = redact_diagnostics(redaction, fields)["traceback"]
             except Exception:  # the redactor's own error may quote the text: never pass it on
                 continue
             if type(text) is str:

@@ -110,6 +110,22 @@ def test_every_filter_subset_pages_exactly_the_model(store, raw):
                 assert pages == max(1, math.ceil(len(expected) / limit))
 
 
+def test_the_32_filter_subsets_with_flow0_page_exactly_the_model(db_url, clock, raw):
+    """RL-06: a database given to the store (filled by another connection first), 100 runs, the 32
+    subsets of {status suspended, flow0, parent r00000, lineage r00000, reason timer}, limit 7:
+    each listing equals the model."""
+    rows = _model_rows(100)
+    _insert_model(raw, rows)
+    base = {"status": "suspended", "flow_name": "flow0", "parent_run_id": "r00000", "lineage_id": "r00000",
+            "waiting_reason": "timer"}
+    subsets = [{k: base[k] for k in keys} for size in range(6) for keys in itertools.combinations(base, size)]
+    assert len(subsets) == 32
+    ordered = sorted(rows, key=lambda r: (r["created"], r["run_id"]))
+    with fencepost.open(db_url, clock=clock) as given:
+        for f in subsets:
+            assert _list_all(given.feed, f, 7)[0] == [r["run_id"] for r in ordered if _matches(r, f)], f
+
+
 def test_unfiltered_listing_of_1000_runs_pages_in_key_order(store, raw):
     """RL-01 (1 000 runs, no filter and one status filter)."""
     rows = _model_rows(1000)

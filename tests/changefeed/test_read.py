@@ -272,7 +272,8 @@ def _obs(run_id, revision, source=SRC):
 
 
 def test_coherent_batches_pass_the_check():
-    """EB-01..04: order and duplicates kept; empty batch at 0; a row at the watermark; MAX_SAFE."""
+    """EB-01: order and duplicates kept. EB-02: an empty batch at revision 0. EB-03: a row at the
+    watermark and a Missing at revision 0. EB-04: a MAX_SAFE watermark and row revision."""
     check_batch(["m", "p", "p", "d", "m"], Batch(SRC, 5, [
         Missing("m", SRC, 5, False), _obs("p", 3), _obs("p", 3), Missing("d", SRC, 4, True),
         Missing("m", SRC, 5, False),

@@ -12,7 +12,7 @@ import fencepost
 from fencepost import _schema
 from fencepost._durable import Database
 from fencepost._migrations import STORE_NAMESPACES, discover, migrate
-from tests.conftest import drop_schema, require_postgres
+from tests.conftest import back_to_4001, drop_schema, ledger_of, require_postgres
 
 
 def _columns(db: Database, table: str) -> dict[str, bool]:
@@ -137,3 +137,46 @@ def test_readonly_open_never_migrates_an_empty_postgres_schema() -> None:
     finally:
         db.dispose()
         drop_schema(base, schema)
+
+
+def test_an_interrupted_migration_pass_leaves_nothing_and_the_next_applies_it_all(db_url: str, monkeypatch) -> None:
+    """EM-01 (analogue for our migrations): a store one version behind (4002 and 4003 pending) with
+    a root run and a child run; the upgrade is interrupted in the middle of 4003. Nothing of the pass
+    stays (4002's column is not there either: one transaction); the next pass applies 4002 and 4003
+    and a further one nothing; the runs, their lineage and their revisions (all > 0) are intact."""
+    with fencepost.open(db_url) as store:
+        store.runs.create("root", "{}")
+        store.runs.create("child", "{}", parent_run_id="root")
+        before = store.feed.changes_since(fencepost.Position(store.feed.position().source, 0)).changes
+    back_to_4001(db_url)
+    db = Database(db_url)
+    try:
+        real = db.backend.split_script
+        calls = []
+
+        def split_then_interrupt(script: str):
+            calls.append(script)
+            statements = list(real(script))
+            if len(calls) < 2:
+                return statements
+
+            def interrupted():
+                yield statements[0]
+                raise RuntimeError("interrupted mid-migration")
+
+            return interrupted()
+
+        monkeypatch.setattr(db.backend, "split_script", split_then_interrupt)
+        with pytest.raises(Exception, match="interrupted"):
+            migrate(db)
+        monkeypatch.undo()
+        assert {4002, 4003}.isdisjoint(ledger_of(db_url))
+        assert "founded_at_ms" not in _columns(db, "flows_shard_membership")
+        assert migrate(db) == [4002, 4003]
+        assert migrate(db) == []
+    finally:
+        db.dispose()
+    with fencepost.open(db_url) as store:
+        assert store.runs.get("child").parent_run_id == "root"
+        changes = store.feed.changes_since(fencepost.Position(store.feed.position().source, 0)).changes
+        assert changes == before and all(c.revision > 0 for c in changes)

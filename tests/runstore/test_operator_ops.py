@@ -149,6 +149,8 @@ def test_retry_races_a_lineage_cancellation_and_never_leaves_an_uncancelled_live
 
 # --------------------------------------------------------------------------- delete
 def test_delete_removes_the_run_and_leaves_a_tombstone_in_the_feed(store):
+    """EC-01: deleting a run (retention, by an operator) removes it and leaves its tombstone: the
+    feed reports it deleted, and a snapshot read answers Missing(deleted)."""
     store.runs.create("gone", "{}")
     before = store.feed.position()
     store.runs.delete("gone")
@@ -157,6 +159,8 @@ def test_delete_removes_the_run_and_leaves_a_tombstone_in_the_feed(store):
     assert err.value.code == "not_found_row"
     changes = store.feed.changes_since(before).changes
     assert [(c.run_id, c.deleted) for c in changes] == [("gone", True)]
+    (missing,) = store.feed.read(["gone"]).snapshots
+    assert type(missing).__name__ == "Missing" and missing.deleted is True
     (fact,) = _events(store, "gone", DELETED)
     assert fact.payload == {"runId": "gone", "status": "pending", "forced": False}
 

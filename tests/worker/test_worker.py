@@ -295,7 +295,8 @@ def test_a_worker_run_again_after_it_returned_still_renews_its_leases(store, clo
 
 @pytest.mark.slow
 def test_several_workers_on_one_database_run_each_run_exactly_once(db_url, clock):
-    """A race as a race: four workers, each with its own store (own connections), start at a barrier."""
+    """EO-03: a race as a race: four workers, each with its own store (own connections), start at a
+    barrier; every run's function runs exactly once and the run completes."""
     n_runs, n_workers = 40, 4
     with fencepost.open(db_url, clock=clock) as setup:
         _create(setup, n_runs)

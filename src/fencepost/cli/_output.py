@@ -71,9 +71,10 @@ def redacted_first_line(exc: BaseException, empty: str) -> str:
     and escaped for a terminal; withheld when it cannot be formatted or redacted (the redactor's own
     error may quote it)."""
     from fencepost.journal.redaction import DEFAULT as DEFAULT_REDACTION
+    from fencepost.journal.redaction import redact_diagnostics
 
     try:
-        redacted = DEFAULT_REDACTION({"message": str(exc)})["message"]
+        redacted = redact_diagnostics(DEFAULT_REDACTION, {"message": str(exc)})["message"]
     except Exception:
         return "(message withheld: it could not be redacted)"
     lines = redacted.strip().splitlines() if type(redacted) is str else []

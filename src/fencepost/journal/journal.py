@@ -335,7 +335,8 @@ class Journal:
         try:
             return self._store.db.write(body)
         except DbFailure as exc:
-            err = carry_failure(JournalError("sink_failed", method, failure_detail("journal write", exc)), exc)
+            code = failure_code(exc, "sink_failed", closed="journal_closed")
+            err = carry_failure(JournalError(code, method, failure_detail("journal write", exc)), exc)
             err.cause_code = exc.category  # type: ignore[attr-defined]
             raise err from None
 
@@ -461,7 +462,7 @@ class Journal:
         try:
             return self._store.db.read(fn)
         except DbFailure as exc:
-            raise carry_failure(JournalError(failure_code(exc, "read_failed"), method,
+            raise carry_failure(JournalError(failure_code(exc, "read_failed", closed="journal_closed"), method,
                                              failure_detail("journal read", exc)),
                                 exc) from None
 

@@ -402,6 +402,35 @@ DEFAULT_RULES: tuple[TextRule, ...] = (
          _assignment),
 )
 
+_PASSWORD_OPTION = r"-p|-pw|-P|-a|--pass"
+
+
+def _password_option(m: re.Match[str]) -> str:
+    value = m.group("value")
+    bare = value.strip("'\"")
+    if not bare or bare.startswith("-") or bare.isdigit():
+        return m.group(0)  # another option, or a number (``-P 3306`` is a port)
+    return m.group(0)[: m.start("value") - m.start(0)] + REDACTED
+
+
+#: Extra textual rules for diagnostic text only (failure messages and tracebacks, log lines, error
+#: lines): command lines quoted in an error. Too eager for payloads (``-p 2`` there is data).
+DIAGNOSTIC_RULES: tuple[TextRule, ...] = (
+    # ``mysql -p secret``, ``redis-cli -a secret``, ``--pass=secret``; a number or another option is kept.
+    Rule("password-option", re.compile(
+        rf"(?<![A-Za-z0-9_\-])(?:{_PASSWORD_OPTION})(?:[ \t]+|=)(?P<value>{_VALUE})", _A), _password_option),
+    # The same in a quoted argument list: ``['mysql', '-p', 'secret']``.
+    Rule("password-option-list", re.compile(
+        rf"""(?P<q>['"])(?:{_PASSWORD_OPTION})(?P=q),[ \t]*(?P<value>'[^'\n]*'|"[^"\n]*")""", _A),
+        _password_option),
+    # ``openssl ... -passin pass:secret`` (also ``-passout``, ``-pass``).
+    Rule("openssl-pass", re.compile(r"(?<![A-Za-z0-9_\-])(-pass(?:in|out)?[ \t]+pass:)[^\s'\"]+", _A),
+         rf"\1{REDACTED}"),
+    # ``curl -u user:secret``, ``--user=user:secret``: the user is kept.
+    Rule("user-password-option", re.compile(
+        r"(?<![A-Za-z0-9_\-])(-u|--user)([ \t]+|=)(['\"]?)([^\s:'\"]+):[^\s'\"]+", _A), rf"\1\2\3\4:{REDACTED}"),
+)
+
 # A string that contains none of these cannot match a default rule: skip the rules entirely.
 _DEFAULT_TRIGGER = re.compile(
     r"://|bearer|basic|eyJ|PRIVATE KEY|sk-|pk-|gh[pousr]_|github_pat_|AKIA|ASIA|xox|AIza|sess|sid="
@@ -505,6 +534,19 @@ class Redaction:
             if new == text:
                 return new
             text = new
+        return text
+
+    def diagnostic(self, text: str) -> str:
+        """Redact one piece of diagnostic text (a failure's message or traceback, a log line, an
+        error line): the textual rules, then, with the default rules, ``DIAGNOSTIC_RULES`` for
+        command lines quoted in an error. ``Redaction.noop()`` keeps the text; custom rules are
+        applied as they are (they replace the defaults here too)."""
+        if not self.enabled:
+            return text
+        text = self.text(text)
+        if self._trigger is _DEFAULT_TRIGGER:
+            for rule in DIAGNOSTIC_RULES:
+                text = rule.apply(text)
         return text
 
     def _key(self, key: str) -> tuple[str, bool]:
@@ -735,3 +777,13 @@ __all__ = [
     "Rule",
     "is_sensitive_key",
 ]
+
+
+def redact_diagnostics(redaction: Any, fields: dict[str, Any]) -> Any:
+    """``redaction(fields)`` (string fields of diagnostic text), then ``Redaction.diagnostic`` on each
+    string field when ``redaction`` is a ``Redaction``: the one path failures, log lines and error
+    lines are redacted by. Whatever ``redaction`` raises or returns is the caller's to check."""
+    out = redaction(fields)
+    if isinstance(redaction, Redaction) and type(out) is dict:
+        out = {k: redaction.diagnostic(v) if type(v) is str else v for k, v in out.items()}
+    return out

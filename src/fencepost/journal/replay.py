@@ -387,7 +387,7 @@ def _read_stream(store: Store, stream: str, method: str) -> _Stream:
     try:
         return store.db.read(run)
     except DbFailure as exc:
-        raise carry_failure(JournalError(failure_code(exc, "read_failed"), method,
+        raise carry_failure(JournalError(failure_code(exc, "read_failed", closed="journal_closed"), method,
                                          failure_detail("journal read", exc)),
                             exc) from None
 
@@ -513,7 +513,7 @@ def replay_all(store: Store, *, on_progress: Callable[[int, int], None] | None =
     try:
         streams = store.db.read(lambda conn: list(conn.execute(_FACT_STREAMS).scalars()))
     except DbFailure as exc:
-        raise carry_failure(JournalError(failure_code(exc, "read_failed"), "replay_all",
+        raise carry_failure(JournalError(failure_code(exc, "read_failed", closed="journal_closed"), "replay_all",
                                          failure_detail("journal read", exc)),
                             exc) from None
     histories: list[OwnershipHistory] = []

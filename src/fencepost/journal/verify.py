@@ -424,7 +424,7 @@ def verify(store: Store, *, anchor: Head | None = None,
     try:
         checker, anchor_hash = store.db.read(run)
     except DbFailure as exc:
-        raise carry_failure(JournalError(failure_code(exc, "read_failed"), "verify",
+        raise carry_failure(JournalError(failure_code(exc, "read_failed", closed="journal_closed"), "verify",
                                          failure_detail("journal read", exc)), exc) from None
     if anchor is not None and anchor_hash != anchor.entry_hash:
         checker.breaks += 1
@@ -449,6 +449,6 @@ def head(store: Store) -> Head | None:
     try:
         row = store.db.read(lambda conn: conn.execute(stmt).first())
     except DbFailure as exc:
-        raise carry_failure(JournalError(failure_code(exc, "read_failed"), "head",
+        raise carry_failure(JournalError(failure_code(exc, "read_failed", closed="journal_closed"), "head",
                                          failure_detail("journal read", exc)), exc) from None
     return None if row is None else Head(position=int(row.position), entry_hash=row.entry_hash)

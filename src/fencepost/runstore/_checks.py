@@ -23,6 +23,7 @@ from fencepost._values import (
 from fencepost.errors import RunStoreError
 from fencepost.journal import COMPANION_PREFIX
 from fencepost.journal.owner import OwnerId, owner_problem
+from fencepost.journal.redaction import redact_diagnostics
 from fencepost.runstore.heartbeat import SKEW_ALLOWANCE_MS
 from fencepost.runstore.rows import EVIDENCE_KINDS, STATUSES, LivenessEvidence, RunFailure, RunRow, RunSnapshot
 
@@ -287,7 +288,7 @@ def failure(value: object, method: str, to: str, redact: Any) -> str | None:
             raise refuse(method, f"failure.{name} {p}", {"field": f"failure.{name}"})
     if redact is not None:
         try:
-            fields = redact(fields)
+            fields = redact_diagnostics(redact, fields)
         except Exception:  # the redactor's own error may quote the text: never pass it on
             fields = None
         if type(fields) is not dict or not all(type(fields.get(k)) is str for k in ("type", "message", "traceback")):

@@ -1,0 +1,77 @@
+"""Diagnostic text (a failed run's stored message and traceback, the worker's log lines, the
+command line's one-line errors) is redacted with the default rules plus rules for command lines:
+password options (``-p``/``-pw``/``-P``/``-a``/``--pass`` and a value), ``-passin pass:...`` and
+``curl -u user:password`` (UPSTREAM-TESTS B7 LF-03). A run function's exception often quotes the
+command it ran (``subprocess.CalledProcessError``). Look-alikes (``scp -P 2222``,
+``mysql -h db -P 3306``, ``sort -u``, ``cc -pthread``) are kept. Every store test runs on SQLite and
+PostgreSQL."""
+
+from __future__ import annotations
+
+import logging
+
+import msgspec
+import pytest
+
+from fencepost.cli._output import redacted_first_line
+from fencepost.journal.redaction import DEFAULT, Redaction
+from fencepost.worker import Worker
+
+SECRET = "S3cretValue9"
+LEAKY = [
+    f"mysql -u root -p {SECRET}",
+    f"tool -pw {SECRET}",
+    f"tool -P {SECRET}",
+    f"redis-cli -a {SECRET}",
+    f"x --pass {SECRET}",
+    f"openssl rsa -passin pass:{SECRET}",
+    f"curl -u bob:{SECRET} https://example.test/",
+    f"Command '['mysql', '-u', 'root', '-p', '{SECRET}']' returned non-zero exit status 1.",
+    f"Authorization: Token {SECRET}",
+    f"https://bob:{SECRET}@example.test/x",
+    f"https://s3.example.test/o?X-Amz-Signature={SECRET}&a=1",
+]
+KEPT = ["scp -P 2222 a b", "mysql -h db -P 3306", "sort -u", "cc -pthread", "mysql -u root -p"]
+
+
+@pytest.mark.parametrize("line", LEAKY)
+def test_diagnostic_rules_hide_command_line_passwords_and_reach_a_fixed_point(line: str) -> None:
+    """LF-03: each form loses its secret; redacting the result again changes nothing."""
+    once = DEFAULT.diagnostic(line)
+    assert SECRET not in once, once
+    assert DEFAULT.diagnostic(once) == once
+
+
+@pytest.mark.parametrize("line", KEPT)
+def test_diagnostic_rules_leave_look_alikes_alone(line: str) -> None:
+    """LF-03: options that carry no password are kept."""
+    assert DEFAULT.diagnostic(line) == line
+
+
+def test_payload_redaction_is_unchanged_by_the_diagnostic_rules() -> None:
+    """The extra rules are for diagnostics only: a journal payload's ``-p 2`` style text is kept."""
+    assert DEFAULT({"cmd": "tool -p page2"}) == {"cmd": "tool -p page2"}
+    assert Redaction.noop().diagnostic(f"tool -p {SECRET}") == f"tool -p {SECRET}"
+
+
+def test_a_failed_runs_stored_failure_and_log_lines_hide_command_line_passwords(store, caplog) -> None:
+    """LF-03 through the worker: the run function raises with the command lines in its message;
+    the stored failure (message and traceback) and every worker log record are free of the secret,
+    and the command line's one-line error too."""
+    store.runs.create("r", "{}")
+    message = "\n".join(LEAKY + KEPT)  # one per line: a header rule takes the rest of its line
+
+    def fn(ctx):
+        raise RuntimeError(message)
+
+    with caplog.at_level(logging.INFO, logger="fencepost.worker"):
+        stats = Worker(store, fn).run(until_idle=True)
+    assert stats.failed == 1
+    row = store.runs.get("r")
+    failure = msgspec.structs.asdict(row.failure)
+    for text in (failure["message"], failure["traceback"]):
+        assert SECRET not in text
+        assert all(k in text for k in KEPT)
+    for record in caplog.records:
+        assert SECRET not in record.getMessage()
+    assert SECRET not in redacted_first_line(RuntimeError(message), "")
