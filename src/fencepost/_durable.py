@@ -540,6 +540,14 @@ class Database:
             # Outside the handler: the driver's exception quotes the URL.
             raise self._open_error(found.problem, found.code, found.note, transient=found.transient)
 
+    def missing_namespace(self) -> str | None:
+        """``no schema NAME at URL`` (the URL masked) when the store's PostgreSQL schema does not
+        exist, else ``None``: a SQLite file is its own namespace, and a missing one never opens read-only.
+        A failure to read the catalog raises ``DbFailure``."""
+        if self.schema is None or self.read(self.backend.namespace_exists):
+            return None
+        return f"no schema {self.schema} at {self.where}"
+
     def connect_problem(self) -> ConnectProblem | None:
         """Connect once, without retrying: ``None`` when it connects, else why not (``ConnectProblem``)."""
         try:

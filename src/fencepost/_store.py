@@ -10,7 +10,7 @@ from fencepost._durable import Database, DbFailure
 from fencepost._migrations import migrate, needed_to_read, pending, pending_detail
 from fencepost.changefeed.feed import ChangeFeed
 from fencepost.clock import Clock, SystemClock
-from fencepost.errors import OpenError
+from fencepost.errors import DatabaseMissing, OpenError
 from fencepost.journal.consensus import Consensus, SqlConsensus
 from fencepost.journal.journal import Journal
 from fencepost.runstore.attempts import AttemptStore, validate_policy
@@ -112,6 +112,12 @@ def open(url: str | None = None, *, clock: Clock | None = None, attempt_policy: 
         try:
             db.probe()
             if readonly:
+                # A PostgreSQL schema that is not there is no store, as a SQLite file that is not
+                # there (refused by ``Database``): not a store that needs migrating.
+                missing = db.missing_namespace()
+                if missing is not None:
+                    raise DatabaseMissing("database_missing", "open",
+                                          f"{missing}; create it with `fencepost init`")
                 if needed_to_read(db):
                     raise OpenError("needs_migrations", "open", pending_detail(db, pending(db)))
             else:

@@ -37,7 +37,7 @@ def test_worker_on_a_missing_database_fails_and_creates_nothing(run_cli, backend
     assert_one_line_error(result)
     assert result.code == 1
     assert "fencepost init" in result.err
-    assert ("database_missing" if backend == "sqlite" else "needs_migrations") in result.err
+    assert "database_missing" in result.err
     assert "claimed" not in result.out  # no worker process was started
     assert _nothing_created(backend, missing_url, tmp_path)
 

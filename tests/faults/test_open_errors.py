@@ -144,8 +144,17 @@ def test_a_read_only_file() -> None:
 
 
 def test_read_only_open_of_an_unmigrated_database(db_url: str, backend: str, tmp_path: Path) -> None:
+    """An empty SQLite file, or an empty PostgreSQL schema (one that is not there at all is no
+    database: ``database_missing``, as a SQLite file that is not there)."""
     if backend == "sqlite":
         sqlite3.connect(make_url(db_url).database).close()
+    else:
+        engine = create_engine(require_postgres(), poolclass=NullPool)
+        try:
+            with engine.begin() as conn:
+                conn.exec_driver_sql(f'CREATE SCHEMA "{db_url.rsplit("schema=", 1)[1]}"')
+        finally:
+            engine.dispose()
     exc = _open_fails(db_url, readonly=True)
     assert exc.code == "needs_migrations" and "fencepost init" in str(exc)
 

@@ -64,7 +64,7 @@ traceback (set `FENCEPOST_DEBUG=1` to see one); data goes to stdout.
 | 0 | success |
 | 1 | failure: the command ran and failed (unknown run, unreachable database, a broken journal) |
 | 2 | usage: a bad option, argument, command or `--db` URL (or URL option); nothing was changed |
-| 130 | interrupted: stopped with Ctrl-C (SIGTERM stops a follower gracefully with 0) |
+| 130 | interrupted: stopped with Ctrl-C, even while starting (SIGTERM stops a follower gracefully with 0) |
 
 A command whose output pipe closes (`| head -3` has read what it wanted) stops and exits 1 without a
 word. A follower (`feed tail --follow`, `projection run --follow`) notices at once, even on a quiet

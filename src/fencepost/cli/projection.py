@@ -99,7 +99,7 @@ def _readonly_target(url: str) -> Any:
     the store's advice, ``fencepost init``, would make a store of it)."""
     from pathlib import Path
 
-    from fencepost._durable import Database, DbFailure, open_detail, parse_url, redact_url
+    from fencepost._durable import Database, DbFailure, open_detail, parse_url
     from fencepost.errors import DatabaseMissing, ProjectionError
 
     advice = "; build the projection there first (`fencepost projection run --target URL`)"
@@ -109,15 +109,13 @@ def _readonly_target(url: str) -> Any:
         where = str(Path(parse_url(url)[0].database or ""))
         raise ProjectionError("database_missing", "status", "projection target: " + open_detail(
             "database_missing", where, sqlite=False) + advice) from None
-    if db.schema is not None:
-        try:
-            found = db.connect_problem() is not None or db.read(db.backend.namespace_exists)
-        except DbFailure:
-            found = True  # unreadable for another reason: the builder's first read says why
-        if not found:
-            db.dispose()
-            raise ProjectionError("database_missing", "status", f"projection target: no schema {db.schema} at "
-                                  f"{redact_url(url)}{advice}")
+    try:
+        missing = db.missing_namespace() if db.schema is not None and db.connect_problem() is None else None
+    except DbFailure:
+        missing = None  # unreadable for another reason: the builder's first read says why
+    if missing is not None:
+        db.dispose()
+        raise ProjectionError("database_missing", "status", f"projection target: {missing}{advice}")
     return db
 
 

@@ -11,12 +11,22 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import click
 import msgspec
 
-from fencepost.cli._common import CliContext, StopRelay, console, table, write_store
+from fencepost.cli._common import (
+    CliContext,
+    StopRelay,
+    console,
+    err_console,
+    error_text,
+    stop_on_signals,
+    table,
+    write_store,
+)
 from fencepost.cli._output import one_line, printable, redacted_first_line
 
 
@@ -148,6 +158,60 @@ def stop_workers(procs: list[Any], grace: float | None = None) -> None:
                 p.join()
 
 
+#: Seconds between start-up attempts to reach a database that does not answer: doubling up to the last.
+START_RETRY_S = (1.0, 2.0, 4.0, 8.0, 10.0)
+
+
+def until_it_answers(attempt: Callable[[], None], stop: threading.Event) -> bool:
+    """Run ``attempt()`` (opening the stores read-only) until it no longer fails transiently.
+
+    True once it succeeded; False when ``stop`` was set first (the attempt in flight, perhaps
+    waiting out a silent server's ``connect_timeout``, is abandoned on its daemon thread). A failure
+    that waiting may cure (``OpenError.transient``: the server takes no connection or does not
+    answer; another connection's lock held past the busy timeout) is retried with backoff, and
+    printed on stderr once per change of state, the URL's password masked; any other is raised.
+    """
+    from fencepost.ui.awaited import waits
+
+    shown: tuple[str, str] | None = None
+    tried = 0
+    while True:
+        outcome: list[BaseException | None] = []
+        thread = threading.Thread(target=_attempt, args=(attempt, outcome), daemon=True,
+                                  name="fencepost-worker-start")
+        thread.start()
+        while thread.is_alive():
+            if stop.wait(0.1):
+                return False
+        failure = outcome[0] if outcome else None
+        if failure is None:
+            if shown is not None:
+                _say("the database answers: starting the workers")
+            return True
+        if not waits(failure):
+            raise failure
+        state = (failure.code, failure.detail)  # type: ignore[attr-defined]
+        if state != shown:
+            _say(f"waiting for the database: {error_text(failure)} (retrying until it answers; Ctrl-C to stop)")
+            shown = state
+        if stop.wait(START_RETRY_S[min(tried, len(START_RETRY_S) - 1)]):
+            return False
+        tried += 1
+
+
+def _attempt(attempt: Callable[[], None], outcome: list[BaseException | None]) -> None:
+    try:
+        attempt()
+    except BaseException as exc:  # handed to the waiting thread, which raises it there
+        outcome.append(exc)
+    else:
+        outcome.append(None)
+
+
+def _say(line: str) -> None:
+    err_console.print(line, soft_wrap=not err_console.is_terminal, markup=False, highlight=False)
+
+
 def _main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
@@ -176,6 +240,10 @@ def worker(obj: CliContext, processes: int, concurrency: int, task: str, until_i
     (or have it on PYTHONPATH). When the function raises, the run settles failed with the exception's
     type, message and traceback recorded (redacted); fencepost runs show ID prints them.
 
+    A database that does not answer yet (its server not started, not accepting connections, or
+    silent; a SQLite file another connection holds) is waited for, saying so on stderr, before any
+    process starts; one that can never open (no such store, refused credentials) is an error at once.
+
     Stops on Ctrl-C (exit 130) or SIGTERM (exit 0): runs in hand finish, or are parked suspended at
     their next check and resumed later from their last checkpoint; a second Ctrl-C kills the
     processes. With --until-idle it exits once nothing is left to do. Prints what each process did.
@@ -188,6 +256,13 @@ def worker(obj: CliContext, processes: int, concurrency: int, task: str, until_i
     import fencepost
 
     load_task(task)  # refuse a bad reference before starting anything
+    # A host may start the worker before its database (a service manager, containers): wait for
+    # every store to answer, as the console does; a failure waiting cannot cure exits at once.
+    urls = [spec.url for spec in obj.specs] if obj.several else [obj.url]
+    with stop_on_signals() as stop:
+        answered = until_it_answers(lambda: [fencepost.open(url, readonly=True).close() for url in urls], stop)
+    if not answered:
+        return  # stopped while waiting: SIGTERM exits 0 (Ctrl-C exited 130 above)
     # Every store must already exist (as for runs create): a mistyped --db is an error naming
     # fencepost init instead of a new empty store.
     target: str | dict[str, str]
