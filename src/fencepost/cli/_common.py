@@ -268,7 +268,7 @@ class CliContext:
 
         # A store that does not answer yet is checked when it opens (refused then if it fails).
         return check_as_they_open(opened, lambda store: (membership.read(store), store.feed.position().source),
-                                  self._checked_names)
+                                  self._checked_names, refuses=(click.UsageError,))
 
     def _checked_names(self, facts: Sequence[tuple[Any, str] | None]) -> list[str]:
         """The stores' names, from each store's shard record and change-feed source (None for a

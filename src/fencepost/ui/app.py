@@ -325,7 +325,7 @@ def _check_stores(named: Mapping[str, Any]) -> None:
             raise ValueError("the console serves only stores opened with readonly=True")
     # A store that does not answer yet is checked when it opens (refused then if it fails).
     check_as_they_open(list(named.values()), lambda store: store.feed.position().source,
-                       lambda sources: _refuse_same_database(list(named), sources))
+                       lambda sources: _refuse_same_database(list(named), sources), refuses=(ValueError,))
 
 
 def _refuse_same_database(names: list[str], sources: list[str | None]) -> None:
