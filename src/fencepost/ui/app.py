@@ -317,6 +317,7 @@ def _readonly(store: Any) -> bool:
 
 
 def _check_stores(named: Mapping[str, Any]) -> None:
+    from fencepost.cli._common import refuse_same_database
     from fencepost.shards.membership import check_name
 
     for i, (name, store) in enumerate(named.items()):
@@ -324,18 +325,9 @@ def _check_stores(named: Mapping[str, Any]) -> None:
         if not _readonly(store):
             raise ValueError("the console serves only stores opened with readonly=True")
     # A store that does not answer yet is checked when it opens (refused then if it fails).
+    labels = [f"store {name!r}" for name in named]
     check_as_they_open(list(named.values()), lambda store: store.feed.position().source,
-                       lambda sources: _refuse_same_database(list(named), sources), refuses=(ValueError,))
-
-
-def _refuse_same_database(names: list[str], sources: list[str | None]) -> None:
-    seen: dict[str, str] = {}
-    for i, (name, source) in enumerate(zip(names, sources, strict=True)):
-        if source is None:
-            continue
-        if source in seen:
-            raise ValueError(f"store #{i} is the same database as store {seen[source]!r}: give each store once")
-        seen[source] = name
+                       lambda sources: refuse_same_database(labels, sources, error=ValueError), refuses=(ValueError,))
 
 
 def create_app(url: str | Mapping[str, str] | None = None, *, store: Any = None, stores: Any = None,
