@@ -609,9 +609,9 @@ def create_app(url: str | Mapping[str, str] | None = None, *, store: Any = None,
             yield
         finally:
             await run_in_threadpool(hub.close)
-            if owned:
+            if owned:  # off the event loop: a store waits for its open attempt in flight
                 for each in named.values():
-                    each.close()
+                    await run_in_threadpool(each.close)
 
     get = ["GET", "HEAD"]
     app = Starlette(

@@ -221,11 +221,21 @@ class AwaitedStore:
         return getattr(self._open(), name)
 
     def close(self) -> None:
-        """Close the store if it opened; it is never opened after this (an attempt in flight closes
-        what it opens)."""
+        """Close the store if it opened; it is never opened after this. An attempt in flight closes
+        what it opens, and is waited for, at most as long as its connection may wait for the
+        database (its ``connect_timeout``), so that nothing of the store outlives its close."""
+        from fencepost._durable import PG_CONNECT_TIMEOUT_S, connect_wait_s
+
         with self._lock:
             self._closed = True
             store, self._store = self._store, None
+            attempt = self._attempt
+        if attempt is not None and attempt is not threading.current_thread():
+            try:
+                wait = connect_wait_s(self.url)
+            except ValueError:
+                wait = PG_CONNECT_TIMEOUT_S
+            attempt.join(wait)
         if store is not None:
             store.close()
 
