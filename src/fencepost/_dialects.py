@@ -839,7 +839,7 @@ class PostgresBackend(Backend):
         if not _pg_timed_out(exc):
             return None
         _, kwargs = engine.dialect.create_connect_args(engine.url)
-        return _pg_no_answer_note(_pg_connect_timeout(kwargs))
+        return _pg_no_answer_note(pg_connect_timeout(kwargs))
 
     @staticmethod
     def insert(table: Any) -> Any:
@@ -996,7 +996,7 @@ _PG_SILENT = "no answer"
 PG_CONNECT_TIMEOUT_S = 10
 
 
-def _pg_connect_timeout(kwargs: dict[str, Any]) -> int:
+def pg_connect_timeout(kwargs: dict[str, Any]) -> int:
     """The seconds a new connection waits for the server, from the driver's connect arguments as a
     store's engine gets them: the URL's ``connect_timeout`` (else fencepost's default), read as
     libpq does (whole seconds, at least 2; 0 or less waits as long as the driver's own bound)."""
@@ -1010,7 +1010,7 @@ def _pg_connect_timeout(kwargs: dict[str, Any]) -> int:
 def _pg_probe_timeout(kwargs: dict[str, Any]) -> int:
     """How long the startup probe waits for the server: the store's connect timeout, at most
     ``_PROBE_TIMEOUT_S``."""
-    return min(_pg_connect_timeout(kwargs), _PROBE_TIMEOUT_S)
+    return min(pg_connect_timeout(kwargs), _PROBE_TIMEOUT_S)
 
 
 def _pg_timed_out(exc: BaseException) -> bool:

@@ -34,6 +34,7 @@ from fencepost._dialects import (
     Backend,
     PostgresBackend,
     SqliteBackend,
+    pg_connect_timeout,
 )
 from fencepost._group import GroupCommit
 from fencepost._statements import wrapped
@@ -230,6 +231,15 @@ def _close_quietly(conn: Connection, pid: int) -> None:
 def resolve_url(url: str | None) -> str:
     """``url``, else ``$FENCEPOST_DB``, else the embedded default ``sqlite:///.flows/flows.db``."""
     return url or os.environ.get("FENCEPOST_DB") or DEFAULT_URL
+
+
+def connect_wait_s(url: str) -> float:
+    """How long a connection to the database at ``url`` may wait for it, in seconds: a PostgreSQL
+    URL's ``connect_timeout`` (else fencepost's default), a SQLite URL's ``busy_timeout_ms``."""
+    parsed, options = parse_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        return int(options.get("busy_timeout_ms", "10000")) / 1000
+    return pg_connect_timeout(dict(parsed.query))
 
 
 def redact_url(url: str) -> str:

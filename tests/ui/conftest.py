@@ -7,7 +7,9 @@ writable store on the same database.
 
 from __future__ import annotations
 
+import html
 import os
+import re
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -21,6 +23,19 @@ from fencepost.journal.owner import OwnerId
 from fencepost.runstore.rows import RunSnapshot
 from tests.cli.conftest import fencepost_exe
 from tests.conftest import drop_schema, require_postgres
+
+_CONTROL_REF = re.compile(r"&#(?:([0-9]+)|[xX]([0-9a-fA-F]+));")
+
+
+def unescape(text: str) -> str:
+    """``html.unescape`` as the HTML standard decodes character references: a reference to a C0
+    control or DEL gives that character (Python's drops it; a browser keeps it, a parse error)."""
+    def ref(m: re.Match[str]) -> str:
+        code = int(m.group(1)) if m.group(1) else int(m.group(2), 16)
+        return chr(code) if 0 < code < 0x20 or code == 0x7F else m.group(0)
+
+    return html.unescape(_CONTROL_REF.sub(ref, text))
+
 
 PENDING = RunSnapshot("pending", None, None)
 TESTER = OwnerId("ui-test-host", 4242, "nonce-ui-test-0001")

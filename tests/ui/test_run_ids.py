@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from html import unescape
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
@@ -18,7 +17,7 @@ from fencepost.cli._output import printable
 from fencepost.ui import create_app
 from fencepost.ui.server import UiServer
 
-from .conftest import PENDING, TESTER
+from .conftest import PENDING, TESTER, unescape
 
 #: Run ids the store accepts (any text but NUL and lone surrogates, 1..1024 UTF-16 units).
 ODD_IDS = [

@@ -16,7 +16,8 @@ from fencepost.ui.server import UiServer
 from .conftest import PENDING, TESTER
 from .test_browser import _until, browser  # noqa: F401  (the browser fixture)
 
-RENDERED = ["a\rb", "a\nb", "x/.", "a/../b", "%2e%2e", "a?b#c", "a\\b", "c\r\nd", " ", "\t", "\n", "\x01"]
+RENDERED = ["a\rb", "a\nb", "x/.", "a/../b", "%2e%2e", "a?b#c", "a\\b", "c\r\nd", " ", "\t", "\n", "\x01",
+            "".join(chr(c) for c in range(1, 0x20)) + "\x7f\x85"]
 LIVE = [".", "..", "e\rf", "g/../h\n"]
 
 

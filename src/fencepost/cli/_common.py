@@ -111,6 +111,10 @@ def _label(specs: Sequence[DbSpec], i: int) -> str:
     return specs[i].where or f"--db #{i + 1}"
 
 
+def _labels(specs: Sequence[DbSpec]) -> list[str]:
+    return [_label(specs, i) for i in range(len(specs))]
+
+
 def parse_db(value: str, where: str) -> DbSpec:
     """``URL`` or ``NAME=URL``. A URL always has ``scheme:`` before any ``=``, so the two never clash.
 
@@ -268,14 +272,14 @@ class CliContext:
 
         # A store that does not answer yet is checked when it opens (refused then if it fails).
         return check_as_they_open(opened, lambda store: (membership.read(store), store.feed.position().source),
-                                  self._checked_names)
+                                  self._checked_names, refuses=(click.UsageError,))
 
     def _checked_names(self, facts: Sequence[tuple[Any, str] | None]) -> list[str]:
         """The stores' names, from each store's shard record and change-feed source (None for a
         store that does not answer); refused (usage error) as ``stores`` says."""
         answering = [fact is not None for fact in facts]
         records = [fact[0] if fact is not None else None for fact in facts]
-        _refuse_same_database(self.specs, [fact[1] if fact is not None else None for fact in facts])
+        refuse_same_database(_labels(self.specs), [fact[1] if fact is not None else None for fact in facts])
         names = _named(self.specs, records)
         sets: dict[str, list[tuple[int, Any]]] = {}
         for i, rec in enumerate(records):
@@ -311,7 +315,7 @@ class CliContext:
             looks = membership.look_all(urls)  # read-only: a store that does not exist yet stays so
             records = [lk.record for lk in looks]
             empty = [lk.empty for lk in looks]
-            _refuse_same_database(self.specs, [lk.source for lk in looks], [lk.place for lk in looks])
+            refuse_same_database(_labels(self.specs), [lk.source for lk in looks], [lk.place for lk in looks])
         else:
             records, sources, empty = [], [], []
             for spec in self.specs:
@@ -319,7 +323,7 @@ class CliContext:
                     records.append(membership.read(store))
                     sources.append(store.feed.position().source)
                     empty.append(membership._empty(store))
-            _refuse_same_database(self.specs, sources)
+            refuse_same_database(_labels(self.specs), sources)
         present = [(i, r) for i, r in enumerate(records) if r is not None]
         grown = max((r for _, r in present), key=lambda r: r.generation).members if present and grow else None
         names = _named(self.specs, records, grown)
@@ -393,18 +397,20 @@ class CliContext:
             self._shard_sets.pop().close()
 
 
-def _refuse_same_database(specs: Sequence[DbSpec], sources: Sequence[str | None],
-                          places: Sequence[str] | None = None) -> None:
+def refuse_same_database(labels: Sequence[str], sources: Sequence[str | None],
+                         places: Sequence[str] | None = None, *,
+                         error: Callable[[str], Exception] = click.UsageError) -> None:
     """Refuse one database given twice: one change-feed source id, or (for stores that may not exist
-    yet) one place, the SQLite file's real path or the PostgreSQL schema."""
+    yet) one place, the SQLite file's real path or the PostgreSQL schema. ``labels`` name the stores
+    in the message (``--db #2``, ``store 'b'``); ``error`` is raised with it (the CLI's usage error,
+    the console's ``ValueError``). A store whose source is None (not read) is not compared."""
     for keys, why in ((sources, "one source id"), (places or [], "one file or schema")):
         seen: dict[str, int] = {}
         for i, key in enumerate(keys):
             if key is None:
                 continue
             if key in seen:
-                raise click.UsageError(f"{_label(specs, i)} is the same database as {_label(specs, seen[key])} "
-                                       f"({why}): give each store once")
+                raise error(f"{labels[i]} is the same database as {labels[seen[key]]} ({why}): give each store once")
             seen[key] = i
 
 

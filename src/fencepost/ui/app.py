@@ -20,7 +20,6 @@ from urllib.parse import quote, unquote
 
 import jinja2
 import msgspec
-from markupsafe import Markup, escape
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.convertors import Convertor, register_url_convertor
@@ -30,10 +29,10 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from fencepost._values import ascii_digits
-from fencepost.cli._output import printable
 from fencepost.errors import FencepostError, PersistenceError, SourceChanged
 from fencepost.ui import views
 from fencepost.ui.awaited import AwaitedStore, check_as_they_open, open_or_await
+from fencepost.ui.escaping import exact_attr, shown
 from fencepost.ui.hub import FeedHub, MultiFeedHub, catch_up, sse
 
 log = logging.getLogger("fencepost.ui")
@@ -103,23 +102,6 @@ class _AnyText(Convertor[str]):
 
 
 register_url_convertor("fencepost_any_text", _AnyText())
-
-
-def _exact_attr(value: object) -> Markup:
-    """``value`` escaped for an HTML attribute so that the page reads it back exactly: a browser
-    turns a literal carriage return into a line feed, a character reference it keeps."""
-    return Markup(str(escape(value)).replace("\r", "&#13;"))
-
-
-def _shown(value: object) -> object:
-    """What a page shows of each value it renders (the templates' ``finalize``): stored text as
-    ``fencepost runs list`` shows it, a bidi override, a zero-width space, a control character ...
-    written ``\\u202e``, ``\\x1b``, so that a run id or a flow name never reorders the page around it
-    nor passes for another. Line breaks and tabs stay. ``Markup`` (an attribute ``exact_attr`` kept
-    exact, the timeline's SVG) is the console's own and passes as it is."""
-    if isinstance(value, str) and not isinstance(value, Markup):
-        return printable(value)
-    return value
 
 
 def _path_problem(raw: str) -> bool:
@@ -287,9 +269,9 @@ def _templates() -> jinja2.Environment:
         loader=jinja2.PackageLoader("fencepost.ui", "templates"),
         autoescape=jinja2.select_autoescape(["html", "xml"], default=True),
         undefined=jinja2.StrictUndefined,
-        finalize=_shown,
+        finalize=shown,
     )
-    env.filters["exact_attr"] = _exact_attr
+    env.filters["exact_attr"] = exact_attr
     env.globals["run_href"] = run_href
     return env
 
@@ -335,6 +317,7 @@ def _readonly(store: Any) -> bool:
 
 
 def _check_stores(named: Mapping[str, Any]) -> None:
+    from fencepost.cli._common import refuse_same_database
     from fencepost.shards.membership import check_name
 
     for i, (name, store) in enumerate(named.items()):
@@ -342,18 +325,9 @@ def _check_stores(named: Mapping[str, Any]) -> None:
         if not _readonly(store):
             raise ValueError("the console serves only stores opened with readonly=True")
     # A store that does not answer yet is checked when it opens (refused then if it fails).
+    labels = [f"store {name!r}" for name in named]
     check_as_they_open(list(named.values()), lambda store: store.feed.position().source,
-                       lambda sources: _refuse_same_database(list(named), sources))
-
-
-def _refuse_same_database(names: list[str], sources: list[str | None]) -> None:
-    seen: dict[str, str] = {}
-    for i, (name, source) in enumerate(zip(names, sources, strict=True)):
-        if source is None:
-            continue
-        if source in seen:
-            raise ValueError(f"store #{i} is the same database as store {seen[source]!r}: give each store once")
-        seen[source] = name
+                       lambda sources: refuse_same_database(labels, sources, error=ValueError), refuses=(ValueError,))
 
 
 def create_app(url: str | Mapping[str, str] | None = None, *, store: Any = None, stores: Any = None,
@@ -635,9 +609,9 @@ def create_app(url: str | Mapping[str, str] | None = None, *, store: Any = None,
             yield
         finally:
             await run_in_threadpool(hub.close)
-            if owned:
+            if owned:  # off the event loop: a store waits for its open attempt in flight
                 for each in named.values():
-                    each.close()
+                    await run_in_threadpool(each.close)
 
     get = ["GET", "HEAD"]
     app = Starlette(

@@ -17,6 +17,11 @@ The start-up checks that read a store (``check_as_they_open``: the same database
 recorded shard set given whole) cannot read one that does not answer; they run when it opens, and
 a store that fails them then is refused for good: ``StoreRefused`` (code ``refused``, the check's
 message as its detail) is what every access raises, and the other stores keep serving.
+
+Only a check's own refusal is for good. An attempt that fails any other way (the open or a check's
+read failing, an unexpected exception, even a ``BaseException`` such as ``KeyboardInterrupt`` or a
+``CancelledError`` ending its thread) closes what it opened, and the store is tried again a second
+later; an unexpected exception is logged by its type alone (its message may quote a URL).
 """
 
 from __future__ import annotations
@@ -74,12 +79,15 @@ def refusal(store: Any) -> str | None:
     return store.refused if isinstance(store, AwaitedStore) else None
 
 
-def check_as_they_open(stores: Sequence[Any], read: Callable[[Any], T], check: Callable[[list[T | None]], R]) -> R:
+def check_as_they_open(stores: Sequence[Any], read: Callable[[Any], T], check: Callable[[list[T | None]], R],
+                       refuses: tuple[type[Exception], ...]) -> R:
     """``check`` over ``read`` of each store (None for one that does not answer yet), now; its result.
 
     Each store still awaited gets the check again when it opens, over what was read of the
-    stores so far with its own reading added: a check that raises then refuses that store
-    (``StoreRefused``). Checks of stores opening at once run one at a time.
+    stores so far with its own reading added: a check that raises one of ``refuses`` (its
+    refusal) then refuses that store (``StoreRefused``, the refusal's message as its detail). Any
+    other exception leaves the store unopened, tried again later. Checks of stores opening at once
+    run one at a time.
     """
     facts: list[T | None] = [None if awaiting(store) else read(store) for store in stores]
     result = check(facts)
@@ -91,7 +99,11 @@ def check_as_they_open(stores: Sequence[Any], read: Callable[[Any], T], check: C
             with lock:
                 trial = list(facts)
                 trial[i] = got
-                check(trial)
+                try:
+                    check(trial)
+                except refuses as exc:
+                    detail = str(exc) or type(exc).__name__
+                    raise StoreRefused("refused", "open", detail) from None
                 facts[i] = got
         return recheck
 
@@ -113,13 +125,14 @@ class AwaitedStore:
         #: The start-up check's message once the store, opened late, failed it; else None.
         self.refused: str | None = None
         #: Run on the opened store before it is served (``check_as_they_open``); one raising
-        #: refuses it, a ``FencepostError`` (its database failing the read) counts as a failed open.
+        #: ``StoreRefused`` refuses it, anything else counts as a failed open.
         self.checks: list[Callable[[Store], None]] = []
         self._store: Store | None = None
         self._closed = False
         self._lock = threading.Lock()
         self._tried = time.monotonic()
         self._attempt: threading.Thread | None = None
+        self._unexpected: str | None = None  # the type of the last attempt's unexpected failure
 
     @property
     def opened(self) -> Store | None:
@@ -143,42 +156,64 @@ class AwaitedStore:
             raise _again(self.error)
 
     def _try_open(self) -> None:
-        """One open attempt, on its own thread: the store served from now on, or why not."""
+        """One open attempt, on its own thread: the store served from now on, or why not.
+
+        However the attempt ends, it is no longer in flight and what it opened is closed unless
+        served: a ``BaseException`` (a ``KeyboardInterrupt``, ``SystemExit``, ``CancelledError``)
+        is raised on after that, and the store is tried again as after any failed attempt.
+        """
         import fencepost
 
         store: Store | None = None
         error: OpenError | None = None
         refused: str | None = None
+        unexpected: str | None = None
+        passed = False
         try:
             store = fencepost.open(self.url, readonly=True)
             for check in self.checks:
                 check(store)
+            passed = True
+        except StoreRefused as exc:  # a check refused it: the start-up's own message
+            refused = exc.detail
+            error = exc
         except OpenError as exc:
             error = exc
         except FencepostError as exc:  # a check's read failed: the database went away again
             error = OpenError("open_failed", "open", exc.detail)
             error.transient = True
-        except Exception as exc:  # a check refused it: the start-up's own message
-            refused = str(exc) or type(exc).__name__
-            error = StoreRefused("refused", "open", refused)
-        if error is not None and store is not None:
-            store.close()
-            store = None
+        except Exception as exc:  # a defect or an environment failure, not a refusal: tried again
+            unexpected = type(exc).__name__
+            error = OpenError("open_failed", "open", f"the open attempt failed unexpectedly ({unexpected})")
+            error.transient = True
+        finally:
+            if not self._settle(store if passed else None, error, refused) and store is not None:
+                store.close()  # failed, or opened after the console closed it
+        # One line when a failure is new, not one a second while it lasts.
+        if refused is not None or (unexpected is not None and unexpected != self._unexpected):
+            from fencepost._durable import redact_url
+
+            if refused is not None:
+                log.warning("console: store %s refused once it answered: %s", redact_url(self.url), refused)
+            else:
+                log.warning("console: opening store %s failed unexpectedly (%s); it is tried again",
+                            redact_url(self.url), unexpected)
+        self._unexpected = unexpected
+
+    def _settle(self, store: Store | None, error: OpenError | None, refused: str | None) -> bool:
+        """End the attempt in flight: serve ``store`` (one that opened and passed the checks; True),
+        else record why not. An attempt ended by a ``BaseException`` comes with no error: the last
+        one stands."""
         with self._lock:
             self._attempt = None
-            if error is None and not self._closed:
+            if store is not None and not self._closed:
                 self._store = store
-                return
+                return True
             if refused is not None:
                 self.refused = refused
             if error is not None:
                 self.error = error
-        if store is not None:  # it opened after the console closed it
-            store.close()
-        if refused is not None:
-            from fencepost._durable import redact_url
-
-            log.warning("console: store %s refused once it answered: %s", redact_url(self.url), refused)
+            return False
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):  # copy, pickle and friends ask for dunders: never open for them
@@ -186,11 +221,21 @@ class AwaitedStore:
         return getattr(self._open(), name)
 
     def close(self) -> None:
-        """Close the store if it opened; it is never opened after this (an attempt in flight closes
-        what it opens)."""
+        """Close the store if it opened; it is never opened after this. An attempt in flight closes
+        what it opens, and is waited for, at most as long as its connection may wait for the
+        database (its ``connect_timeout``), so that nothing of the store outlives its close."""
+        from fencepost._durable import PG_CONNECT_TIMEOUT_S, connect_wait_s
+
         with self._lock:
             self._closed = True
             store, self._store = self._store, None
+            attempt = self._attempt
+        if attempt is not None and attempt is not threading.current_thread():
+            try:
+                wait = connect_wait_s(self.url)
+            except ValueError:
+                wait = PG_CONNECT_TIMEOUT_S
+            attempt.join(wait)
         if store is not None:
             store.close()
 

@@ -42,7 +42,20 @@ _encoder = msgspec.json.Encoder()
 def sse(event: str, data: Any, event_id: str | None = None) -> bytes:
     """One Server-Sent Event frame: ``event:``, optional ``id:``, and one ``data:`` line of JSON."""
     head = f"event: {event}\n" + (f"id: {event_id}\n" if event_id is not None else "")
-    return head.encode() + b"data: " + _encoder.encode(data) + b"\n\n"
+    return head.encode() + b"data: " + _line_safe(_encoder.encode(data)) + b"\n\n"
+
+
+#: Characters JSON may hold raw that a client splitting lines as ``str.splitlines`` does (httpx's
+#: ``iter_lines``, the SSE clients built on it) takes for a line end: NEL and the Unicode line and
+#: paragraph separators. They only occur inside a JSON string, where their escape means the same.
+_LINE_ENDS = ((b"\xc2\x85", b"\\u0085"), (b"\xe2\x80\xa8", b"\\u2028"), (b"\xe2\x80\xa9", b"\\u2029"))
+
+
+def _line_safe(body: bytes) -> bytes:
+    for raw, escaped in _LINE_ENDS:
+        if raw in body:
+            body = body.replace(raw, escaped)
+    return body
 
 
 #: What a queued ``run`` frame changed: ``(store name, revision)`` ("" over one store), else None.

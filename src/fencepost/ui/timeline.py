@@ -7,15 +7,16 @@ that ended in a steal, when the lease was stale; a journaled ``lease-reconfirmed
 owner's silence since its last heartbeat), dashed takeover lines from the displaced owner to the
 stealer, and the settlement line. Replay's violations are marked in red on the axis.
 
-Every text that reaches the SVG is escaped here; the result is a complete ``<svg>`` element.
+Every text that reaches the SVG is escaped here (``escaping.svg_text``); the result is a complete
+``<svg>`` element.
 """
 
 from __future__ import annotations
 
 from typing import Any
-from xml.sax.saxutils import escape, quoteattr
 
 from fencepost.journal.replay import STALE_AFTER_MS
+from fencepost.ui.escaping import svg_attr, svg_text
 
 WIDTH = 960
 LABEL_W = 200
@@ -91,7 +92,7 @@ def render_timeline(row: Any, facts: list[Any], history: Any, warnings: list[Any
     out: list[str] = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="timeline" data-lanes="{len(lanes)}" '
         f'viewBox="0 0 {WIDTH} {height}" preserveAspectRatio="xMinYMin meet" role="img" '
-        f'aria-label={quoteattr(f"ownership timeline of {row.run_id}: {len(lanes)} owner(s)")}>',
+        f'aria-label={svg_attr(f"ownership timeline of {row.run_id}: {len(lanes)} owner(s)")}>',
         '<defs><pattern id="gap-hatch" patternUnits="userSpaceOnUse" width="6" height="6" '
         'patternTransform="rotate(45)"><rect width="6" height="6" fill="#fff4e0"/>'
         '<line x1="0" y1="0" x2="0" y2="6" stroke="#e08a00" stroke-width="2"/></pattern></defs>',
@@ -105,10 +106,10 @@ def render_timeline(row: Any, facts: list[Any], history: Any, warnings: list[Any
         out.append(f'<line x1="{tx}" y1="{AXIS_H - 12}" x2="{tx}" y2="{height - 24}" stroke="#eee"/>')
         anchor = "start" if n == 0 else ("end" if n == 5 else "middle")
         out.append(f'<text x="{tx}" y="{AXIS_H - 16}" font-size="11" text-anchor="{anchor}" fill="#555">'
-                   f'{escape(_fmt_span(t - origin))}</text>')
+                   f'{svg_text(_fmt_span(t - origin))}</text>')
     first = "the first ownership fact" if facts else "creation"
     before = f"; created {_fmt_span(origin - row.created_at_ms)[1:]} earlier" if origin > row.created_at_ms else ""
-    out.append(f'<text x="8" y="{height - 10}" font-size="11" fill="#555">+0 = {escape(first)}{escape(before)}'
+    out.append(f'<text x="8" y="{height - 10}" font-size="11" fill="#555">+0 = {svg_text(first)}{svg_text(before)}'
                '</text>')
     out.append('</g>')
 
@@ -124,19 +125,19 @@ def render_timeline(row: Any, facts: list[Any], history: Any, warnings: list[Any
     steals = [e for e in facts if e.event_type == _PREFIX + "stolen"]
     for k in lanes:
         y = lane_y(k)
-        out.append(f'<g class="lane" data-owner={quoteattr(_label(k))}>')
+        out.append(f'<g class="lane" data-owner={svg_attr(_label(k))}>')
         out.append(f'<text x="8" y="{y + 4}" font-size="12" font-family="monospace" fill="#222">'
-                   f'{escape(_label(k))}</text>')
+                   f'{svg_text(_label(k))}</text>')
         out.append(f'<line x1="{LABEL_W}" y1="{y}" x2="{WIDTH - RIGHT_PAD}" y2="{y}" stroke="#ddd"/>')
         for i in ends[k]:
             held = running and i.ended_at_ms is None and _key(row.owner) == k
             end = i.ended_at_ms if i.ended_at_ms is not None else (now_ms if held else t1)
             cls = f"tenure ended-{i.ended_by or 'open'}"
             x0, x1 = x(i.started_at_ms), x(end)
-            out.append(f'<rect class={quoteattr(cls)} x="{x0}" y="{y - BAR_H / 2}" width="{max(2.0, x1 - x0)}" '
-                       f'height="{BAR_H}" rx="3"><title>{escape(_label(k))} owned the run from seq {i.start_seq}'
+            out.append(f'<rect class={svg_attr(cls)} x="{x0}" y="{y - BAR_H / 2}" width="{max(2.0, x1 - x0)}" '
+                       f'height="{BAR_H}" rx="3"><title>{svg_text(_label(k))} owned the run from seq {i.start_seq}'
                        f'{" to seq " + str(i.end_seq) if i.end_seq is not None else ", still held"}'
-                       f' ({escape(i.ended_by or "open")})</title></rect>')
+                       f' ({svg_text(i.ended_by or "open")})</title></rect>')
             if i.ended_by == "stolen" and i.ended_at_ms is not None:
                 g0 = max(i.started_at_ms, i.ended_at_ms - STALE_AFTER_MS)
                 out.append(_gap(x(g0), x(i.ended_at_ms), y, "heartbeat gap: the lease was stale "
@@ -161,18 +162,18 @@ def render_timeline(row: Any, facts: list[Any], history: Any, warnings: list[Any
             sx = x(e.emitted_at_ms)
             out.append(f'<line class="takeover" x1="{sx}" y1="{lane_y(old)}" x2="{sx}" y2="{lane_y(new)}" '
                        f'stroke="#c0392b" stroke-dasharray="4 3" stroke-width="1.5"><title>takeover: '
-                       f'{escape(_label(new))} stole the run from {escape(_label(old))}</title></line>')
+                       f'{svg_text(_label(new))} stole the run from {svg_text(_label(old))}</title></line>')
     if row.finished_at_ms is not None:
         fx = x(row.finished_at_ms)
         out.append(f'<g class="settlement"><line x1="{fx}" y1="{AXIS_H - 8}" x2="{fx}" y2="{height - 24}" '
                    f'stroke="#333" stroke-width="2"/><text x="{fx}" y="{height - 10}" font-size="12" '
-                   f'text-anchor="end" fill="#333">settled {escape(row.status)}</text></g>')
+                   f'text-anchor="end" fill="#333">settled {svg_text(row.status)}</text></g>')
     by_seq = {e.seq: e for e in facts}
     for v in history.violations:
         e = by_seq.get(v.seq)
         vx = x(e.emitted_at_ms) if e is not None else LABEL_W
         out.append(f'<g class="violation"><circle cx="{vx}" cy="{AXIS_H - 8}" r="6" fill="#c0392b"/>'
-                   f'<title>violation {escape(v.rule)} at seq {v.seq}: {escape(v.detail)}</title></g>')
+                   f'<title>violation {svg_text(v.rule)} at seq {v.seq}: {svg_text(v.detail)}</title></g>')
     out.append('</svg>')
     return "".join(out)
 
@@ -181,7 +182,7 @@ def _gap(x0: float, x1: float, y: float, title: str) -> str:
     # A hatched band just under the tenure bar, so the bar itself stays visible.
     return (f'<rect class="gap" x="{x0}" y="{y + BAR_H / 2 + 1}" width="{max(2.0, x1 - x0)}" '
             f'height="7" fill="url(#gap-hatch)" stroke="#e08a00" stroke-width="0.5">'
-            f'<title>{escape(title)}</title></rect>')
+            f'<title>{svg_text(title)}</title></rect>')
 
 
 _SHAPES = {
@@ -196,8 +197,8 @@ _SHAPES = {
 def _marker(e: Any, mx: float, y: float) -> str:
     kind = e.event_type[len(_PREFIX):]
     shape, fill, stroke, what = _SHAPES.get(kind, ("circle", "#ccc", "#999", kind))
-    title = f"<title>{escape(what)} at seq {e.seq} (position {e.position})</title>"
-    cls = quoteattr(f"fact fact-{kind}")
+    title = f"<title>{svg_text(what)} at seq {e.seq} (position {e.position})</title>"
+    cls = svg_attr(f"fact fact-{kind}")
     if shape == "circle":
         return (f'<circle class={cls} cx="{mx}" cy="{y}" r="5" fill="{fill}" stroke="{stroke}" stroke-width="2">'
                 f'{title}</circle>')

@@ -1,0 +1,98 @@
+"""Closing the console leaves no thread and no connection of a store it was waiting for, on both backends.
+
+The store's database did not answer at start-up; it answers, slowly, while the console shuts down:
+an open attempt is in flight, its store opened and its connection held. Before, closing the store
+returned at once and that attempt's thread went on (closing what it opened a moment later, after
+the app had shut down). Now closing the store waits for the attempt, bounded by the connect timeout,
+so once the app's shutdown returns no console thread is alive and no connection of it is open.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import NullPool
+
+import fencepost
+from fencepost.errors import OpenError
+from fencepost.ui import awaited, create_app
+from fencepost.ui.server import UiServer
+from tests.conftest import require_postgres
+
+#: Seconds the attempt holds its opened store before handing it over (well under the connect timeout).
+SLOW_S = 1.5
+
+
+def _console_threads(before: set[threading.Thread]) -> list[str]:
+    """fencepost's threads alive now that were not before (another test's console may still serve)."""
+    return [t.name for t in threading.enumerate()
+            if t not in before and t.name.startswith("fencepost") and t.is_alive()]
+
+
+def _connections(url: str, app_name: str) -> int:
+    """Connections open to the store: PostgreSQL sessions named ``app_name``, else the SQLite file's
+    descriptors held by this process."""
+    if url.startswith("sqlite:"):
+        path = os.path.realpath(url[len("sqlite:///"):])
+        held = 0
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                target = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                continue
+            held += target == path
+        return held
+    engine = create_engine(require_postgres(), poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            return conn.execute(text("SELECT count(*) FROM pg_stat_activity WHERE application_name = :n"),
+                                {"n": app_name}).scalar_one()
+    finally:
+        engine.dispose()
+
+
+def test_closing_the_console_joins_an_open_attempt_in_flight(
+        db_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    app_name = "fp-close-" + uuid.uuid4().hex[:8]
+    url = db_url
+    if not db_url.startswith("sqlite:"):
+        url = make_url(db_url).update_query_dict({"application_name": app_name}).render_as_string(
+            hide_password=False)
+    fencepost.open(url).close()
+    assert _connections(url, app_name) == 0
+    real_open = fencepost.open
+    calls: list[str] = []
+    opened = threading.Event()
+
+    def slow_open(u: Any, **kwargs: Any) -> Any:
+        calls.append(u)
+        if len(calls) == 1:  # the console's start-up: the database does not answer yet
+            error = OpenError("cannot_connect", "open", "the database did not answer")
+            error.transient = True
+            raise error
+        store = real_open(u, **kwargs)
+        store.feed.position()  # a connection opened and pooled
+        opened.set()
+        time.sleep(SLOW_S)
+        return store
+
+    monkeypatch.setattr(fencepost, "open", slow_open)
+    monkeypatch.setattr(awaited, "RETRY_S", 0.0)
+    before = set(threading.enumerate())
+    app = create_app(url, tick=0.2, poll_interval=0.3)
+    assert isinstance(app.state.store, awaited.AwaitedStore)
+    with UiServer(app) as server:
+        httpx.get(server.url + "/health.json", timeout=10)  # starts an attempt if none runs yet
+        assert opened.wait(10), "no open attempt reached the database"
+    left = _console_threads(before)
+    held = _connections(url, app_name)
+    assert (left, held) == ([], 0), f"after the console closed: threads {left} alive, {held} connection(s) open"
