@@ -124,12 +124,12 @@ def test_a_worker_waiting_for_a_silent_server_stops_at_once_on_sigterm(tmp_path:
     ``connect_timeout``; a SIGTERM in the middle of one stops the worker without waiting it out."""
     silent = SilentServer()
     silent.listen()
-    url = f"postgresql+psycopg://someone:sekrit-pw@127.0.0.1:{silent.port}/db?connect_timeout=2"
+    url = f"postgresql+psycopg://someone:sekrit-pw@127.0.0.1:{silent.port}/db?connect_timeout=10"
     worker = Started(url, tmp_path)
     try:
         assert worker.said(WAITING, 60), worker.err
         assert silent.reached.wait(30)
-        time.sleep(0.5)  # the next attempt is in flight (it waits 2 s for an answer)
+        time.sleep(0.5)  # an attempt is in flight (it waits 10 s for an answer)
         sent = time.monotonic()
         worker.proc.send_signal(signal.SIGTERM)
         code, out, err = worker.ended(15)
@@ -138,7 +138,9 @@ def test_a_worker_waiting_for_a_silent_server_stops_at_once_on_sigterm(tmp_path:
         worker.kill()
         silent.close()
     assert code == 0, (out, err)
-    assert took < 1.5, took
+    # Far below the 10 s the attempt in flight would take if the stop waited it out (a loaded
+    # machine delays the signal's handling by a second or more, so the bound is loose).
+    assert took < 5, took
     assert err.count(WAITING) == 1 and "cannot_connect" in err, err
     assert "sekrit-pw" not in err and "Traceback" not in err, err
 
