@@ -173,3 +173,16 @@ def test_a_task_module_failing_at_import_shows_its_message_redacted(run_cli, tmp
     assert "\x1b" not in result.err
     assert "'leakytasks'" in result.err and "RuntimeError" in result.err
     assert "password=[REDACTED]" in result.err
+
+
+def test_a_task_module_exiting_at_import_is_a_usage_error(run_cli, tmp_path):
+    """A module that calls ``sys.exit(3)`` while it is imported (a script's ``if`` guard left out)
+    ended ``fencepost worker`` with exit code 3 and not a word: an exit code the command line never
+    documents. It is a module that fails to import: a usage error (exit 2) naming the module and the
+    exit. Refused before any store is opened, so there is no backend to vary."""
+    (tmp_path / "scripttasks.py").write_text("import sys\n\ndef work(ctx):\n    pass\n\nsys.exit(3)\n")
+    result = run_cli("worker", "--task", "scripttasks:work", cwd=tmp_path)
+    assert_one_line_error(result)
+    assert result.code == 2, result
+    assert "'scripttasks'" in result.err and "SystemExit" in result.err and "--task" in result.err
+

@@ -34,7 +34,7 @@ def load_task(ref: str, import_dir: str | None = None) -> Any:
         sys.path.insert(0, folder)
     try:
         module = importlib.import_module(module_name)
-    except Exception as exc:  # ImportError, or whatever the module raised while importing
+    except (Exception, SystemExit) as exc:  # ImportError, or whatever the module raised (or exited) importing
         raise click.BadParameter(f"cannot import module {module_name!r}: {type(exc).__name__}: "
                                  f"{redacted_first_line(exc, 'no message')}", param_hint="--task") from None
     try:
