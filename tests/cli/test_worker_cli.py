@@ -186,3 +186,16 @@ def test_a_task_module_exiting_at_import_is_a_usage_error(run_cli, tmp_path):
     assert result.code == 2, result
     assert "'scripttasks'" in result.err and "SystemExit" in result.err and "--task" in result.err
 
+
+@pytest.mark.parametrize("ref", ["mytasks.py:work", "./mytasks:work", "./mytasks.py:work", "sub/mytasks.py:work"])
+def test_a_file_path_for_the_task_module_says_to_give_a_module_name(run_cli, tmp_path, ref):
+    """``--task mytasks.py:work`` or ``--task ./mytasks:work`` (a file path, as a new user types it)
+    was refused with the import machinery's own text ("No module named 'mytasks.py'; 'mytasks' is not
+    a package", or a TypeError about relative imports and a 'package' argument). The usage error now
+    says a module name is wanted, and which. Refused before any store is opened: no backend to vary."""
+    (tmp_path / "mytasks.py").write_text("def work(ctx):\n    return {}\n")
+    result = run_cli("worker", "--task", ref, cwd=tmp_path)
+    assert_one_line_error(result)
+    assert result.code == 2, result
+    assert "module name" in result.err and "TypeError" not in result.err, result.err
+    assert "--task mytasks:work" in result.err, result.err
