@@ -249,8 +249,8 @@ def test_a_password_in_a_store_url_is_never_printed(run_cli, db_url):
 
 
 @pytest.mark.parametrize("command", [
-    ["journal", "show", "a1"], ["feed", "snapshot", "a1"], ["source", "show"], ["source", "rotate"],
-    ["migrations", "status"], ["runs", "retry", "a1"],
+    ["journal", "verify"], ["journal", "replay", "--all"], ["feed", "snapshot", "a1"], ["source", "show"],
+    ["source", "rotate"], ["migrations", "status"], ["runs", "retry", "a1"],
 ], ids=lambda c: " ".join(c[:2]))
 def test_commands_of_one_store_refuse_several_with_a_usage_error(run_cli, two_stores, command):
     before = {name: _state(url) for name, url in two_stores.items()}
@@ -270,7 +270,7 @@ def _state(url: str) -> tuple:
 def test_commands_about_one_run_need_a_recorded_shard_set(run_cli, two_stores):
     db = _db_args(two_stores)  # two independent stores with runs: no set, and never founded as one
     for command in (["runs", "cancel", "a1"], ["runs", "show", "a1"], ["runs", "delete", "a1"],
-                    ["runs", "create", "n1"]):
+                    ["runs", "create", "n1"], ["journal", "show", "a1"], ["journal", "replay", "a1"]):
         result = run_cli(*db, *command)
         assert result.code == 2 and "record no shard set" in result.err, (command, result)
         assert_one_line_error(result)
@@ -333,6 +333,41 @@ def test_init_founds_a_shard_set_and_run_commands_route_by_run_id(run_cli, shard
         assert_one_line_error(part)
     renamed = run_cli("--db", f"other={urls[0]}", *_db_args(urls[1:]), "runs", "list")
     assert renamed.code == 2 and "recorded as a shard under another name" in renamed.err
+
+
+def test_journal_show_and_replay_of_a_run_route_to_its_shard(run_cli, shard_urls):
+    """An auditor given a shard set (``--db`` repeated, as every other command of the set takes it)
+    was told ``journal show|replay RUN_ID`` "works on one store: give one --db", without being told
+    which one holds the run (``runs show`` does not say). Both now route by run id through the set as
+    ``runs show`` does, and print what the run's own shard prints; the whole-journal commands
+    (``verify``, ``replay --all``) stay one store at a time."""
+    urls = shard_urls(3)
+    db = _db_args(urls)
+    assert run_cli(*db, "init").code == 0
+    me = fencepost.OwnerId("host-a", 1, "nonce-1")
+    ids = [f"audit-{i}" for i in range(6)]
+    with fencepost.open_shards(urls) as shards:
+        for run_id in ids:
+            shards.runs.create(run_id, "{}")
+            shards.runs.claim_and_own(run_id, fencepost.RunSnapshot("pending", None, None), me,
+                                      shards.clock.now_ms())
+            shards.journal.append(run_id, "step.done", {"n": 1}, owner=me, source_id="app", source_seq=0)
+            shards.runs.transition_owned(run_id, me, "completed")
+        homes = {run_id: urls[shards.names.index(shards.locate(run_id))] for run_id in ids}
+    assert len(set(homes.values())) > 1
+    for run_id in ids:
+        one = _db_args([homes[run_id]])
+        for command in (["journal", "show", run_id, "--json"], ["journal", "show", run_id, "--companion", "--json"],
+                        ["journal", "replay", run_id, "--json"]):
+            routed, alone = run_cli(*db, *command), run_cli(*one, *command)
+            assert routed.code == 0, (command, routed)
+            assert json.loads(routed.out) == json.loads(alone.out), command
+        assert json.loads(run_cli(*db, "journal", "replay", run_id, "--json").out)["facts"] == 3
+    missing = run_cli(*db, "journal", "replay", "nope")
+    assert missing.code == 1 and "no run and no ownership facts" in missing.err
+    assert_one_line_error(missing)
+    part = run_cli(*_db_args(urls[:2]), "journal", "show", ids[0])
+    assert part.code == 2 and "give every shard of the set" in part.err
 
 
 def test_creating_a_run_on_one_shard_given_alone_is_refused(run_cli, shard_urls):

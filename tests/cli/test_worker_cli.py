@@ -173,3 +173,29 @@ def test_a_task_module_failing_at_import_shows_its_message_redacted(run_cli, tmp
     assert "\x1b" not in result.err
     assert "'leakytasks'" in result.err and "RuntimeError" in result.err
     assert "password=[REDACTED]" in result.err
+
+
+def test_a_task_module_exiting_at_import_is_a_usage_error(run_cli, tmp_path):
+    """A module that calls ``sys.exit(3)`` while it is imported (a script's ``if`` guard left out)
+    ended ``fencepost worker`` with exit code 3 and not a word: an exit code the command line never
+    documents. It is a module that fails to import: a usage error (exit 2) naming the module and the
+    exit. Refused before any store is opened, so there is no backend to vary."""
+    (tmp_path / "scripttasks.py").write_text("import sys\n\ndef work(ctx):\n    pass\n\nsys.exit(3)\n")
+    result = run_cli("worker", "--task", "scripttasks:work", cwd=tmp_path)
+    assert_one_line_error(result)
+    assert result.code == 2, result
+    assert "'scripttasks'" in result.err and "SystemExit" in result.err and "--task" in result.err
+
+
+@pytest.mark.parametrize("ref", ["mytasks.py:work", "./mytasks:work", "./mytasks.py:work", "sub/mytasks.py:work"])
+def test_a_file_path_for_the_task_module_says_to_give_a_module_name(run_cli, tmp_path, ref):
+    """``--task mytasks.py:work`` or ``--task ./mytasks:work`` (a file path, as a new user types it)
+    was refused with the import machinery's own text ("No module named 'mytasks.py'; 'mytasks' is not
+    a package", or a TypeError about relative imports and a 'package' argument). The usage error now
+    says a module name is wanted, and which. Refused before any store is opened: no backend to vary."""
+    (tmp_path / "mytasks.py").write_text("def work(ctx):\n    return {}\n")
+    result = run_cli("worker", "--task", ref, cwd=tmp_path)
+    assert_one_line_error(result)
+    assert result.code == 2, result
+    assert "module name" in result.err and "TypeError" not in result.err, result.err
+    assert "--task mytasks:work" in result.err, result.err

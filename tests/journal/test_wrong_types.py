@@ -157,3 +157,15 @@ def test_audit_functions_refuse_what_is_not_a_store(store: fencepost.Store, name
         assert "hunter2" not in str(err) and "hunter2" not in repr(err)
         assert type(wrong).__name__ in err.detail
     AUDITS[name](store)
+
+
+@pytest.mark.parametrize("name", sorted(AUDITS))
+def test_audit_functions_given_a_shard_set_say_to_audit_each_shard(make_db_url, name: str) -> None:
+    """A service on a shard set handed its ``ShardSet`` to ``verify``/``ownership_history`` (as it
+    hands it to ``Worker`` and ``ProjectionBuilder``) and was told only "store must be a fencepost
+    Store, not ShardSet". Each shard has its own journal, so the refusal now says to pass one shard's
+    store, and how to find the run's. Both backends run it, though it is refused before any read."""
+    with fencepost.open_shards([make_db_url(), make_db_url()]) as shards:
+        err = _refused(lambda: AUDITS[name](shards), "store")
+        assert "ShardSet" in err.detail and "shards[name]" in err.detail and "store_for" in err.detail
+        AUDITS[name](shards["shard-0"])

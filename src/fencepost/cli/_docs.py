@@ -27,9 +27,10 @@ in a password file (`~/.pgpass`, or `?passfile=PATH`) or `$PGPASSWORD`.
 `NAME=URL` a line) to work across stores. `runs list` and `feed tail` read any stores and label
 every record with its store (`store`, the first column): the name given as `NAME=URL`, else the
 shard name the store recorded as part of a shard set, else `shard-0`, `shard-1` ... by position.
-`runs show`, `runs cancel`, `runs delete` and `runs create ID` need the stores to be one shard set
-(every shard of it) and act on the run's shard; `init` founds a set on empty stores and `worker`
-sweeps every shard of it. Other commands work on one store and refuse several (exit 2).
+`runs show`, `runs cancel`, `runs delete`, `runs create ID` and `journal show|replay ID` need the
+stores to be one shard set (every shard of it) and act on the run's shard; `init` founds a set on
+empty stores and `worker` sweeps every shard of it. Other commands work on one store and refuse
+several (exit 2).
 
 ```sh
 fencepost --db sqlite:///a.db --db sqlite:///b.db init            # found a shard set of two

@@ -49,13 +49,15 @@ def journal_show(run_id: str, companion: bool, after: int | None, limit: int, ou
     The table cuts a payload or meta longer than 160 characters (ending it with "..."); json,
     jsonl and csv print them exactly as they were recorded (the hash chain covers them). With
     --format json, prints the page {"entries": [...], "has_more": ...}; jsonl and csv print the
-    entries alone. Exits 1 when RUN_ID names neither a run nor any journal entries.
+    entries alone. Exits 1 when RUN_ID names neither a run nor any journal entries. Given the
+    shards of a set (--db repeated), shows the stream on the run's shard.
 
     Example: fencepost runs create order-17 && fencepost journal show order-17 --companion
     """
+    from fencepost.cli.runs import run_store
     from fencepost.journal import companion_stream
 
-    store = read_store()
+    store = run_store(run_id, readonly=True)  # given a shard set, the run's shard
     stream = companion_stream(run_id) if companion else run_id
     page = store.journal.entries(stream, after=after, limit=limit)
     if not page.entries and not run_exists(store, run_id) and not any(
@@ -92,18 +94,21 @@ def journal_replay(run_id: str | None, every: bool, out: Output, progress: bool)
     and violations by rule (json: the summary with every history; jsonl: one history per line;
     csv: one row per run; on a terminal, a progress bar on stderr counts the runs replayed). Exits
     1 when any history breaks a rule, or when RUN_ID names neither a run nor any ownership facts.
+    Given the shards of a set (--db repeated), RUN_ID is replayed on its shard; --all works on one
+    store (replay each shard in turn).
 
     Example: fencepost runs create order-17 && fencepost journal replay order-17
     """
     if every == (run_id is not None):
         raise click.UsageError("give a RUN_ID or --all (not both)")
-    store = read_store()
     if every:
-        _replay_all(store, out, progress)
+        _replay_all(read_store(), out, progress)
         return
+    from fencepost.cli.runs import run_store
     from fencepost.journal import ownership_history
 
     assert run_id is not None
+    store = run_store(run_id, readonly=True)  # given a shard set, the run's shard
     history = ownership_history(store, run_id)
     if history.facts == 0 and not run_exists(store, run_id):
         raise fail("journal replay: no run and no ownership facts with this run id")

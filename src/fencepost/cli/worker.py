@@ -44,7 +44,9 @@ def load_task(ref: str, import_dir: str | None = None) -> Any:
         sys.path.insert(0, folder)
     try:
         module = importlib.import_module(module_name)
-    except Exception as exc:  # ImportError, or whatever the module raised while importing
+    except (Exception, SystemExit) as exc:  # ImportError, or whatever the module raised (or exited) importing
+        if isinstance(exc, (ImportError, TypeError)) and _looks_like_a_path(module_name):
+            raise click.BadParameter(_module_name_wanted(module_name, attr), param_hint="--task") from None
         raise click.BadParameter(f"cannot import module {module_name!r}: {type(exc).__name__}: "
                                  f"{redacted_first_line(exc, 'no message')}", param_hint="--task") from None
     try:
@@ -57,6 +59,20 @@ def load_task(ref: str, import_dir: str | None = None) -> Any:
     if problem:
         raise click.BadParameter(f"{ref!r} {problem}", param_hint="--task")
     return fn
+
+
+def _looks_like_a_path(module_name: str) -> bool:
+    """``mytasks.py`` or ``./mytasks``: a file path where a module name belongs."""
+    return "/" in module_name or os.sep in module_name or module_name.endswith(".py")
+
+
+def _module_name_wanted(module_name: str, attr: str) -> str:
+    """The usage error for a file path given as the module: the module name to give instead, and the
+    folder to run from when the path named one."""
+    folder, _, file = module_name.replace(os.sep, "/").rpartition("/")
+    name = file[:-3] if file.endswith(".py") else file
+    where = "" if folder in ("", ".") else f", from the folder {folder!r} (or with it on PYTHONPATH)"
+    return f"give a module name, not a file path: --task {name}:{attr}{where}"
 
 
 class TerminalSafeFormatter(logging.Formatter):

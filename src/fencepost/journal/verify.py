@@ -348,8 +348,11 @@ def checked_store(store: object, method: str) -> None:
     """Refuse anything but an open store's handle (a URL, ``None``, ``store.journal``) with
     ``invalid_event`` naming the type given, never the value: a URL can hold a password."""
     if not isinstance(getattr(store, "db", None), Database):
+        # A shard set (duck-typed: the journal layer imports nothing above it) has one journal per shard.
+        hint = ("; each shard has its own journal: pass one shard's store, shards[name] "
+                "(shards.store_for(run_id) for a run's)") if callable(getattr(store, "store_for", None)) else ""
         raise JournalError("invalid_event", method,
-                           f"store must be a fencepost Store (from fencepost.open), not {type(store).__name__}")
+                           f"store must be a fencepost Store (from fencepost.open), not {type(store).__name__}{hint}")
 
 
 def checked_anchor(anchor: object) -> Head:
