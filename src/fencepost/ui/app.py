@@ -609,9 +609,8 @@ def create_app(url: str | Mapping[str, str] | None = None, *, store: Any = None,
             yield
         finally:
             await run_in_threadpool(hub.close)
-            if owned:  # off the event loop: a store waits for its open attempt in flight
-                for each in named.values():
-                    await run_in_threadpool(each.close)
+            if owned:  # off the event loop, all at once: each waits for its open attempt in flight
+                await asyncio.gather(*(run_in_threadpool(each.close) for each in named.values()))
 
     get = ["GET", "HEAD"]
     app = Starlette(
