@@ -428,7 +428,7 @@ class SqliteBackend(Backend):
         # dropped without ``close`` must be collectable, its checkpoint thread stopped).
         self._file: list[Any] = [None, None]
         #: Seconds SQLite waits for another connection's lock (``busy_timeout_ms``).
-        self.busy_wait_s = 10.0
+        self.busy_wait_s = SQLITE_BUSY_TIMEOUT_MS / 1000
         #: The ``synchronous`` level of every connection (the URL option, FULL unless given).
         self.synchronous = "FULL"
 
@@ -438,7 +438,7 @@ class SqliteBackend(Backend):
         self.synchronous = synchronous
         # "writer": SQLite's own default, the commit that fills the log checkpoints it; no thread.
         background = options.get("checkpoints", "background") == "background"
-        busy_ms = int(options.get("busy_timeout_ms", "10000"))
+        busy_ms = int(options.get("busy_timeout_ms", SQLITE_BUSY_TIMEOUT_MS))
         self.busy_wait_s = busy_ms / 1000
 
         @event.listens_for(engine, "connect")
@@ -994,6 +994,8 @@ _PROBE_TIMEOUT_S = 5
 _PG_SILENT = "no answer"
 # A store's connect_timeout when its URL gives none (libpq's own default is to wait forever).
 PG_CONNECT_TIMEOUT_S = 10
+#: How long a SQLite connection waits for another connection's lock unless ``busy_timeout_ms`` says.
+SQLITE_BUSY_TIMEOUT_MS = 10_000
 
 
 def pg_connect_timeout(kwargs: dict[str, Any]) -> int:

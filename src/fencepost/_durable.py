@@ -29,6 +29,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from fencepost._dialects import (
     PG_CONNECT_TIMEOUT_S,
     SCHEMA_NAME,
+    SQLITE_BUSY_TIMEOUT_MS,
     SQLITE_CHECKPOINTS,
     SQLITE_SYNCHRONOUS,
     Backend,
@@ -238,7 +239,7 @@ def connect_wait_s(url: str) -> float:
     URL's ``connect_timeout`` (else fencepost's default), a SQLite URL's ``busy_timeout_ms``."""
     parsed, options = parse_url(url)
     if parsed.get_backend_name() == "sqlite":
-        return int(options.get("busy_timeout_ms", "10000")) / 1000
+        return int(options.get("busy_timeout_ms", SQLITE_BUSY_TIMEOUT_MS)) / 1000
     return pg_connect_timeout(dict(parsed.query))
 
 

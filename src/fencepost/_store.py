@@ -111,16 +111,16 @@ def open(url: str | None = None, *, clock: Clock | None = None, attempt_policy: 
         done: list[int] = []
         try:
             db.probe()
-            if readonly:
-                # A PostgreSQL schema that is not there is no store, as a SQLite file that is not
-                # there (refused by ``Database``): not a store that needs migrating.
+            if readonly and needed_to_read(db):
+                # A PostgreSQL schema that is not there (it reads as unmigrated) is no store, as a
+                # SQLite file that is not there (refused by ``Database``): not a store that needs
+                # migrating. Looked up only here: a store that is there costs no round trip for it.
                 missing = db.missing_namespace()
                 if missing is not None:
                     raise DatabaseMissing("database_missing", "open",
                                           f"{missing}; create it with `fencepost init`")
-                if needed_to_read(db):
-                    raise OpenError("needs_migrations", "open", pending_detail(db, pending(db)))
-            else:
+                raise OpenError("needs_migrations", "open", pending_detail(db, pending(db)))
+            if not readonly:
                 done = migrate(db)
                 if not done:
                     # Nothing to migrate, so nothing has written yet: prove this open may write. A

@@ -146,6 +146,12 @@ class OpenError(FencepostError):
         return (type(self), (self.code, self.method, self.detail, self.db_code), dict(self.__dict__))
 
 
+def waiting_may_cure(exc: BaseException) -> bool:
+    """Whether opening a store failed with ``exc`` in a way the same open may not meet when retried
+    (an ``OpenError`` that is ``transient``): what the console and the worker wait out at start-up."""
+    return isinstance(exc, OpenError) and exc.transient is True
+
+
 class DatabaseMissing(OpenError):
     """A read-only open found no database (read commands never create one): ``database_missing``."""
 

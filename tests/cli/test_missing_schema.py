@@ -59,3 +59,25 @@ def test_a_write_command_on_a_missing_store_says_database_missing_and_init_creat
     assert store_exists(missing_url)
     listed = run_cli("--db", missing_url, "runs", "list")
     assert listed.code == 0, listed
+
+
+def test_a_read_only_open_of_a_store_that_is_there_costs_no_namespace_lookup(db_url):
+    """The schema is looked up only when the store reads as unmigrated (a missing schema reads so):
+    a read-only open of a migrated store made one more round trip for it (``pg_namespace``) on every
+    open, each read command and each console attempt. On SQLite there is no schema to look up."""
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    fencepost.open(db_url).close()
+    statements: list[str] = []
+
+    def seen(conn, cursor, statement, parameters, context, executemany):
+        statements.append(statement)
+
+    event.listen(Engine, "before_cursor_execute", seen)
+    try:
+        fencepost.open(db_url, readonly=True).close()
+    finally:
+        event.remove(Engine, "before_cursor_execute", seen)
+    assert statements, "no statement seen: the listener is not attached"
+    assert not [s for s in statements if "pg_namespace" in s], statements

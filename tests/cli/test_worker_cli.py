@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -199,3 +200,28 @@ def test_a_file_path_for_the_task_module_says_to_give_a_module_name(run_cli, tmp
     assert result.code == 2, result
     assert "module name" in result.err and "TypeError" not in result.err, result.err
     assert "--task mytasks:work" in result.err, result.err
+
+
+def test_waiting_for_the_database_at_start_up_needs_nothing_of_the_console() -> None:
+    """The worker's start-up wait shares the console's rule for which open failures to wait out
+    (``fencepost.errors.waiting_may_cure``) without importing the console package: the worker CLI
+    does not depend on ``fencepost.ui``. No database is involved (the attempt is a stand-in), so
+    there is no backend to vary."""
+    script = (
+        "import sys, threading\n"
+        "from fencepost.cli.worker import until_it_answers\n"
+        "from fencepost.errors import OpenError\n"
+        "tries = []\n"
+        "def attempt():\n"
+        "    tries.append(1)\n"
+        "    if len(tries) == 1:\n"
+        "        err = OpenError('cannot_connect', 'open', 'no answer yet')\n"
+        "        err.transient = True\n"
+        "        raise err\n"
+        "assert until_it_answers(attempt, threading.Event()) is True\n"
+        "assert len(tries) == 2, tries\n"
+        "print(sorted(m for m in sys.modules if m.startswith('fencepost.ui')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", done.stdout

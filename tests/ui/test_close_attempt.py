@@ -96,3 +96,56 @@ def test_closing_the_console_joins_an_open_attempt_in_flight(
     left = _console_threads(before)
     held = _connections(url, app_name)
     assert (left, held) == ([], 0), f"after the console closed: threads {left} alive, {held} connection(s) open"
+
+
+def test_closing_the_console_closes_its_awaited_stores_at_once_not_one_after_another(
+        make_db_url: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each store's close waits for its open attempt in flight, up to its connect timeout; the
+    console's shutdown closed its stores one after another, so two stores whose databases were slow
+    to answer kept a Ctrl-C'd console up for twice that. Now their closes run together: each
+    attempt here holds its store until two closes are under way (else until its own 5 s run out),
+    and the most closes seen under way at once is 2 (was 1). Both backends."""
+    urls = {"a": make_db_url(), "b": make_db_url()}
+    for url in urls.values():
+        fencepost.open(url).close()
+    real_open = fencepost.open
+    real_close = awaited.AwaitedStore.close
+    started: list[str] = []
+    opened = threading.Semaphore(0)
+    lock = threading.Lock()
+    closing = {"now": 0, "most": 0}
+    both_closing = threading.Event()
+
+    def slow_open(u: Any, **kwargs: Any) -> Any:
+        with lock:
+            first = u not in started
+            started.append(u)
+        if first:  # the console's start-up: the database does not answer yet
+            error = OpenError("cannot_connect", "open", "the database did not answer")
+            error.transient = True
+            raise error
+        store = real_open(u, **kwargs)
+        opened.release()
+        both_closing.wait(5)
+        return store
+
+    def counted_close(self: Any) -> None:
+        with lock:
+            closing["now"] += 1
+            closing["most"] = max(closing["most"], closing["now"])
+            if closing["now"] >= 2:
+                both_closing.set()
+        try:
+            real_close(self)
+        finally:
+            with lock:
+                closing["now"] -= 1
+
+    monkeypatch.setattr(fencepost, "open", slow_open)
+    monkeypatch.setattr(awaited, "RETRY_S", 0.0)
+    monkeypatch.setattr(awaited.AwaitedStore, "close", counted_close)
+    app = create_app(urls, tick=0.2, poll_interval=0.3)
+    with UiServer(app) as server:
+        httpx.get(server.url + "/health.json", timeout=10)  # starts an attempt for each store
+        assert opened.acquire(timeout=10) and opened.acquire(timeout=10), "the open attempts did not start"
+    assert closing["most"] == 2, closing

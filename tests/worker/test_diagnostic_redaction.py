@@ -9,12 +9,13 @@ PostgreSQL."""
 from __future__ import annotations
 
 import logging
+import re
 
 import msgspec
 import pytest
 
 from fencepost.cli._output import redacted_first_line
-from fencepost.journal.redaction import DEFAULT, Redaction
+from fencepost.journal.redaction import DEFAULT, Redaction, Rule, redact_diagnostics
 from fencepost.worker import Worker
 
 SECRET = "S3cretValue9"
@@ -75,3 +76,23 @@ def test_a_failed_runs_stored_failure_and_log_lines_hide_command_line_passwords(
     for record in caplog.records:
         assert SECRET not in record.getMessage()
     assert SECRET not in redacted_first_line(RuntimeError(message), "")
+
+
+def test_a_custom_rule_is_applied_once_to_a_failure(store) -> None:
+    """Custom rules are applied once each, in order (their replacement may match their own
+    pattern), on diagnostic text as on payloads. A failure's message and traceback were redacted
+    twice: the store's redaction, then ``Redaction.diagnostic`` applying the textual rules again
+    ("acct 1234" became "acct [acct] [acct]")."""
+    rule = Rule("tag-accounts", re.compile(r"acct"), "acct [acct]")
+    store.journal.redaction = Redaction(rules=[rule])
+    assert store.journal.redaction({"m": "acct 1234"}) == {"m": "acct [acct] 1234"}
+    store.runs.create("r", "{}")
+
+    def fn(ctx):
+        raise RuntimeError("acct 1234")
+
+    assert Worker(store, fn).run(until_idle=True).failed == 1
+    failure = store.runs.get("r").failure
+    assert failure.message == "acct [acct] 1234"
+    assert "RuntimeError: acct [acct] 1234\n" in failure.traceback and "[acct] [acct]" not in failure.traceback
+    assert redact_diagnostics(store.journal.redaction, {"message": "acct 1"}) == {"message": "acct [acct] 1"}

@@ -398,20 +398,12 @@ class CliContext:
 
 
 def refuse_same_database(labels: Sequence[str], sources: Sequence[str | None],
-                         places: Sequence[str] | None = None, *,
-                         error: Callable[[str], Exception] = click.UsageError) -> None:
-    """Refuse one database given twice: one change-feed source id, or (for stores that may not exist
-    yet) one place, the SQLite file's real path or the PostgreSQL schema. ``labels`` name the stores
-    in the message (``--db #2``, ``store 'b'``); ``error`` is raised with it (the CLI's usage error,
-    the console's ``ValueError``). A store whose source is None (not read) is not compared."""
-    for keys, why in ((sources, "one source id"), (places or [], "one file or schema")):
-        seen: dict[str, int] = {}
-        for i, key in enumerate(keys):
-            if key is None:
-                continue
-            if key in seen:
-                raise error(f"{labels[i]} is the same database as {labels[seen[key]]} ({why}): give each store once")
-            seen[key] = i
+                         places: Sequence[str] | None = None) -> None:
+    """Refuse one database given twice (``membership.check_distinct``), as a usage error naming the
+    stores by ``labels`` (``--db #2``, ``--shards line 4``)."""
+    from fencepost.shards.membership import check_distinct
+
+    check_distinct(places or [None] * len(sources), sources, labels=labels, error=click.UsageError)
 
 
 def _named(specs: Sequence[DbSpec], records: Sequence[Any], members: Sequence[str] | None = None) -> list[str]:

@@ -187,7 +187,7 @@ def until_it_answers(attempt: Callable[[], None], stop: threading.Event) -> bool
     answer; another connection's lock held past the busy timeout) is retried with backoff, and
     printed on stderr once per change of state, the URL's password masked; any other is raised.
     """
-    from fencepost.ui.awaited import waits
+    from fencepost.errors import waiting_may_cure
 
     shown: tuple[str, str] | None = None
     tried = 0
@@ -204,7 +204,7 @@ def until_it_answers(attempt: Callable[[], None], stop: threading.Event) -> bool
             if shown is not None:
                 _say("the database answers: starting the workers")
             return True
-        if not waits(failure):
+        if not waiting_may_cure(failure):
             raise failure
         state = (failure.code, failure.detail)  # type: ignore[attr-defined]
         if state != shown:

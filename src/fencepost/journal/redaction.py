@@ -543,7 +543,10 @@ class Redaction:
         applied as they are (they replace the defaults here too)."""
         if not self.enabled:
             return text
-        text = self.text(text)
+        return self._command_lines(self.text(text))
+
+    def _command_lines(self, text: str) -> str:
+        """``DIAGNOSTIC_RULES`` on text the textual rules already redacted (default rules only)."""
         if self._trigger is _DEFAULT_TRIGGER:
             for rule in DIAGNOSTIC_RULES:
                 text = rule.apply(text)
@@ -780,10 +783,12 @@ __all__ = [
 
 
 def redact_diagnostics(redaction: Any, fields: dict[str, Any]) -> Any:
-    """``redaction(fields)`` (string fields of diagnostic text), then ``Redaction.diagnostic`` on each
-    string field when ``redaction`` is a ``Redaction``: the one path failures, log lines and error
-    lines are redacted by. Whatever ``redaction`` raises or returns is the caller's to check."""
+    """``redaction(fields)`` (string fields of diagnostic text), then, when ``redaction`` is an
+    enabled ``Redaction``, its command-line rules on each string field (as ``Redaction.diagnostic``,
+    without applying the textual rules a second time: a custom rule is applied once): the one path
+    failures, log lines and error lines are redacted by. Whatever ``redaction`` raises or returns is
+    the caller's to check."""
     out = redaction(fields)
-    if isinstance(redaction, Redaction) and type(out) is dict:
-        out = {k: redaction.diagnostic(v) if type(v) is str else v for k, v in out.items()}
+    if isinstance(redaction, Redaction) and redaction.enabled and type(out) is dict:
+        out = {k: redaction._command_lines(v) if type(v) is str else v for k, v in out.items()}
     return out

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
@@ -264,18 +264,30 @@ def _place(url: str) -> str:
             f"#{options.get('schema', DEFAULT_SCHEMA)}")
 
 
-def check_distinct(places: Sequence[str | None], sources: Sequence[str | None]) -> None:
-    """Refuse one database given twice: two positions with one place or one change-feed source id.
+def check_distinct(places: Sequence[str | None], sources: Sequence[str | None], *,
+                   labels: Sequence[str] | None = None, error: Callable[[str], Exception] | None = None) -> None:
+    """Refuse one database given twice: two positions with one change-feed source id, or (for
+    stores that may not exist yet) one place, the SQLite file's real path or the PostgreSQL schema.
+    A position whose source or place is None (not read) is not compared by it.
 
     Checked before anything is written: founding a set on the same store twice would record a
-    member list with a shard that does not exist.
+    member list with a shard that does not exist. The one rule for every caller: ``labels`` name the
+    stores in the message (``shard #1`` unless given: the CLI's ``--db #2``, the console's
+    ``store 'b'``), ``error`` makes the exception raised with it (``membership_mismatch`` unless
+    given: the CLI's usage error, the console's ``ValueError``).
     """
-    seen: dict[str, int] = {}
-    for i, keys in enumerate(zip(places, sources, strict=True)):
-        for key in (f"{kind}:{k}" for kind, k in zip(("place", "source"), keys, strict=True) if k):
-            if key in seen and seen[key] != i:
-                raise _refuse(f"shard #{i} is the same database as shard #{seen[key]}: give each store once")
-            seen.setdefault(key, i)
+    def label(i: int) -> str:
+        return labels[i] if labels is not None else f"shard #{i}"
+
+    for keys, why in ((sources, "one source id"), (places, "one file or schema")):
+        seen: dict[str, int] = {}
+        for i, key in enumerate(keys):
+            if key is None:
+                continue
+            if key in seen:
+                detail = f"{label(i)} is the same database as {label(seen[key])} ({why}): give each store once"
+                raise (error or _refuse)(detail)
+            seen[key] = i
 
 
 def _look_record(db: Database, conn: Connection) -> Membership | None:

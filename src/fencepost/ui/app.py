@@ -317,8 +317,7 @@ def _readonly(store: Any) -> bool:
 
 
 def _check_stores(named: Mapping[str, Any]) -> None:
-    from fencepost.cli._common import refuse_same_database
-    from fencepost.shards.membership import check_name
+    from fencepost.shards.membership import check_distinct, check_name
 
     for i, (name, store) in enumerate(named.items()):
         check_name(name, i)
@@ -327,7 +326,8 @@ def _check_stores(named: Mapping[str, Any]) -> None:
     # A store that does not answer yet is checked when it opens (refused then if it fails).
     labels = [f"store {name!r}" for name in named]
     check_as_they_open(list(named.values()), lambda store: store.feed.position().source,
-                       lambda sources: refuse_same_database(labels, sources, error=ValueError), refuses=(ValueError,))
+                       lambda sources: check_distinct([None] * len(sources), sources, labels=labels, error=ValueError),
+                       refuses=(ValueError,))
 
 
 def create_app(url: str | Mapping[str, str] | None = None, *, store: Any = None, stores: Any = None,
@@ -609,9 +609,8 @@ def create_app(url: str | Mapping[str, str] | None = None, *, store: Any = None,
             yield
         finally:
             await run_in_threadpool(hub.close)
-            if owned:  # off the event loop: a store waits for its open attempt in flight
-                for each in named.values():
-                    await run_in_threadpool(each.close)
+            if owned:  # off the event loop, all at once: each waits for its open attempt in flight
+                await asyncio.gather(*(run_in_threadpool(each.close) for each in named.values()))
 
     get = ["GET", "HEAD"]
     app = Starlette(

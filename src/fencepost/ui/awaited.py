@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from fencepost.errors import FencepostError, OpenError
+from fencepost.errors import FencepostError, OpenError, waiting_may_cure
 
 if TYPE_CHECKING:
     from fencepost._store import Store
@@ -51,12 +51,6 @@ class StoreRefused(OpenError):
     (the one the start-up would have refused with) as its detail."""
 
 
-def waits(exc: BaseException) -> bool:
-    """Whether the console starts anyway when opening a store failed with ``exc``: only a transient
-    ``OpenError``, one that the same open may not meet when retried."""
-    return isinstance(exc, OpenError) and exc.transient is True
-
-
 def open_or_await(url: str | None) -> Store | AwaitedStore:
     """The store at ``url`` opened read-only, or an ``AwaitedStore`` when its database cannot answer now."""
     import fencepost
@@ -64,7 +58,7 @@ def open_or_await(url: str | None) -> Store | AwaitedStore:
     try:
         return fencepost.open(url, readonly=True)
     except OpenError as exc:
-        if not waits(exc):
+        if not waiting_may_cure(exc):  # the console starts anyway only for such a failure
             raise
         return AwaitedStore(url, exc)
 
