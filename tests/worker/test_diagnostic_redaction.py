@@ -32,7 +32,8 @@ LEAKY = [
     f"https://bob:{SECRET}@example.test/x",
     f"https://s3.example.test/o?X-Amz-Signature={SECRET}&a=1",
 ]
-KEPT = ["scp -P 2222 a b", "mysql -h db -P 3306", "sort -u", "cc -pthread", "mysql -u root -p"]
+KEPT = ["scp -P 2222 a b", "mysql -h db -P 3306", "sort -u", "cc -pthread", "mysql -u root -p",
+        "mkdir -p /var/lib/app", "cp -a ./build out", "install -p ../lib/x.so dst", "mkdir -p ~/cache"]
 
 
 @pytest.mark.parametrize("line", LEAKY)

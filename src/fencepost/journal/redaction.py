@@ -403,13 +403,15 @@ DEFAULT_RULES: tuple[TextRule, ...] = (
 )
 
 _PASSWORD_OPTION = r"-p|-pw|-P|-a|--pass"
+_NOT_A_PASSWORD = ("-", "/", "./", "../", "~/")
 
 
 def _password_option(m: re.Match[str]) -> str:
     value = m.group("value")
     bare = value.strip("'\"")
-    if not bare or bare.startswith("-") or bare.isdigit():
-        return m.group(0)  # another option, or a number (``-P 3306`` is a port)
+    if not bare or bare.startswith(_NOT_A_PASSWORD) or bare.isdigit():
+        # Another option, a number (``-P 3306`` is a port) or a path (``mkdir -p /var/lib/app``).
+        return m.group(0)
     return m.group(0)[: m.start("value") - m.start(0)] + REDACTED
 
 
