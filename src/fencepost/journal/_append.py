@@ -167,7 +167,8 @@ def append_prepared(
         # In ``INSERT_FIELDS`` order (the table's column order).
         rows.append((run_id, seq, event_id, source_id, source_seq, emitted_at_ms, event_type, payload_json,
                      meta_json, chash, position, stream_prev, log_prev, h))
-        in_batch[source_seq] = (seq, position, chash, event_type, payload_json, meta_json)
+        if len(items) > 1:  # only a later item of the same batch can repeat this identity
+            in_batch[source_seq] = (seq, position, chash, event_type, payload_json, meta_json)
         receipts.append(Accepted(seq=seq, source_seq=source_seq, position=position))
         stream_prev = log_prev = h
         seq += 1

@@ -250,16 +250,18 @@ class Journal:
                 raise JournalError("invalid_event", method, f"{method} requires a well-formed owner fence ({p})")
         if type(entries) not in (list, tuple) or not entries:
             raise JournalError("invalid_event", method, "entries must be a non-empty list")
-        # The stream's fields once, then each entry's own (``_entry_problem``).
+        # The stream's fields once, then each entry's own (``_entry_problem``). Identifiers already
+        # found valid (``_id_problem``'s cache) are not asked again: an append repeats them.
+        valid = _valid
         p = None
-        for name, value in (("run_id", run_id), ("source_id", source_id)):
-            problem = _id_problem(value)
-            if problem:
-                p = f"{name} {problem}"
-                break
-        else:
-            if dedupe not in ("content", "identity"):
-                p = "dedupe must be 'content' or 'identity'"
+        if not (type(run_id) is str and run_id in valid and type(source_id) is str and source_id in valid):
+            for name, value in (("run_id", run_id), ("source_id", source_id)):
+                problem = _id_problem(value)
+                if problem:
+                    p = f"{name} {problem}"
+                    break
+        if p is None and dedupe != "content" and dedupe != "identity":
+            p = "dedupe must be 'content' or 'identity'"
         if p:
             raise JournalError("invalid_event", method, f"event violates the journal input contract: {p}")
         if run_id.startswith(_RUN_STORE_COMPANION):
@@ -271,7 +273,8 @@ class Journal:
             self._refuse_credential("run_id", run_id, method)
         if source_id not in clean:
             self._refuse_credential("source_id", source_id, method)
-        redact = self._redactor()
+        r = self._redaction
+        redact = r if r.enabled else None  # ``_redactor()``, inline
         prepare = _append.prepare
         checked_type: object = _UNCHECKED  # the event type checked last: a batch's entries mostly share one
         items = []
@@ -280,9 +283,10 @@ class Journal:
                 raise JournalError("invalid_event", method, "entries must be NewEntry values")
             event_type, source_seq = e.event_type, e.source_seq
             if event_type is not checked_type or source_seq is not None:
-                p = _entry_problem(event_type, source_seq)
-                if p:
-                    raise JournalError("invalid_event", method, f"event violates the journal input contract: {p}")
+                if source_seq is not None or type(event_type) is not str or event_type not in valid:
+                    p = _entry_problem(event_type, source_seq)
+                    if p:
+                        raise JournalError("invalid_event", method, f"event violates the journal input contract: {p}")
                 if event_type not in clean:
                     self._refuse_credential("event_type", event_type, method)
                 checked_type = event_type
