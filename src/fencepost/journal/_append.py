@@ -169,7 +169,7 @@ def append_prepared(
                      meta_json, chash, position, stream_prev, log_prev, h))
         if len(items) > 1:  # only a later item of the same batch can repeat this identity
             in_batch[source_seq] = (seq, position, chash, event_type, payload_json, meta_json)
-        receipts.append(Accepted(seq=seq, source_seq=source_seq, position=position))
+        receipts.append(Accepted(seq, source_seq, position))
         stream_prev = log_prev = h
         seq += 1
         position += 1

@@ -9,6 +9,7 @@ lookup: a displaced owner's retry is ``fence_lost`` even when its entry already 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import bindparam, select
@@ -131,7 +132,7 @@ class JournalTransaction:
              method: str, *, fenced: bool) -> list[Accepted | Duplicate]:
         j = self._journal
         items, now = j._prepare(run_id, entries, owner, source_id, dedupe, method, fenced=fenced)
-        return j._append_body(self.conn, run_id, items, owner if fenced else None, source_id, dedupe, now, method)
+        return j._append_body(run_id, items, owner if fenced else None, source_id, dedupe, now, method, self.conn)
 
 
 class Journal:
@@ -295,9 +296,11 @@ class Journal:
                           "{}" if meta is None else prepare(meta, "meta", redact, method), source_seq))
         return items, self._now(method)
 
-    def _append_body(self, conn: Connection, run_id: str, items: list[tuple[str, str, str, int | None]],
-                     owner: OwnerId | None, source_id: str, dedupe: str, now: int,
-                     method: str) -> list[Accepted | Duplicate]:
+    def _append_body(self, run_id: str, items: list[tuple[str, str, str, int | None]], owner: OwnerId | None,
+                     source_id: str, dedupe: str, now: int, method: str,
+                     conn: Connection) -> list[Accepted | Duplicate]:
+        # ``conn`` last: ``_run`` binds the rest with ``partial``, which costs less than a closure
+        # over all of them.
         heads = None
         if owner is not None:
             consensus = self._store.consensus
@@ -386,9 +389,7 @@ class Journal:
              method: str, *, fenced: bool) -> list[Accepted | Duplicate]:
         items, now = self._prepare(run_id, entries, owner, source_id, dedupe, method, fenced=fenced)
         fence = owner if fenced else None
-        return self._write(
-            lambda conn: self._append_body(conn, run_id, items, fence, source_id, dedupe, now, method), method
-        )
+        return self._write(partial(self._append_body, run_id, items, fence, source_id, dedupe, now, method), method)
 
     def transact(self, fn: Callable[[JournalTransaction], T]) -> T:
         """Run ``fn(tx)`` in one write transaction and commit its journal entries with its other writes.
