@@ -51,9 +51,10 @@ class Raw:
         self.conn = conn
         self.schema = schema
         self.heads, self.head_defaults = J_HEADS.compiled(kind)
-        # The store binds the insert by position on SQLite: so does this loop.
+        # The store passes the insert's values as a tuple in ``INSERT_FIELDS`` order, bound as it is
+        # on SQLite (named on PostgreSQL): so does this loop.
         self.insert, _, order = J_INSERT.plan(kind)
-        self.insert_params = order or (lambda row: row)
+        self.insert_params = order or (lambda values: values)
 
     def sql(self, stmt: Any) -> str:
         return stmt.compiled(self.kind)[0]
@@ -86,7 +87,7 @@ class Raw:
             "log_prev_hash": log_prev or _append.ZERO_HASH,
         }
         row["entry_hash"] = _append.entry_hash(row)
-        c.execute(self.insert, self.insert_params(row))
+        c.execute(self.insert, self.insert_params(tuple(row[f] for f in jsql.INSERT_FIELDS)))
 
     def one_run(self, run_id: str, now: int) -> None:
         c, o = self.conn, {"o_host": OWNER.host_id, "o_pid": OWNER.pid, "o_nonce": OWNER.nonce}

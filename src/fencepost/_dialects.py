@@ -527,6 +527,8 @@ class SqliteBackend(Backend):
             self.checkpointer = Checkpointer(self.path, synchronous)
             # A store dropped without ``close`` does not leave its thread (and connection) behind.
             weakref.finalize(self, self.checkpointer.close, False)
+            # Every commit calls ``wrote``: straight to the checkpointer's, one call fewer.
+            self.wrote = self.checkpointer.wrote  # type: ignore[method-assign]
 
     def write_connection(self, conn: Connection) -> None:
         # The checkout (pool proxy) of a write connection: its transactions take the write lock.

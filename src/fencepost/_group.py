@@ -67,6 +67,9 @@ _RELEASE = "RELEASE SAVEPOINT fencepost_member"
 _QUEUED, _TAKEN, _LEAD, _ANSWERED = 0, 1, 2, 3
 
 Outcome = tuple[str, Any, list[Callable[[], None]]]
+#: "Run it as a single write": the outcome of a call nothing answered otherwise (shared: its
+#: callback list is never read).
+_RUN_ALONE: Outcome = (_ALONE, None, [])
 
 
 class _Wake:
@@ -102,7 +105,7 @@ class _Call:
         self.fn = fn
         self.context = contextvars.copy_context()
         self.state = _QUEUED
-        self.outcome: Outcome = (_ALONE, None, [])
+        self.outcome: Outcome = _RUN_ALONE
         self.event = _new_event()
 
 
@@ -139,7 +142,7 @@ class GroupCommit:
         if current.get():
             return self._db._run(fn, write=True)
         call: _Call | None = None  # only a call that queues needs one (a leader answers itself)
-        outcome: Outcome = (_ALONE, None, [])
+        outcome = _RUN_ALONE
         taken: list[_Call] = []
         leading = False
         # One try from the first step on: an interrupt (Ctrl-C) wherever it lands leaves neither a
@@ -221,10 +224,10 @@ class GroupCommit:
         try:
             slot = db._slot(True)
         except SQLAlchemyError:
-            return (_ALONE, None, [])  # cannot connect: a single write retries and maps it
+            return _RUN_ALONE  # cannot connect: a single write retries and maps it
         with slot.lock:
             if slot.reclaimed or slot.conn.closed:  # taken back or closed between the lookup and the lock
-                return (_ALONE, None, [])
+                return _RUN_ALONE
             conn = slot.conn
             trans = None
             try:
@@ -252,7 +255,7 @@ class GroupCommit:
                 # queues just after this look waits for the lead, as one queuing after the COMMIT.
                 if self._queue and not self._take_members(conn, taken):
                     db._settle(conn, trans, True, None)
-                    return (_ALONE, None, [])  # the finally answers every taken call: run alone
+                    return _RUN_ALONE  # the finally answers every taken call: run alone
                 committing = True
                 try:
                     trans.commit()
@@ -261,11 +264,11 @@ class GroupCommit:
                     if _refused(db, exc):
                         # Definitely not committed (busy, or a deferred constraint some body broke):
                         # every call runs again alone, so the culprit fails alone.
-                        return (_ALONE, None, [])
+                        return _RUN_ALONE
                     # The outcome is unknown: no member whose body succeeded may run again.
                     unknown = db._failure(exc, at_commit=True) if isinstance(exc, SQLAlchemyError) else _unknown()
                     for call in taken:
-                        call.outcome = (_RAISED, unknown, []) if call.outcome[0] == _OK else (_ALONE, None, [])
+                        call.outcome = (_RAISED, unknown, []) if call.outcome[0] == _OK else _RUN_ALONE
                     self._answer_all(taken)
                     if isinstance(exc, SQLAlchemyError):
                         return (_RAISED, unknown, [])
@@ -311,7 +314,7 @@ class GroupCommit:
             for call in taken:
                 if call.state == _TAKEN:
                     if alone:
-                        call.outcome = (_ALONE, None, [])
+                        call.outcome = _RUN_ALONE
                     call.state = _ANSWERED
                     call.event.set()
 
@@ -353,7 +356,7 @@ class GroupCommit:
         exc = wrapped(db.engine.dialect, exc)  # a driver error raised while the body fetched rows
         if isinstance(exc, DBAPIError):
             if exc.connection_invalidated or db.backend.is_transient(exc):
-                return (_ALONE, None, [])  # the single write would retry: so do we, alone
+                return _RUN_ALONE  # the single write would retry: so do we, alone
             failure = db._failure(exc)
             failure.raw = exc  # type: ignore[attr-defined]  # settle needs it to replace a stale connection
             return (_RAISED, failure, [])

@@ -133,7 +133,7 @@ def append_prepared(
     next_source = 0 if source_max is None else int(source_max) + 1
 
     receipts: list[Accepted | Duplicate] = []
-    rows: list[dict[str, Any]] = []
+    rows: list[tuple[Any, ...]] = []
     in_batch: dict[int, tuple[Any, ...]] = {}
     for event_type, payload_json, meta_json, source_seq in items:
         if source_seq is None:
@@ -164,24 +164,12 @@ def append_prepared(
         event_id = event_id_for(run_id, source_id, source_seq)
         h = chain_hash(run_id, seq, event_id, source_id, source_seq, emitted_at_ms, event_type, payload_json,
                        meta_json, position, stream_prev, log_prev)
-        rows.append({
-            "run_id": run_id,
-            "seq": seq,
-            "event_id": event_id,
-            "source_id": source_id,
-            "source_seq": source_seq,
-            "emitted_at_ms": emitted_at_ms,
-            "event_type": event_type,
-            "payload_json": payload_json,
-            "meta_json": meta_json,
-            "content_hash": chash,
-            "position": position,
-            "stream_prev_hash": stream_prev,
-            "log_prev_hash": log_prev,
-            "entry_hash": h,
-        })
-        in_batch[source_seq] = (seq, position, chash, event_type, payload_json, meta_json)
-        receipts.append(Accepted(seq=seq, source_seq=source_seq, position=position))
+        # In ``INSERT_FIELDS`` order (the table's column order).
+        rows.append((run_id, seq, event_id, source_id, source_seq, emitted_at_ms, event_type, payload_json,
+                     meta_json, chash, position, stream_prev, log_prev, h))
+        if len(items) > 1:  # only a later item of the same batch can repeat this identity
+            in_batch[source_seq] = (seq, position, chash, event_type, payload_json, meta_json)
+        receipts.append(Accepted(seq, source_seq, position))
         stream_prev = log_prev = h
         seq += 1
         position += 1

@@ -41,8 +41,10 @@ EXISTING = Sql(
     )
 )
 
-# Fourteen parameters: bound by position on SQLite (see ``Sql``).
-INSERT = Sql(insert(ev).values({c.name: bindparam(c.name) for c in ev.c}), by_position=True)
+#: The insert's parameters, in the order ``append_prepared`` gives their values.
+INSERT_FIELDS = tuple(c.name for c in ev.c)
+# Fourteen parameters: bound by position on SQLite, given as a tuple (see ``Sql``).
+INSERT = Sql(insert(ev).values({c.name: bindparam(c.name) for c in ev.c}), by_position=True, fields=INSERT_FIELDS)
 
 ENTRY_COLUMNS = (
     ev.c.run_id, ev.c.seq, ev.c.event_id, ev.c.source_id, ev.c.source_seq, ev.c.emitted_at_ms,

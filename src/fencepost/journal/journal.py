@@ -9,6 +9,7 @@ lookup: a displaced owner's retry is ``fence_lost`` even when its entry already 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import bindparam, select
@@ -131,7 +132,7 @@ class JournalTransaction:
              method: str, *, fenced: bool) -> list[Accepted | Duplicate]:
         j = self._journal
         items, now = j._prepare(run_id, entries, owner, source_id, dedupe, method, fenced=fenced)
-        return j._append_body(self.conn, run_id, items, owner if fenced else None, source_id, dedupe, now, method)
+        return j._append_body(run_id, items, owner if fenced else None, source_id, dedupe, now, method, self.conn)
 
 
 class Journal:
@@ -250,16 +251,18 @@ class Journal:
                 raise JournalError("invalid_event", method, f"{method} requires a well-formed owner fence ({p})")
         if type(entries) not in (list, tuple) or not entries:
             raise JournalError("invalid_event", method, "entries must be a non-empty list")
-        # The stream's fields once, then each entry's own (``_entry_problem``).
+        # The stream's fields once, then each entry's own (``_entry_problem``). Identifiers already
+        # found valid (``_id_problem``'s cache) are not asked again: an append repeats them.
+        valid = _valid
         p = None
-        for name, value in (("run_id", run_id), ("source_id", source_id)):
-            problem = _id_problem(value)
-            if problem:
-                p = f"{name} {problem}"
-                break
-        else:
-            if dedupe not in ("content", "identity"):
-                p = "dedupe must be 'content' or 'identity'"
+        if not (type(run_id) is str and run_id in valid and type(source_id) is str and source_id in valid):
+            for name, value in (("run_id", run_id), ("source_id", source_id)):
+                problem = _id_problem(value)
+                if problem:
+                    p = f"{name} {problem}"
+                    break
+        if p is None and dedupe != "content" and dedupe != "identity":
+            p = "dedupe must be 'content' or 'identity'"
         if p:
             raise JournalError("invalid_event", method, f"event violates the journal input contract: {p}")
         if run_id.startswith(_RUN_STORE_COMPANION):
@@ -271,7 +274,8 @@ class Journal:
             self._refuse_credential("run_id", run_id, method)
         if source_id not in clean:
             self._refuse_credential("source_id", source_id, method)
-        redact = self._redactor()
+        r = self._redaction
+        redact = r if r.enabled else None  # ``_redactor()``, inline
         prepare = _append.prepare
         checked_type: object = _UNCHECKED  # the event type checked last: a batch's entries mostly share one
         items = []
@@ -280,9 +284,10 @@ class Journal:
                 raise JournalError("invalid_event", method, "entries must be NewEntry values")
             event_type, source_seq = e.event_type, e.source_seq
             if event_type is not checked_type or source_seq is not None:
-                p = _entry_problem(event_type, source_seq)
-                if p:
-                    raise JournalError("invalid_event", method, f"event violates the journal input contract: {p}")
+                if source_seq is not None or type(event_type) is not str or event_type not in valid:
+                    p = _entry_problem(event_type, source_seq)
+                    if p:
+                        raise JournalError("invalid_event", method, f"event violates the journal input contract: {p}")
                 if event_type not in clean:
                     self._refuse_credential("event_type", event_type, method)
                 checked_type = event_type
@@ -291,9 +296,11 @@ class Journal:
                           "{}" if meta is None else prepare(meta, "meta", redact, method), source_seq))
         return items, self._now(method)
 
-    def _append_body(self, conn: Connection, run_id: str, items: list[tuple[str, str, str, int | None]],
-                     owner: OwnerId | None, source_id: str, dedupe: str, now: int,
-                     method: str) -> list[Accepted | Duplicate]:
+    def _append_body(self, run_id: str, items: list[tuple[str, str, str, int | None]], owner: OwnerId | None,
+                     source_id: str, dedupe: str, now: int, method: str,
+                     conn: Connection) -> list[Accepted | Duplicate]:
+        # ``conn`` last: ``_run`` binds the rest with ``partial``, which costs less than a closure
+        # over all of them.
         heads = None
         if owner is not None:
             consensus = self._store.consensus
@@ -382,9 +389,7 @@ class Journal:
              method: str, *, fenced: bool) -> list[Accepted | Duplicate]:
         items, now = self._prepare(run_id, entries, owner, source_id, dedupe, method, fenced=fenced)
         fence = owner if fenced else None
-        return self._write(
-            lambda conn: self._append_body(conn, run_id, items, fence, source_id, dedupe, now, method), method
-        )
+        return self._write(partial(self._append_body, run_id, items, fence, source_id, dedupe, now, method), method)
 
     def transact(self, fn: Callable[[JournalTransaction], T]) -> T:
         """Run ``fn(tx)`` in one write transaction and commit its journal entries with its other writes.
