@@ -20,6 +20,9 @@ from sqlalchemy.pool import NullPool
 import fencepost
 from fencepost.clock import ManualClock
 from fencepost.errors import RunStoreError
+from fencepost.journal import companion_stream
+from fencepost.journal.owner import OwnerId
+from fencepost.runstore.outcomes import Claimed
 from fencepost.worker import Worker
 
 
@@ -233,3 +236,17 @@ def outage_clocked(db_url: str, backend: str, clock: ManualClock) -> Iterator[tu
     finally:
         holder.close()
         store.close()
+
+
+def own(store, run_id: str, owner: OwnerId) -> None:
+    """Make ``owner`` the running owner of ``run_id`` (claim, then activate)."""
+    row = store.runs.get(run_id)
+    claimed = store.runs.claim(run_id, row.snapshot(), owner, store.clock.now_ms())
+    assert isinstance(claimed, Claimed)
+    store.runs.activate(run_id, owner, claimed.claimed_at_ms, row)
+
+
+def facts(store, run_id: str) -> list[str]:
+    """The kinds of the ownership facts in ``run_id``'s companion stream, in order."""
+    page = store.journal.entries(companion_stream(run_id))
+    return [e.event_type.rsplit(".", 1)[-1] for e in page.entries]

@@ -12,22 +12,13 @@ import msgspec
 from fencepost.journal import companion_stream
 from fencepost.journal.owner import OwnerId
 from fencepost.runstore.liveness import lease_liveness
-from fencepost.runstore.outcomes import Claimed
 from fencepost.worker import RunContext, Suspend, Worker
+from tests.worker.conftest import facts, own
 
 ME = OwnerId("host-w", 4242, "worker")
 FOREIGN = OwnerId("host-f", 777, "foreign")
 
 
-def _own(store, run_id: str, owner: OwnerId) -> None:
-    row = store.runs.get(run_id)
-    claimed = store.runs.claim(run_id, row.snapshot(), owner, store.clock.now_ms())
-    assert isinstance(claimed, Claimed)
-    store.runs.activate(run_id, owner, claimed.claimed_at_ms, row)
-
-
-def _facts(store, run_id: str) -> list[str]:
-    return [e.event_type.rsplit(".", 1)[-1] for e in store.journal.entries(companion_stream(run_id)).entries]
 
 
 class Probe:
@@ -46,7 +37,7 @@ def test_a_fresh_run_the_worker_itself_owns_is_left_as_it_is(store, clock):
     """EO-01: a running run this worker's own owner holds with a fresh heartbeat is routine: no
     liveness probe, no execution, the row unchanged (running, owner, heartbeat 0), no new fact."""
     store.runs.create("r", "{}")
-    _own(store, "r", ME)
+    own(store, "r", ME)
     before = store.runs.get("r")
     clock.set(10_000)
     probe, ran = Probe(), []
@@ -55,7 +46,7 @@ def test_a_fresh_run_the_worker_itself_owns_is_left_as_it_is(store, clock):
     assert (probe.calls, ran) == ([], [])
     after = store.runs.get("r")
     assert after == before and (after.status, after.owner, after.heartbeat_at_ms) == ("running", ME, 0)
-    assert _facts(store, "r") == ["claimed", "activated"]
+    assert facts(store, "r") == ["claimed", "activated"]
 
 
 def test_a_run_outside_the_workers_prefix_is_refused_before_any_ownership(store):
@@ -69,7 +60,7 @@ def test_a_run_outside_the_workers_prefix_is_refused_before_any_ownership(store)
     row = store.runs.get("theirs-1")
     assert (ran, stats.claimed) == ([], 0)
     assert (row.status, row.owner, row.claimant, row.claimed_at_ms) == ("pending", None, None, None)
-    assert _facts(store, "theirs-1") == []
+    assert facts(store, "theirs-1") == []
 
 
 def test_a_fresh_foreign_owner_is_not_probed_and_a_stale_one_is_probed_once_then_stolen(store, clock):
@@ -77,7 +68,7 @@ def test_a_fresh_foreign_owner_is_not_probed_and_a_stale_one_is_probed_once_then
     EO-05: after 31 s the probe runs once, for that owner; the run is stolen and completed, owner
     and heartbeat cleared."""
     store.runs.create("r", "{}")
-    _own(store, "r", FOREIGN)
+    own(store, "r", FOREIGN)
     probe, ran = Probe(), []
 
     def fn(ctx: RunContext):
@@ -93,7 +84,7 @@ def test_a_fresh_foreign_owner_is_not_probed_and_a_stale_one_is_probed_once_then
     assert probe.calls == [FOREIGN] and ran == ["r"] and stats.takeovers == 1
     row = store.runs.get("r")
     assert (row.status, row.owner, row.heartbeat_at_ms) == ("completed", None, None)
-    assert _facts(store, "r") == ["claimed", "activated", "stolen", "activated", "released"]
+    assert facts(store, "r") == ["claimed", "activated", "stolen", "activated", "released"]
 
 
 def test_an_old_owner_heartbeating_between_steal_and_activation_keeps_its_run(store, clock):
@@ -102,7 +93,7 @@ def test_an_old_owner_heartbeating_between_steal_and_activation_keeps_its_run(st
     ``activate`` answers ``SnapshotChanged`` and releases the claim itself, where upstream's driver
     called ``abandonClaim``), and the run stays the old owner's with no claim left."""
     store.runs.create("r", "{}")
-    _own(store, "r", FOREIGN)
+    own(store, "r", FOREIGN)
     clock.set(31_000)
     runs = store.runs
     real_activate = runs.activate
@@ -125,9 +116,9 @@ def test_an_old_owner_heartbeating_between_steal_and_activation_keeps_its_run(st
     assert ran == [] and answers == ["SnapshotChanged"]
     assert (row.status, row.owner, row.claimant, row.claimed_at_ms) == ("running", FOREIGN, None, None)
     assert row.heartbeat_at_ms == 31_000
-    facts = store.journal.entries(companion_stream("r")).entries
-    assert [e.event_type.rsplit(".", 1)[-1] for e in facts] == ["claimed", "activated", "stolen", "released"]
-    assert facts[-1].payload["owner"]["nonce"] == ME.nonce
+    entries = store.journal.entries(companion_stream("r")).entries
+    assert [e.event_type.rsplit(".", 1)[-1] for e in entries] == ["claimed", "activated", "stolen", "released"]
+    assert entries[-1].payload["owner"]["nonce"] == ME.nonce
     assert type(runs.heartbeat("r", FOREIGN, 32_000)).__name__ == "Updated"  # still the old owner's
 
 
@@ -147,4 +138,4 @@ def test_suspension_clears_owner_heartbeat_and_claim(store):
         ("suspended", None, None, None, None)
     assert msgspec.json.decode(row.state_json) == {"parked": 1}
     assert row.cancel_requested_at_ms is None
-    assert _facts(store, "r") == ["claimed", "activated", "released"]
+    assert facts(store, "r") == ["claimed", "activated", "released"]

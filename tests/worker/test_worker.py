@@ -13,11 +13,11 @@ import msgspec
 import pytest
 
 import fencepost
-from fencepost.journal import companion_stream
 from fencepost.journal.owner import OwnerId
 from fencepost.runstore.outcomes import Claimed, FenceLost
 from fencepost.runstore.rows import LivenessEvidence
 from fencepost.worker import Cancelled, RunContext, Suspend, Worker
+from tests.worker.conftest import facts, own
 
 DEAD = OwnerId("host-gone", 999_999, "dead-owner")
 
@@ -31,18 +31,6 @@ def _create(store, n: int, prefix: str = "r", state=None) -> list[str]:
     for run_id in ids:
         store.runs.create(run_id, _json(state if state is not None else {"n": run_id}))
     return ids
-
-
-def _own(store, run_id: str, owner: OwnerId) -> None:
-    row = store.runs.get(run_id)
-    claimed = store.runs.claim(run_id, row.snapshot(), owner, store.clock.now_ms())
-    assert isinstance(claimed, Claimed)
-    store.runs.activate(run_id, owner, claimed.claimed_at_ms, row)
-
-
-def _facts(store, run_id: str) -> list[str]:
-    page = store.journal.entries(companion_stream(run_id))
-    return [e.event_type.rsplit(".", 1)[-1] for e in page.entries]
 
 
 def _run_with_every_pulse_fence_lost(store, worker: Worker) -> tuple[threading.Thread, object]:
@@ -76,7 +64,7 @@ def test_worker_completes_pending_runs_with_the_two_phase_claim(store):
         assert row.status == "completed"
         assert msgspec.json.decode(row.state_json) == {"done": run_id}
         assert row.owner is None and row.heartbeat_at_ms is None
-        assert _facts(store, run_id) == ["claimed", "activated", "released"]
+        assert facts(store, run_id) == ["claimed", "activated", "released"]
 
 
 def test_checkpoints_are_guarded_running_transitions_and_none_keeps_the_last_state(store):
@@ -188,7 +176,7 @@ def test_completion_racing_a_cancel_request_settles_cancelled(store, clock):
 
 def test_expired_lease_of_a_dead_owner_is_stolen_with_evidence_and_resumed(store, clock):
     _create(store, 1, state={"done": 1})
-    _own(store, "r000", DEAD)
+    own(store, "r000", DEAD)
     resumed: list[object] = []
 
     def fn(ctx: RunContext):
@@ -202,12 +190,12 @@ def test_expired_lease_of_a_dead_owner_is_stolen_with_evidence_and_resumed(store
     stats = worker.run(until_idle=True)
     assert stats.takeovers == 1 and resumed == [{"done": 1}]
     assert store.runs.get("r000").status == "completed"
-    assert _facts(store, "r000") == ["claimed", "activated", "stolen", "activated", "released"]
+    assert facts(store, "r000") == ["claimed", "activated", "stolen", "activated", "released"]
 
 
 def test_a_live_owner_is_not_stolen_when_the_liveness_check_says_alive(store, clock):
     _create(store, 1)
-    _own(store, "r000", DEAD)
+    own(store, "r000", DEAD)
     clock.set(40_000)
     worker = Worker(store, lambda ctx: None, liveness=lambda owner, context: True)
     assert worker.take(5) == []
@@ -328,13 +316,13 @@ def test_several_workers_on_one_database_run_each_run_exactly_once(db_url, clock
         winners = {msgspec.json.decode(r.state_json)["by"] for r in rows}
         assert len(winners) > 1  # the work really was shared
         for r in rows:
-            assert _facts(check, r.run_id) == ["claimed", "activated", "released"]
+            assert facts(check, r.run_id) == ["claimed", "activated", "released"]
 
 
 def test_steal_refuses_evidence_for_another_owner(store, clock):
     """OW-07 through the worker's own evidence: it always names the owner it read."""
     _create(store, 1)
-    _own(store, "r000", DEAD)
+    own(store, "r000", DEAD)
     clock.set(30_001)
     row = store.runs.get("r000")
     wrong = LivenessEvidence(OwnerId("host-b", 1, "x"), 30_001, "lease-expired")
@@ -412,14 +400,14 @@ def test_pid_probe_liveness_takes_over_a_dead_same_host_owner_and_spares_a_live_
     child.wait()  # reaped: its pid names no process now
     me = OwnerId("host-z", 4242, "worker")
     _create(store, 2)
-    _own(store, "r000", OwnerId("host-z", child.pid, "dead"))
-    _own(store, "r001", OwnerId("host-z", os.getpid(), "alive"))  # this very process: alive
+    own(store, "r000", OwnerId("host-z", child.pid, "dead"))
+    own(store, "r001", OwnerId("host-z", os.getpid(), "alive"))  # this very process: alive
     clock.set(30_001)
     worker = Worker(store, lambda ctx: {"ok": True}, owner=me, liveness=same_host_pid_probe)
     taken = worker.take(5)
     assert [r.run_id for r in taken] == ["r000"]
     assert store.runs.get("r001").owner.nonce == "alive"
-    assert _facts(store, "r000")[-2:] == ["stolen", "activated"]
+    assert facts(store, "r000")[-2:] == ["stolen", "activated"]
 
 
 def test_a_run_that_suspends_itself_is_not_taken_again_at_once(store):
@@ -571,4 +559,4 @@ def test_a_run_suspended_by_one_worker_is_taken_by_another_at_once(store):
     assert [r.run_id for r in taken] == ["parked"]
     row = store.runs.get("parked")
     assert (row.status, row.owner.nonce) == ("running", "second")
-    assert _facts(store, "parked")[-3:] == ["released", "claimed", "activated"]
+    assert facts(store, "parked")[-3:] == ["released", "claimed", "activated"]
