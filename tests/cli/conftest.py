@@ -75,7 +75,14 @@ def owned_runs_with_a_damaged_fact(tmp_path: Path, assignment: str, *, ignore_ch
 
 
 @pytest.fixture
-def run_cli(tmp_path):
+def run_cli(run_cli_subprocess):
+    """``run_cli(*args, cwd=None, env=None, timeout=60) -> Result`` with FENCEPOST_DB unset: the
+    console script in a subprocess (a test file may rebind it to ``run_cli_in_process``)."""
+    return run_cli_subprocess
+
+
+@pytest.fixture
+def run_cli_subprocess(tmp_path):
     """``run_cli(*args, cwd=None, env=None, timeout=60) -> Result`` with FENCEPOST_DB unset."""
 
     def run(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 60) -> Result:

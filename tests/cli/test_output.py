@@ -27,6 +27,14 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 
 
 @pytest.fixture
+def run_cli(run_cli_in_process):
+    """What these tests check is each command's output and exit code, which ``fencepost.cli.main``
+    gives in-process as the console script does (no interpreter start per command); what needs
+    the process (signals, a terminal, stdin, spawned workers) starts one."""
+    return run_cli_in_process
+
+
+@pytest.fixture
 def operated(db_url):
     """Runs in every shape: pending with a long id, a running one with an acknowledged cancellation,
     completed ones of two flows, one whose state has nested camelCase keys."""

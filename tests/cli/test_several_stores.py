@@ -24,6 +24,14 @@ from fencepost.shards import membership, place
 from tests.cli.conftest import assert_one_line_error, fencepost_exe
 
 
+@pytest.fixture
+def run_cli(run_cli_in_process):
+    """What these tests check is each command's output and exit code, which ``fencepost.cli.main``
+    gives in-process as the console script does (no interpreter start per command); what needs
+    the process (signals, a terminal, stdin, spawned workers) starts one."""
+    return run_cli_in_process
+
+
 def _db_args(named: dict[str, str] | list[str]) -> list[str]:
     if isinstance(named, dict):
         return [arg for name, url in named.items() for arg in ("--db", f"{name}={url}")]
@@ -432,7 +440,8 @@ def work(ctx):
 
 
 @pytest.mark.slow
-def test_worker_sweeps_every_shard_of_the_set(run_cli, shard_urls, tmp_path):
+def test_worker_sweeps_every_shard_of_the_set(run_cli_subprocess, shard_urls, tmp_path):
+    run_cli = run_cli_subprocess  # worker processes: started from a process of their own
     urls = shard_urls(2)
     (tmp_path / "shardtask.py").write_text(TASK)
     db = _db_args(urls)
