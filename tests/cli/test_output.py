@@ -1,6 +1,8 @@
 """The operator's command line: help, errors and exit codes, output formats, ``runs list`` paging.
 
-Everything runs the real ``fencepost`` console script in a subprocess, on SQLite and PostgreSQL.
+On SQLite and PostgreSQL; commands run in-process through ``fencepost.cli.main`` (the error
+boundary), and the real ``fencepost`` console script in a subprocess where a pipe, a terminal or
+the process is what is tested.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """The CLI across several stores: ``--db`` repeated (``NAME=URL``) or ``--shards FILE``.
 
-Every test runs the real console script in a subprocess, on SQLite files, on PostgreSQL schemas and
-on a mix of both. Read commands (``runs list``, ``feed tail [--follow]``) work on any stores and
-label each record with its store; commands about one run route through a recorded shard set; the
-rest refuse several stores with a one-line usage error (exit 2) and change nothing.
+On SQLite files, on PostgreSQL schemas and on a mix of both; commands run in-process through
+``fencepost.cli.main``, and the real console script in a subprocess for signals, stdin and workers.
+Read commands (``runs list``, ``feed tail [--follow]``) work on any stores and label each record
+with its store; commands about one run route through a recorded shard set; the rest refuse several
+stores with a one-line usage error (exit 2) and change nothing.
 """
 
 from __future__ import annotations
