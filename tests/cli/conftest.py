@@ -74,17 +74,7 @@ def owned_runs_with_a_damaged_fact(tmp_path: Path, assignment: str, *, ignore_ch
     return url
 
 
-@pytest.fixture
-def run_cli(run_cli_subprocess):
-    """``run_cli(*args, cwd=None, env=None, timeout=60) -> Result`` with FENCEPOST_DB unset: the
-    console script in a subprocess (a test file may rebind it to ``run_cli_in_process``)."""
-    return run_cli_subprocess
-
-
-@pytest.fixture
-def run_cli_subprocess(tmp_path):
-    """``run_cli(*args, cwd=None, env=None, timeout=60) -> Result`` with FENCEPOST_DB unset."""
-
+def _subprocess_runner(tmp_path: Path) -> Callable[..., Result]:
     def run(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 60) -> Result:
         full_env = {k: v for k, v in os.environ.items() if k != "FENCEPOST_DB"}
         full_env["COLUMNS"] = "200"
@@ -94,6 +84,20 @@ def run_cli_subprocess(tmp_path):
         return Result(proc)
 
     return run
+
+
+@pytest.fixture
+def run_cli(tmp_path):
+    """``run_cli(*args, cwd=None, env=None, timeout=60) -> Result`` with FENCEPOST_DB unset: the
+    console script in a subprocess (a test file may rebind it to ``run_cli_in_process``)."""
+    return _subprocess_runner(tmp_path)
+
+
+@pytest.fixture
+def run_cli_subprocess(tmp_path):
+    """``run_cli`` under a name a file that rebinds ``run_cli`` to ``run_cli_in_process`` can
+    still use where the process matters."""
+    return _subprocess_runner(tmp_path)
 
 
 @pytest.fixture
