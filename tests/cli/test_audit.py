@@ -19,6 +19,14 @@ B = OwnerId("host-a", 202, "owner-b")
 
 
 @pytest.fixture
+def run_cli(run_cli_in_process):
+    """What these tests check is each command's output and exit code, which ``fencepost.cli.main``
+    gives in-process as the console script does (no interpreter start per command); what needs
+    the process (signals, a terminal, stdin, spawned workers) starts one."""
+    return run_cli_in_process
+
+
+@pytest.fixture
 def settled(db_url):
     with fencepost.open(db_url) as store:
         store.runs.create("r1", "{}")

@@ -20,6 +20,14 @@ from tests.cli.conftest import assert_one_line_error, fencepost_exe, worker_hold
 A = OwnerId("host-a", 101, "owner-a")
 
 
+@pytest.fixture
+def run_cli(run_cli_in_process):
+    """What these tests check is each command's output and exit code, which ``fencepost.cli.main``
+    gives in-process as the console script does (no interpreter start per command); what needs
+    the process (signals, a terminal, stdin, spawned workers) starts one."""
+    return run_cli_in_process
+
+
 def _own(store, run_id: str, owner: OwnerId) -> None:
     row = store.runs.get(run_id)
     claimed = store.runs.claim(run_id, row.snapshot(), owner, store.clock.now_ms())
@@ -187,7 +195,8 @@ def test_fencepost_db_env_var_selects_the_database(run_cli, populated):
     assert result.code == 0 and len(json.loads(result.out)["runs"]) == 3
 
 
-def test_worker_command_settles_every_pending_run(run_cli, db_url):
+def test_worker_command_settles_every_pending_run(run_cli_subprocess, db_url):
+    run_cli = run_cli_subprocess  # worker processes: started from a process of their own
     with fencepost.open(db_url) as store:
         for i in range(12):
             store.runs.create(f"w{i:02d}", '{"steps": 1}')

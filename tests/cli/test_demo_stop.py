@@ -9,6 +9,7 @@ import signal
 import subprocess
 import time
 from contextlib import contextmanager
+from types import SimpleNamespace
 
 import pytest
 
@@ -99,7 +100,23 @@ def test_a_demo_whose_last_runs_settle_as_its_timeout_passes_is_not_called_timed
             yield procs
         stopped.append(True)
 
-    monkeypatch.setattr(demo_module, "_status_counts", counts)
+    # The demo's clock: the deadline passes as soon as every run has really settled (the loop still
+    # sees one unsettled), rather than after waiting out the whole --timeout.
+    real_monotonic = time.monotonic
+    jump: list[float] = []
+
+    def monotonic() -> float:
+        return real_monotonic() + (jump[0] if jump else 0.0)
+
+    def counts_then_deadline(store, prefix):
+        real = real_counts(store, prefix)
+        if not stopped and not jump and sum(real[s] for s in demo_module.TERMINAL) >= 20:
+            jump.append(1000.0)
+        return counts(store, prefix)
+
+    monkeypatch.setattr(demo_module, "time", SimpleNamespace(monotonic=monotonic, time_ns=time.time_ns,
+                                                             sleep=time.sleep, time=time.time))
+    monkeypatch.setattr(demo_module, "_status_counts", counts_then_deadline)
     monkeypatch.setattr(demo_module, "_workers", workers)
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exited:

@@ -97,7 +97,8 @@ def test_every_run_an_example_names_is_one_it_creates():
             assert set(ids) <= created, f"{full}: example names runs {sorted(set(ids) - created)} nothing creates"
 
 
-def test_the_examples_that_create_their_runs_work_as_written(db_url: str, run_cli, tmp_path):
+def test_the_examples_that_create_their_runs_work_as_written(db_url: str, run_cli_in_process, tmp_path):
+    run_cli = run_cli_in_process  # each example's command line through main(), as the script runs it
     env = {"FENCEPOST_DB": db_url}
     assert run_cli("init", env=env).code == 0
     tried = 0

@@ -16,6 +16,14 @@ from fencepost._migrations import ALL_NAMESPACES, STORE_NAMESPACES, discover
 from tests.cli.conftest import assert_one_line_error
 
 
+@pytest.fixture
+def run_cli(run_cli_in_process):
+    """What these tests check is each command's output and exit code, which ``fencepost.cli.main``
+    gives in-process as the console script does (no interpreter start per command); what needs
+    the process (signals, a terminal, stdin, spawned workers) starts one."""
+    return run_cli_in_process
+
+
 def _store_ids(db_url: str) -> list[int]:
     suffix = "sqlite" if db_url.startswith("sqlite") else "postgresql"
     return [m.id for m in discover(suffix, STORE_NAMESPACES)]

@@ -1,4 +1,5 @@
-"""Operator commands through the real console script: runs create / retry / delete, cancel notes."""
+"""Operator commands: runs create / retry / delete, cancel notes. Through ``fencepost.cli.main``
+in-process; the real console script where stdin or a worker is involved."""
 
 from __future__ import annotations
 
@@ -6,12 +7,20 @@ import json
 import os
 import subprocess
 
+import pytest
+
 import fencepost
 from fencepost.journal.owner import OwnerId
 from fencepost.runstore.outcomes import Claimed
 from tests.cli.conftest import Result, assert_one_line_error, fencepost_exe
 
 OWNER = OwnerId("ops-host", 4242, "ops-nonce")
+
+
+@pytest.fixture
+def run_cli(run_cli_in_process):
+    """Each command's output, exit code and effect on the store, which main() gives in-process."""
+    return run_cli_in_process
 
 
 def _stdin(db_url: str, args: list[str], text: str) -> Result:
@@ -116,7 +125,8 @@ def test_runs_delete_tombstones_and_refuses_a_running_run_without_force(run_cli,
     assert_one_line_error(missing)
 
 
-def test_cancelling_a_pending_run_settles_it_when_a_worker_claims_it(run_cli, db_url, tmp_path):
+def test_cancelling_a_pending_run_settles_it_when_a_worker_claims_it(run_cli, run_cli_subprocess, db_url,
+                                                                      tmp_path):
     (tmp_path / "marktasks.py").write_text(
         "def work(ctx):\n"
         "    raise AssertionError('the function of a cancelled run must not run')\n"
@@ -127,8 +137,8 @@ def test_cancelling_a_pending_run_settles_it_when_a_worker_claims_it(run_cli, db
     with fencepost.open(db_url, readonly=True) as store:
         row = store.runs.get("p")
     assert row.status == "pending" and row.cancel_requested_at_ms is not None
-    result = run_cli("--db", db_url, "worker", "-n", "1", "--task", "marktasks:work", "--until-idle",
-                     cwd=tmp_path, timeout=90)
+    result = run_cli_subprocess("--db", db_url, "worker", "-n", "1", "--task", "marktasks:work", "--until-idle",
+                                cwd=tmp_path, timeout=90)
     assert result.code == 0, result
     with fencepost.open(db_url, readonly=True) as store:
         row = store.runs.get("p")

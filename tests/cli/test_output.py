@@ -1,6 +1,8 @@
 """The operator's command line: help, errors and exit codes, output formats, ``runs list`` paging.
 
-Everything runs the real ``fencepost`` console script in a subprocess, on SQLite and PostgreSQL.
+On SQLite and PostgreSQL; commands run in-process through ``fencepost.cli.main`` (the error
+boundary), and the real ``fencepost`` console script in a subprocess where a pipe, a terminal or
+the process is what is tested.
 """
 
 from __future__ import annotations
@@ -24,6 +26,14 @@ LONG = "order-" + "x" * 70  # longer than any narrow terminal column: folding wo
 SNAKE = re.compile(r"^[a-z][a-z0-9_]*$")
 USER_DATA = {"state", "payload", "meta"}  # recorded by the user: shown exactly as written
 DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
+
+
+@pytest.fixture
+def run_cli(run_cli_in_process):
+    """What these tests check is each command's output and exit code, which ``fencepost.cli.main``
+    gives in-process as the console script does (no interpreter start per command); what needs
+    the process (signals, a terminal, stdin, spawned workers) starts one."""
+    return run_cli_in_process
 
 
 @pytest.fixture

@@ -1,9 +1,10 @@
 """The CLI across several stores: ``--db`` repeated (``NAME=URL``) or ``--shards FILE``.
 
-Every test runs the real console script in a subprocess, on SQLite files, on PostgreSQL schemas and
-on a mix of both. Read commands (``runs list``, ``feed tail [--follow]``) work on any stores and
-label each record with its store; commands about one run route through a recorded shard set; the
-rest refuse several stores with a one-line usage error (exit 2) and change nothing.
+On SQLite files, on PostgreSQL schemas and on a mix of both; commands run in-process through
+``fencepost.cli.main``, and the real console script in a subprocess for signals, stdin and workers.
+Read commands (``runs list``, ``feed tail [--follow]``) work on any stores and label each record
+with its store; commands about one run route through a recorded shard set; the rest refuse several
+stores with a one-line usage error (exit 2) and change nothing.
 """
 
 from __future__ import annotations
@@ -22,6 +23,14 @@ import fencepost
 from fencepost.clock import ManualClock
 from fencepost.shards import membership, place
 from tests.cli.conftest import assert_one_line_error, fencepost_exe
+
+
+@pytest.fixture
+def run_cli(run_cli_in_process):
+    """What these tests check is each command's output and exit code, which ``fencepost.cli.main``
+    gives in-process as the console script does (no interpreter start per command); what needs
+    the process (signals, a terminal, stdin, spawned workers) starts one."""
+    return run_cli_in_process
 
 
 def _db_args(named: dict[str, str] | list[str]) -> list[str]:
@@ -432,7 +441,8 @@ def work(ctx):
 
 
 @pytest.mark.slow
-def test_worker_sweeps_every_shard_of_the_set(run_cli, shard_urls, tmp_path):
+def test_worker_sweeps_every_shard_of_the_set(run_cli_subprocess, shard_urls, tmp_path):
+    run_cli = run_cli_subprocess  # worker processes: started from a process of their own
     urls = shard_urls(2)
     (tmp_path / "shardtask.py").write_text(TASK)
     db = _db_args(urls)

@@ -16,9 +16,17 @@ from sqlalchemy import text
 
 from fencepost.projections import OwnershipHistory, ProjectionBuilder, RunsByStatus
 from fencepost.ui import views
-from tests.cli.conftest import run_cli  # noqa: F401
+from tests.cli.conftest import run_cli_in_process  # noqa: F401 - the in-process CLI fixture
 
 from .conftest import PENDING, TESTER
+
+
+@pytest.fixture
+def run_cli(run_cli_in_process):  # noqa: F811
+    """``projection status --json`` through ``fencepost.cli.main`` in-process: its figures are
+    what is compared, not the process."""
+    return run_cli_in_process
+
 
 FIELDS = ("source", "applied_revision", "current_source", "source_revision", "lag", "applied", "rejected",
           "rebuilds", "pending_rebuild")
@@ -45,7 +53,7 @@ def _library(store, url: str) -> dict[str, dict]:
     return out
 
 
-def _cli(run_cli, url: str) -> dict[str, dict]:  # noqa: F811
+def _cli(run_cli, url: str) -> dict[str, dict]:
     out = {}
     for name in ("runs_by_status", "ownership_history"):
         result = run_cli("--db", url, "projection", "status", "--name", name, "--json")
@@ -55,7 +63,7 @@ def _cli(run_cli, url: str) -> dict[str, dict]:  # noqa: F811
     return out
 
 
-def _agree(store, url: str, run_cli) -> dict[str, dict]:  # noqa: F811
+def _agree(store, url: str, run_cli) -> dict[str, dict]:
     shown = _console(store)
     assert shown == _library(store, url) == _cli(run_cli, url)
     stats = views.stats(store, _NoHub())
@@ -74,7 +82,7 @@ class _NoHub:
         return None, None
 
 
-def test_console_projection_figures_are_the_cli_and_library_figures(store, db_url, run_cli):  # noqa: F811
+def test_console_projection_figures_are_the_cli_and_library_figures(store, db_url, run_cli):
     _write(store, "a", 12)
     for projection in (RunsByStatus(), OwnershipHistory()):
         with ProjectionBuilder(store, db_url, projection) as builder:
@@ -104,7 +112,7 @@ def test_console_projection_figures_are_the_cli_and_library_figures(store, db_ur
 
 
 @pytest.mark.parametrize("table", ["projection_runs_by_status", "projection_ownership_history"])
-def test_console_says_a_dropped_projection_table_is_rebuilt_as_the_cli_does(store, db_url, run_cli, table):  # noqa: F811
+def test_console_says_a_dropped_projection_table_is_rebuilt_as_the_cli_does(store, db_url, run_cli, table):
     _write(store, "a", 6)
     for projection in (RunsByStatus(), OwnershipHistory()):
         with ProjectionBuilder(store, db_url, projection) as builder:
