@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -292,3 +293,47 @@ def run_in_background(fn: Callable[[], object]) -> tuple[threading.Thread, list[
     thread = threading.Thread(target=body, daemon=True)
     thread.start()
     return thread, failed
+
+
+class SilentServer:
+    """A TCP port that refuses connections until ``listen()``, then accepts them and never sends a
+    byte (a host that swallows traffic): the connections it took (``held``) stay open until
+    ``close()``; ``reached`` is set at the first."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = int(self.sock.getsockname()[1])
+        self.held: list[socket.socket] = []
+        self.reached = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def listen(self) -> None:
+        self.sock.listen(64)
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.held.append(conn)
+            self.reached.set()
+
+    def still_held(self) -> bool:
+        """Whether the first connection taken is still open at the client's end (no EOF yet)."""
+        conn = self.held[0]
+        conn.setblocking(False)
+        try:
+            return conn.recv(1, socket.MSG_PEEK) != b""
+        except BlockingIOError:
+            return True
+
+    def close(self) -> None:
+        self.sock.close()
+        if self.thread is not None:
+            self.thread.join(5)
+        for conn in self.held:
+            conn.close()

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -28,7 +27,7 @@ from fencepost import OpenError, RunStoreError
 from fencepost.worker import Worker
 from tests.changefeed.test_follow_server_restart import PrivateServer, started_private
 from tests.cli.conftest import assert_one_line_error
-from tests.conftest import run_in_background
+from tests.conftest import SilentServer, run_in_background
 from tests.faults.conftest import assert_value_free
 from tests.worker.conftest import run_in_thread, stop_worker, wait_for
 
@@ -38,34 +37,16 @@ TIMEOUT_S = 2  # libpq's smallest connect_timeout (a URL's 1 is taken as 2)
 ANSWER = f"did not answer within {TIMEOUT_S} s"
 
 
-class SilentListener:
-    """A TCP port that accepts every connection and never sends a byte; counts what it accepted."""
+class SilentListener(SilentServer):
+    """A TCP port that accepts every connection at once and never sends a byte; ``held`` counts
+    what it accepted."""
 
     def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.port = int(self.sock.getsockname()[1])
-        self.accepted: list[socket.socket] = []
-        self.thread = threading.Thread(target=self._accept, daemon=True)
-        self.thread.start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.accepted.append(conn)
+        super().__init__()
+        self.listen()
 
     def url(self, timeout: int = 1) -> str:
         return f"postgresql://app:{SECRET}@127.0.0.1:{self.port}/app?connect_timeout={timeout}"
-
-    def close(self) -> None:
-        self.sock.close()
-        self.thread.join(5)
-        for conn in self.accepted:
-            conn.close()
 
 
 @pytest.fixture
@@ -96,7 +77,7 @@ def test_a_listener_that_never_answers_is_cannot_connect_after_one_connection(si
     exc, elapsed = _open_fails(silent.url())
     assert (exc.code, exc.transient) == ("cannot_connect", True), exc
     assert ANSWER in str(exc) and "authentication" not in str(exc), exc
-    assert len(silent.accepted) == 1, f"{len(silent.accepted)} connections, the diagnosis waited on each"
+    assert len(silent.held) == 1, f"{len(silent.held)} connections, the diagnosis waited on each"
     assert elapsed < 3 * TIMEOUT_S, elapsed
 
 
@@ -106,7 +87,7 @@ def test_the_cli_says_the_server_did_not_answer(silent: SilentListener, run_cli)
     assert result.code == 1, result
     assert "cannot_connect" in result.err and ANSWER in result.err, result
     assert "authentication" not in result.err and SECRET not in result.err, result
-    assert len(silent.accepted) == 1, result
+    assert len(silent.held) == 1, result
 
 
 class StoppableServer(PrivateServer):

@@ -15,7 +15,6 @@ part as the stores that answer and as shards of the set.
 from __future__ import annotations
 
 import re
-import socket
 import threading
 import time
 from pathlib import Path
@@ -29,6 +28,7 @@ import fencepost
 from fencepost.errors import OpenError
 from fencepost.ui import awaited
 from tests.changefeed.test_follow_server_restart import PrivateServer, private_server  # noqa: F401
+from tests.conftest import SilentServer
 
 from .test_cli import _get_when_up, _serve, _stop
 from .test_several_stores_partial_outage import DOWN_MARK
@@ -153,45 +153,6 @@ def test_a_late_store_that_leaves_a_shard_set_partial_is_refused_and_a_late_shar
         code, err = _stop(proc)
     assert "source" in health["stores"]["s1"] and "source" in health["stores"]["s0"], health
     assert code == 130 and "Traceback" not in err, err
-
-
-class SilentServer:
-    """A TCP port that refuses connections until ``listen()``, then accepts them and never answers
-    (a host that swallows traffic): the connections it took stay open until ``close()``."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.held: list[socket.socket] = []
-        self.reached = threading.Event()
-
-    def listen(self) -> None:
-        self.sock.listen(64)
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.held.append(conn)
-            self.reached.set()
-
-    def still_held(self) -> bool:
-        """Whether the first connection taken is still open at the client's end (no EOF yet)."""
-        conn = self.held[0]
-        conn.setblocking(False)
-        try:
-            return conn.recv(1, socket.MSG_PEEK) != b""
-        except BlockingIOError:
-            return True
-
-    def close(self) -> None:
-        for conn in self.held:
-            conn.close()
-        self.sock.close()
 
 
 def test_a_request_never_waits_for_an_open_attempt_in_flight(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -29,8 +29,8 @@ import pytest
 import fencepost
 from tests.changefeed.test_follow_server_restart import PrivateServer
 from tests.cli.conftest import fencepost_exe
+from tests.conftest import SilentServer
 from tests.faults.conftest import private_server  # noqa: F401 - fixture
-from tests.ui.test_late_store import SilentServer
 
 TASK = "def work(ctx):\n    return {'done': True}\n"
 WAITING = "waiting for the database"
