@@ -60,7 +60,7 @@ def test_the_worker_report_on_a_narrow_pipe_is_one_line_per_process(run_cli, db_
                      cwd=tmp_path, env={"COLUMNS": "60"}, timeout=90)
     assert result.code == 0, result
     lines = [line.split() for line in result.out.splitlines() if line.strip()]
-    header = ["pid", "claimed", "takeovers", "completed", "failed", "cancelled", "suspended", "lost"]
+    header = ["pid", "claimed", "takeovers", "completed", "failed", "cancelled", "suspended", "lost", "state"]
     assert header in lines, result.out
     body = lines[lines.index(header) + 1:]
     assert len(body) == 2 and all(len(row) == len(header) for row in body), result.out
@@ -159,6 +159,50 @@ def test_sigterm_while_the_worker_processes_are_still_starting_exits_0(db_url, t
     assert proc.returncode == 0, (out, err)
     assert "abnormally" not in out + err and "Traceback" not in err
     assert _statuses(db_url, ["s0"])["s0"] in ("pending", "completed", "suspended")
+
+
+@pytest.mark.slow
+def test_sigterm_while_the_worker_processes_are_still_starting_lists_every_process(db_url, tmp_path):
+    """A SIGTERM that reached ``fencepost worker`` while its processes were still starting ended them
+    before they could report: the summary listed none of them (an empty table), so the operator
+    could not tell what was started or whether work was lost. Every started process now has a row:
+    state ``stopped-before-start`` and zero counts (it had taken no run). The children are held
+    in interpreter start-up (a ``sitecustomize`` that sleeps only in a spawned child) so the signal
+    surely comes first; the database only has to exist, so one backend would do, but both run."""
+    (tmp_path / "quicktasks.py").write_text("def work(ctx):\n    return {}\n")
+    hold = tmp_path / "hold"
+    hold.mkdir()
+    (hold / "sitecustomize.py").write_text(
+        "import os, sys, time\n"
+        "if '--multiprocessing-fork' in sys.argv:\n"
+        f"    open(os.path.join({str(tmp_path)!r}, 'child-%d' % os.getpid()), 'w').close()\n"
+        "    time.sleep(20)\n")
+    _create(db_url, ["s0"])
+    env = {k: v for k, v in os.environ.items() if k != "FENCEPOST_DB"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(hold), env.get("PYTHONPATH")) if p)
+    env["COLUMNS"] = "200"
+    proc = subprocess.Popen([fencepost_exe(), "--db", db_url, "worker", "-n", "2", "--task", "quicktasks:work"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(tmp_path.glob("child-*"))) < 2:  # both children started, neither past start-up
+            assert proc.poll() is None and time.monotonic() < deadline, "the worker processes never started"
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, (out, err)
+    children = sorted(int(p.name.split("-")[1]) for p in tmp_path.glob("child-*"))
+    lines = [line.split() for line in out.splitlines() if line.strip()]
+    header = ["pid", "claimed", "takeovers", "completed", "failed", "cancelled", "suspended", "lost", "state"]
+    assert header in lines, out
+    body = lines[lines.index(header) + 1:]
+    assert sorted(int(row[0]) for row in body) == children, out
+    assert all(row[1:] == ["0"] * 7 + ["stopped-before-start"] for row in body), out
+    assert _statuses(db_url, ["s0"]) == {"s0": "pending"}
 
 
 def test_a_task_module_failing_at_import_shows_its_message_redacted(run_cli, tmp_path):
