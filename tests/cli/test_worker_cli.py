@@ -246,6 +246,33 @@ def test_a_file_path_for_the_task_module_says_to_give_a_module_name(run_cli, tmp
     assert "--task mytasks:work" in result.err, result.err
 
 
+def test_a_task_submodule_named_py_failing_at_import_shows_its_own_error(run_cli, tmp_path):
+    """``--task pkg.py:work`` where ``py`` is a real submodule of the package ``pkg`` (no file
+    ``pkg.py`` anywhere) and it fails to import: the usage error said "give a module name, not a file
+    path", hiding the import error the user must fix. That hint is for a path only (a slash, or a
+    ``.py`` file of that name in the folder the task is imported from); here the import's own error
+    is shown. Refused before any store is opened: no backend to vary."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "py.py").write_text("import not_a_real_dependency_xyz\n\ndef work(ctx):\n    pass\n")
+    result = run_cli("worker", "--task", "pkg.py:work", cwd=tmp_path)
+    assert_one_line_error(result)
+    assert result.code == 2, result
+    assert "No module named 'not_a_real_dependency_xyz'" in result.err, result.err
+    assert "module name, not a file path" not in result.err, result.err
+
+
+def test_a_task_module_ending_in_py_with_no_such_file_shows_the_import_error(run_cli, tmp_path):
+    """``--task nothere.py:work`` with neither a file ``nothere.py`` nor a module ``nothere``: no
+    file path was given, so no hint to give a module name; the import's own error says what is
+    missing. Refused before any store is opened: no backend to vary."""
+    result = run_cli("worker", "--task", "nothere.py:work", cwd=tmp_path)
+    assert_one_line_error(result)
+    assert result.code == 2, result
+    assert "module name, not a file path" not in result.err, result.err
+    assert "No module named 'nothere" in result.err, result.err
+
+
 def test_waiting_for_the_database_at_start_up_needs_nothing_of_the_console() -> None:
     """The worker's start-up wait shares the console's rule for which open failures to wait out
     (``fencepost.errors.waiting_may_cure``) without importing the console package: the worker CLI

@@ -45,7 +45,7 @@ def load_task(ref: str, import_dir: str | None = None) -> Any:
     try:
         module = importlib.import_module(module_name)
     except (Exception, SystemExit) as exc:  # ImportError, or whatever the module raised (or exited) importing
-        if isinstance(exc, (ImportError, TypeError)) and _looks_like_a_path(module_name):
+        if isinstance(exc, (ImportError, TypeError)) and _looks_like_a_path(module_name, folder):
             raise click.BadParameter(_module_name_wanted(module_name, attr), param_hint="--task") from None
         raise click.BadParameter(f"cannot import module {module_name!r}: {type(exc).__name__}: "
                                  f"{redacted_first_line(exc, 'no message')}", param_hint="--task") from None
@@ -61,9 +61,13 @@ def load_task(ref: str, import_dir: str | None = None) -> Any:
     return fn
 
 
-def _looks_like_a_path(module_name: str) -> bool:
-    """``mytasks.py`` or ``./mytasks``: a file path where a module name belongs."""
-    return "/" in module_name or os.sep in module_name or module_name.endswith(".py")
+def _looks_like_a_path(module_name: str, folder: str) -> bool:
+    """``./mytasks`` (a slash), or ``mytasks.py`` naming a file in ``folder``: a file path where a
+    module name belongs. ``pkg.py`` with no such file is a module name (a submodule ``py`` of
+    ``pkg``), whose own import error is the one to show."""
+    if "/" in module_name or os.sep in module_name:
+        return True
+    return module_name.endswith(".py") and os.path.isfile(os.path.join(folder, module_name))
 
 
 def _module_name_wanted(module_name: str, attr: str) -> str:
