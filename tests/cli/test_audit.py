@@ -307,3 +307,36 @@ def test_replay_all_prints_one_row_per_run_in_csv_and_jsonl(run_cli, settled):
     one = json.loads(run_cli("--db", settled, "journal", "replay", "r1", "--format", "jsonl").out)
     assert [h["run_id"] for h in lines] == ["r1", "r2"] and lines[0] == one
     assert "histories" in json.loads(run_cli("--db", settled, "journal", "replay", "--all", "--json").out)
+
+
+def test_replay_csv_of_one_run_prints_its_violations_as_rows(run_cli, settled):
+    """``journal replay RUN_ID --format csv`` printed the intervals alone: an auditor piping csv saw
+    a broken history only as exit 1 and a count on stderr, never which fact broke which rule (json
+    lists them under ``violations``, the table under the intervals). Every row now starts with
+    ``kind``: ``interval`` rows carry the interval's fields, then ``violation`` rows the violation's
+    (``seq``, ``position``, ``event_type``, ``rule``, ``detail``), the other kind's cells empty; the
+    header is the same whether or not a violation follows."""
+    import csv
+    import io
+
+    clean = run_cli("--db", settled, "journal", "replay", "r1", "--format", "csv")
+    assert clean.code == 0, clean
+    header = clean.out.splitlines()[0]
+    assert [r["kind"] for r in csv.DictReader(io.StringIO(clean.out))] == ["interval"]
+    _forge_second_owner(settled, "r1")
+    broken = run_cli("--db", settled, "journal", "replay", "r1", "--format", "csv")
+    assert broken.code == 1, broken
+    assert broken.out.splitlines()[0] == header
+    rows = list(csv.DictReader(io.StringIO(broken.out)))
+    as_json = json.loads(run_cli("--db", settled, "journal", "replay", "r1", "--json").out)
+    assert [r["kind"] for r in rows] == ["interval"] * len(as_json["intervals"]) + \
+        ["violation"] * len(as_json["violations"])
+    assert as_json["violations"], as_json
+    violations = [r for r in rows if r["kind"] == "violation"]
+    for row, v in zip(violations, as_json["violations"], strict=True):
+        assert (row["rule"], row["seq"], row["position"], row["event_type"], row["detail"]) == (
+            v["rule"], str(v["seq"]), str(v["position"]), v["event_type"], v["detail"])
+        assert row["owner"] == row["start_seq"] == ""
+    intervals = [r for r in rows if r["kind"] == "interval"]
+    assert [json.loads(r["owner"]) for r in intervals] == [i["owner"] for i in as_json["intervals"]]
+    assert all(r["rule"] == "" for r in intervals)

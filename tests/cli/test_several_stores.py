@@ -379,6 +379,68 @@ def test_journal_show_and_replay_of_a_run_route_to_its_shard(run_cli, shard_urls
     assert part.code == 2 and "give every shard of the set" in part.err
 
 
+def _grown_set_with_runs_left_behind(run_cli, shard_urls, ids):
+    """A set of two shards grown to three after ``ids`` were created, claimed and completed on the
+    first two; returns the URLs and the ids the grown set would now place on the new shard."""
+    urls = shard_urls(3)
+    assert run_cli(*_db_args(urls[:2]), "init").code == 0
+    me = fencepost.OwnerId("host-a", 1, "nonce-1")
+    with fencepost.open_shards(urls[:2]) as shards:
+        for run_id in ids:
+            shards.runs.create(run_id, "{}")
+            shards.runs.claim_and_own(run_id, fencepost.RunSnapshot("pending", None, None), me,
+                                      shards.clock.now_ms())
+            shards.runs.transition_owned(run_id, me, "completed")
+    assert run_cli(*_db_args(urls), "init", "--grow").code == 0
+    with fencepost.open_shards(urls, readonly=True) as shards:
+        moved = [run_id for run_id in ids if shards.place(run_id) == "shard-2"]
+    assert moved, "no id would now be placed on the new shard"
+    return urls, moved
+
+
+def test_journal_of_a_deleted_run_is_found_after_the_set_grew(run_cli, shard_urls):
+    """An auditor reads the journal of a DELETED run (its row gone, its journal kept) through a set
+    that grew since: the id now places on the new shard, which holds nothing of it. ``journal show``,
+    ``show --companion`` and ``replay`` still find the shard that holds the run's journal."""
+    urls, moved = _grown_set_with_runs_left_behind(run_cli, shard_urls, [f"gone-{i}" for i in range(12)])
+    db = _db_args(urls)
+    for run_id in moved:
+        assert run_cli(*db, "runs", "delete", run_id).code == 0
+    for run_id in moved:
+        shown = run_cli(*db, "journal", "show", run_id, "--json")
+        assert shown.code == 0, shown
+        assert [e["event_type"] for e in json.loads(shown.out)["entries"]] == ["flows.run-store.deleted"]
+        facts = run_cli(*db, "journal", "show", run_id, "--companion", "--json")
+        assert facts.code == 0 and len(json.loads(facts.out)["entries"]) == 3, facts
+        replayed = run_cli(*db, "journal", "replay", run_id, "--json")
+        assert replayed.code == 0 and json.loads(replayed.out)["facts"] == 3, replayed
+
+
+def test_ownership_facts_of_a_run_without_row_or_stream_are_found_after_the_set_grew(run_cli, shard_urls):
+    """A run whose row was removed outside fencepost (a store restored without its runs, a hand
+    cleanup) keeps only its ownership facts: its companion stream, which is not named by the run id.
+    After the set grew and the id places on the new shard, the lookup found nothing of the run on
+    any shard and answered from the new, empty one: "no run and no ownership facts". The facts are
+    found on the shard that holds them."""
+    urls, moved = _grown_set_with_runs_left_behind(run_cli, shard_urls, [f"bare-{i}" for i in range(12)])
+    db = _db_args(urls)
+    with fencepost.open_shards(urls) as shards:
+        for run_id in moved:
+            conn = shards.store_for(run_id).db.connect()
+            try:
+                conn.exec_driver_sql("DELETE FROM flows_runs WHERE run_id = %s" if conn.dialect.name == "postgresql"
+                                     else "DELETE FROM flows_runs WHERE run_id = ?", (run_id,))
+                conn.commit()
+            finally:
+                conn.close()
+    for run_id in moved:
+        replayed = run_cli(*db, "journal", "replay", run_id, "--json")
+        assert replayed.code == 0, replayed
+        assert json.loads(replayed.out)["facts"] == 3, replayed
+        facts = run_cli(*db, "journal", "show", run_id, "--companion", "--json")
+        assert facts.code == 0 and len(json.loads(facts.out)["entries"]) == 3, facts
+
+
 def test_creating_a_run_on_one_shard_given_alone_is_refused(run_cli, shard_urls):
     """One --db naming a single shard of a set created a run id the set already held on another
     shard (two runs named o1 in one set). Creating goes through the whole set; the other run

@@ -60,7 +60,7 @@ def test_the_worker_report_on_a_narrow_pipe_is_one_line_per_process(run_cli, db_
                      cwd=tmp_path, env={"COLUMNS": "60"}, timeout=90)
     assert result.code == 0, result
     lines = [line.split() for line in result.out.splitlines() if line.strip()]
-    header = ["pid", "claimed", "takeovers", "completed", "failed", "cancelled", "suspended", "lost"]
+    header = ["pid", "claimed", "takeovers", "completed", "failed", "cancelled", "suspended", "lost", "state"]
     assert header in lines, result.out
     body = lines[lines.index(header) + 1:]
     assert len(body) == 2 and all(len(row) == len(header) for row in body), result.out
@@ -161,6 +161,50 @@ def test_sigterm_while_the_worker_processes_are_still_starting_exits_0(db_url, t
     assert _statuses(db_url, ["s0"])["s0"] in ("pending", "completed", "suspended")
 
 
+@pytest.mark.slow
+def test_sigterm_while_the_worker_processes_are_still_starting_lists_every_process(db_url, tmp_path):
+    """A SIGTERM that reached ``fencepost worker`` while its processes were still starting ended them
+    before they could report: the summary listed none of them (an empty table), so the operator
+    could not tell what was started or whether work was lost. Every started process now has a row:
+    state ``stopped-before-start`` and zero counts (it had taken no run). The children are held
+    in interpreter start-up (a ``sitecustomize`` that sleeps only in a spawned child) so the signal
+    surely comes first; the database only has to exist, so one backend would do, but both run."""
+    (tmp_path / "quicktasks.py").write_text("def work(ctx):\n    return {}\n")
+    hold = tmp_path / "hold"
+    hold.mkdir()
+    (hold / "sitecustomize.py").write_text(
+        "import os, sys, time\n"
+        "if '--multiprocessing-fork' in sys.argv:\n"
+        f"    open(os.path.join({str(tmp_path)!r}, 'child-%d' % os.getpid()), 'w').close()\n"
+        "    time.sleep(20)\n")
+    _create(db_url, ["s0"])
+    env = {k: v for k, v in os.environ.items() if k != "FENCEPOST_DB"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(hold), env.get("PYTHONPATH")) if p)
+    env["COLUMNS"] = "200"
+    proc = subprocess.Popen([fencepost_exe(), "--db", db_url, "worker", "-n", "2", "--task", "quicktasks:work"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(tmp_path.glob("child-*"))) < 2:  # both children started, neither past start-up
+            assert proc.poll() is None and time.monotonic() < deadline, "the worker processes never started"
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, (out, err)
+    children = sorted(int(p.name.split("-")[1]) for p in tmp_path.glob("child-*"))
+    lines = [line.split() for line in out.splitlines() if line.strip()]
+    header = ["pid", "claimed", "takeovers", "completed", "failed", "cancelled", "suspended", "lost", "state"]
+    assert header in lines, out
+    body = lines[lines.index(header) + 1:]
+    assert sorted(int(row[0]) for row in body) == children, out
+    assert all(row[1:] == ["0"] * 7 + ["stopped-before-start"] for row in body), out
+    assert _statuses(db_url, ["s0"]) == {"s0": "pending"}
+
+
 def test_a_task_module_failing_at_import_shows_its_message_redacted(run_cli, tmp_path):
     """A module raising at import with a credential in its message: the usage error keeps the module
     name and the exception type, and shows the message as a run failure is logged (redacted, escaped).
@@ -200,6 +244,33 @@ def test_a_file_path_for_the_task_module_says_to_give_a_module_name(run_cli, tmp
     assert result.code == 2, result
     assert "module name" in result.err and "TypeError" not in result.err, result.err
     assert "--task mytasks:work" in result.err, result.err
+
+
+def test_a_task_submodule_named_py_failing_at_import_shows_its_own_error(run_cli, tmp_path):
+    """``--task pkg.py:work`` where ``py`` is a real submodule of the package ``pkg`` (no file
+    ``pkg.py`` anywhere) and it fails to import: the usage error said "give a module name, not a file
+    path", hiding the import error the user must fix. That hint is for a path only (a slash, or a
+    ``.py`` file of that name in the folder the task is imported from); here the import's own error
+    is shown. Refused before any store is opened: no backend to vary."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "py.py").write_text("import not_a_real_dependency_xyz\n\ndef work(ctx):\n    pass\n")
+    result = run_cli("worker", "--task", "pkg.py:work", cwd=tmp_path)
+    assert_one_line_error(result)
+    assert result.code == 2, result
+    assert "No module named 'not_a_real_dependency_xyz'" in result.err, result.err
+    assert "module name, not a file path" not in result.err, result.err
+
+
+def test_a_task_module_ending_in_py_with_no_such_file_shows_the_import_error(run_cli, tmp_path):
+    """``--task nothere.py:work`` with neither a file ``nothere.py`` nor a module ``nothere``: no
+    file path was given, so no hint to give a module name; the import's own error says what is
+    missing. Refused before any store is opened: no backend to vary."""
+    result = run_cli("worker", "--task", "nothere.py:work", cwd=tmp_path)
+    assert_one_line_error(result)
+    assert result.code == 2, result
+    assert "module name, not a file path" not in result.err, result.err
+    assert "No module named 'nothere" in result.err, result.err
 
 
 def test_waiting_for_the_database_at_start_up_needs_nothing_of_the_console() -> None:

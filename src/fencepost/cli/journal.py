@@ -92,7 +92,9 @@ def journal_replay(run_id: str | None, every: bool, out: Output, progress: bool)
     no fact edited or removed by hand (chain_broken: the facts' stream fails its hash chain).
     With --all, every run with ownership facts is replayed and the summary counts runs, intervals
     and violations by rule (json: the summary with every history; jsonl: one history per line;
-    csv: one row per run; on a terminal, a progress bar on stderr counts the runs replayed). Exits
+    csv: one row per run; on a terminal, a progress bar on stderr counts the runs replayed). For one
+    run, csv prints a row per interval and then a row per violation, told apart by the first
+    column, kind (interval or violation); each row leaves the other kind's columns empty. Exits
     1 when any history breaks a rule, or when RUN_ID names neither a run nor any ownership facts.
     Given the shards of a set (--db repeated), RUN_ID is replayed on its shard; --all works on one
     store (replay each shard in turn).
@@ -118,13 +120,26 @@ def journal_replay(run_id: str | None, every: bool, out: Output, progress: bool)
                  footer=[f"violation {v.rule} {_at(v)} ({v.event_type}): {v.detail}"
                          for v in history.violations] or ["ownership history is consistent"])
     elif out.format == "csv":
-        from fencepost.journal.replay import OwnershipInterval
-
-        out.rows(to_data(history.intervals), INTERVAL_COLUMNS, fields=_fields(OwnershipInterval))
+        out.rows(_replay_rows(history), [], fields=_replay_csv_fields())
     else:
         out.record(to_data(history))
     if history.violations:
         raise fail(f"the ownership history breaks {len(history.violations)} invariant(s)")
+
+
+def _replay_csv_fields() -> tuple[str, ...]:
+    """The csv columns of one run's replay: ``kind``, an interval's fields, a violation's fields."""
+    from fencepost.journal.replay import OwnershipInterval, Violation
+
+    return ("kind", *_fields(OwnershipInterval), *_fields(Violation))
+
+
+def _replay_rows(history: Any) -> list[dict[str, Any]]:
+    """One csv row per interval (``kind`` interval), then one per violation (``kind`` violation);
+    every row has every column, the other kind's left empty."""
+    blank = dict.fromkeys(_replay_csv_fields())
+    return ([blank | {"kind": "interval"} | to_data(i) for i in history.intervals]
+            + [blank | {"kind": "violation"} | to_data(v) for v in history.violations])
 
 
 def _at(v: Any) -> str:
@@ -153,7 +168,7 @@ def _replay_all(store: Any, out: Output, progress: bool) -> None:
         summary = replay_all(store, on_progress=on_progress)
     if out.format == "jsonl":  # one history per line, as `replay RUN_ID --format jsonl` prints one
         out.rows(to_data(summary.histories), [])
-    elif out.format == "csv":  # one row per run; `replay RUN_ID --format csv` has its intervals
+    elif out.format == "csv":  # one row per run; `replay RUN_ID --format csv` has its intervals and violations
         out.rows([{"run_id": h.run_id, "facts": h.facts, "intervals": len(h.intervals),
                    "violations": len(h.violations),
                    "first_violation": f"{h.violations[0].rule} {_at(h.violations[0])}" if h.violations else "",

@@ -45,7 +45,7 @@ def load_task(ref: str, import_dir: str | None = None) -> Any:
     try:
         module = importlib.import_module(module_name)
     except (Exception, SystemExit) as exc:  # ImportError, or whatever the module raised (or exited) importing
-        if isinstance(exc, (ImportError, TypeError)) and _looks_like_a_path(module_name):
+        if isinstance(exc, (ImportError, TypeError)) and _looks_like_a_path(module_name, folder):
             raise click.BadParameter(_module_name_wanted(module_name, attr), param_hint="--task") from None
         raise click.BadParameter(f"cannot import module {module_name!r}: {type(exc).__name__}: "
                                  f"{redacted_first_line(exc, 'no message')}", param_hint="--task") from None
@@ -61,9 +61,13 @@ def load_task(ref: str, import_dir: str | None = None) -> Any:
     return fn
 
 
-def _looks_like_a_path(module_name: str) -> bool:
-    """``mytasks.py`` or ``./mytasks``: a file path where a module name belongs."""
-    return "/" in module_name or os.sep in module_name or module_name.endswith(".py")
+def _looks_like_a_path(module_name: str, folder: str) -> bool:
+    """``./mytasks`` (a slash), or ``mytasks.py`` naming a file in ``folder``: a file path where a
+    module name belongs. ``pkg.py`` with no such file is a module name (a submodule ``py`` of
+    ``pkg``), whose own import error is the one to show."""
+    if "/" in module_name or os.sep in module_name:
+        return True
+    return module_name.endswith(".py") and os.path.isfile(os.path.join(folder, module_name))
 
 
 def _module_name_wanted(module_name: str, attr: str) -> str:
@@ -262,7 +266,9 @@ def worker(obj: CliContext, processes: int, concurrency: int, task: str, until_i
 
     Stops on Ctrl-C (exit 130) or SIGTERM (exit 0): runs in hand finish, or are parked suspended at
     their next check and resumed later from their last checkpoint; a second Ctrl-C kills the
-    processes. With --until-idle it exits once nothing is left to do. Prints what each process did.
+    processes. With --until-idle it exits once nothing is left to do. Prints what each process did,
+    one row per process started: its counts and its state (worked; stopped-before-start, with zero
+    counts, for one a stop ended while it was still starting, before it took any run).
 
     Given several --db (or --shards), they are one shard set: every process sweeps every shard and
     settles each run on its own shard. Empty stores that record no set found one (as with init).
@@ -322,18 +328,13 @@ def worker(obj: CliContext, processes: int, concurrency: int, task: str, until_i
             stop_workers(procs)
     finally:
         signal.signal(signal.SIGTERM, previous)
-    rows = []
-    while not results.empty():
-        pid, raw = results.get()
-        s = msgspec.json.decode(raw)
-        rows.append((pid, s["claimed"], s["takeovers"], s["completed"], s["failed"], s["cancelled"],
-                     s["suspended"], s["lost"]))
-    table("workers", ["pid", "claimed", "takeovers", "completed", "failed", "cancelled", "suspended", "lost"],
-          sorted(rows))
+    # After a SIGTERM (or a Ctrl-C, which stop_workers turns into one), a process that ended by it
+    # stopped as asked: it was still starting, before its graceful handler was installed, so it had
+    # taken no run.
+    stopped = terminated or interrupted
+    table("workers", [*COUNTS, "state"], _summary(procs, results, stopped))
     if interrupted:
         raise SystemExit(130)
-    # After a SIGTERM, a process that ended by it stopped as asked: it was still starting, before
-    # its graceful handler was installed, so it had taken no run.
     clean = (0, None, -signal.SIGTERM) if terminated else (0, None)
     failed = [p for p in procs if p.exitcode not in clean]
     if failed:
@@ -345,6 +346,33 @@ def worker(obj: CliContext, processes: int, concurrency: int, task: str, until_i
                 how = f"exited abnormally (exit code {code})"
             console.print(f"[red]worker process {p.pid} {how}[/red]")
         raise SystemExit(1)
+
+
+#: The summary's columns before ``state``: a process's pid, then the counts its ``WorkerStats`` reports.
+COUNTS = ("pid", "claimed", "takeovers", "completed", "failed", "cancelled", "suspended", "lost")
+
+
+def _summary(procs: list[Any], results: Any, stopped: bool) -> list[tuple[Any, ...]]:
+    """One row per started process, by pid: the counts it reported (state ``worked``); zero counts
+    for one a stop ended while it was still starting (``stopped-before-start``: it had taken no
+    run); unknown counts (``-``) for one that ended without reporting otherwise (its exit code or
+    signal as the state)."""
+    reported: dict[int, dict[str, Any]] = {}
+    while not results.empty():
+        pid, raw = results.get()
+        reported[pid] = msgspec.json.decode(raw)
+    rows: list[tuple[Any, ...]] = []
+    for pid in sorted({*reported, *(p.pid for p in procs if p.pid is not None)}):
+        if pid in reported:
+            rows.append((pid, *(reported[pid][k] for k in COUNTS[1:]), "worked"))
+            continue
+        code = next(p.exitcode for p in procs if p.pid == pid)
+        if stopped and code == -signal.SIGTERM:
+            rows.append((pid, *(0 for _ in COUNTS[1:]), "stopped-before-start"))
+        else:
+            state = f"killed-by-{_signal_name(-code)}" if code is not None and code < 0 else f"exit-code-{code}"
+            rows.append((pid, *(None for _ in COUNTS[1:]), state.replace(" ", "-")))
+    return rows
 
 
 def _signal_name(number: int) -> str:

@@ -8,7 +8,8 @@ its journal stream and its companion stream) lives on exactly one shard, for lif
   and a fork's parent stay in one store (their constraints are the store's own).
 - **Where an existing run is found.** Runs never move, so after a set grows some old runs are not
   where placement now points. A lookup asks the placed shard first, then the others in member
-  order, and remembers the answer (a run never changes shard). An id no shard knows is answered by
+  order (a shard holds a run when it has its row, its journal stream or its companion stream of
+  ownership facts), and remembers the answer (a run never changes shard). An id no shard knows is answered by
   the placed shard (``NotFound`` and friends, exactly as one store would).
 - **No split on a stale process.** Creating a run re-reads the target shard's membership inside
   the creating transaction and refuses (``membership_changed``) when the set grew since this
@@ -41,6 +42,7 @@ from fencepost._values import identifier_problem
 from fencepost.changefeed.types import Change, Position, StopSignal
 from fencepost.clock import Clock, SystemClock
 from fencepost.errors import FencepostError
+from fencepost.journal import companion_stream
 from fencepost.journal.owner import OwnerId
 from fencepost.runstore import _checks as check
 from fencepost.runstore.rows import Attempt
@@ -49,11 +51,13 @@ from fencepost.shards import membership as ms
 from fencepost.shards.membership import Membership, ShardError
 from fencepost.shards.placement import place
 
-# Whether a store holds a run (its row or its journal stream): built once. ``SELECT 1`` rather than
-# ``exists()`` alone, which expands every column of the journal table on each call.
+# Whether a store holds a run (its row, its journal stream or its companion stream of ownership
+# facts, which is all that is left of a run whose row was removed outside fencepost): built once.
+# ``SELECT 1`` rather than ``exists()`` alone, which expands every column of the journal table on
+# each call.
 _HOLDS = select(or_(
     exists(select(literal(1)).where(runs_t.c.run_id == bindparam("run_id"))),
-    exists(select(literal(1)).where(events_t.c.run_id == bindparam("run_id"))),
+    exists(select(literal(1)).where(events_t.c.run_id.in_([bindparam("run_id"), bindparam("companion")]))),
 ))
 
 __all__ = ["ShardChange", "ShardSet", "open_shards"]
@@ -114,7 +118,8 @@ class ShardSet:
         return place(_checks.run_id(run_id, "place"), self.names)
 
     def locate(self, run_id: str) -> str:
-        """The shard holding ``run_id`` (its run row or journal stream), else the one it would be placed on.
+        """The shard holding ``run_id`` (its run row, journal stream or companion stream), else the one it
+        would be placed on.
 
         A ``run_id`` that is no valid run id raises ``ShardError('invalid_run')``.
         """
@@ -146,7 +151,8 @@ class ShardSet:
     @staticmethod
     def _holds(store: Store, run_id: str) -> bool:
         try:
-            return bool(store.db.read(lambda conn: conn.execute(_HOLDS, {"run_id": run_id}).scalar()))
+            return bool(store.db.read(lambda conn: conn.execute(
+                _HOLDS, {"run_id": run_id, "companion": companion_stream(run_id)}).scalar()))
         except DbFailure as exc:
             raise map_failure(exc, ShardError, "locate", "shard lookup") from None
 
