@@ -87,9 +87,12 @@ def _subprocess_runner(tmp_path: Path) -> Callable[..., Result]:
 
 
 @pytest.fixture
-def run_cli(tmp_path):
+def run_cli(request, tmp_path):
     """``run_cli(*args, cwd=None, env=None, timeout=60) -> Result`` with FENCEPOST_DB unset: the
-    console script in a subprocess (a test file may rebind it to ``run_cli_in_process``)."""
+    console script in a subprocess, or ``run_cli_in_process`` for a test marked ``cli_in_process``
+    (a file whose tests check output and exit codes sets ``pytestmark = pytest.mark.cli_in_process``)."""
+    if request.node.get_closest_marker("cli_in_process") is not None:
+        return request.getfixturevalue("run_cli_in_process")
     return _subprocess_runner(tmp_path)
 
 

@@ -18,12 +18,8 @@ A = OwnerId("host-a", 101, "owner-a")
 B = OwnerId("host-a", 202, "owner-b")
 
 
-@pytest.fixture
-def run_cli(run_cli_in_process):
-    """What these tests check is each command's output and exit code, which ``fencepost.cli.main``
-    gives in-process as the console script does (no interpreter start per command); what needs
-    the process (signals, a terminal, stdin, spawned workers) starts one."""
-    return run_cli_in_process
+# Each command runs through fencepost.cli.main in this interpreter (see run_cli in conftest.py).
+pytestmark = pytest.mark.cli_in_process
 
 
 @pytest.fixture

@@ -20,12 +20,8 @@ from tests.cli.conftest import assert_one_line_error, fencepost_exe, worker_hold
 A = OwnerId("host-a", 101, "owner-a")
 
 
-@pytest.fixture
-def run_cli(run_cli_in_process):
-    """What these tests check is each command's output and exit code, which ``fencepost.cli.main``
-    gives in-process as the console script does (no interpreter start per command); what needs
-    the process (signals, a terminal, stdin, spawned workers) starts one."""
-    return run_cli_in_process
+# Each command runs through fencepost.cli.main in this interpreter (see run_cli in conftest.py).
+pytestmark = pytest.mark.cli_in_process
 
 
 def _own(store, run_id: str, owner: OwnerId) -> None:

@@ -9,12 +9,8 @@ import pytest
 
 from tests.cli.conftest import assert_one_line_error, fencepost_exe
 
-
-@pytest.fixture
-def run_cli(run_cli_in_process):
-    """The error boundary is ``fencepost.cli.main``: run it in-process (the same exit codes and
-    stderr lines as the console script, without starting an interpreter per command)."""
-    return run_cli_in_process
+# Each command runs through fencepost.cli.main in this interpreter (see run_cli in conftest.py).
+pytestmark = pytest.mark.cli_in_process
 
 READ_COMMANDS = [
     ["runs", "list"],

@@ -22,13 +22,8 @@ import fencepost
 from fencepost.clock import ManualClock
 from tests.cli.test_control_characters import _on_a_terminal
 
-
-@pytest.fixture
-def run_cli(run_cli_in_process):
-    """What these tests check is each command's output and exit code, which ``fencepost.cli.main``
-    gives in-process as the console script does (no interpreter start per command); what needs
-    the process (signals, a terminal, stdin, spawned workers) starts one."""
-    return run_cli_in_process
+# Each command runs through fencepost.cli.main in this interpreter (see run_cli in conftest.py).
+pytestmark = pytest.mark.cli_in_process
 
 
 # Each id beside the way a table shows it; every one of them looked like "order 17" or another id.

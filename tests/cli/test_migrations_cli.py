@@ -15,13 +15,8 @@ from fencepost._durable import Database
 from fencepost._migrations import ALL_NAMESPACES, STORE_NAMESPACES, discover
 from tests.cli.conftest import assert_one_line_error
 
-
-@pytest.fixture
-def run_cli(run_cli_in_process):
-    """What these tests check is each command's output and exit code, which ``fencepost.cli.main``
-    gives in-process as the console script does (no interpreter start per command); what needs
-    the process (signals, a terminal, stdin, spawned workers) starts one."""
-    return run_cli_in_process
+# Each command runs through fencepost.cli.main in this interpreter (see run_cli in conftest.py).
+pytestmark = pytest.mark.cli_in_process
 
 
 def _store_ids(db_url: str) -> list[int]:

@@ -17,10 +17,8 @@ from tests.cli.conftest import Result, assert_one_line_error, fencepost_exe
 OWNER = OwnerId("ops-host", 4242, "ops-nonce")
 
 
-@pytest.fixture
-def run_cli(run_cli_in_process):
-    """Each command's output, exit code and effect on the store, which main() gives in-process."""
-    return run_cli_in_process
+# Each command runs through fencepost.cli.main in this interpreter (see run_cli in conftest.py).
+pytestmark = pytest.mark.cli_in_process
 
 
 def _stdin(db_url: str, args: list[str], text: str) -> Result:

@@ -28,12 +28,8 @@ USER_DATA = {"state", "payload", "meta"}  # recorded by the user: shown exactly 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 
 
-@pytest.fixture
-def run_cli(run_cli_in_process):
-    """What these tests check is each command's output and exit code, which ``fencepost.cli.main``
-    gives in-process as the console script does (no interpreter start per command); what needs
-    the process (signals, a terminal, stdin, spawned workers) starts one."""
-    return run_cli_in_process
+# Each command runs through fencepost.cli.main in this interpreter (see run_cli in conftest.py).
+pytestmark = pytest.mark.cli_in_process
 
 
 @pytest.fixture
