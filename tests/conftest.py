@@ -322,12 +322,16 @@ class SilentServer:
             self.held.append(conn)
             self.reached.set()
 
-    def still_held(self) -> bool:
-        """Whether the first connection taken is still open at the client's end (no EOF yet)."""
-        conn = self.held[0]
+    def still_held(self, index: int = 0) -> bool:
+        """Whether connection ``index`` (the first by default) is still open at the client's end: what
+        the client sent (libpq's first request) is read away, then no end of file yet. (A peek alone
+        would see that unread request, not a close behind it.)"""
+        conn = self.held[index]
         conn.setblocking(False)
         try:
-            return conn.recv(1, socket.MSG_PEEK) != b""
+            while True:
+                if conn.recv(4096) == b"":
+                    return False
         except BlockingIOError:
             return True
 

@@ -18,6 +18,7 @@ import socket
 import sqlite3
 import struct
 import time
+import traceback
 import weakref
 from collections.abc import Collection
 from typing import Any
@@ -693,6 +694,18 @@ class PostgresBackend(Backend):
             if encoding != "UTF8":
                 dbapi_connection.close()
                 raise _not_utf8(encoding)
+
+        @event.listens_for(engine, "handle_error")
+        def _let_go(context: Any) -> None:
+            # A new connection that failed (no connection yet): psycopg's connect frame, holding the
+            # half-open connection, is kept in a reference cycle through the error's traceback, so
+            # the socket of a connect that timed out on a server that never answered stayed open
+            # until Python's cycle collector happened to run. Clear the driver's finished frames:
+            # it closes now. The error itself is kept whole.
+            if context.connection is None:
+                tb = getattr(context.original_exception, "__traceback__", None)
+                if tb is not None:
+                    traceback.clear_frames(tb)
 
         @event.listens_for(engine, "connect")
         def _connect(dbapi_connection: Any, _record: Any) -> None:

@@ -105,7 +105,7 @@ def test_a_piped_table_stays_aligned(run_cli, lookalikes):
 
 
 def test_printable_escapes_what_python_does_not_call_printable():
-    from fencepost.cli._output import one_line, printable
+    from fencepost._printable import one_line, printable
 
     assert printable("a\u3000b\u00a0c\u2007d e") == "a\\u3000b\\xa0c\\u2007d e"
     assert printable("\ue000\U000f0000\u0378") == "\\ue000\\U000f0000\\u0378"

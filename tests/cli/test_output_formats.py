@@ -136,7 +136,7 @@ def test_machine_formats_keep_invisible_characters_exactly(run_cli, invisible):
 
 
 def test_printable_escapes_format_characters_and_keeps_visible_text():
-    from fencepost.cli._output import printable
+    from fencepost._printable import printable
 
     assert printable("a\u202eb") == "a\\u202eb"
     assert printable("\U000e0041tag") == "\\U000e0041tag"

@@ -12,6 +12,7 @@ resumed with SIGCONT. PostgreSQL only: SQLite has no server that could fall sile
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import threading
@@ -79,6 +80,25 @@ def test_a_listener_that_never_answers_is_cannot_connect_after_one_connection(si
     assert ANSWER in str(exc) and "authentication" not in str(exc), exc
     assert len(silent.held) == 1, f"{len(silent.held)} connections, the diagnosis waited on each"
     assert elapsed < 3 * TIMEOUT_S, elapsed
+
+
+def test_a_connect_that_timed_out_lets_its_socket_go_at_once(silent: SilentListener) -> None:
+    """Before: psycopg kept the timed-out connect's frame, and with it the half-open connection, in
+    a reference cycle through the error's traceback, so its socket to the silent server stayed open
+    until Python's cycle collector happened to run (a console retrying every second held one more
+    each time). Now the open's failure leaves nothing open, the cycle collector switched off."""
+    gc.collect()
+    gc.disable()
+    try:
+        exc, _elapsed = _open_fails(silent.url())
+        assert exc.code == "cannot_connect", exc
+        assert len(silent.held) == 1
+        deadline = time.monotonic() + 2
+        while silent.still_held() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not silent.still_held(), "the timed-out connection's socket is still open"
+    finally:
+        gc.enable()
 
 
 def test_the_cli_says_the_server_did_not_answer(silent: SilentListener, run_cli) -> None:

@@ -5,6 +5,11 @@ an open attempt is in flight, its store opened and its connection held. Before, 
 returned at once and that attempt's thread went on (closing what it opened a moment later, after
 the app had shut down). Now closing the store waits for the attempt, bounded by the connect timeout,
 so once the app's shutdown returns no console thread is alive and no connection of it is open.
+
+Unless the attempt has no connection yet, its first one still waiting for a server that never
+answers: then there is no session to leave behind and nothing can cut the driver's wait short, so
+the close returns at once and the attempt ends on its own within its connect timeout, leaving
+nothing open.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import fencepost
 from fencepost.errors import OpenError
 from fencepost.ui import awaited, create_app
 from fencepost.ui.server import UiServer
-from tests.conftest import require_postgres
+from tests.conftest import SilentServer, require_postgres
 
 #: Seconds the attempt holds its opened store before handing it over (well under the connect timeout).
 SLOW_S = 1.5
@@ -149,3 +154,55 @@ def test_closing_the_console_closes_its_awaited_stores_at_once_not_one_after_ano
         httpx.get(server.url + "/health.json", timeout=10)  # starts an attempt for each store
         assert opened.acquire(timeout=10) and opened.acquire(timeout=10), "the open attempts did not start"
     assert closing["most"] == 2, closing
+
+
+def test_closing_a_store_whose_server_never_answers_returns_at_once_and_leaves_nothing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store's host swallows traffic: its open attempt is in flight, its connection waiting for
+    an answer that never comes. Before: ``close`` waited the whole ``connect_timeout`` (3 s here,
+    10 s by default), and the console's shutdown with it. Now it returns at once (the attempt holds
+    no session to leave behind), and the attempt ends on its own when the driver gives up: its
+    socket closed, its thread gone, every engine it built disposed with nothing checked out.
+    PostgreSQL only: a SQLite open never waits for a server that does not answer."""
+    from fencepost import _durable
+
+    built: list[Any] = []
+    disposed: list[Any] = []
+    real_init, real_dispose = _durable.Database.__init__, _durable.Database.dispose
+
+    def recorded_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        real_init(self, *args, **kwargs)
+        built.append(self)
+
+    def recorded_dispose(self: Any) -> None:
+        disposed.append(self)
+        real_dispose(self)
+
+    monkeypatch.setattr(_durable.Database, "__init__", recorded_init)
+    monkeypatch.setattr(_durable.Database, "dispose", recorded_dispose)
+    silent = SilentServer()
+    url = f"postgresql+psycopg://someone@127.0.0.1:{silent.port}/db?connect_timeout=3"
+    store = awaited.open_or_await(url)  # nothing listens yet: refused at once, served as down
+    try:
+        assert isinstance(store, awaited.AwaitedStore)
+        monkeypatch.setattr(awaited, "RETRY_S", 0.0)
+        silent.listen()
+        with pytest.raises(OpenError):
+            store.feed  # starts the attempt  # noqa: B018
+        assert silent.reached.wait(10), "the open attempt never reached the server"
+        attempt = store._attempt
+        assert attempt is not None and attempt.is_alive()
+        started = time.monotonic()
+        store.close()
+        took = time.monotonic() - started
+        assert took < 1.0, f"close took {took:.2f} s"
+        attempt.join(3 + 5)  # the driver gives up after connect_timeout
+        assert not attempt.is_alive(), "the open attempt outlived its connect timeout"
+        assert len(silent.held) == 1 and not silent.still_held(), "the attempt's connection stayed open"
+        assert built and all(db in disposed and db.engine.pool.checkedout() == 0 for db in built), (built, disposed)
+        assert store.opened is None
+        with pytest.raises(OpenError) as closed:
+            store.feed  # noqa: B018
+        assert "closed" in closed.value.detail
+    finally:
+        silent.close()

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 import fencepost
-from fencepost.cli._output import printable
+from fencepost._printable import printable
 from fencepost.ui import create_app
 from fencepost.ui.server import UiServer
 

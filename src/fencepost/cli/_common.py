@@ -668,7 +668,7 @@ def printable_text(text: str) -> str:
     """``text`` with nothing a terminal acts on, and no rich markup read from it."""
     from rich.markup import escape
 
-    from fencepost.cli._output import one_line
+    from fencepost._printable import one_line
 
     return escape(one_line(text))
 

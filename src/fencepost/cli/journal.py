@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from fencepost._printable import one_line
 from fencepost._values import ascii_digits
 from fencepost.cli._common import (
     MAX_SAFE_INTEGER,
@@ -19,7 +20,7 @@ from fencepost.cli._common import (
     table,
     when,
 )
-from fencepost.cli._output import Column, Output, one_line, output_options, to_data
+from fencepost.cli._output import Column, Output, output_options, to_data
 
 ENTRY_COLUMNS = [
     Column("seq", "seq", wrap=False),

@@ -11,6 +11,7 @@ from typing import Any
 import click
 import msgspec
 
+from fencepost._printable import one_line
 from fencepost._values import MAXIMUM_JSON_DEPTH, ascii_digits
 from fencepost.changefeed.merged import listing_page, merged_page
 from fencepost.cli._common import (
@@ -26,7 +27,7 @@ from fencepost.cli._common import (
     when,
     write_store,
 )
-from fencepost.cli._output import Column, Output, one_line, output_options, snake_keys, to_data
+from fencepost.cli._output import Column, Output, output_options, snake_keys, to_data
 
 STATUSES = ("pending", "running", "suspended", "completed", "failed", "cancelled")
 RUN_DECISION = "flows.engine.run-decision"

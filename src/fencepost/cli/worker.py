@@ -17,6 +17,7 @@ from typing import Any
 import click
 import msgspec
 
+from fencepost._printable import one_line, printable
 from fencepost.cli._common import (
     CliContext,
     StopRelay,
@@ -27,7 +28,7 @@ from fencepost.cli._common import (
     table,
     write_store,
 )
-from fencepost.cli._output import one_line, printable, redacted_first_line
+from fencepost.cli._output import redacted_first_line
 
 
 def load_task(ref: str, import_dir: str | None = None) -> Any:

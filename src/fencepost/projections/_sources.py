@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Table
@@ -33,7 +35,7 @@ class Share:
     the projection's own name, as it always was).
     """
 
-    __slots__ = ("checkpoint", "feed", "label", "shadow_marker", "store")
+    __slots__ = ("checkpoint", "feed", "label", "shadow_marker", "store", "turn")
 
     def __init__(self, projection: str, label: str | None, store: Store, feed_kind: str) -> None:
         self.label = label
@@ -42,6 +44,46 @@ class Share:
         self.checkpoint = projection if label is None else checkpoint_name(projection, label)
         # Marker of the transaction of the last shadow page this builder committed for this share.
         self.shadow_marker: int | None = None
+        # The one pass (a ``catch_up``, a ``rebuild``, a pass of ``run``) that works on this share
+        # at a time, whichever thread it runs on.
+        self.turn = Turn()
+
+
+class Turn:
+    """Who works on a share: one pass at a time (re-entrant for its thread), and a caller's
+    ``catch_up`` or ``rebuild`` goes before the follow loop's next pass, so it waits for the pass
+    under way only, never for a loop that keeps finding something new to apply."""
+
+    __slots__ = ("_callers", "_count", "_held")
+
+    def __init__(self) -> None:
+        self._held = threading.RLock()
+        self._count = threading.Lock()
+        self._callers = 0  # calls waiting for their turn or holding it
+
+    def take(self, give_up: Callable[[], bool], *, caller: bool) -> bool:
+        """Wait for the turn and hold it (True), checking ``give_up`` every 50 ms: once it holds,
+        return False without the turn (it may raise instead). A loop's pass (``caller`` False)
+        waits while a caller waits."""
+        if caller:
+            with self._count:
+                self._callers += 1
+        try:
+            while True:
+                if caller or self._callers == 0:
+                    if self._held.acquire(timeout=0.05):
+                        return True
+                else:
+                    time.sleep(0.05)
+                if give_up():
+                    return False
+        finally:
+            if caller:
+                with self._count:
+                    self._callers -= 1
+
+    def release(self) -> None:
+        self._held.release()
 
 
 def checkpoint_name(projection: str, label: str) -> str:

@@ -319,9 +319,17 @@ class ProjectionBuilder(Generic[Shape]):
         """
         self._check_progress(on_progress, "catchUp")
         self._acquire()
+
+        def one(share: Share) -> CatchUp:
+            self._take_turn(share, "catchUp")
+            try:
+                return self._catch_up(share, on_progress)
+            finally:
+                share.turn.release()
+
         if self.sources is None:
-            return self._catch_up(self._shares[0], on_progress)
-        return self._each(self._shares, lambda share: self._catch_up(share, on_progress))
+            return one(self._shares[0])
+        return self._each(self._shares, one)
 
     @overload
     def rebuild(self: ProjectionBuilder[OneSource], source_name: None = ..., *,
@@ -338,6 +346,11 @@ class ProjectionBuilder(Generic[Shape]):
         With named sources, every source's share is rebuilt, or only ``source_name``'s; the rows of
         the other sources are left as they are. ``on_progress`` is reported as by ``catch_up``,
         from revision 0.
+
+        Called while ``run`` follows in another thread (or another call works on the same source),
+        it first waits for that pass to end, then rebuilds alone: the result is always this call's
+        rebuild (``rebuilt=True``), or an error (``projection_failed`` when the builder is closed
+        meanwhile).
         """
         self._check_progress(on_progress, "rebuild")
         shares = self._select(source_name, "rebuild")
@@ -353,14 +366,19 @@ class ProjectionBuilder(Generic[Shape]):
 
             self._write(body, method="rebuild")
 
-        if self.sources is None:
-            start(shares[0])
-            return self._catch_up(shares[0], on_progress)
-
         def one(share: Share) -> CatchUp:
-            start(share)
-            return self._catch_up(share, on_progress)
+            # Alone on the share from the shadow's start to its swap: a pass of ``run`` in another
+            # thread would otherwise fill and swap this rebuild itself, and this call, finding
+            # nothing left to rebuild, would report ``rebuilt=False``.
+            self._take_turn(share, "rebuild")
+            try:
+                start(share)
+                return self._catch_up(share, on_progress)
+            finally:
+                share.turn.release()
 
+        if self.sources is None:
+            return one(shares[0])
         return self._each(shares, one)
 
     def run(self, stop: StopSignal | None = None) -> None:
@@ -426,6 +444,8 @@ class ProjectionBuilder(Generic[Shape]):
                     raise ProjectionError(
                         "projection_failed", "run", "the source database file was replaced or removed under "
                         "the builder: reopen the store at its path (the builder then rebuilds onto it)")
+                if not self._take_turn(share, "run", stop):
+                    break
                 try:
                     # A PostgreSQL restart ends the lock's session: each pass takes it again if so.
                     self._lock.acquire(self._lock_timeout)
@@ -436,6 +456,8 @@ class ProjectionBuilder(Generic[Shape]):
                         raise
                     log.warning("projection %s: catch-up failed (%s); retrying", share.checkpoint,
                                 getattr(exc, "db_code", None) or exc.code or "persistence_failed")
+                finally:
+                    share.turn.release()
                 self._wait(wake, stop, self.poll_interval)
         finally:
             quit_watch.set()
@@ -1013,6 +1035,20 @@ class ProjectionBuilder(Generic[Shape]):
             return self.target.read(fn)
         except DbFailure as exc:
             raise map_failure(exc, ProjectionError, "read", "projection target") from None
+
+    def _take_turn(self, share: Share, method: str, stop: StopSignal | None = None) -> bool:
+        """Wait until no other pass (a ``catch_up``, a ``rebuild``, a pass of ``run``, in any thread)
+        works on ``share``, then hold it: the caller releases ``share.turn``. A call waits for the
+        pass under way only (the loop's next pass waits for it) and raises ``projection_failed`` when
+        the builder is closed meanwhile; ``run`` (given ``stop``) returns False, without the turn,
+        once ``stop`` is set or the builder closed."""
+        if stop is None:
+            def closed() -> bool:
+                self._refuse_closed(method)
+                return False
+
+            return share.turn.take(closed, caller=True)
+        return share.turn.take(lambda: self._stopping(stop), caller=False)
 
     def _now(self, share: Share) -> int:
         return int(share.store.clock.now_ms())

@@ -18,6 +18,12 @@ recorded shard set given whole) cannot read one that does not answer; they run w
 a store that fails them then is refused for good: ``StoreRefused`` (code ``refused``, the check's
 message as its detail) is what every access raises, and the other stores keep serving.
 
+Closing it waits for an attempt in flight only once that attempt has a connection to the database
+(a session the close must not leave behind), at most its connect timeout. An attempt still waiting
+for the database to answer its first connection holds no session, and nothing of the driver can cut
+that wait short: the close returns at once, and the attempt, when its connection answers or times
+out, closes whatever it opened.
+
 Only a check's own refusal is for good. An attempt that fails any other way (the open or a check's
 read failing, an unexpected exception, even a ``BaseException`` such as ``KeyboardInterrupt`` or a
 ``CancelledError`` ending its thread) closes what it opened, and the store is tried again a second
@@ -32,6 +38,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from sqlalchemy import event
+from sqlalchemy.pool import Pool
+
 from fencepost.errors import FencepostError, OpenError, waiting_may_cure
 
 if TYPE_CHECKING:
@@ -41,6 +50,27 @@ log = logging.getLogger("fencepost.ui")
 
 #: Seconds between two attempts to open a store that does not answer.
 RETRY_S = 1.0
+
+# The ``AwaitedStore`` whose open attempt runs on this thread: told when a connection of it opens.
+_attempting = threading.local()
+_listening = threading.Lock()
+_listened: list[bool] = []
+
+
+def _connected(_dbapi_connection: Any, _record: Any) -> None:
+    """Every pool's ``connect`` event: the attempt on this thread, if any, reached its database."""
+    store = getattr(_attempting, "store", None)
+    if store is not None:
+        store._reached = True
+
+
+def _listen() -> None:
+    """Listen to every pool's new connections, once per process: an attempt's open builds its
+    engine inside ``fencepost.open``, out of reach of a listener of its own."""
+    with _listening:
+        if not _listened:
+            event.listen(Pool, "connect", _connected)
+            _listened.append(True)
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -126,6 +156,7 @@ class AwaitedStore:
         self._lock = threading.Lock()
         self._tried = time.monotonic()
         self._attempt: threading.Thread | None = None
+        self._reached = False  # the attempt in flight has a connection to the database
         self._unexpected: str | None = None  # the type of the last attempt's unexpected failure
 
     @property
@@ -145,6 +176,8 @@ class AwaitedStore:
             now = time.monotonic()
             if self.refused is None and self._attempt is None and now - self._tried >= RETRY_S:
                 self._tried = now
+                self._reached = False
+                _listen()
                 self._attempt = threading.Thread(target=self._try_open, name="fencepost-ui-open", daemon=True)
                 self._attempt.start()
             raise _again(self.error)
@@ -163,11 +196,13 @@ class AwaitedStore:
         refused: str | None = None
         unexpected: str | None = None
         passed = False
+        _attempting.store = self
         try:
             store = fencepost.open(self.url, readonly=True)
-            for check in self.checks:
-                check(store)
-            passed = True
+            if not self._closed:  # else closed below, unchecked: nobody will be served it
+                for check in self.checks:
+                    check(store)
+                passed = True
         except StoreRefused as exc:  # a check refused it: the start-up's own message
             refused = exc.detail
             error = exc
@@ -181,6 +216,7 @@ class AwaitedStore:
             error = OpenError("open_failed", "open", f"the open attempt failed unexpectedly ({unexpected})")
             error.transient = True
         finally:
+            _attempting.store = None
             if not self._settle(store if passed else None, error, refused) and store is not None:
                 store.close()  # failed, or opened after the console closed it
         # One line when a failure is new, not one a second while it lasts.
@@ -216,8 +252,11 @@ class AwaitedStore:
 
     def close(self) -> None:
         """Close the store if it opened; it is never opened after this. An attempt in flight closes
-        what it opens, and is waited for, at most as long as its connection may wait for the
-        database (its ``connect_timeout``), so that nothing of the store outlives its close."""
+        what it opens. Once it has a connection to the database it is waited for, at most as long
+        as a connection may wait for the database (its ``connect_timeout``), so that no session of
+        the store outlives its close; while its first connection still waits for the database to
+        answer (a host that swallows traffic), holding no session, it is not: it ends on its own
+        within that timeout, closing what it opened."""
         from fencepost._durable import PG_CONNECT_TIMEOUT_S, connect_wait_s
 
         with self._lock:
@@ -229,7 +268,11 @@ class AwaitedStore:
                 wait = connect_wait_s(self.url)
             except ValueError:
                 wait = PG_CONNECT_TIMEOUT_S
-            attempt.join(wait)
+            deadline = time.monotonic() + wait
+            while self._reached and time.monotonic() < deadline:
+                attempt.join(0.05)
+                if not attempt.is_alive():
+                    break
         if store is not None:
             store.close()
 

@@ -18,7 +18,7 @@ from xml.sax.saxutils import quoteattr
 
 from markupsafe import Markup, escape
 
-from fencepost.cli._output import printable
+from fencepost._printable import printable
 
 _CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
 

@@ -41,7 +41,7 @@ def _key(owner: Any) -> tuple[str, int, str] | None:
 
 
 def _label(key: tuple[str, int, str]) -> str:
-    from fencepost.cli._output import printable
+    from fencepost._printable import printable
 
     return printable(f"{key[0]}/{key[1]}/{key[2][:8]}")  # a host id is text a worker chose
 
