@@ -1,5 +1,6 @@
-"""Facts the backends page states, pinned to the code so a new code or option cannot go undocumented
-(the pages' samples run elsewhere: tests/test_docs_samples.py and each area's test_docs.py)."""
+"""Facts the backends, demo, worker and performance pages state, pinned to the code so a new code or
+option cannot go undocumented and a changed default cannot leave the page behind (the pages' samples
+run elsewhere: tests/test_docs_samples.py and each area's test_docs.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from fencepost.cli._common import error_text
 from fencepost.errors import OpenCode
 from fencepost.testing import limit_pages
 
-BACKENDS = Path(__file__).resolve().parents[1] / "docs" / "concepts" / "backends.md"
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+BACKENDS = DOCS / "concepts" / "backends.md"
 
 
 def _first_column(heading: str) -> set[str]:
@@ -51,3 +53,37 @@ def test_the_cli_error_line_for_a_full_disk_is_what_the_cli_prints(tmp_path) -> 
         else:
             raise AssertionError("a capped file took a 200 kB run")
     assert f"`{line}`" in BACKENDS.read_text(encoding="utf-8"), line
+
+
+def test_the_demo_page_states_the_demo_commands_defaults() -> None:
+    from fencepost.cli.demo import demo
+
+    defaults = {p.name: p.default for p in demo.params}
+    text = " ".join((DOCS / "guides" / "demo.md").read_text(encoding="utf-8").split())
+    assert f"**Creates {defaults['n_runs']} runs** (`--runs`)" in text
+    assert f"**Starts {defaults['n_workers']} worker processes** (`--workers`)" in text
+    assert f"times faster than the wall clock ({defaults['speed']:g} by default)" in text
+
+
+def test_the_worker_guide_states_the_workers_constants() -> None:
+    from fencepost import worker
+    from fencepost.cli.worker import START_RETRY_S
+    from fencepost.runstore.heartbeat import HEARTBEAT_INTERVAL, STALE_AFTER, WRITE_TOLERANCE
+
+    text = " ".join((DOCS / "guides" / "worker.md").read_text(encoding="utf-8").split())
+    assert f"`SUSPEND_BACKOFF_S`, {worker.SUSPEND_BACKOFF_S:g} s" in text
+    assert f"`STOP_GRACE_S` ({worker.STOP_GRACE_S:g} s)" in text
+    assert f"`WRITE_TOLERANCE` ({WRITE_TOLERANCE.total_seconds():g} s)" in text
+    assert f"`HEARTBEAT_INTERVAL` ({HEARTBEAT_INTERVAL.total_seconds():g} s)" in text
+    assert f"`STALE_AFTER` ({STALE_AFTER.total_seconds():g} s)" in text
+    assert f"backoff of up to {worker._MAX_BACKOFF_S:g} s" in text
+    *first, every = START_RETRY_S
+    assert f"retries after {', '.join(f'{s:g}' for s in first)} and then every {every:g} seconds" in text
+
+
+def test_the_performance_guide_states_the_busy_timeout_default_and_limit() -> None:
+    from fencepost._dialects import SQLITE_BUSY_TIMEOUT_MS
+    from fencepost._durable import _BUSY_TIMEOUT_MAX
+
+    text = (DOCS / "guides" / "performance.md").read_text(encoding="utf-8")
+    assert f"The default is {SQLITE_BUSY_TIMEOUT_MS:,}; the largest is {_BUSY_TIMEOUT_MAX:,}." in text
