@@ -221,10 +221,12 @@ class GroupCommit:
     def _run_group(self, fn: Callable[[Connection], Any], taken: list[_Call]) -> Outcome:
         """Lead one group: run ``fn``, then the queued bodies (into ``taken``), COMMIT, answer."""
         db = self._db
+        began = time.monotonic()
         try:
             slot = db._slot(True)
-        except SQLAlchemyError:
-            return _RUN_ALONE  # cannot connect: a single write retries and maps it
+        except SQLAlchemyError as exc:
+            # Cannot connect: a single write retries and maps it, unless the wait is already spent.
+            return self._waited_out(exc, began) or _RUN_ALONE
         with slot.lock:
             if slot.reclaimed or slot.conn.closed:  # taken back or closed between the lookup and the lock
                 return _RUN_ALONE
@@ -235,7 +237,9 @@ class GroupCommit:
                 db.backend.begin_write(conn)
             except BaseException as exc:
                 db._settle(conn, trans, True, exc)
-                return self._raised(exc)  # as a single write: busy retries, anything else is this call's
+                # As a single write: busy retries (unless the wait is already spent), anything else
+                # is this call's.
+                return self._waited_out(exc, began) or self._raised(exc)
             self._group = conn
             committing = False
             try:
@@ -363,6 +367,20 @@ class GroupCommit:
         if isinstance(exc, SQLAlchemyError):
             return (_RAISED, db._failure(exc), [])
         return (_RAISED, exc, [])
+
+    def _waited_out(self, exc: BaseException, began: float) -> Outcome | None:
+        """The leader's own first attempt (its connection, its BEGIN) failed with ``exc``, ``began``
+        being when it started: the failure as the call's answer when it is transient but already
+        spent the store's whole wait for a lock (SQLite busy after ``busy_timeout_ms``), as a single
+        write's first attempt would answer it; else None. Run again alone, the call would wait the
+        same budget a second time."""
+        db = self._db
+        if isinstance(exc, Exception):
+            exc = wrapped(db.engine.dialect, exc)
+        if isinstance(exc, DBAPIError) and db.backend.is_transient(exc) \
+                and db.backend.waited_out(exc, time.monotonic() - began):
+            return (_RAISED, db._failure(exc), [])
+        return None
 
     # ------------------------------------------------------------------ the answer
     def _answer(self, fn: Callable[[Connection], T], outcome: Outcome) -> T:

@@ -35,6 +35,7 @@ OpenCode = Literal[
     "schema_too_new",
     "schema_mismatch",
     "disk_full",
+    "driver_missing",
     "open_failed",
 ]
 JournalCode = Literal[
@@ -126,7 +127,8 @@ class OpenError(FencepostError):
 
     Codes: ``not_a_database``, ``corrupt``, ``cannot_connect``, ``database_missing``, ``auth_failed``,
     ``permission_denied``, ``needs_migrations``, ``schema_too_new``, ``schema_mismatch``, ``disk_full``,
-    and ``open_failed`` for any other database failure. The message names the SQLite path or the
+    ``driver_missing`` (a PostgreSQL URL without the psycopg driver installed), and ``open_failed``
+    for any other database failure. The message names the SQLite path or the
     PostgreSQL URL with its password masked, never other values; ``db_code`` is the driver's code when there is one
     (``SQLITE_NOTADB``, ``3D000`` ...; ``server_encoding`` for a PostgreSQL database whose encoding
     is not UTF8), else ``None``. ``transient`` is True when waiting may cure it, so the same open

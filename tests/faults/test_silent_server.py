@@ -159,7 +159,10 @@ def test_a_stopped_postmaster_is_cannot_connect_and_the_same_open_succeeds_once_
 def test_an_open_store_whose_server_stops_answering_fails_new_connections_as_transient(
         stoppable: StoppableServer) -> None:
     """Its new connection times out: ``persistence_failed`` with ``transient`` (so a worker waits),
-    saying the server did not answer, after one timeout (no second probe waiting its own)."""
+    saying the server did not answer, after one timeout (no second probe waiting its own).
+
+    Defect: with group commit (the default) the leader's connection timed out, then the call ran
+    again as a single write whose new connection waited a second ``connect_timeout``."""
     with fencepost.open(_url(stoppable)) as store:
         stoppable.freeze()
         try:
@@ -171,7 +174,7 @@ def test_an_open_store_whose_server_stops_answering_fails_new_connections_as_tra
             assert (err.value.code, err.value.transient) == ("persistence_failed", True), err.value
             assert ANSWER in str(err.value) and SECRET not in str(err.value), err.value
             assert_value_free(err.value)
-            assert elapsed < 3 * TIMEOUT_S, elapsed
+            assert elapsed < 1.6 * TIMEOUT_S, elapsed  # one connect_timeout, not two
         finally:
             stoppable.thaw()
         store.runs.create("r1", "{}")
