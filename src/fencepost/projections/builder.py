@@ -224,6 +224,9 @@ class ProjectionBuilder(Generic[Shape]):
             raise ProjectionError("invalid_projection", "ProjectionBuilder", "tables must be SQLAlchemy Tables")
         if not all(t.name for t in tables):
             raise ProjectionError("invalid_projection", "ProjectionBuilder", "table names must not be empty")
+        problem = _sql.nul_name(tables)
+        if problem:
+            raise ProjectionError("invalid_projection", "ProjectionBuilder", problem)
         if named is not None and not _sources.keyed_by_source(tables):
             keyed = getattr(projection, "keyed_by_source", None)
             if callable(keyed):
