@@ -898,7 +898,7 @@ class ProjectionBuilder(Generic[Shape]):
                 if live_missing or shadow_missing:
                     self._start_over(conn, share, live=live_missing)
 
-        self._write(body)
+        self._write(body, method="prepare")
         self._prepared = True
         self._recheck_tables = False
 
@@ -1009,6 +1009,10 @@ class ProjectionBuilder(Generic[Shape]):
             # The next call looks at the projection's tables again: a table dropped under the
             # builder is found (and built again) there instead of failing every page.
             self._recheck_tables = True
+            if method == "prepare":
+                # Its first write: a target the builder may read but not write (a read-only file, a
+                # role without the rights) is named as ``fencepost.open`` names it.
+                raise self._target_failure(exc, method) from None
             raise map_failure(exc, ProjectionError, method, "projection target") from None
 
     def _read(self, fn: Callable[[Connection], T]) -> T:
