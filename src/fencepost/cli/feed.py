@@ -145,6 +145,16 @@ def _rotation_explained(stores: Mapping[str | None, Any]) -> Iterator[None]:
             raise fail(f"{which} rotated while its changes were read (now {now.source} at revision "
                        f"{now.revision}); positions of the old source mean nothing in the new one: start again "
                        f"with {again} to see every run and tombstone") from None
+        if isinstance(exc, SourceChanged) and store is not None:
+            # Not a rotation: the SQLite file was replaced or removed under the follower, or the
+            # store went back in time (an older copy restored with its source id). Said in a
+            # tailer's terms, not the library's "rebuild".
+            which = "the store's database" if name is None else f"store {name}: its database"
+            again = "--from 0" if name is None else f"--from {name}=0"
+            cause = ("was replaced or removed" if exc.method == "follow"
+                     else "went back to an earlier revision (an older copy restored?)")
+            raise fail(f"{which} {cause} while its changes were read; positions of the old database mean "
+                       f"nothing in this one: start again with {again} to see every run and tombstone") from None
         if name is None:
             raise
         raise fail(f"store {name}: {error_text(exc)}") from exc
