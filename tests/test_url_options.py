@@ -314,3 +314,30 @@ def test_ports_in_the_query_are_checked_each() -> None:
     for bad in ("0", "65536", "5432,x", "5432,", "-1"):
         with pytest.raises(ValueError, match=r"^port must be"):
             parse_url(f"postgresql+psycopg://u@/db?host=a&host=b&port={bad}")
+
+
+# ------------------------------------------------------------------ a schema chosen through search_path
+@pytest.mark.parametrize("options", ["-csearch_path%3Dreadmodel", "-c%20search_path%3Dreadmodel",
+                                     "--search-path%3Dreadmodel", "-c%20SEARCH_PATH%3Dreadmodel,public"])
+def test_a_search_path_in_the_options_is_refused_naming_schema_not_silently_replaced(pg_url: str, options: str) -> None:
+    """``?options=-csearch_path=readmodel``, the usual way to pick a schema with libpq or
+    SQLAlchemy, was passed to the driver and then overridden: fencepost sets the search path to
+    its own schema (``fencepost`` by default) on every connection, so ``fencepost init`` made the
+    store in schema ``fencepost`` and a read command said "no schema fencepost", with nothing
+    saying why the URL's schema was not used. Refused as a URL option error (``ValueError``, a
+    usage error on the command line), naming ``schema=`` and never the value, before anything
+    is created. PostgreSQL only: a SQLite URL has no search path."""
+    base, _, _query = pg_url.partition("?")
+    for url in (f"{base}?options={options}", f"{pg_url}&options={options}"):
+        with pytest.raises(ValueError) as caught:
+            parse_url(url)
+        message = str(caught.value)
+        assert "search_path" in message and "?schema=" in message and "readmodel" not in message, message
+    with pytest.raises(ValueError):  # the fixture's schema: a store made there by mistake is dropped
+        fencepost.open(f"{pg_url}&options={options}")
+    # Other settings in options stay the driver's business.
+    parsed, _ = parse_url(f"{base}?options=-cstatement_timeout%3D5000")
+    assert parsed.query["options"] == "-cstatement_timeout=5000"
+    with fencepost.open(f"{pg_url}&options=-cstatement_timeout%3D5000") as store:
+        with store.db.engine.connect() as conn:
+            assert conn.exec_driver_sql("SELECT current_setting('statement_timeout')").scalar() == "5s"

@@ -368,6 +368,7 @@ def parse_url(url: str) -> tuple[URL, dict[str, str]]:
         raise ValueError(f"unknown URL option {_option_name(unknown[0])} (known: {known}{more})")
     if backend == "postgresql":
         _check_libpq_numbers(query)
+        _refuse_search_path(query)
     timeout = options.get("busy_timeout_ms", "0")
     if not (ascii_digits(timeout) and int(timeout) <= _BUSY_TIMEOUT_MAX):
         raise ValueError(f"busy_timeout_ms must be an integer of milliseconds in 0..{_BUSY_TIMEOUT_MAX}")
@@ -394,6 +395,17 @@ def parse_url(url: str) -> tuple[URL, dict[str, str]]:
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _NO_SCHEME = (": it has no scheme (a SQLite file is given as sqlite:///relative/path.db or "
               "sqlite:////absolute/path.db, PostgreSQL as postgresql://user@host/database)")
+
+
+def _refuse_search_path(query: dict[str, Any]) -> None:
+    """Refuse libpq ``options`` that set ``search_path`` (``-csearch_path=app``, ``--search-path=app``):
+    the usual way to choose a schema elsewhere, but fencepost sets the search path to the store's
+    schema on every connection, so the store would silently land in another schema."""
+    value = query.get("options")
+    values = (value,) if isinstance(value, str) else tuple(value or ())
+    if any("search_path" in v.lower().replace("-", "_") for v in values):
+        raise ValueError("the options option sets search_path, which fencepost sets itself to the store's "
+                         "schema: name the schema with ?schema=NAME instead")
 
 
 # libpq's options that take a whole number (a C int): a value that is not one failed only when

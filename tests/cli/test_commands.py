@@ -282,6 +282,38 @@ def test_feed_tail_resumes_from_a_source_and_revision_and_refuses_another_source
         assert refused.code == 2 and "--from" in refused.err, refused
 
 
+def test_feed_tail_help_names_the_formats_that_print_the_source_to_resume_from(run_cli, populated):
+    """``--from SOURCE:REVISION`` said "the source and revision a change printed", and the change
+    feed page "of the last change it printed"; the default table prints a change's revision and run
+    id, never its source, so a tailer reading the table had no SOURCE to give. The help and the page
+    now say which formats print it (json, jsonl, csv) and where else to find it (``source show``);
+    each of those formats does print it, and resuming from what it printed works."""
+    from fencepost.cli import cli
+    from tests._docs import DOCS
+
+    source = json.loads(run_cli("--db", populated, "source", "show", "--json").out)["source"]
+    table = run_cli("--db", populated, "feed", "tail")
+    assert table.code == 0 and table.out and source not in table.out, table
+    tail = cli.commands["feed"].commands["tail"]  # type: ignore[attr-defined]
+    words = " ".join(next(p.help for p in tail.params if p.name == "starts").split())
+    assert "a change printed" not in words and "as json, jsonl and csv print them" in words, words
+    assert "source show" in words, words
+    page = " ".join((DOCS / "concepts" / "change-feed.md").read_text(encoding="utf-8").split())
+    assert "(`--format jsonl`, `json` and `csv` print both; the table shows the revision alone" in page
+    for fmt in ("json", "jsonl", "csv"):
+        out = run_cli("--db", populated, "feed", "tail", "--format", fmt).out
+        if fmt == "json":
+            last = json.loads(out)[-1]
+        elif fmt == "jsonl":
+            last = json.loads(out.splitlines()[-1])
+        else:
+            lines = out.splitlines()
+            last = dict(zip(lines[0].split(","), lines[-1].split(","), strict=True))
+        assert last["source"] == source, (fmt, out)
+        resumed = run_cli("--db", populated, "feed", "tail", "--from", f"{last['source']}:{last['revision']}")
+        assert (resumed.code, resumed.out) == (0, ""), (fmt, resumed)
+
+
 def test_a_projection_that_applied_nothing_shows_no_source_like_one_never_built(run_cli, db_url):
     """``projection run --name ownership_history`` on a store with no ownership fact yet applied
     nothing, yet recorded the current source id: ``projection status`` then showed that id as the

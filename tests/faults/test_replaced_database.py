@@ -167,6 +167,10 @@ def test_cli_feed_tail_follow_exits_non_zero_when_the_file_is_replaced(tmp_path:
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in err
     assert "replaced" in lines[0]
+    # Said in the tailer's terms, as a rotation is: what happened and how to start again. It was the
+    # library's "invalid_run: RunStore.follow: ... under the follower: rebuild".
+    assert "--from 0" in lines[0] and "invalid_run" not in lines[0] and "rebuild" not in lines[0], lines[0]
+    assert str(path) not in lines[0]
 
 
 # ----------------------------------------------------------------------------- PostgreSQL

@@ -15,6 +15,7 @@ import threading
 import msgspec
 import pytest
 
+import fencepost
 from fencepost import OwnerId
 from fencepost._migrations import pending
 from fencepost.changefeed import Observed
@@ -290,3 +291,45 @@ def test_a_projection_table_without_a_name_is_refused_before_writing(store, make
     with pytest.raises(ProjectionError) as caught:
         ProjectionBuilder(store, target, Nameless())
     _refused(caught, "table")
+
+
+def _nul_named(where: str):
+    """A projection whose table, column or declared index has a NUL in its name."""
+    from sqlalchemy import Column, Index, MetaData, Table, Text
+
+    table, column, index = ("nul\x00table" if where == "table" else "nul_table",
+                            "run\x00id" if where == "column" else "run_id",
+                            "nul\x00idx" if where == "index" else "nul_idx")
+    columns = [Column(column, Text, primary_key=True), Column("status", Text)]
+
+    class NulNamed:
+        name = "nul_named"
+        feed = "runs"
+        tables = (Table(table, MetaData(), *columns, Index(index, "status")),)
+
+        def reset(self, target) -> None: ...
+
+        def apply(self, target, update) -> None: ...
+
+    return NulNamed()
+
+
+@pytest.mark.parametrize("where", ["table", "column", "index"])
+def test_a_name_holding_nul_is_refused_at_construction_and_nothing_is_written(store, make_db_url, tmp_path, where):
+    """A projection table (or its column or declared index) whose name holds NUL, which neither
+    SQLite nor PostgreSQL can take in an identifier, passed construction (the projection's own name
+    with NUL was refused) and failed at the first catch_up as a bare 'projection target persistence
+    failed' at ``Projection.apply``, after the target had been migrated and the lock file made.
+    Refused at construction now, naming what holds the NUL; the target is left as it was."""
+    store.runs.create("r", "{}")
+    target = make_db_url()
+    with pytest.raises(ProjectionError) as caught:
+        ProjectionBuilder(store, target, _nul_named(where))
+    _refused(caught, where)
+    assert "NUL" in caught.value.detail and "\x00" not in caught.value.detail
+    if target.startswith("sqlite"):
+        assert not list(tmp_path.glob("db-*"))  # no database, no lock file
+    else:
+        with pytest.raises(fencepost.OpenError) as missing:
+            fencepost.open(target, readonly=True).close()
+        assert missing.value.code == "database_missing"  # the target's schema was never made

@@ -266,6 +266,31 @@ def test_single_and_several_source_builders_never_share_a_name_on_a_target(sourc
             assert "several sources holds this name" in refused.value.detail
 
 
+def test_status_of_a_name_the_other_kind_holds_is_refused_not_shown_as_never_built(sources, make_db_url):
+    """``status()`` of a single-source builder on a target where a projection fed by several sources
+    holds the name (``fencepost --db a.db projection status`` after ``--db a=... --db b=...
+    projection run``) answered "never built": no source, nothing applied, the whole source as lag,
+    while ``catch_up`` refuses that builder (``invalid_projection``), and the reverse likewise. The
+    read model is built and caught up; saying otherwise sends an operator to rebuild it. ``status``
+    (and ``rebuilds``) now refuse as ``catch_up`` does, naming the other kind, and write nothing."""
+    several_target, single_target = make_db_url(), make_db_url()
+    with ProjectionBuilder(sources, several_target, RunsByStatus()) as several:
+        several.catch_up()
+    with ProjectionBuilder(sources["edge-1"], single_target, RunsByStatus()) as single:
+        single.catch_up()
+    cases = [(sources["edge-1"], several_target, "several sources holds this name"),
+             (sources, single_target, "single-source projection holds this name")]
+    for source, target, words in cases:
+        with ProjectionBuilder(source, target, RunsByStatus()) as other:
+            before = _share_rows(other.target)
+            for call in (other.status, other.rebuilds, other.catch_up):
+                with pytest.raises(ProjectionError) as refused:
+                    call()
+                assert refused.value.code == "invalid_projection", (call, refused.value)
+                assert words in refused.value.detail, (call, refused.value)
+            assert _share_rows(other.target) == before
+
+
 def test_one_failing_source_does_not_hold_back_the_others(sources, make_db_url, monkeypatch):
     """``catch_up`` applies every source it can reach, then raises the failure of the one it could not."""
     ids = {name: [] for name in sources}

@@ -60,7 +60,7 @@ class Revision(click.ParamType):
         if colon:
             source = source.lower()
             if len(source) != 32 or not _HEX.issuperset(source):
-                self.fail("a source is the 32 hex digits a change printed, as SOURCE:REVISION", param, ctx)
+                self.fail("a source is the 32 hex digits of a change's source, as SOURCE:REVISION", param, ctx)
         if ascii_digits(tail) and (not sep or head):
             if len(tail) > 17 or int(tail) > MAX_SAFE_INTEGER:  # int() refuses thousands of digits
                 self.fail(f"a revision is at most {MAX_SAFE_INTEGER}", param, ctx)
@@ -71,8 +71,9 @@ class Revision(click.ParamType):
 
 @feed.command("tail")
 @click.option("--from", "starts", type=Revision(), multiple=True,
-              help="Start after this revision of the current source [default: 0]. SOURCE:REVISION (the "
-                   "source and revision a change printed) resumes there and exits 1 if the store's source is "
+              help="Start after this revision of the current source [default: 0]. SOURCE:REVISION (a "
+                   "change's source and revision, as json, jsonl and csv print them; source show prints the "
+                   "source) resumes there and exits 1 if the store's source is "
                    "no longer SOURCE (rotated, or another database). With several stores it applies to each; "
                    "NAME=[SOURCE:]REVISION (repeatable) sets one store's.")
 @click.option("--follow", "-f", is_flag=True,
@@ -144,6 +145,16 @@ def _rotation_explained(stores: Mapping[str | None, Any]) -> Iterator[None]:
             raise fail(f"{which} rotated while its changes were read (now {now.source} at revision "
                        f"{now.revision}); positions of the old source mean nothing in the new one: start again "
                        f"with {again} to see every run and tombstone") from None
+        if isinstance(exc, SourceChanged) and store is not None:
+            # Not a rotation: the SQLite file was replaced or removed under the follower, or the
+            # store went back in time (an older copy restored with its source id). Said in a
+            # tailer's terms, not the library's "rebuild".
+            which = "the store's database" if name is None else f"store {name}: its database"
+            again = "--from 0" if name is None else f"--from {name}=0"
+            cause = ("was replaced or removed" if exc.method == "follow"
+                     else "went back to an earlier revision (an older copy restored?)")
+            raise fail(f"{which} {cause} while its changes were read; positions of the old database mean "
+                       f"nothing in this one: start again with {again} to see every run and tombstone") from None
         if name is None:
             raise
         raise fail(f"store {name}: {error_text(exc)}") from exc

@@ -5,6 +5,7 @@ Statements are module-level Core objects with bind parameters, so SQLAlchemy com
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
@@ -113,6 +114,24 @@ def truncated_name(tables: ShadowTables, backend: str) -> str | None:
                 return (f"{kind} {name!r}{where} is too long for PostgreSQL: with the '__shadow' suffix of "
                         f"its rebuild copy it takes {longest} bytes, and PostgreSQL keeps {POSTGRES_NAME_BYTES} "
                         f"bytes (give it a name of at most {POSTGRES_NAME_BYTES - len('__shadow')} bytes)")
+    return None
+
+
+def nul_name(tables: Sequence[Table]) -> str | None:
+    """The first name a projection declares (a table, a column, an index or a named constraint)
+    that holds NUL, which neither SQLite nor PostgreSQL takes in an identifier, as a problem naming
+    where it is (never the name itself: its characters may not print); ``None`` when there is none."""
+    for i, table in enumerate(tables):
+        if "\x00" in table.name:
+            return f"table #{i} of the projection has a name holding NUL"
+        where = f"of table #{i} of the projection"
+        for j, column in enumerate(table.columns):
+            if "\x00" in column.name:
+                return f"column #{j} {where} has a name holding NUL"
+        for kind, items in (("index", table.indexes), ("constraint", table.constraints)):
+            for item in items:
+                if isinstance(item.name, str) and "\x00" in item.name:
+                    return f"{kind} {where} has a name holding NUL"
     return None
 
 

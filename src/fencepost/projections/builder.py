@@ -224,6 +224,9 @@ class ProjectionBuilder(Generic[Shape]):
             raise ProjectionError("invalid_projection", "ProjectionBuilder", "tables must be SQLAlchemy Tables")
         if not all(t.name for t in tables):
             raise ProjectionError("invalid_projection", "ProjectionBuilder", "table names must not be empty")
+        problem = _sql.nul_name(tables)
+        if problem:
+            raise ProjectionError("invalid_projection", "ProjectionBuilder", problem)
         if named is not None and not _sources.keyed_by_source(tables):
             keyed = getattr(projection, "keyed_by_source", None)
             if callable(keyed):
@@ -284,6 +287,7 @@ class ProjectionBuilder(Generic[Shape]):
         self._prepared = False
         self._recheck_tables = False  # set by a failed target write: the next call checks the tables
         self._reached = False
+        self._shares_migrated = False  # the target's checkpoints record source shares (3002), as last read
         self._closed = threading.Event()
         self._running = threading.Lock()
         # Test hook: called after each committed page with (shadow, page).
@@ -483,6 +487,7 @@ class ProjectionBuilder(Generic[Shape]):
             known = getattr(self.projection, "tables_recorded", True)
             names = [t.name for t in self._tables.live.values()] if known else []
             missing = not self.target.backend.existing_tables(conn, names).issuperset(names)
+            self._refuse_other_kind(conn, "status")
             return [(checkpoints.load(conn, share.checkpoint), checkpoints.last_rebuild(conn, share.checkpoint))
                     for share in self._shares], missing
 
@@ -528,7 +533,11 @@ class ProjectionBuilder(Generic[Shape]):
         if not self._target_ready():
             found: list[list[RebuildRecord]] = [[] for _ in self._shares]
         else:
-            found = self._read(lambda conn: [checkpoints.rebuild_log(conn, s.checkpoint) for s in self._shares])
+            def body(conn: Connection) -> list[list[RebuildRecord]]:
+                self._refuse_other_kind(conn, "rebuilds")
+                return [checkpoints.rebuild_log(conn, s.checkpoint) for s in self._shares]
+
+            found = self._read(body)
         if self.sources is None:
             return found[0]
         return {share.label: records for share, records in zip(self._shares, found, strict=True)}  # type: ignore[misc]
@@ -917,7 +926,7 @@ class ProjectionBuilder(Generic[Shape]):
                 if live_missing or shadow_missing:
                     self._start_over(conn, share, live=live_missing)
 
-        self._write(body)
+        self._write(body, method="prepare")
         self._prepared = True
         self._recheck_tables = False
 
@@ -964,6 +973,24 @@ class ProjectionBuilder(Generic[Shape]):
                                       f"table {name!r} belongs to the projection {kept.get(name)!r} on the target; "
                                       "give this projection tables of its own")
 
+    def _refuse_other_kind(self, conn: Connection, method: str) -> None:
+        """For the read-only calls: refuse, as ``_claim_checkpoint`` does when preparing, a name that
+        the other kind of projection holds on the target (a single-source checkpoint for a builder
+        of several sources, source shares for a single-source one), instead of reporting it never
+        built. A target without migration 3002 has no source shares."""
+        if self.sources is not None:
+            if checkpoints.load(conn, self.name) is not None:
+                raise ProjectionError("invalid_projection", method,
+                                      "a single-source projection holds this name on the target")
+        elif checkpoints.load(conn, self.name) is None and self._shares_recorded() \
+                and checkpoints.has_shares(conn, self.name):
+            raise ProjectionError("invalid_projection", method,
+                                  "a projection fed by several sources holds this name on the target")
+
+    def _shares_recorded(self) -> bool:
+        """Whether the target's checkpoints can record source shares (migration 3002 applied)."""
+        return self._prepared or self._shares_migrated
+
     def _claim_checkpoint(self, conn: Connection, share: Share) -> None:
         """Create the share's checkpoint row, refusing a row or name that belongs to another builder.
 
@@ -1006,7 +1033,9 @@ class ProjectionBuilder(Generic[Shape]):
         self._reach_target("status")
         try:
             # The checkpoint tables (3001) are what a read needs; later migrations add columns only.
-            return all(m.id != 3001 for m in pending(self.target, ("projections",)))
+            missing = {m.id for m in pending(self.target, ("projections",))}
+            self._shares_migrated = 3002 not in missing
+            return 3001 not in missing
         except DbFailure as exc:
             raise self._target_failure(exc, "status") from None
 
@@ -1028,6 +1057,10 @@ class ProjectionBuilder(Generic[Shape]):
             # The next call looks at the projection's tables again: a table dropped under the
             # builder is found (and built again) there instead of failing every page.
             self._recheck_tables = True
+            if method == "prepare":
+                # Its first write: a target the builder may read but not write (a read-only file, a
+                # role without the rights) is named as ``fencepost.open`` names it.
+                raise self._target_failure(exc, method) from None
             raise map_failure(exc, ProjectionError, method, "projection target") from None
 
     def _read(self, fn: Callable[[Connection], T]) -> T:
