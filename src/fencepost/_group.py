@@ -17,7 +17,9 @@ Each call keeps its single-call semantics:
   mapped to ``DbFailure`` exactly as a single write maps it); its savepoint was rolled back, so
   its refusal or failure is its own and the others still commit;
 * a transient failure (busy, serialization, lost connection) in a body or at BEGIN re-runs that
-  call as a single write, with its retries; a COMMIT the database definitely refused (busy, or a
+  call as a single write, with its retries, unless the leader's BEGIN (or new connection) already
+  waited the store's whole wait (``busy_timeout_ms``, ``connect_timeout``): then the leader and
+  every call queued behind it fail at once, transient; a COMMIT the database definitely refused (busy, or a
   deferred constraint that some body broke) re-runs every call of the group alone, so the culprit
   fails alone: a body runs again only when nothing of it committed;
 * a COMMIT whose outcome is unknown (the connection died during it) answers every call whose
@@ -373,12 +375,26 @@ class GroupCommit:
         being when it started: the failure as the call's answer when it is transient but already
         spent the store's whole wait for a lock (SQLite busy after ``busy_timeout_ms``), as a single
         write's first attempt would answer it; else None. Run again alone, the call would wait the
-        same budget a second time."""
+        same budget a second time.
+
+        The calls queued behind the leader meanwhile get the same failure (each its own), their
+        bodies never started: each of them, leading in turn, would wait the whole budget again for
+        the lock (or the server) the leader just waited out, so the last of N queued calls would
+        fail only after N budgets."""
         db = self._db
         if isinstance(exc, Exception):
             exc = wrapped(db.engine.dialect, exc)
         if isinstance(exc, DBAPIError) and db.backend.is_transient(exc) \
                 and db.backend.waited_out(exc, time.monotonic() - began):
+            with self._lock:
+                queued = list(self._queue)
+                self._queue.clear()
+            for call in queued:
+                call.outcome = (_RAISED, db._failure(exc), [])
+            with self._lock:
+                for call in queued:
+                    call.state = _ANSWERED
+                    call.event.set()
             return (_RAISED, db._failure(exc), [])
         return None
 

@@ -172,3 +172,52 @@ def test_busy_timeout_ms_bounds_the_whole_wait_for_a_held_write_lock(db_url: str
     finally:
         holder.close()
         store.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+def test_busy_timeout_ms_bounds_the_wait_of_every_concurrent_write_of_a_group(db_url: str) -> None:
+    """Defect: with group commit (the default), writes of several threads blocked by another
+    process's write lock queued behind the group's leader, which waited ``busy_timeout_ms`` at its
+    BEGIN and failed; the next queued call then led and waited the whole budget again, and so on:
+    the fifth of five concurrent writes failed after five budgets, not one. Now the leader's
+    failure after the whole wait answers the calls queued behind it as well (nothing of them ran),
+    so no call waits much past one budget. SQLite only: ``busy_timeout_ms`` is a SQLite option
+    (the same queue behind a PostgreSQL connect timeout is tested in test_silent_server.py)."""
+    import time
+
+    store = fencepost.open(_with_option(db_url, "busy_timeout_ms=1000"))
+    holder = Holder(db_url, "held")
+    waited: dict[int, float] = {}
+    failures: dict[int, BaseException] = {}
+
+    def write(i: int) -> None:
+        started = time.monotonic()
+        try:
+            store.runs.create(f"blocked-{i}", "{}")
+        except fencepost.RunStoreError as exc:
+            failures[i] = exc
+        waited[i] = time.monotonic() - started
+
+    try:
+        assert holder.line().startswith("holding")
+        threads = [threading.Thread(target=write, args=(i,)) for i in range(5)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        assert sorted(failures) == list(range(5)), (failures, waited)
+        for exc in failures.values():
+            assert (exc.db_code, exc.transient) == ("SQLITE_BUSY", True), exc  # type: ignore[attr-defined]
+        assert len({id(exc) for exc in failures.values()}) == 5  # each thread raises its own
+        # One 1 s wait at most, not up to five (the queue's last waited 5 s before).
+        assert max(waited.values()) < 1.9, waited
+        holder.proc.stdin.write(b"go\n")
+        holder.proc.stdin.flush()
+        assert holder.line() == "done 1"
+        store.runs.create("after", "{}")
+        for i in range(5):
+            with pytest.raises(fencepost.RunStoreError):
+                store.runs.get(f"blocked-{i}")
+    finally:
+        holder.close()
+        store.close()

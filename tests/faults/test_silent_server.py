@@ -181,6 +181,45 @@ def test_an_open_store_whose_server_stops_answering_fails_new_connections_as_tra
         assert store.runs.get("r1").run_id == "r1"
 
 
+def test_concurrent_writes_of_an_open_store_whose_server_stops_answering_wait_one_timeout(
+        stoppable: StoppableServer) -> None:
+    """Defect: with group commit (the default), writes of several threads queued behind the group's
+    leader, whose new connection waited its whole ``connect_timeout``; then the next queued call
+    led, its own new connection waited another, and so on: the last of four concurrent writes
+    failed after four timeouts. Now the leader's failure after the whole wait answers the calls
+    queued behind it as well (nothing of them ran): each fails transient after about one timeout."""
+    with fencepost.open(_url(stoppable)) as store:
+        stoppable.freeze()
+        waited: dict[int, float] = {}
+        failures: dict[int, BaseException] = {}
+
+        def write(i: int) -> None:
+            began = time.monotonic()
+            try:
+                store.runs.create(f"r{i}", "{}")
+            except RunStoreError as exc:
+                failures[i] = exc
+            waited[i] = time.monotonic() - began
+
+        try:
+            store.db.dispose()  # every call needs a new connection
+            threads = [threading.Thread(target=write, args=(i,)) for i in range(4)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(8 * TIMEOUT_S)
+            assert sorted(failures) == list(range(4)), (failures, waited)
+            for exc in failures.values():
+                assert (exc.code, exc.transient) == ("persistence_failed", True), exc  # type: ignore[attr-defined]
+                assert ANSWER in str(exc) and SECRET not in str(exc), exc
+                assert_value_free(exc)
+            assert max(waited.values()) < 1.6 * TIMEOUT_S, waited  # one connect_timeout, not four
+        finally:
+            stoppable.thaw()
+        store.runs.create("r1", "{}")
+        assert store.runs.get("r1").run_id == "r1"
+
+
 def test_a_worker_mid_run_waits_out_a_server_that_stopped_answering(stoppable: StoppableServer) -> None:
     """Before: the checkpoint's new connection timed out as a permanent failure, so the run failed.
     Now the worker retries it as an outage and the run succeeds once the server answers."""
