@@ -269,7 +269,8 @@ def worker(obj: CliContext, processes: int, concurrency: int, task: str, until_i
     their next check and resumed later from their last checkpoint; a second Ctrl-C kills the
     processes. With --until-idle it exits once nothing is left to do. Prints what each process did,
     one row per process started: its counts and its state (worked; stopped-before-start, with zero
-    counts, for one a stop ended while it was still starting, before it took any run).
+    counts, for one a stop ended while it was still starting, before it took any run; killed-by-SIGNAL
+    or exit-code-N, with unknown counts shown as -, for one that ended without reporting).
 
     Given several --db (or --shards), they are one shard set: every process sweeps every shard and
     settles each run on its own shard. Empty stores that record no set found one (as with init).
