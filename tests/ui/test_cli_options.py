@@ -7,6 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import httpx
 import pytest
 
 import fencepost
@@ -110,3 +111,24 @@ def test_the_exposure_warning_is_one_line_on_a_pipe(db_url, columns):
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
     assert lines[0].startswith("warning: listening on a non-loopback address") and lines[0].endswith("no login)")
+
+
+@pytest.mark.parametrize("host", ["127.0.0.2", "127.1.2.3", "LOCALHOST"])
+def test_the_announced_url_answers_on_every_loopback_address(db_url, host):
+    """The URL ``fencepost ui`` prints is the one an operator opens: bound to another loopback
+    address than 127.0.0.1 (``--host 127.0.0.2``), its own address must not be ``400 invalid_host``
+    (an IP literal in ``Host`` cannot be a rebinding page's name), and ``LOCALHOST`` is loopback,
+    not an exposed address with a warning."""
+    fencepost.open(db_url).close()
+    proc, url = _serve("--db", db_url, "ui", "--host", host, "--port", "0")
+    try:
+        r = _get_when_up(url + "/health.json")
+        assert r.status_code == 200, (url, r.status_code, r.text[:300])
+        port = url.rsplit(":", 1)[1]
+        # Another loopback literal answers too; a name that is not loopback still does not.
+        assert httpx.get(url + "/health.json", headers={"host": f"127.0.0.9:{port}"}, timeout=10).status_code == 200
+        assert httpx.get(url + "/health.json", headers={"host": "evil.example"}, timeout=10).status_code == 400
+    finally:
+        code, err = _stop(proc)
+    assert code == 130, err
+    assert "warning" not in err, err

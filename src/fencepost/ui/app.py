@@ -60,7 +60,7 @@ SECURITY_HEADERS = [
 
 def is_loopback(host: str) -> bool:
     """True for ``localhost`` and loopback addresses (the console's default exposure)."""
-    if host == "localhost":
+    if host.lower() == "localhost":
         return True
     try:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
@@ -69,7 +69,16 @@ def is_loopback(host: str) -> bool:
 
 
 #: Host names a console on loopback answers to: another name is a DNS-rebinding page reaching it.
+#: A loopback address literal (``127.0.0.2``, the one ``--host`` bound) is answered too: a
+#: rebinding page names its own host, never an address.
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+def _loopback_literal(name: str) -> bool:
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
 
 #: Run ids a browser would resolve as a dot segment even percent-encoded (``%2e%2e`` is ``..``):
 #: their page is addressed with ``?id=`` instead.
@@ -149,7 +158,8 @@ class Guard:
         query = scope.get("query_string", b"")
         problem = None
         host = dict(scope.get("headers") or []).get(b"host", b"")
-        if self.allowed_hosts is not None and _host_name(host) not in self.allowed_hosts:
+        name = _host_name(host)
+        if self.allowed_hosts is not None and name not in self.allowed_hosts and not _loopback_literal(name):
             problem = (400, "invalid_host", "the request names a host this console does not serve")
         elif len(raw) > MAX_PATH_BYTES:
             problem = (414, "path_too_long", f"the request path is longer than {MAX_PATH_BYTES} bytes")
