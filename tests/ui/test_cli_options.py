@@ -132,3 +132,28 @@ def test_the_announced_url_answers_on_every_loopback_address(db_url, host):
         code, err = _stop(proc)
     assert code == 130, err
     assert "warning" not in err, err
+
+
+def test_a_port_in_use_or_a_host_that_is_no_address_names_what_to_change(db_url, tmp_path):
+    """``--port`` taken (another console running) or a ``--host`` that resolves to nothing (a stray
+    space, a URL given as a host): one line that says which address could not be listened on and
+    which option to change, exit 1, nothing served. It said "the given host and port" only."""
+    import socket
+
+    fencepost.open(db_url).close()
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    port = taken.getsockname()[1]
+    try:
+        proc = _run("--db", db_url, "ui", "--port", str(port), cwd=tmp_path)
+    finally:
+        taken.close()
+    assert proc.returncode == 1 and proc.stdout == "", proc
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"127.0.0.1:{port}" in lines[0] and "--port" in lines[0], proc.stderr
+    for host in ("127.0.0.1 ", "http://127.0.0.1"):
+        proc = _run("--db", db_url, "ui", "--host", host, "--port", "0", cwd=tmp_path)
+        assert proc.returncode == 1 and proc.stdout == "", proc
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and "--host" in lines[0] and repr(host) in lines[0], proc.stderr

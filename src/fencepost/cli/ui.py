@@ -24,6 +24,22 @@ def _checked_host(ctx: click.Context, param: click.Parameter, value: str) -> str
     return value
 
 
+def _bind_failure(exc: OSError, host: str, port: int) -> str:
+    """One line saying which address could not be listened on and which option to change."""
+    import errno
+    import socket
+
+    why = exc.strerror or "bind failed"
+    if isinstance(exc, socket.gaierror):
+        return f"--host {host!r}: not an address or host name to listen on ({why})"
+    bare = host.strip("[]")
+    address = f"[{bare}]:{port}" if ":" in bare else f"{bare}:{port}"
+    if exc.errno == errno.EADDRINUSE:
+        return (f"cannot listen on {address}: the port is in use (another console?); "
+                "give another --port, or --port 0 for any free one")
+    return f"cannot listen on {address} ({why}): check --host and --port"
+
+
 @click.command()
 @click.option("--db", "db", metavar="URL", default=None, callback=_checked_db,
               help="Database URL to serve (the same as the global --db; default: $FENCEPOST_DB, "
@@ -68,8 +84,7 @@ def ui(obj: CliContext, db: str | None, host: str, port: int, open_browser: bool
     try:
         sock = bind(host, port)
     except OSError as exc:
-        why = exc.strerror or "bind failed"
-        raise click.ClickException(f"cannot listen on the given host and port ({why})") from None
+        raise click.ClickException(_bind_failure(exc, host, port)) from None
     # On loopback, answer only to loopback names (a DNS-rebinding page names its own host); exposed,
     # the names a client may use are unknown here, so any is answered.
     allowed = LOOPBACK_NAMES if is_loopback(host) else None
