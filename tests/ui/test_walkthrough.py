@@ -260,3 +260,32 @@ def test_a_digit_of_another_script_is_a_bad_parameter_not_a_server_error(db_url:
         for given in ("²", "1²", "٣"):
             r = httpx.get(console.url + "/", params={name: given}, timeout=10)
             assert r.status_code == 400 and error_code(r) == "invalid_options", (given, r.status_code)
+
+
+def test_a_created_bound_with_a_utc_offset_is_read_as_runs_list_reads_it(db_url: str) -> None:
+    """``created_after=2026-01-31T14:00:00+02:00`` is an ISO date/time (``runs list --created-after``
+    takes it, honouring the offset); the page refused it as "must be milliseconds or an ISO
+    date/time". It lists what the CLI lists: the offset honoured, a time without one read as UTC."""
+    from datetime import UTC, datetime, timedelta, timezone
+
+    with fencepost.open(db_url) as store:
+        store.runs.create("early", '{"flowName": "tz"}')
+        created = store.runs.get("early").created_at_ms
+    at = datetime.fromtimestamp(created / 1000, UTC)
+    plus_two = at.astimezone(timezone(timedelta(hours=2))).replace(microsecond=0)
+    just_after = (plus_two + timedelta(seconds=1)).isoformat()
+    just_before = (plus_two - timedelta(seconds=1)).isoformat()
+    with UiServer(create_app(db_url)) as console:
+        def listed(**params: str) -> bool:
+            r = httpx.get(console.url + "/", params=params, timeout=10)
+            assert r.status_code == 200, (params, r.status_code, r.text[:600])
+            return 'data-run-id="early"' in r.text
+
+        assert listed(created_after=just_before) and not listed(created_after=just_after)
+        assert listed(created_before=just_after) and not listed(created_before=just_before)
+        assert listed(created_after=just_before.replace("+02:00", "+0200"))
+        # Typed into the address bar, the "+" arrives as a space: still the offset.
+        r = httpx.get(console.url + "/?created_after=" + just_after, timeout=10)  # a raw "+"
+        assert r.status_code == 200 and 'data-run-id="early"' not in r.text, r.status_code
+        # Without an offset the same wall time is UTC: two hours later than the +02:00 one.
+        assert not listed(created_after=just_before[:19])
