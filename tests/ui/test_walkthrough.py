@@ -289,3 +289,21 @@ def test_a_created_bound_with_a_utc_offset_is_read_as_runs_list_reads_it(db_url:
         assert r.status_code == 200 and 'data-run-id="early"' not in r.text, r.status_code
         # Without an offset the same wall time is UTC: two hours later than the +02:00 one.
         assert not listed(created_after=just_before[:19])
+
+
+
+def test_one_named_store_replays_a_pages_position(db_url: str) -> None:
+    """``create_app({"edge": url})`` (one store, named) serves the single-store console, but its
+    event stream looked the page's position up under the store name "" and failed (``KeyError``):
+    every page's stream died before its ``hello`` and the page said "reconnecting" for ever."""
+    with fencepost.open(db_url) as store:
+        store.runs.create("named-1", "{}")
+        at = store.feed.position()
+        store.runs.create("named-2", "{}")
+    with UiServer(create_app({"edge": db_url}, tick=0.2)) as console:
+        stream = EventStream(console.url, since=at)
+        try:
+            _, data, _ = stream.wait(lambda name, d: name == "run", 10)
+            assert data["run_id"] == "named-2"
+        finally:
+            stream.close()

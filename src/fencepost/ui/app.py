@@ -510,7 +510,7 @@ def create_app(url: str | Mapping[str, str] | None = None, *, store: Any = None,
             failed: dict[str, str] = {}  # over several stores: a store that does not answer is skipped
             for name, position in since.items():
                 try:
-                    found = catch_up(named[name].feed, position)
+                    found = catch_up((named[name] if several else store).feed, position)
                 except SourceChanged:
                     return "source_changed"
                 except FencepostError as exc:
