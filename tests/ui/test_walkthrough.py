@@ -291,6 +291,47 @@ def test_a_created_bound_with_a_utc_offset_is_read_as_runs_list_reads_it(db_url:
         assert not listed(created_after=just_before[:19])
 
 
+@pytest.mark.parametrize("change", ["one_to_several", "several_to_one", "store_dropped"])
+def test_an_open_page_reloads_when_the_console_comes_back_over_other_stores(
+        make_db_url: Any, browser: Any, change: str) -> None:  # noqa: F811
+    """The console restarted with other stores (a second ``--db`` added, one removed) while a runs
+    page was open: the page's stream position (``SOURCE:REVISION`` over one store,
+    ``NAME=SOURCE:REVISION,...`` over several) or its ``down=`` store was refused by the new
+    console as ``400 invalid_options``, and the page said "reconnecting" for ever. Positions of
+    other stores are a ``reset``: the page reloads once and shows the stores served now."""
+    from tests.conftest import SilentServer
+
+    a, b = make_db_url(), make_db_url()
+    silent = SilentServer()  # never listening: a store whose server refuses connections
+    gone = f"postgresql+psycopg://u@127.0.0.1:{silent.port}/db"
+    for url in (a, b):
+        with fencepost.open(url) as store:
+            store.runs.create("in-" + ("a" if url == a else "b"), "{}")
+    before, after = {
+        "one_to_several": (a, {"a": a, "b": b}),
+        "several_to_one": ({"a": a, "b": b}, a),
+        "store_dropped": ({"a": a, "gone": gone}, {"a": a}),
+    }[change]
+    try:
+        first = UiServer(create_app(before, tick=0.2, poll_interval=0.5)).start()
+        port = int(first.url.rsplit(":", 1)[1])
+        try:
+            browser.get(first.url + "/")
+            _until(browser, "the page is live", lambda d: d.execute_script(
+                "return document.getElementById('live').textContent.startsWith('live');"))
+            browser.execute_script("window.notReloaded = true;")
+        finally:
+            first.stop()
+        with UiServer(create_app(after, tick=0.2, poll_interval=0.5), port=port):
+            _until(browser, "the page reloads and is live over the stores served now", lambda d: d.execute_script(
+                "return window.notReloaded === undefined"
+                "  && document.getElementById('live').textContent === 'live';"))
+            several = isinstance(after, dict) and len(after) > 1
+            assert browser.execute_script(
+                "return document.querySelector('#runs tr[data-run-id]').dataset.store !== undefined;") == several
+    finally:
+        silent.close()
+
 
 def test_one_named_store_replays_a_pages_position(db_url: str) -> None:
     """``create_app({"edge": url})`` (one store, named) serves the single-store console, but its
