@@ -348,3 +348,18 @@ def test_one_named_store_replays_a_pages_position(db_url: str) -> None:
             assert data["run_id"] == "named-2"
         finally:
             stream.close()
+
+
+def test_one_named_store_serves_its_run_pages(db_url: str, capfd: pytest.CaptureFixture[str]) -> None:
+    """``create_app({"edge": url})`` serves the single-store console at the same addresses, but a
+    run's page looked the store up under the name "" : ``500 internal_error`` and a ``KeyError``
+    traceback on stderr for every run page (its fragment too)."""
+    with fencepost.open(db_url) as store:
+        store.runs.create("named-run", "{}")
+    with UiServer(create_app({"edge": db_url})) as console:
+        for path in ("/runs/named-run", "/runs/named-run?fragment=1", "/runs/?id=named-run"):
+            r = httpx.get(console.url + path, timeout=10)
+            assert r.status_code == 200 and "named-run" in r.text, (path, r.status_code)
+        r = httpx.get(console.url + "/runs/no-such-run", timeout=10)
+        assert r.status_code == 404 and error_code(r) == "not_found_row"
+    assert "Traceback" not in capfd.readouterr().err

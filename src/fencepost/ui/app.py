@@ -443,7 +443,7 @@ def create_app(url: str | Mapping[str, str] | None = None, *, store: Any = None,
             run_id = given
         fragment = request.query_params.get("fragment") == "1"
         position, down = (None, {}) if fragment else await run_in_threadpool(position_of)
-        data = await run_in_threadpool(views.run_detail, named[name], run_id)
+        data = await run_in_threadpool(views.run_detail, named[name] if several else store, run_id)
         if data is None:
             return error(request, 404, "not_found_row", "no run with this id" + (f" in store {name}" if name else ""))
         if fragment:
