@@ -220,6 +220,11 @@
   }
 
   function onStatsHealth(stats) {
+    // The sampling window under the figures: the console's own (the first store's over several).
+    const parts = stats.stores ? Object.values(stats.stores) : [stats];
+    const first = parts.find((part) => part.health);
+    const windowEl = document.getElementById("window-s");
+    if (first && windowEl && first.health.window_s != null) windowEl.textContent = String(first.health.window_s);
     perStore(stats, (root, part) => {
       const h = part.health;
       if (!h) return;
