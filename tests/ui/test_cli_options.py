@@ -157,3 +157,24 @@ def test_a_port_in_use_or_a_host_that_is_no_address_names_what_to_change(db_url,
         assert proc.returncode == 1 and proc.stdout == "", proc
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and "--host" in lines[0] and repr(host) in lines[0], proc.stderr
+
+
+def test_open_without_a_browser_says_so(db_url, tmp_path):
+    """``--open`` where no web browser can be started (a server, an SSH session) did nothing,
+    silently: the operator waited for a window. It says so on stderr, in one line naming the URL
+    to open, and serves on."""
+    fencepost.open(db_url).close()
+    env = {k: v for k, v in _env(COLUMNS="200").items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+    env["BROWSER"] = str(tmp_path / "no-such-browser")
+    proc = subprocess.Popen([fencepost_exe(), "--db", db_url, "ui", "--open", "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    url = line.split(" at ", 1)[1].split()[0]
+    try:
+        assert _get_when_up(url + "/health.json").status_code == 200
+    finally:
+        code, err = _stop(proc)
+    assert code == 130, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("warning: ") and url in lines[0], err

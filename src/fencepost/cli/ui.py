@@ -108,7 +108,16 @@ def ui(obj: CliContext, db: str | None, host: str, port: int, open_browser: bool
     if open_browser:
         import webbrowser
 
-        webbrowser.open(url)
+        try:
+            opened = webbrowser.open(url)
+        except Exception:  # a broken $BROWSER setting, say: the console serves on regardless
+            opened = False
+        if not opened:
+            from rich.markup import escape
+
+            err_console.print("[yellow]warning[/yellow]: --open: no web browser could be started here; "
+                              f"open {escape(url)} yourself",
+                              soft_wrap=not err_console.is_terminal, markup=True, highlight=False)
     app = create_app(store=store, allowed_hosts=allowed) if stores is None else create_app(
         stores=stores, allowed_hosts=allowed)
     if serve(app, sock) == signal.SIGINT:
