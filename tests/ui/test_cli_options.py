@@ -7,6 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import httpx
 import pytest
 
 import fencepost
@@ -110,3 +111,70 @@ def test_the_exposure_warning_is_one_line_on_a_pipe(db_url, columns):
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
     assert lines[0].startswith("warning: listening on a non-loopback address") and lines[0].endswith("no login)")
+
+
+@pytest.mark.parametrize("host", ["127.0.0.2", "127.1.2.3", "LOCALHOST"])
+def test_the_announced_url_answers_on_every_loopback_address(db_url, host):
+    """The URL ``fencepost ui`` prints is the one an operator opens: bound to another loopback
+    address than 127.0.0.1 (``--host 127.0.0.2``), its own address must not be ``400 invalid_host``
+    (an IP literal in ``Host`` cannot be a rebinding page's name), and ``LOCALHOST`` is loopback,
+    not an exposed address with a warning."""
+    fencepost.open(db_url).close()
+    proc, url = _serve("--db", db_url, "ui", "--host", host, "--port", "0")
+    try:
+        r = _get_when_up(url + "/health.json")
+        assert r.status_code == 200, (url, r.status_code, r.text[:300])
+        port = url.rsplit(":", 1)[1]
+        # Another loopback literal answers too; a name that is not loopback still does not.
+        assert httpx.get(url + "/health.json", headers={"host": f"127.0.0.9:{port}"}, timeout=10).status_code == 200
+        assert httpx.get(url + "/health.json", headers={"host": "evil.example"}, timeout=10).status_code == 400
+    finally:
+        code, err = _stop(proc)
+    assert code == 130, err
+    assert "warning" not in err, err
+
+
+def test_a_port_in_use_or_a_host_that_is_no_address_names_what_to_change(db_url, tmp_path):
+    """``--port`` taken (another console running) or a ``--host`` that resolves to nothing (a stray
+    space, a URL given as a host): one line that says which address could not be listened on and
+    which option to change, exit 1, nothing served. It said "the given host and port" only."""
+    import socket
+
+    fencepost.open(db_url).close()
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    port = taken.getsockname()[1]
+    try:
+        proc = _run("--db", db_url, "ui", "--port", str(port), cwd=tmp_path)
+    finally:
+        taken.close()
+    assert proc.returncode == 1 and proc.stdout == "", proc
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"127.0.0.1:{port}" in lines[0] and "--port" in lines[0], proc.stderr
+    for host in ("127.0.0.1 ", "http://127.0.0.1"):
+        proc = _run("--db", db_url, "ui", "--host", host, "--port", "0", cwd=tmp_path)
+        assert proc.returncode == 1 and proc.stdout == "", proc
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and "--host" in lines[0] and repr(host) in lines[0], proc.stderr
+
+
+def test_open_without_a_browser_says_so(db_url, tmp_path):
+    """``--open`` where no web browser can be started (a server, an SSH session) did nothing,
+    silently: the operator waited for a window. It says so on stderr, in one line naming the URL
+    to open, and serves on."""
+    fencepost.open(db_url).close()
+    env = {k: v for k, v in _env(COLUMNS="200").items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+    env["BROWSER"] = str(tmp_path / "no-such-browser")
+    proc = subprocess.Popen([fencepost_exe(), "--db", db_url, "ui", "--open", "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    url = line.split(" at ", 1)[1].split()[0]
+    try:
+        assert _get_when_up(url + "/health.json").status_code == 200
+    finally:
+        code, err = _stop(proc)
+    assert code == 130, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("warning: ") and url in lines[0], err

@@ -260,3 +260,106 @@ def test_a_digit_of_another_script_is_a_bad_parameter_not_a_server_error(db_url:
         for given in ("²", "1²", "٣"):
             r = httpx.get(console.url + "/", params={name: given}, timeout=10)
             assert r.status_code == 400 and error_code(r) == "invalid_options", (given, r.status_code)
+
+
+def test_a_created_bound_with_a_utc_offset_is_read_as_runs_list_reads_it(db_url: str) -> None:
+    """``created_after=2026-01-31T14:00:00+02:00`` is an ISO date/time (``runs list --created-after``
+    takes it, honouring the offset); the page refused it as "must be milliseconds or an ISO
+    date/time". It lists what the CLI lists: the offset honoured, a time without one read as UTC."""
+    from datetime import UTC, datetime, timedelta, timezone
+
+    with fencepost.open(db_url) as store:
+        store.runs.create("early", '{"flowName": "tz"}')
+        created = store.runs.get("early").created_at_ms
+    at = datetime.fromtimestamp(created / 1000, UTC)
+    plus_two = at.astimezone(timezone(timedelta(hours=2))).replace(microsecond=0)
+    just_after = (plus_two + timedelta(seconds=1)).isoformat()
+    just_before = (plus_two - timedelta(seconds=1)).isoformat()
+    with UiServer(create_app(db_url)) as console:
+        def listed(**params: str) -> bool:
+            r = httpx.get(console.url + "/", params=params, timeout=10)
+            assert r.status_code == 200, (params, r.status_code, r.text[:600])
+            return 'data-run-id="early"' in r.text
+
+        assert listed(created_after=just_before) and not listed(created_after=just_after)
+        assert listed(created_before=just_after) and not listed(created_before=just_before)
+        assert listed(created_after=just_before.replace("+02:00", "+0200"))
+        # Typed into the address bar, the "+" arrives as a space: still the offset.
+        r = httpx.get(console.url + "/?created_after=" + just_after, timeout=10)  # a raw "+"
+        assert r.status_code == 200 and 'data-run-id="early"' not in r.text, r.status_code
+        # Without an offset the same wall time is UTC: two hours later than the +02:00 one.
+        assert not listed(created_after=just_before[:19])
+
+
+@pytest.mark.parametrize("change", ["one_to_several", "several_to_one", "store_dropped"])
+def test_an_open_page_reloads_when_the_console_comes_back_over_other_stores(
+        make_db_url: Any, browser: Any, change: str) -> None:  # noqa: F811
+    """The console restarted with other stores (a second ``--db`` added, one removed) while a runs
+    page was open: the page's stream position (``SOURCE:REVISION`` over one store,
+    ``NAME=SOURCE:REVISION,...`` over several) or its ``down=`` store was refused by the new
+    console as ``400 invalid_options``, and the page said "reconnecting" for ever. Positions of
+    other stores are a ``reset``: the page reloads once and shows the stores served now."""
+    from tests.conftest import SilentServer
+
+    a, b = make_db_url(), make_db_url()
+    silent = SilentServer()  # never listening: a store whose server refuses connections
+    gone = f"postgresql+psycopg://u@127.0.0.1:{silent.port}/db"
+    for url in (a, b):
+        with fencepost.open(url) as store:
+            store.runs.create("in-" + ("a" if url == a else "b"), "{}")
+    before, after = {
+        "one_to_several": (a, {"a": a, "b": b}),
+        "several_to_one": ({"a": a, "b": b}, a),
+        "store_dropped": ({"a": a, "gone": gone}, {"a": a}),
+    }[change]
+    try:
+        first = UiServer(create_app(before, tick=0.2, poll_interval=0.5)).start()
+        port = int(first.url.rsplit(":", 1)[1])
+        try:
+            browser.get(first.url + "/")
+            _until(browser, "the page is live", lambda d: d.execute_script(
+                "return document.getElementById('live').textContent.startsWith('live');"))
+            browser.execute_script("window.notReloaded = true;")
+        finally:
+            first.stop()
+        with UiServer(create_app(after, tick=0.2, poll_interval=0.5), port=port):
+            _until(browser, "the page reloads and is live over the stores served now", lambda d: d.execute_script(
+                "return window.notReloaded === undefined"
+                "  && document.getElementById('live').textContent === 'live';"))
+            several = isinstance(after, dict) and len(after) > 1
+            assert browser.execute_script(
+                "return document.querySelector('#runs tr[data-run-id]').dataset.store !== undefined;") == several
+    finally:
+        silent.close()
+
+
+def test_one_named_store_replays_a_pages_position(db_url: str) -> None:
+    """``create_app({"edge": url})`` (one store, named) serves the single-store console, but its
+    event stream looked the page's position up under the store name "" and failed (``KeyError``):
+    every page's stream died before its ``hello`` and the page said "reconnecting" for ever."""
+    with fencepost.open(db_url) as store:
+        store.runs.create("named-1", "{}")
+        at = store.feed.position()
+        store.runs.create("named-2", "{}")
+    with UiServer(create_app({"edge": db_url}, tick=0.2)) as console:
+        stream = EventStream(console.url, since=at)
+        try:
+            _, data, _ = stream.wait(lambda name, d: name == "run", 10)
+            assert data["run_id"] == "named-2"
+        finally:
+            stream.close()
+
+
+def test_one_named_store_serves_its_run_pages(db_url: str, capfd: pytest.CaptureFixture[str]) -> None:
+    """``create_app({"edge": url})`` serves the single-store console at the same addresses, but a
+    run's page looked the store up under the name "" : ``500 internal_error`` and a ``KeyError``
+    traceback on stderr for every run page (its fragment too)."""
+    with fencepost.open(db_url) as store:
+        store.runs.create("named-run", "{}")
+    with UiServer(create_app({"edge": db_url})) as console:
+        for path in ("/runs/named-run", "/runs/named-run?fragment=1", "/runs/?id=named-run"):
+            r = httpx.get(console.url + path, timeout=10)
+            assert r.status_code == 200 and "named-run" in r.text, (path, r.status_code)
+        r = httpx.get(console.url + "/runs/no-such-run", timeout=10)
+        assert r.status_code == 404 and error_code(r) == "not_found_row"
+    assert "Traceback" not in capfd.readouterr().err

@@ -24,6 +24,22 @@ def _checked_host(ctx: click.Context, param: click.Parameter, value: str) -> str
     return value
 
 
+def _bind_failure(exc: OSError, host: str, port: int) -> str:
+    """One line saying which address could not be listened on and which option to change."""
+    import errno
+    import socket
+
+    why = exc.strerror or "bind failed"
+    if isinstance(exc, socket.gaierror):
+        return f"--host {host!r}: not an address or host name to listen on ({why})"
+    bare = host.strip("[]")
+    address = f"[{bare}]:{port}" if ":" in bare else f"{bare}:{port}"
+    if exc.errno == errno.EADDRINUSE:
+        return (f"cannot listen on {address}: the port is in use (another console?); "
+                "give another --port, or --port 0 for any free one")
+    return f"cannot listen on {address} ({why}): check --host and --port"
+
+
 @click.command()
 @click.option("--db", "db", metavar="URL", default=None, callback=_checked_db,
               help="Database URL to serve (the same as the global --db; default: $FENCEPOST_DB, "
@@ -68,8 +84,7 @@ def ui(obj: CliContext, db: str | None, host: str, port: int, open_browser: bool
     try:
         sock = bind(host, port)
     except OSError as exc:
-        why = exc.strerror or "bind failed"
-        raise click.ClickException(f"cannot listen on the given host and port ({why})") from None
+        raise click.ClickException(_bind_failure(exc, host, port)) from None
     # On loopback, answer only to loopback names (a DNS-rebinding page names its own host); exposed,
     # the names a client may use are unknown here, so any is answered.
     allowed = LOOPBACK_NAMES if is_loopback(host) else None
@@ -93,7 +108,16 @@ def ui(obj: CliContext, db: str | None, host: str, port: int, open_browser: bool
     if open_browser:
         import webbrowser
 
-        webbrowser.open(url)
+        try:
+            opened = webbrowser.open(url)
+        except Exception:  # a broken $BROWSER setting, say: the console serves on regardless
+            opened = False
+        if not opened:
+            from rich.markup import escape
+
+            err_console.print("[yellow]warning[/yellow]: --open: no web browser could be started here; "
+                              f"open {escape(url)} yourself",
+                              soft_wrap=not err_console.is_terminal, markup=True, highlight=False)
     app = create_app(store=store, allowed_hosts=allowed) if stores is None else create_app(
         stores=stores, allowed_hosts=allowed)
     if serve(app, sock) == signal.SIGINT:

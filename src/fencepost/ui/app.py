@@ -60,7 +60,7 @@ SECURITY_HEADERS = [
 
 def is_loopback(host: str) -> bool:
     """True for ``localhost`` and loopback addresses (the console's default exposure)."""
-    if host == "localhost":
+    if host.lower() == "localhost":
         return True
     try:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
@@ -69,7 +69,16 @@ def is_loopback(host: str) -> bool:
 
 
 #: Host names a console on loopback answers to: another name is a DNS-rebinding page reaching it.
+#: A loopback address literal (``127.0.0.2``, the one ``--host`` bound) is answered too: a
+#: rebinding page names its own host, never an address.
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+def _loopback_literal(name: str) -> bool:
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
 
 #: Run ids a browser would resolve as a dot segment even percent-encoded (``%2e%2e`` is ``..``):
 #: their page is addressed with ``?id=`` instead.
@@ -149,7 +158,8 @@ class Guard:
         query = scope.get("query_string", b"")
         problem = None
         host = dict(scope.get("headers") or []).get(b"host", b"")
-        if self.allowed_hosts is not None and _host_name(host) not in self.allowed_hosts:
+        name = _host_name(host)
+        if self.allowed_hosts is not None and name not in self.allowed_hosts and not _loopback_literal(name):
             problem = (400, "invalid_host", "the request names a host this console does not serve")
         elif len(raw) > MAX_PATH_BYTES:
             problem = (414, "path_too_long", f"the request path is longer than {MAX_PATH_BYTES} bytes")
@@ -222,13 +232,15 @@ _SINCE = ("since must be the feed position a console page was rendered at: SOURC
           "NAME=SOURCE:REVISION,... over several stores")
 
 
-def _down(text: str | None, names: list[str] | None) -> frozenset[str]:
-    """``?down=NAME,...``: the stores a page over several stores was rendered without; each must
-    be one of the console's (over one store there is no such page)."""
+def _down(text: str | None) -> frozenset[str]:
+    """``?down=NAME,...``: the stores a page over several stores was rendered without, each once.
+
+    Names this console does not serve are not refused here: they are of a page a console over
+    other stores rendered (it restarted meanwhile), which ``_since`` sends a ``reset``."""
     if not text:
         return frozenset()
     given = text.split(",")
-    if names is None or not set(given) <= set(names) or len(set(given)) != len(given):
+    if "" in given or len(set(given)) != len(given):
         raise views.BadInput("invalid_options", "down must name stores of this console, each once: NAME,NAME,...")
     return frozenset(given)
 
@@ -237,30 +249,35 @@ def _since(text: str | None, names: list[str] | None, down: frozenset[str] = fro
     """``?since=`` as ``{store name: Position}`` ("" over one store); ``{}`` when not given.
 
     ``SOURCE:REVISION`` over one store, ``NAME=SOURCE:REVISION`` comma-separated over several (a
-    few dozen bytes a store, well inside the query limit). Positions naming other stores than this
-    console's come back as an impossible position for each of its stores: the stream resets. A
-    store in ``down`` (the page was rendered without it) may be left out.
+    few dozen bytes a store, well inside the query limit). A store in ``down`` (the page was
+    rendered without it) may be left out. A page of other stores than this console's (it was
+    rendered by a console over one store and this one serves several, or the reverse, or over other
+    names: the console restarted with other stores) gets an impossible position for each of its
+    stores: the stream resets and the page reloads, rather than a ``400`` it would retry for ever.
     """
     from fencepost.changefeed import Position
     from fencepost.changefeed.feed import _check_requested_position
     from fencepost.errors import RunStoreError
 
-    if not text:
-        return {}
     stores: dict[str, Position] = {}
+    named = False
     try:
-        for part in text.split(","):
+        for i, part in enumerate(text.split(",") if text else []):
             name, sep, at = part.rpartition("=")
-            if bool(sep) != (names is not None) or name in stores:
+            if (sep and not name) or name in stores or (i and bool(sep) != named):
                 raise ValueError
+            named = bool(sep)
             source, _, revision = at.partition(":")
             if not ascii_digits(revision, 16):
                 raise ValueError
             stores[name] = _check_requested_position(Position(source, int(revision)), "since")
     except (ValueError, RunStoreError):
         raise views.BadInput("invalid_options", _SINCE) from None
-    if names is not None and set(stores) | down != set(names):
-        return {n: Position("0" * 32, 0) for n in names}
+    impossible = Position("0" * 32, 0)
+    if names is None:
+        return {"": impossible} if named or down else stores
+    if (stores and not named) or not down <= set(names) or (stores and set(stores) | down != set(names)):
+        return {n: impossible for n in names}
     return stores
 
 
@@ -426,7 +443,7 @@ def create_app(url: str | Mapping[str, str] | None = None, *, store: Any = None,
             run_id = given
         fragment = request.query_params.get("fragment") == "1"
         position, down = (None, {}) if fragment else await run_in_threadpool(position_of)
-        data = await run_in_threadpool(views.run_detail, named[name], run_id)
+        data = await run_in_threadpool(views.run_detail, named[name] if several else store, run_id)
         if data is None:
             return error(request, 404, "not_found_row", "no run with this id" + (f" in store {name}" if name else ""))
         if fragment:
@@ -487,7 +504,7 @@ def create_app(url: str | Mapping[str, str] | None = None, *, store: Any = None,
         # page reload (``reset``) once one of them answers again.
         try:
             views.given_once(request.query_params, ("since", "down"))
-            down = _down(request.query_params.get("down"), list(named) if several else None)
+            down = _down(request.query_params.get("down"))
             since = _since(request.query_params.get("since"), list(named) if several else None, down)
         except views.BadInput as exc:
             return error(request, 400, exc.code, exc.detail)
@@ -500,7 +517,7 @@ def create_app(url: str | Mapping[str, str] | None = None, *, store: Any = None,
             failed: dict[str, str] = {}  # over several stores: a store that does not answer is skipped
             for name, position in since.items():
                 try:
-                    found = catch_up(named[name].feed, position)
+                    found = catch_up((named[name] if several else store).feed, position)
                 except SourceChanged:
                     return "source_changed"
                 except FencepostError as exc:

@@ -92,16 +92,18 @@ def pretty(value: Any) -> str:
 
 
 # ----------------------------------------------------------------------------- runs listing
-_DATE = re.compile(r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,6})?)?)?Z?")
+#: A ``+HH:MM`` offset typed into an address bar arrives as `` HH:MM`` (``+`` is a space in a query).
+_PLUS_AS_SPACE = re.compile(r"^(.*[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,6})?)?) (\d{2}:?\d{2})$", re.ASCII)
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,6})?)?)?(?:Z|[+-]\d{2}:?\d{2})?", re.ASCII)
 
 
 def _instant(name: str, text: str) -> int:
-    """``created_after`` / ``created_before``: milliseconds, or an ISO date/time read as UTC.
+    """``created_after`` / ``created_before``: milliseconds, or an ISO date/time (UTC unless it names an offset).
 
     Checked here against the store's range (0 .. 2**53 - 1 ms, from 1970 on), so that a refusal
     names the query parameter, not the listing filter behind it.
     """
-    text = text.strip()
+    text = _PLUS_AS_SPACE.sub(r"\1+\2", text.strip())
     if ascii_digits(text, 16):
         ms = int(text)
     elif not _DATE.fullmatch(text):
@@ -111,7 +113,8 @@ def _instant(name: str, text: str) -> int:
             parsed = datetime.fromisoformat(text.removesuffix("Z"))
         except ValueError:
             raise BadInput("invalid_options", f"{name} must be milliseconds or an ISO date/time") from None
-        ms = int(parsed.replace(tzinfo=UTC).timestamp() * 1000)
+        # UTC unless it names an offset, as ``runs list --created-after`` reads it.
+        ms = int((parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)).timestamp() * 1000)
     if not is_safe_int(ms):
         raise BadInput("invalid_options", f"{name} must be from 1970-01-01 on and at most {SAFE_MAX} milliseconds")
     return ms

@@ -198,12 +198,17 @@
     }
   }
 
+  // A projection the page has no row for (built since it was rendered), or one rebuilt since
+  // (its history and pending rebuild are not in the stats): the page reloads, once.
   function onStatsProjections(stats) {
+    let stale = false;
     perStore(stats, (root, part) => {
       if (!part.projections) return;
       for (const p of part.projections) {
         const tr = root.querySelector('tr[data-projection="' + CSS.escape(p.name) + '"]');
-        if (!tr) continue;
+        if (!tr) { stale = true; continue; }
+        const rebuilds = tr.querySelector('[data-field="rebuilds"]');
+        if (rebuilds && Number(rebuilds.textContent) < p.rebuilds) stale = true;
         for (const td of tr.querySelectorAll("[data-field]")) {
           const v = String(p[td.dataset.field]);
           if (td.textContent !== v) { td.textContent = v; flash(td); }
@@ -211,9 +216,15 @@
         }
       }
     });
+    if (stale) { if (source) source.close(); window.location.reload(); }
   }
 
   function onStatsHealth(stats) {
+    // The sampling window under the figures: the console's own (the first store's over several).
+    const parts = stats.stores ? Object.values(stats.stores) : [stats];
+    const first = parts.find((part) => part.health);
+    const windowEl = document.getElementById("window-s");
+    if (first && windowEl && first.health.window_s != null) windowEl.textContent = String(first.health.window_s);
     perStore(stats, (root, part) => {
       const h = part.health;
       if (!h) return;
