@@ -445,9 +445,12 @@ class ProjectionBuilder(Generic[Shape]):
                 if replaced():
                     # The store's connections keep the old SQLite file open: following on would
                     # project a database that no longer exists at its path, as if caught up.
-                    raise ProjectionError(
+                    gone = ProjectionError(
                         "projection_failed", "run", "the source database file was replaced or removed under "
                         "the builder: reopen the store at its path (the builder then rebuilds onto it)")
+                    gone.source_replaced = True
+                    gone.store = share.label
+                    raise gone
                 if not self._take_turn(share, "run", stop):
                     break
                 try:
