@@ -114,6 +114,9 @@ class ProjectionError(FencepostError):
     """A projection builder could not run (a second builder holds the name, a bad target ...)."""
 
     component = "Projection"
+    #: True when ``run`` ended because the SQLite source file was replaced or removed at its path
+    #: (``projection_failed``); ``store`` then names the source when the builder has several.
+    source_replaced: bool = False
 
 
 class PersistenceError(FencepostError):

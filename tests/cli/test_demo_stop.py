@@ -60,6 +60,7 @@ def test_ctrl_c_stops_the_demo_and_its_workers_with_exit_130(tmp_path):
             proc.wait()
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "interrupted" in err
+    assert "Error" not in err, "Ctrl-C is the user's stop, not an error: no Error: line"
     assert not [p for p in pids if _alive(p)]
 
 

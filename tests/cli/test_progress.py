@@ -159,9 +159,11 @@ def test_verify_on_a_terminal_draws_a_progress_bar_on_stderr(db_url: str) -> Non
     assert (code, out_quiet, screen) == (0, out, "")
 
 
-def test_ctrl_c_during_a_long_verify_exits_130_without_a_traceback(db_url: str) -> None:
-    """A real SIGINT, sent once the bar shows the verification under way: exit 130, one line on
-    stderr, no traceback, no report."""
+def test_ctrl_c_during_a_long_verify_exits_130_without_a_word(db_url: str) -> None:
+    """A real SIGINT, sent once the bar shows the verification under way: exit 130, no report, no
+    traceback and no ``Error:`` line (it used to print ``Error: aborted``): Ctrl-C is the user's
+    own stop, not a failure, and exits quietly as a follower, the worker and a Ctrl-C while the
+    command starts do."""
     entries = 40000
     _fill(db_url, entries, streams=20)
     term = OnTerminal("--db", db_url, "journal", "verify")
@@ -171,4 +173,64 @@ def test_ctrl_c_during_a_long_verify_exits_130_without_a_traceback(db_url: str) 
     assert code == 130, screen
     assert out == "" and "Traceback" not in screen, (out, screen)
     assert f"{entries}/{entries}" not in screen, "the verification finished before the SIGINT"
-    assert "Error: aborted" in screen
+    assert "Error" not in screen and "aborted" not in screen, screen
+
+
+def _applied_revision(url: str) -> int:
+    from fencepost._durable import Database
+    from fencepost.projections import ProjectionBuilder, RunsByStatus
+
+    readonly = Database(url, readonly=True)
+    try:
+        with fencepost.open(url, readonly=True) as store, ProjectionBuilder(store, readonly, RunsByStatus()) as reader:
+            return reader.status().applied_revision
+    except fencepost.FencepostError:  # the target's tables are not there yet
+        return 0
+    finally:
+        readonly.dispose()
+
+
+def _many_runs(url: str, runs: int = 30000) -> int:
+    with fencepost.open(url) as store:
+        for first in range(0, runs, 5000):
+            store.db.write(lambda conn, first=first: [_runs.create(conn, f"r-{i}", i)
+                                                      for i in range(first, first + 5000)])
+        return store.feed.position().revision
+
+
+def test_ctrl_c_during_a_projection_run_exits_130_without_a_word(db_url: str) -> None:
+    """``projection run`` on pipes, a real SIGINT once the builder has committed a page and before
+    it is done: exit 130, stdout and stderr empty (they held a blank line and ``Error: aborted``),
+    and the projection keeps the pages it committed."""
+    head = _many_runs(db_url)
+    proc = subprocess.Popen([fencepost_exe(), "--db", db_url, "projection", "run"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=_env(), text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 60
+        while (reached := _applied_revision(db_url)) == 0 and proc.poll() is None:
+            assert time.monotonic() < deadline, "the builder committed no page in 60 s"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert 0 < reached < head, (reached, head)
+    assert (proc.returncode, out, err) == (130, "", ""), (out, err)
+    assert 0 < _applied_revision(db_url) < head
+
+
+def test_ctrl_c_during_a_projection_rebuild_exits_130_without_a_word(db_url: str) -> None:
+    """``projection rebuild``, a real SIGINT once its bar shows the rebuild under way (its status
+    shows no progress until the rebuilt table is swapped in): exit 130, nothing on stdout, no
+    ``Error:`` line on the terminal."""
+    head = _many_runs(db_url)
+    term = OnTerminal("--db", db_url, "projection", "rebuild")
+    assert term.read_until(lambda screen: re.search(rb" [1-9]\d*/%d" % head, screen) is not None), term.screen
+    term.proc.send_signal(signal.SIGINT)
+    code, out, screen = term.finish()
+    assert code == 130, screen
+    assert out == "" and f"{head}/{head}" not in screen, (out, screen)
+    assert "Error" not in screen and "aborted" not in screen and "Traceback" not in screen, screen

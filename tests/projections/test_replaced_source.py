@@ -57,6 +57,7 @@ def test_a_builder_following_a_replaced_source_database_never_goes_on_with_the_o
                 assert not following.thread.is_alive()
                 [error] = following.failure
                 assert isinstance(error, ProjectionError) and error.code == "projection_failed", error
+                assert error.source_replaced and error.store is None  # what the command line reads
                 assert "replaced" in str(error) and str(Path(db_url[len("sqlite:///"):])) not in str(error)
                 # Reopened at its path, the store is the new database and a builder rebuilds onto it.
                 builder.close()

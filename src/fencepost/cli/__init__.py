@@ -28,7 +28,24 @@ from fencepost.cli.worker import worker
 __all__ = ["cli", "main"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class _Fencepost(click.Group):
+    """The top group: Ctrl-C while a command works exits 130 without a word.
+
+    Left to click, the ``KeyboardInterrupt`` became ``Abort`` after a blank line on stderr, and the
+    boundary printed ``Error: aborted``: an interruption the user asked for is not an error, and a
+    follower, the worker and a Ctrl-C while the command starts already exit quietly. A command
+    with something to say about what the stop left behind (the worker's table, the demo's parked
+    runs) says it itself. The context (and so the store) is still closed on the way out.
+    """
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise SystemExit(130) from None
+
+
+@click.group(cls=_Fencepost, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--db", "dbs", multiple=True, metavar="[NAME=]URL",
               help="Database URL: sqlite:///relative/path.db, sqlite:////absolute/path.db (four "
                    "slashes) or postgresql+psycopg://user@host/database. Default: $FENCEPOST_DB, else "
@@ -84,8 +101,9 @@ def main(argv: list[str] | None = None) -> None:
     except no_args_help as exc:  # a bare group (click >= 8.2 raises this): its normal help, exit 0
         click.echo(exc.ctx.get_help())
         sys.exit(0)
-    except click.exceptions.Abort:
-        echo_error("aborted")
+    except click.exceptions.Abort as exc:
+        if not isinstance(exc.__cause__, KeyboardInterrupt):  # Ctrl-C while parsing: quiet, as later
+            echo_error("aborted")
         sys.exit(130)
     except click.ClickException as exc:
         # Usage errors: click's own message on one line, exit 2; a command's failure, exit 1.

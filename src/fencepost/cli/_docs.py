@@ -58,7 +58,9 @@ gone before the result prints; `--no-progress` draws none on a terminal either. 
 command (exit 130); a projection resumes from the last page it committed.
 
 **Errors and exit codes.** An error is one line on stderr starting with `Error:`, never a
-traceback (set `FENCEPOST_DEBUG=1` to see one); data goes to stdout.
+traceback (set `FENCEPOST_DEBUG=1` to see one); data goes to stdout. Ctrl-C is no error: the
+command exits 130 without an `Error:` line (`worker` still prints its table, `demo` a line saying its
+workers were stopped).
 
 | exit code | meaning |
 |---|---|

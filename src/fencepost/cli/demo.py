@@ -193,7 +193,8 @@ def demo(obj: CliContext, n_runs: int, n_workers: int, speed: float, timeout: fl
         if projection_failures:
             raise projection_failures[0]  # the boundary prints it as one line
         if interrupted:
-            echo_error("interrupted: the workers were stopped (runs in hand were parked suspended)")
+            # What the stop left, on stderr; not an ``Error:`` line: the user asked for it.
+            click.echo("interrupted: the workers were stopped (runs in hand were parked suspended)", err=True)
             raise SystemExit(130)
         final = builder.catch_up()
         status = builder.status()

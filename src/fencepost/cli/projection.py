@@ -92,6 +92,36 @@ def _busy_explained(which: str) -> Iterator[None]:
                    f"run this command again") from None
 
 
+@contextmanager
+def _replacement_explained(builder: Any) -> Iterator[None]:
+    """A SQLite source file replaced or removed under ``run --follow``: say what happened and what to
+    do from the command line (run it again), not the library's "reopen the store" (exit 1).
+
+    Running again is what the library means: the new command opens the file now at the path, and
+    the builder rebuilds from it (a target elsewhere holds the old file's source, so it sees
+    ``source_changed``; a projection kept in the source file itself is built anew in the new one).
+    A removed file is said as removed (running again would find no database there). Only
+    SQLite: a PostgreSQL schema has no file to replace, its next connection sees a new one and the
+    builder rebuilds on its own."""
+    from pathlib import Path
+
+    from fencepost.errors import ProjectionError
+
+    try:
+        yield
+    except ProjectionError as exc:
+        if not exc.source_replaced:
+            raise
+        store = builder.source if exc.store is None else builder.sources[exc.store]
+        path = Path(str(store.db.path))
+        which = "the source database" if exc.store is None else f"store {exc.store}: its database"
+        if path.exists():
+            raise fail(f"{which} {path} was replaced while the projection followed it: run this command again "
+                       f"to follow the database now at that path (the projection is rebuilt from it)") from None
+        raise fail(f"{which} {path} was removed while the projection followed it: put a database back at that "
+                   f"path, then run this command again (the projection is rebuilt from it)") from None
+
+
 def _readonly_target(url: str) -> Any:
     """The target opened read-only. A SQLite file that is not there, or a PostgreSQL schema that is
     not, is named as the projection's target (``database_missing``) rather than read as a
@@ -165,7 +195,8 @@ def projection_run(obj: CliContext, which: str, target: str | None, follow: bool
         raise click.UsageError("--interval needs --follow (a single catch-up prints one result)")
     with _busy_explained(which), _builder(obj, which, target) as builder:
         if follow:
-            _follow(obj, builder, which, target, interval, out)
+            with _replacement_explained(builder):
+                _follow(obj, builder, which, target, interval, out)
             return
         with progress_bar(f"catching up {which}", enabled=progress) as on_progress:
             result = builder.catch_up(on_progress=on_progress)

@@ -395,17 +395,31 @@ class ProjectionBuilder(Generic[Shape]):
         reopen the store, the builder then rebuilds). With
         named sources each source is followed by its own thread, so a source that is down or being
         rebuilt holds none of the others back; an error that propagates stops them all.
+
+        One ``run()`` at a time per builder: a second call while one follows (from another thread)
+        raises ``ProjectionError`` (``builder_busy``) at once; once the first has returned, ``run()``
+        may be called again. ``catch_up()`` and ``rebuild()`` from other threads take turns with it.
         """
         problem = stop_problem(stop)
         if problem:
             raise ProjectionError("invalid_projection", "run", f"stop {problem}")
         stop = stop if stop is not None else threading.Event()
-        with self._running:
+        self._refuse_closed("run")
+        if not self._running.acquire(blocking=False):
+            self._refuse_closed("run")  # ``close()`` holds it a moment: say closed, not busy
+            # Waiting would last until the other call's ``stop`` is set: refuse as a second builder
+            # of the name is refused, at once (``lock_timeout`` is for another builder, not this one).
+            raise ProjectionError("builder_busy", "run", "run() is already following on this builder (in "
+                                  "another thread): set that call's stop and let it return before calling "
+                                  "run() again; one run() follows every source")
+        try:
             self._acquire()
             if self.sources is None:
                 self._follow(self._shares[0], stop)
             else:
                 self._follow_all(stop)
+        finally:
+            self._running.release()
 
     def _follow_all(self, stop: StopSignal) -> None:
         halt = threading.Event()  # set by the first share that fails, or once ``stop`` is set
@@ -445,9 +459,12 @@ class ProjectionBuilder(Generic[Shape]):
                 if replaced():
                     # The store's connections keep the old SQLite file open: following on would
                     # project a database that no longer exists at its path, as if caught up.
-                    raise ProjectionError(
+                    gone = ProjectionError(
                         "projection_failed", "run", "the source database file was replaced or removed under "
                         "the builder: reopen the store at its path (the builder then rebuilds onto it)")
+                    gone.source_replaced = True
+                    gone.store = share.label
+                    raise gone
                 if not self._take_turn(share, "run", stop):
                     break
                 try:
