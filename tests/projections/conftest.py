@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.projections._several import open_sources
+
 
 @pytest.fixture(params=["same-db", "other-db", "other-backend"])
 def target_url(request: pytest.FixtureRequest, backend: str, db_url: str, make_db_url) -> str:
@@ -14,3 +16,12 @@ def target_url(request: pytest.FixtureRequest, backend: str, db_url: str, make_d
     if request.param == "other-db":
         return make_db_url()
     return make_db_url("postgresql" if backend == "sqlite" else "sqlite")
+
+
+@pytest.fixture
+def sources(make_db_url):
+    """Three fresh stores named as in ``_several.KINDS`` (SQLite and PostgreSQL), closed after the test."""
+    _urls, stores = open_sources(make_db_url)
+    yield stores
+    for store in stores.values():
+        store.close()

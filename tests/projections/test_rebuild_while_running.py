@@ -14,13 +14,11 @@ from __future__ import annotations
 import threading
 import time
 
-import pytest
-
 from fencepost.errors import ProjectionError
 from fencepost.projections import ProjectionBuilder, RunsByStatus
 from tests.conftest import run_in_background
 from tests.projections._following import Following
-from tests.projections._several import KINDS, open_sources, seed
+from tests.projections._several import KINDS, seed
 
 
 def test_rebuild_from_another_thread_while_run_follows_is_done_and_reported(store, target_url):
@@ -113,14 +111,6 @@ def test_a_call_waiting_for_its_turn_fails_when_the_builder_is_closed(store, mak
         [exc] = failed
         assert isinstance(exc, ProjectionError) and exc.code == "projection_failed", exc
         assert "the builder is closed" in str(exc)
-
-
-@pytest.fixture
-def sources(make_db_url):
-    _urls, stores = open_sources(make_db_url)
-    yield stores
-    for store in stores.values():
-        store.close()
 
 
 def test_rebuild_of_named_sources_while_run_follows_each_is_done_and_reported(sources, make_db_url):

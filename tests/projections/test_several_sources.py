@@ -20,17 +20,9 @@ from fencepost.clock import ManualClock
 from fencepost.errors import ProjectionError, RunStoreError
 from fencepost.projections import OwnershipHistory, ProjectionBuilder, RunsByStatus, checkpoints
 from tests.projections import _runs
-from tests.projections._several import KINDS, Writers, open_sources, projected_by_source, seed, store_rows
+from tests.projections._several import KINDS, Writers, projected_by_source, seed, store_rows
 
 TABLE = "projection_runs_by_status"
-
-
-@pytest.fixture
-def sources(make_db_url):
-    _urls, stores = open_sources(make_db_url)
-    yield stores
-    for store in stores.values():
-        store.close()
 
 
 def _share_rows(target) -> list[tuple]:
