@@ -134,6 +134,26 @@ def _children(pid: int) -> list[int]:
     return [int(p) for p in out.split()]
 
 
+def _sigterm_once(db_url: str, tmp_path, env: dict[str, str], started, within_s: float,
+                  poll_s: float) -> tuple[subprocess.Popen, str, str]:
+    """``fencepost worker -n 2 --task quicktasks:work`` sent one SIGTERM once ``started(proc)`` holds
+    (failing if it exits first or ``within_s`` passes): the process, its stdout and its stderr."""
+    proc = subprocess.Popen([fencepost_exe(), "--db", db_url, "worker", "-n", "2", "--task", "quicktasks:work"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + within_s
+        while not started(proc):
+            assert proc.poll() is None and time.monotonic() < deadline, "the worker processes never started"
+            time.sleep(poll_s)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc, out, err
+
+
 @pytest.mark.slow
 def test_sigterm_while_the_worker_processes_are_still_starting_exits_0(db_url, tmp_path):
     """A SIGTERM (``systemctl stop``, a deploy) that came while the worker processes were still
@@ -142,20 +162,8 @@ def test_sigterm_while_the_worker_processes_are_still_starting_exits_0(db_url, t
     (tmp_path / "quicktasks.py").write_text("def work(ctx):\n    return {}\n")
     _create(db_url, ["s0"])
     env = {k: v for k, v in os.environ.items() if k != "FENCEPOST_DB"}
-    proc = subprocess.Popen([fencepost_exe(), "--db", db_url, "worker", "-n", "2", "--task", "quicktasks:work"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
-                            start_new_session=True)
-    try:
-        deadline = time.monotonic() + 30
-        # The first child process exists: it is still starting (the interpreter, its imports).
-        while len([c for c in _children(proc.pid)]) < 2:
-            assert proc.poll() is None and time.monotonic() < deadline, "the worker processes never started"
-            time.sleep(0.005)
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    # The first child process exists: it is still starting (the interpreter, its imports).
+    proc, out, err = _sigterm_once(db_url, tmp_path, env, lambda proc: len(_children(proc.pid)) >= 2, 30, 0.005)
     assert proc.returncode == 0, (out, err)
     assert "abnormally" not in out + err and "Traceback" not in err
     assert _statuses(db_url, ["s0"])["s0"] in ("pending", "completed", "suspended")
@@ -181,19 +189,8 @@ def test_sigterm_while_the_worker_processes_are_still_starting_lists_every_proce
     env = {k: v for k, v in os.environ.items() if k != "FENCEPOST_DB"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(hold), env.get("PYTHONPATH")) if p)
     env["COLUMNS"] = "200"
-    proc = subprocess.Popen([fencepost_exe(), "--db", db_url, "worker", "-n", "2", "--task", "quicktasks:work"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
-                            start_new_session=True)
-    try:
-        deadline = time.monotonic() + 60
-        while len(list(tmp_path.glob("child-*"))) < 2:  # both children started, neither past start-up
-            assert proc.poll() is None and time.monotonic() < deadline, "the worker processes never started"
-            time.sleep(0.01)
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    # Both children started, neither past start-up.
+    proc, out, err = _sigterm_once(db_url, tmp_path, env, lambda _: len(list(tmp_path.glob("child-*"))) >= 2, 60, 0.01)
     assert proc.returncode == 0, (out, err)
     children = sorted(int(p.name.split("-")[1]) for p in tmp_path.glob("child-*"))
     lines = [line.split() for line in out.splitlines() if line.strip()]
