@@ -28,18 +28,9 @@ from fencepost.cli._common import (
     write_store,
 )
 from fencepost.cli._output import Column, Output, output_options, snake_keys, to_data
+from fencepost.runstore._reading import RunWarning, reconfirm_warnings
 
 STATUSES = ("pending", "running", "suspended", "completed", "failed", "cancelled")
-RUN_DECISION = "flows.engine.run-decision"
-
-
-class RunWarning(msgspec.Struct, frozen=True):
-    """A journaled warning about a run: ``lease-reconfirmed`` after ``unconfirmed_ms`` without a pulse."""
-
-    code: str
-    unconfirmed_ms: int
-    occurred_at_ms: int
-    seq: int
 
 
 class RunDetail(msgspec.Struct, frozen=True):
@@ -351,23 +342,6 @@ def pasteable(cursor: str) -> str:
         except ValueError:
             pass  # not JSON: shown as it is (escaped by the table)
     return shlex.quote(cursor)
-
-
-def reconfirm_warnings(store: Any, run_id: str) -> list[RunWarning]:
-    """One warning per ``lease-reconfirmed`` run decision journaled on the run's own stream."""
-    warnings: list[RunWarning] = []
-    after = None
-    while True:
-        page = store.journal.entries(run_id, after=after, event_types=[RUN_DECISION], limit=1000)
-        for e in page.entries:
-            payload = e.payload if isinstance(e.payload, dict) else {}
-            detail = payload.get("detail") if isinstance(payload.get("detail"), dict) else {}
-            ms = detail.get("unconfirmedMs")
-            if payload.get("decision") == "lease-reconfirmed" and type(ms) is int and ms >= 0:
-                warnings.append(RunWarning("lease-reconfirmed", ms, e.emitted_at_ms, e.seq))
-        if not page.has_more or not page.entries:
-            return warnings
-        after = page.entries[-1].seq
 
 
 @runs.command("show")
