@@ -10,13 +10,14 @@ message text, and surface without SQL text or bound values.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import re
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 from urllib.parse import quote
@@ -440,6 +441,26 @@ def _option_name(key: str) -> str:
     return f"'{key}'" if _NAMEABLE.match(key) else "an option"
 
 
+# What ``watching_engines`` asked to be told on this thread: each engine a ``Database`` builds.
+_watchers = threading.local()
+
+
+@contextlib.contextmanager
+def watching_engines(built: Callable[[Engine], None]) -> Iterator[None]:
+    """Within the block, call ``built`` with every engine a ``Database`` builds on this thread,
+    before that engine makes its first connection (so its own ``connect`` listeners see every one).
+
+    How the console's open attempts learn that they reached their database without listening to
+    every SQLAlchemy pool of the process (an embedding application's included).
+    """
+    outer = getattr(_watchers, "built", None)
+    _watchers.built = built
+    try:
+        yield
+    finally:
+        _watchers.built = outer
+
+
 def _check_path(path: Path, where: str, mode: str) -> None:
     """Refuse a SQLite path that cannot be a database file before SQLite answers with a misleading
     code: a directory (``SQLITE_CANTOPEN``, read as a permission problem), or a path whose
@@ -524,6 +545,9 @@ class Database:
                                                 ("application_name", "fencepost"))
                               if k not in parsed.query},
             )
+        watcher = getattr(_watchers, "built", None)
+        if watcher is not None:
+            watcher(self.engine)
         self.backend.configure(self.engine, readonly=readonly, options=options)
         self._read_options = self.backend.read_options()
         self._local = threading.local()
