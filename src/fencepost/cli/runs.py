@@ -437,7 +437,10 @@ def run_store(run_id: str, *, readonly: bool) -> Any:
     obj = click.get_current_context().find_object(CliContext)
     if not obj.several:
         return read_store() if readonly else write_store(create=False)
-    return obj.shard_set(readonly=readonly).store_for(run_id)
+    shards = obj.shard_set(readonly=readonly)
+    # ``locate``, not ``store_for``: ``journal show`` also takes a companion stream's own id, which
+    # ``store_for`` refuses (no run can have it); one store reads it, so does its shard.
+    return shards[shards.locate(run_id)]
 
 
 def _create_on_shard(obj: CliContext, run_id: str, state_json: str, out: Output) -> None:
