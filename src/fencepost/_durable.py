@@ -401,12 +401,78 @@ _NO_SCHEME = (": it has no scheme (a SQLite file is given as sqlite:///relative/
 def _refuse_search_path(query: dict[str, Any]) -> None:
     """Refuse libpq ``options`` that set ``search_path`` (``-csearch_path=app``, ``--search-path=app``):
     the usual way to choose a schema elsewhere, but fencepost sets the search path to the store's
-    schema on every connection, so the store would silently land in another schema."""
+    schema on every connection, so the store would silently land in another schema. Only a switch
+    whose setting NAME is ``search_path`` is refused (``-c application_name=search-path-svc`` is not);
+    see ``_pg_option_settings``. PostgreSQL only."""
     value = query.get("options")
     values = (value,) if isinstance(value, str) else tuple(value or ())
-    if any("search_path" in v.lower().replace("-", "_") for v in values):
+    if any(name.isascii() and name.lower() == "search_path" for v in values for name in _pg_option_settings(v)):
         raise ValueError("the options option sets search_path, which fencepost sets itself to the store's "
                          "schema: name the schema with ?schema=NAME instead")
+
+
+# The server's switches (its getopt string) that take an argument; of these, ``-c NAME=VALUE`` and
+# ``--NAME=VALUE`` set a setting by name. Its other letters are flags (``-e``, ``-s`` ...) or refused.
+_PG_WITH_ARGUMENT = frozenset("BcCDdfhkNprStvW-")
+_C_SPACE = " \t\n\v\f\r"
+
+
+def _pg_split_options(text: str) -> list[str]:
+    """Split a libpq ``options`` value as the server does: at runs of whitespace, a backslash
+    taking the next character literally (``\\ `` a space inside a word, ``\\\\`` a backslash)."""
+    words: list[str] = []
+    word: list[str] = []
+    started = escaped = False
+    for ch in text:
+        if escaped:
+            word.append(ch)
+            escaped = False
+        elif ch == "\\":
+            escaped = started = True
+        elif ch in _C_SPACE:
+            if started:
+                words.append("".join(word))
+                word, started = [], False
+        else:
+            word.append(ch)
+            started = True
+    if started:
+        words.append("".join(word))
+    return words
+
+
+def _pg_option_settings(text: str) -> list[str]:
+    """The setting names a libpq ``options`` value sets, read as the server reads its switches
+    (POSIX getopt): ``-c NAME=VALUE``, ``-cNAME=VALUE`` and ``--NAME=VALUE``, after any flags grouped
+    before them (``-ec NAME=VALUE``); another switch's argument is never a name; ``--`` alone ends
+    the switches. Each NAME has ``-`` made ``_``, as the server makes it."""
+    words = _pg_split_options(text)
+    names: list[str] = []
+    i = 0
+    while i < len(words):
+        word = words[i]
+        i += 1
+        if word == "--":
+            break
+        if len(word) < 2 or not word.startswith("-"):
+            continue  # not a switch (the server refuses it)
+        j = 1
+        while j < len(word):
+            flag = word[j]
+            j += 1
+            if flag not in _PG_WITH_ARGUMENT:
+                continue  # a flag, or a letter the server refuses
+            if j < len(word):
+                argument = word[j:]
+            elif i < len(words):
+                argument = words[i]
+                i += 1
+            else:
+                break  # a switch without its argument (the server refuses it)
+            if flag in "c-":
+                names.append(argument.partition("=")[0].replace("-", "_"))
+            break
+    return names
 
 
 # libpq's options that take a whole number (a C int): a value that is not one failed only when
