@@ -341,3 +341,68 @@ def test_a_search_path_in_the_options_is_refused_naming_schema_not_silently_repl
     with fencepost.open(f"{pg_url}&options=-cstatement_timeout%3D5000") as store:
         with store.db.engine.connect() as conn:
             assert conn.exec_driver_sql("SELECT current_setting('statement_timeout')").scalar() == "5s"
+
+
+# The libpq ``options`` value is split as the server splits it (whitespace; a backslash takes the
+# next character literally) and read as the server reads its switches (``-c NAME=VALUE``,
+# ``-cNAME=VALUE``, ``--NAME=VALUE``, no-argument switches grouped before them, ``-`` and ``_``
+# alike in NAME, NAME case-insensitive).
+SEARCH_PATH_SET = {
+    "attached": "-csearch_path=app",
+    "separate": "-c search_path=app",
+    "long-dashes": "--search-path=app",
+    "long-underscore": "--search_path=app",
+    "upper-with-dash": "-c SEARCH-PATH=app",
+    "mixed-case": "-c Search_Path=app",
+    "grouped-after-flag": "-ecsearch_path=app",
+    "after-a-flag": "-e -c search_path=app",
+    "tab-separated": "-c\tsearch_path=app",
+    "after-another-setting": "-c statement_timeout=5000 -c search_path=app",
+    "escaped-value": "-c search_path=a\\ b",
+    "escaped-letter-in-name": "-c sea\\rch_path=app",
+    "no-value": "-c search_path",
+    "leading-space": "  --search-path=app  ",
+}
+SEARCH_PATH_NOT_SET = {
+    "in-a-value": "-c application_name=search-path-svc",
+    "value-is-the-word": "-c application_name=search_path",
+    "custom-setting": "-c myapp.search_path=x",
+    "longer-name": "--search-path-hint=x",
+    "escaped-space-in-name": "-c\\ search_path=app",  # NAME " search_path": the server refuses it
+    "argument-of-another-switch": "-S search_path=app",  # work_mem's value, not a setting's name
+    "after-end-of-switches": "-- -csearch_path=app",
+}
+
+
+@pytest.mark.parametrize("options", list(SEARCH_PATH_SET.values()), ids=list(SEARCH_PATH_SET))
+def test_every_form_of_a_search_path_switch_in_the_options_is_refused(options: str) -> None:
+    """Each way the server's switch parser reads as setting ``search_path`` is refused by name,
+    never quoting the value. PostgreSQL only: a SQLite URL has no ``options``."""
+    from urllib.parse import quote
+
+    base = require_postgres().split("?")[0]
+    with pytest.raises(ValueError) as caught:
+        parse_url(f"{base}?options={quote(options, safe='')}")
+    message = str(caught.value)
+    assert "search_path" in message and "?schema=" in message and "app" not in message, message
+
+
+@pytest.mark.parametrize("options", list(SEARCH_PATH_NOT_SET.values()), ids=list(SEARCH_PATH_NOT_SET))
+def test_options_naming_search_path_only_in_a_value_are_the_drivers(options: str) -> None:
+    """``?options=-c application_name=search-path-svc`` was refused as setting ``search_path``:
+    the check looked for the words anywhere in the value. Only a switch whose setting NAME is
+    ``search_path`` is refused now; the rest goes to the driver unchanged. PostgreSQL only."""
+    from urllib.parse import quote
+
+    base = require_postgres().split("?")[0]
+    parsed, _ = parse_url(f"{base}?options={quote(options, safe='')}")
+    assert parsed.query["options"] == options
+
+
+def test_options_mentioning_search_path_in_values_reach_the_server(pg_url: str) -> None:
+    """The false refusal's case end to end: the store opens, and a setting whose value says
+    search-path reaches the session. PostgreSQL only."""
+    fencepost.open(f"{pg_url}&options=-c%20application_name%3Dsearch-path-svc").close()
+    with fencepost.open(f"{pg_url}&options=-c%20myapp.label%3Dsearch-path-svc") as store:
+        with store.db.engine.connect() as conn:
+            assert conn.exec_driver_sql("SELECT current_setting('myapp.label')").scalar() == "search-path-svc"

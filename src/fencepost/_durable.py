@@ -10,13 +10,14 @@ message text, and surface without SQL text or bound values.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import re
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 from urllib.parse import quote
@@ -400,12 +401,78 @@ _NO_SCHEME = (": it has no scheme (a SQLite file is given as sqlite:///relative/
 def _refuse_search_path(query: dict[str, Any]) -> None:
     """Refuse libpq ``options`` that set ``search_path`` (``-csearch_path=app``, ``--search-path=app``):
     the usual way to choose a schema elsewhere, but fencepost sets the search path to the store's
-    schema on every connection, so the store would silently land in another schema."""
+    schema on every connection, so the store would silently land in another schema. Only a switch
+    whose setting NAME is ``search_path`` is refused (``-c application_name=search-path-svc`` is not);
+    see ``_pg_option_settings``. PostgreSQL only."""
     value = query.get("options")
     values = (value,) if isinstance(value, str) else tuple(value or ())
-    if any("search_path" in v.lower().replace("-", "_") for v in values):
+    if any(name.isascii() and name.lower() == "search_path" for v in values for name in _pg_option_settings(v)):
         raise ValueError("the options option sets search_path, which fencepost sets itself to the store's "
                          "schema: name the schema with ?schema=NAME instead")
+
+
+# The server's switches (its getopt string) that take an argument; of these, ``-c NAME=VALUE`` and
+# ``--NAME=VALUE`` set a setting by name. Its other letters are flags (``-e``, ``-s`` ...) or refused.
+_PG_WITH_ARGUMENT = frozenset("BcCDdfhkNprStvW-")
+_C_SPACE = " \t\n\v\f\r"
+
+
+def _pg_split_options(text: str) -> list[str]:
+    """Split a libpq ``options`` value as the server does: at runs of whitespace, a backslash
+    taking the next character literally (``\\ `` a space inside a word, ``\\\\`` a backslash)."""
+    words: list[str] = []
+    word: list[str] = []
+    started = escaped = False
+    for ch in text:
+        if escaped:
+            word.append(ch)
+            escaped = False
+        elif ch == "\\":
+            escaped = started = True
+        elif ch in _C_SPACE:
+            if started:
+                words.append("".join(word))
+                word, started = [], False
+        else:
+            word.append(ch)
+            started = True
+    if started:
+        words.append("".join(word))
+    return words
+
+
+def _pg_option_settings(text: str) -> list[str]:
+    """The setting names a libpq ``options`` value sets, read as the server reads its switches
+    (POSIX getopt): ``-c NAME=VALUE``, ``-cNAME=VALUE`` and ``--NAME=VALUE``, after any flags grouped
+    before them (``-ec NAME=VALUE``); another switch's argument is never a name; ``--`` alone ends
+    the switches. Each NAME has ``-`` made ``_``, as the server makes it."""
+    words = _pg_split_options(text)
+    names: list[str] = []
+    i = 0
+    while i < len(words):
+        word = words[i]
+        i += 1
+        if word == "--":
+            break
+        if len(word) < 2 or not word.startswith("-"):
+            continue  # not a switch (the server refuses it)
+        j = 1
+        while j < len(word):
+            flag = word[j]
+            j += 1
+            if flag not in _PG_WITH_ARGUMENT:
+                continue  # a flag, or a letter the server refuses
+            if j < len(word):
+                argument = word[j:]
+            elif i < len(words):
+                argument = words[i]
+                i += 1
+            else:
+                break  # a switch without its argument (the server refuses it)
+            if flag in "c-":
+                names.append(argument.partition("=")[0].replace("-", "_"))
+            break
+    return names
 
 
 # libpq's options that take a whole number (a C int): a value that is not one failed only when
@@ -438,6 +505,26 @@ def _option_name(key: str) -> str:
     """A query option's name for an error: quoted when it looks like a name, else not at all (a
     mangled URL may have put a value where the name goes)."""
     return f"'{key}'" if _NAMEABLE.match(key) else "an option"
+
+
+# What ``watching_engines`` asked to be told on this thread: each engine a ``Database`` builds.
+_watchers = threading.local()
+
+
+@contextlib.contextmanager
+def watching_engines(built: Callable[[Engine], None]) -> Iterator[None]:
+    """Within the block, call ``built`` with every engine a ``Database`` builds on this thread,
+    before that engine makes its first connection (so its own ``connect`` listeners see every one).
+
+    How the console's open attempts learn that they reached their database without listening to
+    every SQLAlchemy pool of the process (an embedding application's included).
+    """
+    outer = getattr(_watchers, "built", None)
+    _watchers.built = built
+    try:
+        yield
+    finally:
+        _watchers.built = outer
 
 
 def _check_path(path: Path, where: str, mode: str) -> None:
@@ -524,6 +611,9 @@ class Database:
                                                 ("application_name", "fencepost"))
                               if k not in parsed.query},
             )
+        watcher = getattr(_watchers, "built", None)
+        if watcher is not None:
+            watcher(self.engine)
         self.backend.configure(self.engine, readonly=readonly, options=options)
         self._read_options = self.backend.read_options()
         self._local = threading.local()

@@ -36,7 +36,7 @@ def _create(db_url, text):
 
 def _ids(db_url):
     """Which of the runs these tests give exist."""
-    from fencepost.cli._common import run_exists
+    from fencepost.runstore._reading import run_exists
 
     with fencepost.open(db_url, readonly=True) as store:
         return [i for i in (SECRET, "new-1", "new-2", "twice", "other", "fine") if run_exists(store, i)]

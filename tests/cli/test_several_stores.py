@@ -374,6 +374,27 @@ def test_journal_show_and_replay_of_a_run_route_to_its_shard(run_cli, shard_urls
     assert part.code == 2 and "give every shard of the set" in part.err
 
 
+def test_journal_show_of_a_companion_stream_id_routes_as_before(run_cli, shard_urls):
+    """``journal show`` takes a companion stream's own id (``flows.companion/...``) as a single store
+    does; through a shard set it is read on the shard holding that stream. ``shards.store_for`` now
+    refuses such an id (no run can have it), and the command kept routing it as before, instead of
+    failing with that refusal."""
+    from fencepost.journal import companion_stream
+
+    urls = shard_urls(3)
+    db = _db_args(urls)
+    assert run_cli(*db, "init").code == 0
+    me = fencepost.OwnerId("host-a", 1, "nonce-1")
+    with fencepost.open_shards(urls) as shards:
+        shards.runs.create("audit-c", "{}")
+        shards.runs.claim_and_own("audit-c", fencepost.RunSnapshot("pending", None, None), me, shards.clock.now_ms())
+        home = urls[shards.names.index(shards.locate("audit-c"))]
+    command = ["journal", "show", companion_stream("audit-c"), "--json"]
+    routed, alone = run_cli(*db, *command), run_cli(*_db_args([home]), *command)
+    assert (routed.code, alone.code) == (0, 0), (routed, alone)
+    assert json.loads(routed.out) == json.loads(alone.out) and json.loads(alone.out)["entries"]
+
+
 def _grown_set_with_runs_left_behind(run_cli, shard_urls, ids):
     """A set of two shards grown to three after ``ids`` were created, claimed and completed on the
     first two; returns the URLs and the ids the grown set would now place on the new shard."""

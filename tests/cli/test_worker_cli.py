@@ -293,3 +293,26 @@ def test_waiting_for_the_database_at_start_up_needs_nothing_of_the_console() -> 
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_a_process_whose_end_is_not_known_has_the_state_unknown():
+    """The summary's state of a process that ended without reporting was its signal or
+    ``exit-code-N``, N being its exit code, which is None for a process not seen to end: a Ctrl-C
+    that cuts short the command's last wait for its processes (the one after it killed them)
+    leaves such a process, and its row said ``exit-code-None``. It now says ``unknown`` (counts
+    ``-``), as the help describes. A process still running stands for it here: the same
+    ``exitcode`` of None, no timing to win. No store is involved, so there is no backend to vary."""
+    import multiprocessing
+    import time
+
+    from fencepost.cli.worker import COUNTS, _summary
+
+    ctx = multiprocessing.get_context("spawn")
+    p = ctx.Process(target=time.sleep, args=(60,), name="fencepost-test-sleeper")
+    p.start()
+    try:
+        assert p.exitcode is None
+        assert _summary([p], ctx.Queue(), stopped=True) == [(p.pid, *(None for _ in COUNTS[1:]), "unknown")]
+    finally:
+        p.kill()
+        p.join()

@@ -266,3 +266,23 @@ def test_a_rotated_source_is_raised_with_the_name_of_its_shard(shards, method) -
         for _ in calls[method]():
             pass
     assert err.value.store == home
+
+
+def test_store_for_refuses_a_reserved_run_id_as_the_run_store_does(shards) -> None:
+    """``store_for`` answers which store holds or WOULD hold a run; an id in the journal's reserved
+    companion-stream namespace (``flows.companion/``) can be no run (``runs.create`` refuses it),
+    yet ``store_for`` placed it and returned a store, so a caller went on to write there. It now
+    refuses it with the run store's code and words, nothing written. Routed journal reads of a
+    companion stream (``shards.journal.entries(companion_stream(rid))``) still find its shard."""
+    shards.runs.create("held", "{}")
+    assert shards.runs.claim_and_own("held", PENDING, A, shards.clock.now_ms()) == Activated()  # facts written
+    with pytest.raises(fencepost.RunStoreError) as alone:
+        shards[shards.names[0]].runs.create("flows.companion/x", "{}")
+    for reserved in ("flows.companion/x", companion_stream("held")):
+        with pytest.raises(ShardError) as err:
+            shards.store_for(reserved)
+        assert (err.value.code, err.value.method, err.value.detail) == (
+            alone.value.code, "store_for", alone.value.detail), err.value
+        assert err.value.cause == alone.value.cause  # type: ignore[attr-defined]
+    assert {r for _, s in shards.items() for r in _ids(s)} == {"held"}
+    assert shards.journal.entries(companion_stream("held")).entries  # found on the run's shard

@@ -436,19 +436,6 @@ def _named(specs: Sequence[DbSpec], records: Sequence[Any], members: Sequence[st
     return names
 
 
-def run_exists(store: Any, run_id: str) -> bool:
-    """Whether ``store`` holds a run row with this id (an id the store refuses holds none)."""
-    from fencepost.errors import RunStoreError
-
-    try:
-        store.runs.get(run_id)
-    except RunStoreError as exc:
-        if exc.code in ("not_found_row", "invalid_run"):
-            return False
-        raise
-    return True
-
-
 def read_store() -> Any:
     """The store of the current invocation, opened read-only (refused when several were given)."""
     return click.get_current_context().find_object(CliContext).store(readonly=True)

@@ -16,11 +16,11 @@ from fencepost.cli._common import (
     progress_bar,
     progress_option,
     read_store,
-    run_exists,
     table,
     when,
 )
 from fencepost.cli._output import Column, Output, output_options, to_data
+from fencepost.runstore._reading import run_exists
 
 ENTRY_COLUMNS = [
     Column("seq", "seq", wrap=False),

@@ -28,18 +28,9 @@ from fencepost.cli._common import (
     write_store,
 )
 from fencepost.cli._output import Column, Output, output_options, snake_keys, to_data
+from fencepost.runstore._reading import RunWarning, reconfirm_warnings
 
 STATUSES = ("pending", "running", "suspended", "completed", "failed", "cancelled")
-RUN_DECISION = "flows.engine.run-decision"
-
-
-class RunWarning(msgspec.Struct, frozen=True):
-    """A journaled warning about a run: ``lease-reconfirmed`` after ``unconfirmed_ms`` without a pulse."""
-
-    code: str
-    unconfirmed_ms: int
-    occurred_at_ms: int
-    seq: int
 
 
 class RunDetail(msgspec.Struct, frozen=True):
@@ -353,23 +344,6 @@ def pasteable(cursor: str) -> str:
     return shlex.quote(cursor)
 
 
-def reconfirm_warnings(store: Any, run_id: str) -> list[RunWarning]:
-    """One warning per ``lease-reconfirmed`` run decision journaled on the run's own stream."""
-    warnings: list[RunWarning] = []
-    after = None
-    while True:
-        page = store.journal.entries(run_id, after=after, event_types=[RUN_DECISION], limit=1000)
-        for e in page.entries:
-            payload = e.payload if isinstance(e.payload, dict) else {}
-            detail = payload.get("detail") if isinstance(payload.get("detail"), dict) else {}
-            ms = detail.get("unconfirmedMs")
-            if payload.get("decision") == "lease-reconfirmed" and type(ms) is int and ms >= 0:
-                warnings.append(RunWarning("lease-reconfirmed", ms, e.emitted_at_ms, e.seq))
-        if not page.has_more or not page.entries:
-            return warnings
-        after = page.entries[-1].seq
-
-
 @runs.command("show")
 @click.argument("run_id", type=RunIdType())
 @output_options
@@ -463,7 +437,10 @@ def run_store(run_id: str, *, readonly: bool) -> Any:
     obj = click.get_current_context().find_object(CliContext)
     if not obj.several:
         return read_store() if readonly else write_store(create=False)
-    return obj.shard_set(readonly=readonly).store_for(run_id)
+    shards = obj.shard_set(readonly=readonly)
+    # ``locate``, not ``store_for``: ``journal show`` also takes a companion stream's own id, which
+    # ``store_for`` refuses (no run can have it); one store reads it, so does its shard.
+    return shards[shards.locate(run_id)]
 
 
 def _create_on_shard(obj: CliContext, run_id: str, state_json: str, out: Output) -> None:

@@ -270,7 +270,8 @@ def worker(obj: CliContext, processes: int, concurrency: int, task: str, until_i
     processes. With --until-idle it exits once nothing is left to do. Prints what each process did,
     one row per process started: its counts and its state (worked; stopped-before-start, with zero
     counts, for one a stop ended while it was still starting, before it took any run; killed-by-SIGNAL
-    or exit-code-N, with unknown counts shown as -, for one that ended without reporting).
+    or exit-code-N, with unknown counts shown as -, for one that ended without reporting; unknown,
+    counts -, for one not seen to end, when a repeated Ctrl-C cut short the wait for it).
 
     Given several --db (or --shards), they are one shard set: every process sweeps every shard and
     settles each run on its own shard. Empty stores that record no set found one (as with init).
@@ -358,7 +359,7 @@ def _summary(procs: list[Any], results: Any, stopped: bool) -> list[tuple[Any, .
     """One row per started process, by pid: the counts it reported (state ``worked``); zero counts
     for one a stop ended while it was still starting (``stopped-before-start``: it had taken no
     run); unknown counts (``-``) for one that ended without reporting otherwise (its exit code or
-    signal as the state)."""
+    signal as the state, ``unknown`` when it was not seen to end)."""
     reported: dict[int, dict[str, Any]] = {}
     while not results.empty():
         pid, raw = results.get()
@@ -372,7 +373,14 @@ def _summary(procs: list[Any], results: Any, stopped: bool) -> list[tuple[Any, .
         if stopped and code == -signal.SIGTERM:
             rows.append((pid, *(0 for _ in COUNTS[1:]), "stopped-before-start"))
         else:
-            state = f"killed-by-{_signal_name(-code)}" if code is not None and code < 0 else f"exit-code-{code}"
+            if code is None:
+                # Never seen to end: a Ctrl-C cut short the last wait for it (after stop_workers'
+                # kill), so neither a signal nor an exit code is known.
+                state = "unknown"
+            elif code < 0:
+                state = f"killed-by-{_signal_name(-code)}"
+            else:
+                state = f"exit-code-{code}"
             rows.append((pid, *(None for _ in COUNTS[1:]), state.replace(" ", "-")))
     return rows
 

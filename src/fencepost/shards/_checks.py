@@ -11,10 +11,12 @@ from typing import Any
 
 from fencepost._values import identifier_problem
 from fencepost.changefeed.types import Position
+from fencepost.errors import RunStoreError
+from fencepost.runstore import _checks as run_checks
 from fencepost.runstore.attempts import validate_policy
 from fencepost.shards.membership import ShardError
 
-__all__ = ["open_options", "positions", "run_id"]
+__all__ = ["open_options", "positions", "run_id", "run_id_not_reserved"]
 
 
 def open_options(*, clock: Any, attempt_policy: Any, readonly: Any, grow: Any) -> None:
@@ -34,6 +36,19 @@ def run_id(value: object, method: str) -> str:
     if problem:
         raise ShardError("invalid_run", method, f"run_id {problem}")
     return value  # type: ignore[return-value]
+
+
+def run_id_not_reserved(value: object, method: str) -> str:
+    """``run_id``, also refusing an id in the journal's reserved companion-stream namespace as the run
+    store refuses it (``invalid_run``, the run store's words and cause): no run can have it."""
+    rid = run_id(value, method)
+    try:
+        run_checks.not_companion(rid, method)
+    except RunStoreError as exc:
+        err = ShardError(exc.code, method, exc.detail)
+        err.cause = getattr(exc, "cause", {})  # type: ignore[attr-defined]
+        raise err from None
+    return rid
 
 
 def positions(value: object, names: tuple[str, ...], method: str) -> dict[str, Position | None]:

@@ -145,8 +145,13 @@ class ShardSet:
         return None
 
     def store_for(self, run_id: str) -> Store:
-        """The member store that holds (or would hold) ``run_id`` (``ShardError('invalid_run')`` for an invalid id)."""
-        return self._stores[self._route(_checks.run_id(run_id, "store_for"))]
+        """The member store that holds (or would hold) ``run_id``.
+
+        ``ShardError('invalid_run')`` for a value that is no valid run id, and for an id in the
+        journal's reserved companion-stream namespace (``flows.companion/``), which no run can have:
+        refused with the words ``runs.create`` refuses it with.
+        """
+        return self._stores[self._route(_checks.run_id_not_reserved(run_id, "store_for"))]
 
     @staticmethod
     def _holds(store: Store, run_id: str) -> bool:

@@ -204,7 +204,7 @@ def _route_run(named: Mapping[str, Any], path: str, given: str | None,
         rest = given
     if name in named and rest:
         return name, rest
-    from fencepost.cli._common import run_exists
+    from fencepost.runstore._reading import run_exists
 
     run_id = path or given or ""
     # A store that does not answer cannot say whether it holds the run: the stores that answer

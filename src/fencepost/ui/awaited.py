@@ -39,7 +39,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import event
-from sqlalchemy.pool import Pool
+from sqlalchemy.engine import Engine
 
 from fencepost.errors import FencepostError, OpenError, waiting_may_cure
 
@@ -53,24 +53,22 @@ RETRY_S = 1.0
 
 # The ``AwaitedStore`` whose open attempt runs on this thread: told when a connection of it opens.
 _attempting = threading.local()
-_listening = threading.Lock()
-_listened: list[bool] = []
 
 
 def _connected(_dbapi_connection: Any, _record: Any) -> None:
-    """Every pool's ``connect`` event: the attempt on this thread, if any, reached its database."""
+    """The ``connect`` event of an engine an open attempt built: the attempt on this thread, if
+    any, reached its database (the store, once served, connects on other threads)."""
     store = getattr(_attempting, "store", None)
     if store is not None:
         store._reached = True
 
 
-def _listen() -> None:
-    """Listen to every pool's new connections, once per process: an attempt's open builds its
-    engine inside ``fencepost.open``, out of reach of a listener of its own."""
-    with _listening:
-        if not _listened:
-            event.listen(Pool, "connect", _connected)
-            _listened.append(True)
+def _watch(engine: Engine) -> None:
+    """Listen to the new connections of ``engine``, one an attempt's open built (inside
+    ``fencepost.open``, before its first connection): only the console's own engines, never
+    another pool of the process."""
+    event.listen(engine, "connect", _connected)
+
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -177,7 +175,6 @@ class AwaitedStore:
             if self.refused is None and self._attempt is None and now - self._tried >= RETRY_S:
                 self._tried = now
                 self._reached = False
-                _listen()
                 self._attempt = threading.Thread(target=self._try_open, name="fencepost-ui-open", daemon=True)
                 self._attempt.start()
             raise _again(self.error)
@@ -190,6 +187,7 @@ class AwaitedStore:
         is raised on after that, and the store is tried again as after any failed attempt.
         """
         import fencepost
+        from fencepost._durable import watching_engines
 
         store: Store | None = None
         error: OpenError | None = None
@@ -198,7 +196,8 @@ class AwaitedStore:
         passed = False
         _attempting.store = self
         try:
-            store = fencepost.open(self.url, readonly=True)
+            with watching_engines(_watch):
+                store = fencepost.open(self.url, readonly=True)
             if not self._closed:  # else closed below, unchecked: nobody will be served it
                 for check in self.checks:
                     check(store)

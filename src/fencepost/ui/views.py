@@ -387,8 +387,8 @@ def failure_view(failure: Any) -> list[tuple[str, str]] | None:
 
 def run_detail(store: Store, run_id: str) -> dict[str, Any] | None:
     """Everything the run page shows, or None for an unknown (or malformed) run id."""
-    from fencepost.cli.runs import reconfirm_warnings
     from fencepost.journal import ownership_history
+    from fencepost.runstore._reading import reconfirm_warnings
     from fencepost.ui.timeline import render_timeline
 
     try:
