@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing
 import sqlite3
 import threading
+import time
 
 import psycopg
 import pytest
@@ -14,6 +15,7 @@ from sqlalchemy.exc import OperationalError
 import fencepost
 from fencepost._durable import DbFailure
 from tests import _rmw_workers
+from tests.conftest import require_postgres
 
 SETUP = "CREATE TABLE IF NOT EXISTS witness (n INTEGER NOT NULL)"
 
@@ -379,3 +381,63 @@ def test_failed_rollback_discards_the_connection(witness, backend) -> None:
     finally:
         event.remove(witness.db.engine, "rollback", on_rollback)
     assert _count(witness) == [2]
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])
+def test_a_real_deadlock_with_another_session_reruns_the_whole_write(store: fencepost.Store, db_url: str) -> None:
+    """PostgreSQL only: SQLite has one writer at a time (``BEGIN IMMEDIATE``) and no row locks, so
+    two writers never deadlock there.
+
+    Pitfall "transient errors": no injected error here. Our write locks row 1; another session
+    holding row 2 waits for row 1; our write then waits for row 2. The server breaks the deadlock
+    by failing our transaction with 40P01 (our ``deadlock_timeout`` is the shorter one): the writer
+    classifies it by code, rolls back and re-runs the whole body, which then commits. Both
+    sessions' increments are kept."""
+    store.db.write(lambda c: c.exec_driver_sql(
+        "CREATE TABLE locked (k INTEGER PRIMARY KEY, v INTEGER NOT NULL); INSERT INTO locked VALUES (1, 0), (2, 0)"))
+    schema = db_url.rsplit("schema=", 1)[1]
+    conninfo = require_postgres().replace("postgresql+psycopg://", "postgresql://")
+    other = psycopg.connect(conninfo)
+    other.execute(f"SET search_path TO {schema}")
+    other.execute("SET deadlock_timeout = '10s'")
+    other.execute("UPDATE locked SET v = v + 1 WHERE k = 2")  # holds row 2 until it commits
+    other_pid = other.info.backend_pid
+    other_done = threading.Event()
+    failures: list[BaseException] = []
+
+    def other_takes_row_1() -> None:
+        try:
+            other.execute("UPDATE locked SET v = v + 1 WHERE k = 1")  # waits for our row 1
+            other.commit()
+        except BaseException as exc:  # reported below
+            failures.append(exc)
+        finally:
+            other_done.set()
+
+    calls: list[int] = []
+    waiter = threading.Thread(target=other_takes_row_1)
+
+    def body(conn) -> None:
+        calls.append(1)
+        conn.exec_driver_sql("SET LOCAL deadlock_timeout = '100ms'")
+        conn.exec_driver_sql("UPDATE locked SET v = v + 1 WHERE k = 1")
+        if len(calls) == 1:
+            waiter.start()
+            for _ in range(500):  # until the other session waits on our row lock
+                with psycopg.connect(conninfo) as probe:
+                    waiting = probe.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s",
+                                            (other_pid,)).fetchone()
+                if waiting and waiting[0] == "Lock":
+                    break
+                time.sleep(0.01)
+        conn.exec_driver_sql("UPDATE locked SET v = v + 1 WHERE k = 2")  # first time: a deadlock
+
+    try:
+        store.db.write(body)
+        assert other_done.wait(30)
+    finally:
+        waiter.join(30)
+        other.close()
+    assert failures == []
+    assert calls == [1, 1]
+    assert store.db.read(lambda c: c.exec_driver_sql("SELECT k, v FROM locked ORDER BY k").all()) == [(1, 2), (2, 2)]

@@ -626,10 +626,14 @@ class SqliteBackend(Backend):
         return case((func.json_type(column, path) == "text", func.json_extract(column, path)), else_=None)
 
     def split_script(self, script: str) -> list[str]:
+        # A statement can end only at a semicolon; ``complete_statement`` tells the ones that end it
+        # from those inside a trigger body, a string literal or a comment. Cutting at every such
+        # semicolon (not at line ends) also separates two statements that share a line: sqlite3
+        # executes one statement per call.
         statements: list[str] = []
         buffer = ""
-        for line in script.splitlines(keepends=True):
-            buffer += line
+        for piece in re.split(r"(?<=;)", script):
+            buffer += piece
             if sqlite3.complete_statement(buffer):
                 stmt = buffer.strip()
                 if _strip_comments(stmt):

@@ -114,6 +114,29 @@ def test_container_subclasses_are_rebuilt_as_plain_containers() -> None:
     assert type(out["d"]) is dict and out["d"] == {"token": REDACTED}
 
 
+class _LyingInt(int):
+    """An int subclass whose conversions lie about its value."""
+
+    def __int__(self) -> int:
+        return 999
+
+    def __index__(self) -> int:
+        return 998
+
+    def __repr__(self) -> str:
+        return "997"
+
+
+def test_int_subclasses_are_stored_as_their_own_value_not_what_their_overrides_say(store: fencepost.Store) -> None:
+    """Pitfall "subclasses can override": like list, dict and str subclasses, an int subclass is
+    copied as a plain int through the base type, so an overridden ``__int__``/``__index__`` cannot
+    change the stored number (it stored 999 for ``_LyingInt(5)``). End to end on both backends."""
+    out = DEFAULT({"n": _LyingInt(5), "l": [_LyingInt(6)]})
+    assert out == {"n": 5, "l": [6]} and type(out["n"]) is int and type(out["l"][0]) is int
+    store.journal.append_unfenced("run", "t", {"n": _LyingInt(5)}, source_id="p")
+    assert store.journal.entries("run").entries[0].payload == {"n": 5}
+
+
 def test_dates_become_iso_strings() -> None:
     """RD-19 / RD-24 (Python analogue of Date): datetime and date are stored as ISO strings."""
     when = dt.datetime(2024, 5, 1, 12, 30, tzinfo=dt.UTC)

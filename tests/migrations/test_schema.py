@@ -180,3 +180,37 @@ def test_an_interrupted_migration_pass_leaves_nothing_and_the_next_applies_it_al
         assert store.runs.get("child").parent_run_id == "root"
         changes = store.feed.changes_since(fencepost.Position(store.feed.position().source, 0)).changes
         assert changes == before and all(c.revision > 0 for c in changes)
+
+
+_TRIGGER_SCRIPT = """-- a comment; with a semicolon
+CREATE TABLE x (n INTEGER); CREATE TABLE y (v TEXT);
+CREATE TABLE z (n INTEGER);
+INSERT INTO z (n) VALUES (1);
+CREATE TRIGGER x_ins AFTER INSERT ON x BEGIN
+  UPDATE y SET v = 'a;
+b'; -- inline; comment
+  INSERT INTO y (v) VALUES ('c;d');
+  DELETE FROM z;
+END;
+"""
+
+
+def test_sqlite_script_split_keeps_trigger_bodies_whole() -> None:
+    """Pitfall "splitting SQL scripts on ``;``" (SQLite only: a PostgreSQL migration is sent whole in
+    one execute). Trigger bodies, string literals and comments hold semicolons; two statements may
+    share a line. Each split statement is exactly one complete statement, and applied in order they
+    build a trigger whose whole body runs."""
+    import sqlite3
+
+    from fencepost._dialects import SqliteBackend
+
+    statements = SqliteBackend.__new__(SqliteBackend).split_script(_TRIGGER_SCRIPT)
+    trigger = _TRIGGER_SCRIPT[_TRIGGER_SCRIPT.index("CREATE TRIGGER"):].strip()
+    assert statements == ["-- a comment; with a semicolon\nCREATE TABLE x (n INTEGER);", "CREATE TABLE y (v TEXT);",
+                          "CREATE TABLE z (n INTEGER);", "INSERT INTO z (n) VALUES (1);", trigger]
+    conn = sqlite3.connect(":memory:")
+    for statement in statements:
+        conn.execute(statement)  # one statement each: sqlite3 refuses two in one execute
+    conn.execute("INSERT INTO x (n) VALUES (7)")
+    assert conn.execute("SELECT v FROM y").fetchall() == [("c;d",)]
+    assert conn.execute("SELECT count(*) FROM z").fetchone() == (0,)

@@ -1,4 +1,4 @@
-"""Migrations 3001 to 3004 create exactly the builder tables ``projections._sql`` declares, on both backends."""
+"""Migrations 3001 to 3005 create exactly the builder tables ``projections._sql`` declares, on both backends."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from fencepost.projections import _sql
 def test_projection_migration_matches_the_declared_tables(db_url):
     db = Database(db_url)
     try:
-        assert migrate(db, ("projections",)) == [3001, 3002, 3003, 3004]
+        assert migrate(db, ("projections",)) == [3001, 3002, 3003, 3004, 3005]
         assert migrate(db, ("projections",)) == []  # idempotent
 
         def reflect(conn):
@@ -46,7 +46,9 @@ def test_a_target_built_before_3002_keeps_its_projection_and_is_upgraded_by_the_
     target_url = make_db_url()
     try:
         store.db.write(lambda conn: [_runs.create(conn, f"old-{i}", i) for i in range(5)])
-        monkeypatch.setattr(_migrations, "discover", lambda *a, **k: [m for m in shipped(*a, **k) if m.id != 3002])
+        # 3005 rebuilds the checkpoint table with 3002's columns: it waits with 3002.
+        monkeypatch.setattr(_migrations, "discover",
+                            lambda *a, **k: [m for m in shipped(*a, **k) if m.id not in (3002, 3005)])
         # What the builder did before 3002: no look at the columns 3002 adds.
         monkeypatch.setattr("fencepost.projections.checkpoints.share_of", lambda conn, name: None)
         monkeypatch.setattr("fencepost.projections.checkpoints.has_shares", lambda conn, name: False)
@@ -84,7 +86,9 @@ def test_held_revisions_survive_3003_and_sqlite_keeps_them_without_rowid(db_url,
     target_url = make_db_url()
     try:
         store.db.write(lambda conn: [_runs.create(conn, f"old-{i}", i) for i in range(5)])
-        monkeypatch.setattr(_migrations, "discover", lambda *a, **k: [m for m in shipped(*a, **k) if m.id != 3003])
+        # 3005 rebuilds the revision tables as 3003 leaves them: it waits with 3003.
+        monkeypatch.setattr(_migrations, "discover",
+                            lambda *a, **k: [m for m in shipped(*a, **k) if m.id not in (3003, 3005)])
         with ProjectionBuilder(store, target_url, RunsByStatus()) as builder:
             assert builder.catch_up().applied == 5
             assert 3003 not in _migrations.applied(builder.target)

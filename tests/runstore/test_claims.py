@@ -364,9 +364,11 @@ def test_staleness_cutoff_is_strict(store, clock, n, expect):
         assert (r1, r2, r3) == (HeartbeatFresh(), ClaimFresh(), HeartbeatFresh())
 
 
-@pytest.mark.parametrize("variant", ["checked-earlier", "cross-kind-same-host", "same-kind-cross-host"])
+@pytest.mark.parametrize("variant", ["checked-earlier", "checked-later", "cross-kind-same-host",
+                                     "same-kind-cross-host"])
 def test_mismatched_evidence_is_refused_everywhere(store, clock, variant):
-    """RS-44."""
+    """RS-44; and (pitfall "evidence binds to one instant") evidence checked 1 ms after ``now_ms``
+    is refused like evidence checked 1 ms before it."""
     activate_new(store, "own", A)
     activate_new(store, "steal", A)
     store.runs.create("rec", "{}")
@@ -375,6 +377,7 @@ def test_mismatched_evidence_is_refused_everywhere(store, clock, variant):
     clock.set(n)
     observer, e = {
         "checked-earlier": (B, ev(A, B, n - 1, "same-host-pid-dead")),
+        "checked-later": (B, ev(A, B, n + 1, "same-host-pid-dead")),
         "cross-kind-same-host": (B, ev(A, B, n, "cross-host-unreachable-stale")),
         "same-kind-cross-host": (C, ev(A, C, n, "same-host-pid-dead")),
     }[variant]

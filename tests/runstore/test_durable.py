@@ -61,6 +61,35 @@ def test_transient_failure_retries_the_whole_outer_transaction(mstore, fail_once
         mstore.runs.get(f"{witness}-1")  # the first attempt's witness rolled back
 
 
+def test_transient_failure_on_a_nested_attempt_put_retries_the_outer_transaction(mstore, fail_once):
+    """DW-02: one busy error on the first INSERT into flows_attempts inside an outer write: the outer
+    body runs twice and succeeds; only the second attempt's witness is kept; the attempt is stored
+    (running)."""
+    from fencepost import Attempt, Inserted
+
+    witness, r = fresh("witness"), fresh("dw02")
+    mstore.runs.create(r, "{}")
+    mstore.runs.claim_and_own(r, PENDING, A, mstore.clock.now_ms())
+    attempt = Attempt(run_id=r, step_key_digest="digest-1", attempt=0, state="running", started_at_ms=10)
+    calls, receipts = [], []
+
+    def body(conn):
+        calls.append(1)
+        mstore.runs.create(f"{witness}-{len(calls)}", "{}")  # a write of the outer body itself
+        if len(calls) == 1:
+            fail_once(mstore, q.INSERT_ATTEMPT_FENCED)
+        receipts.append(mstore.attempts.put(attempt, A))
+        return len(calls)
+
+    assert mstore.db.write(body) == 2
+    assert receipts == [Inserted()]  # the first put never returned
+    assert mstore.attempts.get(r, "digest-1", 0) == attempt
+    assert mstore.attempts.get(r, "digest-1", 0).state == "running"
+    assert mstore.runs.get(f"{witness}-2").status == "pending"
+    with pytest.raises(RunStoreError):
+        mstore.runs.get(f"{witness}-1")  # the first attempt's witness rolled back
+
+
 def test_retried_settle_counts_throughput_once(otel, mstore, fail_once):
     """DW-06: a terminal transition retried once commits once and counts once."""
     r = fresh()

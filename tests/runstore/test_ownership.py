@@ -249,17 +249,22 @@ def test_deadline_rearms_from_the_stamp_sent_not_the_completion_time(fake, clock
         fake.runs.release.set()
 
 
-def test_a_pulse_past_the_deadline_does_not_renew(fake, clock):
-    """OW-20..22: the host stalls past the deadline; the overdue pulse writes nothing and the lease lapses."""
+@pytest.mark.parametrize(("stall_to", "writes", "lost"), [(18_999, [("r1", 18_999)], False), (19_000, [], True),
+                                                       (20_000, [], True)])
+def test_a_pulse_past_the_deadline_does_not_renew(fake, clock, stall_to, writes, lost):
+    """OW-20..22: the host stalls (one clock jump from 0 to ``stall_to``): the pulse timer and, from
+    19 000, the watchdog are overdue and the pulse runs first. At 18 999 it writes once and the work
+    is alive; at 19 000 and 20 000 it writes nothing and the lease has lapsed (a pulse past the
+    deadline must not renew)."""
     fake.runs.reconfirm_mode = "fail"
     with LeaseKeeper(fake, "r1", A) as keeper:
         keeper.settle()
         fake.runs.heartbeat_mode = "fail"
         advance_to(keeper, clock, 0)
-        clock.set(20_000)  # one jump: both the pulse timer and the watchdog are overdue
+        clock.set(stall_to)  # one jump: the pulse timer is overdue (and the watchdog from 19 000)
         keeper.settle()
-        assert keeper.lost
-        assert fake.runs.calls == []  # no heartbeat write was sent after the deadline
+        assert keeper.lost is lost
+        assert fake.runs.calls == writes  # no heartbeat write is sent at or after the deadline
 
 
 def test_reconfirm_success_continues_and_journals_lease_reconfirmed(fake, clock):

@@ -116,8 +116,9 @@ def test_cancel_requested_before_the_claim_settles_cancelled_without_running(sto
     assert row.cancel_acknowledgement is not None
 
 
-def test_cancel_during_the_run_is_acknowledged_within_an_interval_then_settled(store, clock):
-    """EO-10: the live owner acknowledges within one heartbeat interval, before its cleanup ends."""
+def test_cancel_during_the_run_is_acknowledged_within_an_interval_then_settled(store, clock, db_url):
+    """EO-10: the live owner acknowledges within one heartbeat interval, before its cleanup ends;
+    after the cleanup the run is cancelled, and the acknowledgement survives reopening the store."""
     _create(store, 1)
     started = threading.Event()
     cleanup = threading.Event()
@@ -138,15 +139,23 @@ def test_cancel_during_the_run_is_acknowledged_within_an_interval_then_settled(s
     t = threading.Thread(target=worker.run, kwargs={"until_idle": True})
     t.start()
     assert started.wait(10)
-    store.runs.request_cancel("r000", clock.now_ms())
+    requested_at = clock.now_ms()
+    store.runs.request_cancel("r000", requested_at)
     clock.advance(1000)
     _wait_for(lambda: store.runs.get("r000").cancel_acknowledgement is not None)
     row = store.runs.get("r000")
     assert row.status == "running" and row.owner == worker.owner
+    owner = {"hostId": worker.owner.host_id, "pid": worker.owner.pid, "nonce": worker.owner.nonce}
+    ack = row.cancel_acknowledgement
+    assert ack["owner"] == owner and requested_at <= ack["observedAtMs"] <= requested_at + 1000
     cleanup.set()
     t.join(10)
     assert store.runs.get("r000").status == "cancelled"
-    assert observed and observed[0].status == "running"
+    assert observed and observed[0].status == "running" and observed[0].cancel_acknowledgement == ack
+    with fencepost.open(db_url, clock=clock) as reopened:
+        again = reopened.runs.get("r000")
+    assert (again.status, again.cancel_requested_at_ms, again.cancel_acknowledgement) == (
+        "cancelled", requested_at, ack)
 
 
 def test_a_checkpoint_after_a_cancel_request_raises_cancelled_and_settles_cancelled(store, clock):

@@ -478,8 +478,9 @@ class Redaction:
     ``Redaction.noop()`` is the explicit opt-out. Call it (``redaction(value)``) to get a redacted
     copy; the input is never modified.
 
-    Values are copied into plain JSON shapes on the way: ``dict``/``list``/``tuple`` subclasses
-    become ``dict``/``list``, ``datetime``/``date`` become ISO strings, bytes become a named marker,
+    Values are copied into plain JSON shapes on the way: ``dict``/``list``/``tuple``/``str``/``int``
+    subclasses become ``dict``/``list``/``str``/``int`` (read through the base type, never through an
+    override), ``datetime``/``date`` become ISO strings, bytes become a named marker,
     a cycle becomes ``"[Circular]"``. Anything JSON cannot carry (a set, NaN, a NUL or lone surrogate,
     a non-string key) raises ``NotDurable``; nesting deeper than ``max_depth`` raises
     ``RedactionError``. Neither message holds the value.
@@ -647,7 +648,7 @@ class Redaction:
         if isinstance(value, bytes | bytearray | memoryview):
             return f"[{type(value).__name__} {memoryview(value).nbytes} bytes]"
         if isinstance(value, int) and not isinstance(value, bool):
-            return int(value)
+            return int.__int__(value)  # through the base type: a subclass's own __int__ may lie
         raise NotDurable(f"holds a value of type {t.__name__}, which is not durable")
 
     def _walk_dict(self, value: dict[Any, Any], depth: int, st: _Walk) -> dict[Any, Any]:
