@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from fencepost._values import is_safe_int, parse_json_text
@@ -128,7 +129,7 @@ def _revision_ok(value: object, low: int, high: int) -> bool:
     return is_safe_int(value) and low <= value <= high  # type: ignore[operator]
 
 
-def check_batch(run_ids: list[str] | tuple[str, ...], batch: Any) -> None:
+def check_batch(run_ids: Sequence[str], batch: Any) -> None:
     """Refuse an answer that does not describe one committed state for exactly ``run_ids``.
 
     Port of upstream's coherence check on a read's answer (UPSTREAM-TESTS C2): the batch position is
