@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from fencepost.cli._common import (
     JsonText,
     NonEmpty,
     RunIdType,
+    cli_context,
     error_text,
     fail,
     owner_text,
@@ -191,7 +193,7 @@ def _run_fields() -> list[str]:
     return fields
 
 
-def _flow(record: dict[str, Any]) -> Any:
+def _flow(record: Mapping[str, Any]) -> Any:
     state = record.get("state")
     flow = state.get("flowName") if isinstance(state, dict) else None
     return flow if isinstance(flow, str) else None
@@ -308,7 +310,7 @@ def runs_list(statuses: tuple[str, ...], flow: str | None, after: int | None, be
     Example: fencepost runs list --status running --desc --limit 20
     """
     filters = list_filters(statuses, flow, after, before)
-    obj = click.get_current_context().find_object(CliContext)
+    obj = cli_context()
     if obj.labelled:
         _list_across(obj.stores(readonly=True), filters, cursor, limit, descending, out)
         return
@@ -361,7 +363,9 @@ def reconfirm_warnings(store: Any, run_id: str) -> list[RunWarning]:
         page = store.journal.entries(run_id, after=after, event_types=[RUN_DECISION], limit=1000)
         for e in page.entries:
             payload = e.payload if isinstance(e.payload, dict) else {}
-            detail = payload.get("detail") if isinstance(payload.get("detail"), dict) else {}
+            detail = payload.get("detail")
+            if not isinstance(detail, dict):
+                detail = {}
             ms = detail.get("unconfirmedMs")
             if payload.get("decision") == "lease-reconfirmed" and type(ms) is int and ms >= 0:
                 warnings.append(RunWarning("lease-reconfirmed", ms, e.emitted_at_ms, e.seq))
@@ -460,7 +464,7 @@ def run_store(run_id: str, *, readonly: bool) -> Any:
     set finds it (its placed shard first, then the others). One store: read-only for reads; for
     writes it must already exist.
     """
-    obj = click.get_current_context().find_object(CliContext)
+    obj = cli_context()
     if not obj.several:
         return read_store() if readonly else write_store(create=False)
     return obj.shard_set(readonly=readonly).store_for(run_id)
@@ -541,7 +545,7 @@ def runs_create(run_id: str, state_json: str, out: Output) -> None:
     Example: fencepost runs create order-17 --state '{"step": 0}'
     """
     ctx = click.get_current_context()
-    obj = ctx.find_object(CliContext)
+    obj = cli_context()
     if run_id == "-" and ctx.get_parameter_source("state_json") is click.core.ParameterSource.COMMANDLINE:
         raise click.UsageError("--state does not apply to runs create -: give each line's \"state\"")
     if run_id == "-":
@@ -607,7 +611,7 @@ def runs_retry(run_id: str, new_run_id: str | None, out: Output) -> None:
 
     Example: fencepost runs retry order-17
     """
-    click.get_current_context().find_object(CliContext).one_store_only(
+    cli_context().one_store_only(
         ": a shard set routes no retry (give the --db of the run's shard)")
     store = write_store(create=False)
     row = store.runs.retry(run_id, new_run_id=new_run_id)
