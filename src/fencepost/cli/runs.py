@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -559,7 +560,7 @@ def runs_create(run_id: str, state_json: str, out: Output) -> None:
     if run_id == "-":
         from fencepost.errors import RunStoreError
 
-        stdin = click.get_binary_stream("stdin")
+        stdin = sys.stdin.buffer  # the bytes under the text stream (click.get_binary_stream is deprecated)
         if stdin.isatty():  # typed at a terminal: say what it waits for (a pipe or a file needs no word)
             click.echo('reading runs from stdin, one JSON object a line ({"run_id": "...", "state": {...}}); '
                        "end with Ctrl-D", err=True)
