@@ -1228,7 +1228,7 @@ def _json_upsert(conn: Connection, table: Table, conflict: tuple[str, ...]) -> s
 def statement_cache(table: Table) -> dict[Any, Any]:
     """Statements built from ``table``, kept with it: tables of one name in two databases or
     schemas may have different columns, so a cache keyed by name could hand one the other's."""
-    return table.info.setdefault("fencepost_statements", {})  # type: ignore[no-any-return]
+    return table.info.setdefault("fencepost_statements", {})
 
 
 _BACKEND_CLASSES: dict[str, type[Backend]] = {"sqlite": SqliteBackend, "postgresql": PostgresBackend}

@@ -181,7 +181,7 @@ class GroupCommit:
         if kind is _OK:  # the usual answer, without a call for it
             for callback in callbacks:
                 callback()
-            return value  # type: ignore[no-any-return]
+            return value
         return self._answer(fn, outcome)
 
     def _gather(self) -> None:
@@ -407,7 +407,7 @@ class GroupCommit:
             raise value
         for callback in callbacks:
             callback()
-        return value  # type: ignore[no-any-return]
+        return value
 
 
 def _refused(db: Database, exc: BaseException) -> bool:

@@ -96,13 +96,13 @@ def run_many(conn: Connection, q: Sql, rows: list[dict[str, Any]] | list[tuple[A
         # Dicts here: a statement taking tuples has no defaults (``_compile`` refuses it).
         rows = [{**defaults, **cast("dict[str, Any]", r)} for r in rows]
     if order is not None:
-        rows = [order(r) for r in rows]  # type: ignore[misc]
+        rows = [order(r) for r in rows]
     raw = _driver(conn, dialect)
     try:
         if _observed(conn):
             _run_observed(conn, raw, text_, rows, many=True)
             return
-        cursor = raw.cursor()  # type: ignore[union-attr]
+        cursor = raw.cursor()
         try:
             cursor.executemany(text_, rows)
         finally:
@@ -121,7 +121,7 @@ def wrapped(dialect: Dialect, exc: BaseException) -> BaseException:
     """
     error = dialect.loaded_dbapi.Error
     if isinstance(exc, error) and not isinstance(exc, DBAPIError):
-        return DBAPIError.instance(None, None, exc, error, hide_parameters=True,  # type: ignore[arg-type]
+        return DBAPIError.instance(None, None, exc, error, hide_parameters=True,
                                    dialect=dialect)
     return exc
 

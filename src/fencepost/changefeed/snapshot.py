@@ -51,7 +51,7 @@ def _opt_ms(value: object, field: str) -> int | None:
         return None
     if not is_safe_int(value):
         raise Corrupt(f"{field} is not a non-negative safe integer")
-    return value  # type: ignore[return-value]
+    return value
 
 
 def decode_run(row: Any, source: str, watermark: int) -> Observed:
@@ -126,7 +126,7 @@ def _waiting(reason: str | None, wake_at: object, token: str | None, request_jso
 
 
 def _revision_ok(value: object, low: int, high: int) -> bool:
-    return is_safe_int(value) and low <= value <= high  # type: ignore[operator]
+    return is_safe_int(value) and low <= value <= high
 
 
 def check_batch(run_ids: Sequence[str], batch: Any) -> None:

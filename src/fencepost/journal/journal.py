@@ -87,7 +87,7 @@ def _entry_problem(event_type: object, source_seq: object) -> str | None:
     p = _id_problem(event_type)
     if p:
         return f"event_type {p}"
-    if source_seq is not None and not (is_safe_int(source_seq) and source_seq < SAFE_MAX):  # type: ignore[operator]
+    if source_seq is not None and not (is_safe_int(source_seq) and source_seq < SAFE_MAX):
         return "source_seq must be a non-negative safe integer below 2**53 - 1"
     return None
 

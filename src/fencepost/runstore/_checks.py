@@ -54,7 +54,7 @@ def owner(value: object, method: str, field: str = "owner") -> OwnerId:
 def timestamp(value: object, method: str, field: str = "now_ms") -> int:
     if not is_safe_int(value):
         raise refuse(method, f"{field} {TIMESTAMP_DETAIL}", {"field": field, "detail": TIMESTAMP_DETAIL})
-    return value  # type: ignore[return-value]
+    return value
 
 
 def lease_now(value: object, clock_now_ms: int, method: str) -> int:
