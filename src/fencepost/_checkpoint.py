@@ -42,6 +42,13 @@ INTERVAL_S = 0.1
 class Checkpointer:
     """One background checkpoint thread per writable SQLite store (per process), started by a write."""
 
+    # Set by ``_reset``: at creation, and again in a forked child.
+    _lock: threading.Lock
+    _thread: threading.Thread | None
+    _wake: threading.Event
+    _stop: threading.Event
+    _pid: int
+
     def __init__(self, path: str, synchronous: str) -> None:
         self._path = path
         self._uri = Path(os.path.abspath(path)).as_uri() + "?mode=rw"
@@ -71,7 +78,7 @@ class Checkpointer:
         """Start from nothing: at creation, and in a forked child, where the parent's thread does
         not exist and its lock may have been held at the fork (it would never be released)."""
         self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
+        self._thread = None
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._pid = PROCESS.pid

@@ -20,7 +20,7 @@ import struct
 import time
 import traceback
 import weakref
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -30,7 +30,8 @@ from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.dialects.postgresql import psycopg as _pg_psycopg
 from sqlalchemy.dialects.sqlite import pysqlite as _sqlite_pysqlite
-from sqlalchemy.engine import Connection, Dialect, Engine
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine.default import DefaultDialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import ColumnElement, FunctionElement
@@ -87,9 +88,17 @@ _PG_REASONS = {
 }
 
 
-def _sqlite_name(exc: BaseException) -> str:
+def _sqlite_name(exc: BaseException | None) -> str:
     """The SQLite error name (``SQLITE_BUSY`` ...) of a driver error wrapped by SQLAlchemy, or ''."""
     return getattr(getattr(exc, "orig", None), "sqlite_errorname", None) or ""
+
+
+def _driver_of(conn: Connection) -> Any:
+    """The driver's own connection under ``conn``, which is open (only a closed or invalidated
+    connection has none)."""
+    raw = conn.connection.driver_connection
+    assert raw is not None
+    return raw
 
 
 def _undecodable(exc: BaseException) -> bool:
@@ -147,7 +156,7 @@ class Backend:
     name: str
     migration_suffix: str
     # Compiles statements for direct execution on the DB-API connection (the hot-path executors).
-    driver_dialect: Dialect
+    driver_dialect: DefaultDialect
     # The driver runs several parameterless statements sent as one string, in one round trip.
     joins_statements = False
 
@@ -508,7 +517,8 @@ class SqliteBackend(Backend):
         # called on it directly (the proxy only forwards ``commit`` from its ``__getattr__``, after
         # a failed attribute lookup on every transaction).
         # The WeakSet's own set of references, asked directly: ``in writers`` costs a Python call.
-        writer_refs, ref = writers.data, weakref.ref
+        # (``WeakSet.data`` is CPython's, public in its source; typeshed leaves it out.)
+        writer_refs, ref = writers.data, weakref.ref  # type: ignore[attr-defined]
 
         def do_begin(dbapi_connection: Any) -> None:
             if ref(dbapi_connection) in writer_refs:
@@ -542,11 +552,11 @@ class SqliteBackend(Backend):
         # The level cannot change inside a transaction: set here, before BEGIN.
         if self.synchronous not in ("FULL", "EXTRA"):
             return False
-        conn.connection.driver_connection.execute("PRAGMA synchronous = NORMAL")
+        _driver_of(conn).execute("PRAGMA synchronous = NORMAL")
         return True
 
     def restore_commit(self, conn: Connection) -> None:
-        conn.connection.driver_connection.execute(f"PRAGMA synchronous = {self.synchronous}")
+        _driver_of(conn).execute(f"PRAGMA synchronous = {self.synchronous}")
 
     def wrote(self) -> None:
         if self.checkpointer is not None:
@@ -926,7 +936,7 @@ class PostgresBackend(Backend):
         return [script]
 
     def write_marker(self, conn: Connection) -> int | None:
-        return int(conn.exec_driver_sql("SELECT pg_current_xact_id()::text").scalar())
+        return int(conn.exec_driver_sql("SELECT pg_current_xact_id()::text").scalar_one())
 
     def renames_safe_after(self, conn: Connection, marker: int | None) -> bool:
         # Catalog lookups are not MVCC: after a rename commits, a reader whose snapshot is older
@@ -1017,7 +1027,7 @@ PG_CONNECT_TIMEOUT_S = 10
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 
 
-def pg_connect_timeout(kwargs: dict[str, Any]) -> int:
+def pg_connect_timeout(kwargs: Mapping[str, Any]) -> int:
     """The seconds a new connection waits for the server, from the driver's connect arguments as a
     store's engine gets them: the URL's ``connect_timeout`` (else fencepost's default), read as
     libpq does (whole seconds, at least 2; 0 or less waits as long as the driver's own bound)."""
@@ -1028,7 +1038,7 @@ def pg_connect_timeout(kwargs: dict[str, Any]) -> int:
     return 130 if value <= 0 else max(value, 2)
 
 
-def _pg_probe_timeout(kwargs: dict[str, Any]) -> int:
+def _pg_probe_timeout(kwargs: Mapping[str, Any]) -> int:
     """How long the startup probe waits for the server: the store's connect timeout, at most
     ``_PROBE_TIMEOUT_S``."""
     return min(pg_connect_timeout(kwargs), _PROBE_TIMEOUT_S)
@@ -1045,7 +1055,7 @@ def _pg_no_answer_note(seconds: int) -> str:
     return f"the server did not answer within {seconds} s (connect_timeout); retry once it answers"
 
 
-def _pg_addresses(kwargs: dict[str, Any]) -> list[tuple[str, int]]:
+def _pg_addresses(kwargs: Mapping[str, Any]) -> list[tuple[str, int]]:
     """Where the driver connects, from its connect arguments as libpq reads them: ``hostaddr`` over
     ``host`` (a URL's ``?host=/socket/dir&port=`` leaves the URL's own host and port empty), each
     a comma-separated list tried in turn, then ``PGHOSTADDR``/``PGHOST``/``PGPORT``, then the
@@ -1067,7 +1077,7 @@ def _pg_addresses(kwargs: dict[str, Any]) -> list[tuple[str, int]]:
     return found
 
 
-def _pg_reach(kwargs: dict[str, Any], timeout: float = _PROBE_TIMEOUT_S) -> socket.socket:
+def _pg_reach(kwargs: Mapping[str, Any], timeout: float = _PROBE_TIMEOUT_S) -> socket.socket:
     """A socket connected to the first address of ``_pg_addresses`` that accepts one (as libpq
     tries them); the last failure when none does (``socket.gaierror`` when no host name resolves)."""
     try:
@@ -1087,7 +1097,7 @@ def _pg_reach(kwargs: dict[str, Any], timeout: float = _PROBE_TIMEOUT_S) -> sock
     raise failure
 
 
-def _pg_refusal(kwargs: dict[str, Any]) -> str | None:
+def _pg_refusal(kwargs: Mapping[str, Any]) -> str | None:
     """The SQLSTATE with which the server the driver connects to (its connect arguments ``kwargs``)
     refuses a session at startup, else None (``_pg_startup_refusal``); ``OSError`` when nothing
     answers there (``socket.gaierror`` when no host name resolves)."""
@@ -1222,7 +1232,7 @@ def _json_upsert(conn: Connection, table: Table, conflict: tuple[str, ...]) -> s
 def statement_cache(table: Table) -> dict[Any, Any]:
     """Statements built from ``table``, kept with it: tables of one name in two databases or
     schemas may have different columns, so a cache keyed by name could hand one the other's."""
-    return table.info.setdefault("fencepost_statements", {})  # type: ignore[no-any-return]
+    return table.info.setdefault("fencepost_statements", {})
 
 
 _BACKEND_CLASSES: dict[str, type[Backend]] = {"sqlite": SqliteBackend, "postgresql": PostgresBackend}

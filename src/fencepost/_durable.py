@@ -19,7 +19,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar, cast
 from urllib.parse import quote
 
 from sqlalchemy import create_engine, event
@@ -258,7 +258,7 @@ def redact_url(url: str) -> str:
         if undecodable:  # the renderer's quoting refuses lone surrogates: quote the path here
             parsed = parsed.set(database=_PATH_MARK)
         shown = parsed.set(query=query).render_as_string(hide_password=True)
-        if undecodable:
+        if undecodable and database is not None:
             shown = shown.replace(_PATH_MARK_ESCAPED, quote(database, safe=" +/", errors="surrogateescape"))
     except Exception:
         return "<unparseable database URL>"
@@ -352,15 +352,16 @@ def parse_url(url: str) -> tuple[URL, dict[str, str]]:
                              "a '?' in a SQLite file's path is written %3F")
         if key in _OWN_OPTIONS and value == "":
             raise ValueError(f"{key} is given without a value")
-    for key, value in query.items():
+    for key, given in query.items():
         applies = _OWN_OPTIONS.get(key)
         if applies is None:
             continue  # the driver's (PostgreSQL takes some, e.g. ``host``, more than once)
-        if not isinstance(value, str):
+        if not isinstance(given, str):
             raise ValueError(f"{key} is given more than once")
         if applies not in (backend, "any"):
             raise ValueError(f"{key} applies to {'SQLite' if applies == 'sqlite' else 'PostgreSQL'} URLs only")
-    options = {k: query.pop(k) for k in _OWN_OPTIONS if k in query}
+    # One string each: an option given more than once was refused above.
+    options = {k: cast(str, query.pop(k)) for k in _OWN_OPTIONS if k in query}
     allowed = None if backend == "sqlite" else _driver_options()  # None: no driver to ask (refused later)
     unknown = [k for k in query if backend == "sqlite" or (allowed is not None and k not in allowed)]
     if unknown:
@@ -382,9 +383,10 @@ def parse_url(url: str) -> tuple[URL, dict[str, str]]:
         raise ValueError("checkpoints must be background or writer")
     if not SCHEMA_NAME.match(options.get("schema", DEFAULT_SCHEMA)):
         raise ValueError("schema must match [a-z_][a-z0-9_]{0,62}")
-    if backend == "sqlite" and (parsed.database or "") in ("", ":memory:"):
+    database = parsed.database or ""
+    if backend == "sqlite" and database in ("", ":memory:"):
         raise ValueError("an in-memory SQLite URL cannot be shared; use fencepost.testing")
-    if backend == "sqlite" and parsed.database.endswith("/"):
+    if backend == "sqlite" and database.endswith("/"):
         # The path would lose its slash and the store become a file named like the directory.
         raise ValueError("a SQLite URL names the database file, not a directory: end it with the "
                          "file's name (sqlite:///dir/flows.db)")
@@ -886,7 +888,9 @@ class Database:
                     taken = self._claim_idle()
                     if taken is not None:
                         self._releasing[pool] = self._releasing.get(pool, 0) + 1
-                        returning = taken.conn.connection.record_info
+                        record = taken.conn.connection.record_info
+                        assert record is not None  # a checked-out connection has its pool record
+                        returning = record
                         returning[_RETURNING] = pool
                         in_use -= 1
                 reserved = in_use < limit
@@ -1056,8 +1060,8 @@ class Database:
             if trans is not None:
                 # Also clears the failed-commit state SQLAlchemy keeps until a rollback.
                 trans.rollback()
-            if not conn.invalidated and not conn.closed:
-                raw = conn.connection.dbapi_connection
+            raw = None if conn.invalidated or conn.closed else conn.connection.dbapi_connection
+            if raw is not None:
                 if self.backend.transaction_open(raw):
                     raw.rollback()
                 if not self.backend.transaction_open(raw) and not self.backend.discard_after(exc):

@@ -181,7 +181,7 @@ class GroupCommit:
         if kind is _OK:  # the usual answer, without a call for it
             for callback in callbacks:
                 callback()
-            return value  # type: ignore[no-any-return]
+            return value
         return self._answer(fn, outcome)
 
     def _gather(self) -> None:
@@ -295,7 +295,7 @@ class GroupCommit:
         raw = conn.connection.dbapi_connection
         # A member's savepoint is released just before the next member's is set (one round trip
         # where the driver joins statements); COMMIT releases the last one.
-        open_only = (_SAVEPOINT,)
+        open_only: tuple[str, ...] = (_SAVEPOINT,)
         release_then_open = ((f"{_RELEASE}; {_SAVEPOINT}",) if self._db.backend.joins_statements
                              else (_RELEASE, _SAVEPOINT))
         opening = open_only
@@ -407,7 +407,7 @@ class GroupCommit:
             raise value
         for callback in callbacks:
             callback()
-        return value  # type: ignore[no-any-return]
+        return value
 
 
 def _refused(db: Database, exc: BaseException) -> bool:

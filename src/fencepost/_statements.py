@@ -13,7 +13,7 @@ from __future__ import annotations
 import operator
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.engine.default import DefaultDialect
@@ -70,7 +70,8 @@ def run(conn: Connection, q: Sql, params: dict[str, Any] | tuple[Any, ...] | Non
     hit = q._compiled.get(dialect.name)
     text_, defaults, order = hit if hit is not None else q.plan(dialect.name)
     if defaults:
-        params = {**defaults, **(params or {})}
+        # Never a tuple here: a statement taking a tuple has no defaults (``_compile`` refuses it).
+        params = {**defaults, **cast("dict[str, Any]", params or {})}
     if order is not None:
         params = order(params)
     fairy = conn._dbapi_connection  # what ``conn.connection`` returns while the connection is open
@@ -92,15 +93,16 @@ def run_many(conn: Connection, q: Sql, rows: list[dict[str, Any]] | list[tuple[A
     dialect = conn.dialect
     text_, defaults, order = q.plan(dialect.name)
     if defaults:
-        rows = [{**defaults, **r} for r in rows]
+        # Dicts here: a statement taking tuples has no defaults (``_compile`` refuses it).
+        rows = [{**defaults, **cast("dict[str, Any]", r)} for r in rows]
     if order is not None:
-        rows = [order(r) for r in rows]  # type: ignore[misc]
+        rows = [order(r) for r in rows]
     raw = _driver(conn, dialect)
     try:
         if _observed(conn):
             _run_observed(conn, raw, text_, rows, many=True)
             return
-        cursor = raw.cursor()  # type: ignore[union-attr]
+        cursor = raw.cursor()
         try:
             cursor.executemany(text_, rows)
         finally:
@@ -119,7 +121,7 @@ def wrapped(dialect: Dialect, exc: BaseException) -> BaseException:
     """
     error = dialect.loaded_dbapi.Error
     if isinstance(exc, error) and not isinstance(exc, DBAPIError):
-        return DBAPIError.instance(None, None, exc, error, hide_parameters=True,  # type: ignore[arg-type]
+        return DBAPIError.instance(None, None, exc, error, hide_parameters=True,
                                    dialect=dialect)
     return exc
 
@@ -208,7 +210,7 @@ def _compile(stmt: Any, dialect_name: str, *, by_position: bool = False, fields:
             pattern = re.escape(f":{name}") + r"(?!\w)" if named else re.escape(f"%({name})s")
             text_ = re.sub(pattern, str(value), text_)
             del defaults[name]
-    order = None
+    order: Callable[[Any], Any] | None = None
     names = c.positiontup or []
     if fields is not None:
         # Parameters come as a tuple of values in ``fields`` order.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeGuard
 
 import msgspec
 
@@ -73,7 +73,7 @@ def ascii_digits(text: str, max_len: int | None = None) -> bool:
     return text.isascii() and text.isdigit() and (max_len is None or len(text) <= max_len)
 
 
-def is_safe_int(value: object) -> bool:
+def is_safe_int(value: object) -> TypeGuard[int]:
     """True for an exact ``int`` (never ``bool``) in ``0 ..= 2**53 - 1``."""
     return type(value) is int and 0 <= value <= SAFE_MAX
 

@@ -117,6 +117,9 @@ class ProjectionError(FencepostError):
     #: True when ``run`` ended because the SQLite source file was replaced or removed at its path
     #: (``projection_failed``); ``store`` then names the source when the builder has several.
     source_replaced: bool = False
+    #: Where the other builder applies the projection, when another process's builder holds its
+    #: name (``builder_busy`` from acquiring it); ``None`` otherwise.
+    target: str | None = None
 
 
 class PersistenceError(FencepostError):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import AsyncGenerator, Generator, Iterator, Mapping, Sequence
+from types import GenericAlias
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -343,11 +344,12 @@ class ChangeFeed:
 # column as a str (or null), and the change row's revision and run id always present. Only what
 # the row statement's driver would return as exactly that type and value decodes; anything else
 # (a REAL, a BLOB, text that is not UTF-8, a value of another type than its column's) fails here.
-_PAGE_ROW = tuple[tuple(  # type: ignore[misc]
+# (A ``tuple[...]`` of one type per column, built when the module loads: a type checker sees Any.)
+_PAGE_ROW: Any = GenericAlias(tuple, tuple(
     (int if c.name == "revision" else str if c.name == "change_run_id"
      else int | None if isinstance(c.type, Integer) else str | None)
     for c in _sql.CHANGES_WITH_RUNS_JSON.stmt.get_final_froms()[0].c
-)]
+))
 _page_decoder = msgspec.json.Decoder(list[_PAGE_ROW])
 _SQLITE_TOOBIG = 18
 

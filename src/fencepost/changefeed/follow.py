@@ -243,7 +243,8 @@ class _PostgresWaiter(_Waiter):
         self._conninfo = db.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
         self.application_name = f"fencepost-follow-{self._schema}"[:63]
         # The store's own wait for a new connection: the URL's connect_timeout, else fencepost's default.
-        self._timeout = {} if "connect_timeout" in db.engine.url.query else {"connect_timeout": PG_CONNECT_TIMEOUT_S}
+        self._timeout: dict[str, Any] = (
+            {} if "connect_timeout" in db.engine.url.query else {"connect_timeout": PG_CONNECT_TIMEOUT_S})
         self._closed = threading.Event()
         self._conn: Any = None
         self._lock = threading.Lock()

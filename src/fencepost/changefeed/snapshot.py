@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from fencepost._values import is_safe_int, parse_json_text
@@ -50,7 +51,7 @@ def _opt_ms(value: object, field: str) -> int | None:
         return None
     if not is_safe_int(value):
         raise Corrupt(f"{field} is not a non-negative safe integer")
-    return value  # type: ignore[return-value]
+    return value
 
 
 def decode_run(row: Any, source: str, watermark: int) -> Observed:
@@ -125,10 +126,10 @@ def _waiting(reason: str | None, wake_at: object, token: str | None, request_jso
 
 
 def _revision_ok(value: object, low: int, high: int) -> bool:
-    return is_safe_int(value) and low <= value <= high  # type: ignore[operator]
+    return is_safe_int(value) and low <= value <= high
 
 
-def check_batch(run_ids: list[str] | tuple[str, ...], batch: Any) -> None:
+def check_batch(run_ids: Sequence[str], batch: Any) -> None:
     """Refuse an answer that does not describe one committed state for exactly ``run_ids``.
 
     Port of upstream's coherence check on a read's answer (UPSTREAM-TESTS C2): the batch position is

@@ -436,9 +436,16 @@ def _named(specs: Sequence[DbSpec], records: Sequence[Any], members: Sequence[st
     return names
 
 
+def cli_context() -> CliContext:
+    """The current invocation's ``CliContext`` (the root group makes it before any command runs)."""
+    obj = click.get_current_context().find_object(CliContext)
+    assert obj is not None
+    return obj
+
+
 def read_store() -> Any:
     """The store of the current invocation, opened read-only (refused when several were given)."""
-    return click.get_current_context().find_object(CliContext).store(readonly=True)
+    return cli_context().store(readonly=True)
 
 
 def write_store(*, create: bool = True) -> Any:
@@ -448,7 +455,7 @@ def write_store(*, create: bool = True) -> Any:
     ``create=False`` first proves, read-only, that it already exists, so a mistyped URL given to
     ``runs cancel``, ``source rotate`` or ``worker`` is an error instead of a new empty database.
     """
-    obj = click.get_current_context().find_object(CliContext)
+    obj = cli_context()
     obj.one_store_only()
     if not create and obj._store is None:
         import fencepost

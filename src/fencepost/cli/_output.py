@@ -168,16 +168,17 @@ class Output:
             return _write_json
         if self.format == "csv":
             writer = csv.writer(sys.stdout, lineterminator="\n")
-            state: dict[str, list[str] | None] = {"header": list(fields) or None}
+            header: list[str] | None = list(fields) or None
             if fields:
                 writer.writerow(fields)
                 sys.stdout.flush()
 
             def csv_line(record: Mapping[str, Any]) -> None:
-                if state["header"] is None:
-                    state["header"] = list(record)
-                    writer.writerow(state["header"])
-                writer.writerow([_csv_cell(record.get(k)) for k in state["header"]])
+                nonlocal header
+                if header is None:
+                    header = list(record)
+                    writer.writerow(header)
+                writer.writerow([_csv_cell(record.get(k)) for k in header])
                 sys.stdout.flush()
 
             return csv_line

@@ -11,8 +11,8 @@ import click
 from fencepost._values import ascii_digits
 from fencepost.cli._common import (
     MAX_SAFE_INTEGER,
-    CliContext,
     RunIdType,
+    cli_context,
     error_text,
     fail,
     owner_text,
@@ -96,7 +96,7 @@ def feed_tail(starts: tuple[tuple[str | None, str | None, int], ...], follow: bo
     """
     from fencepost.changefeed import Position
 
-    obj = click.get_current_context().find_object(CliContext)
+    obj = cli_context()
     if obj.labelled:
         _tail_across(obj.stores(readonly=True), starts, follow, limit, out)
         return
@@ -127,7 +127,7 @@ def feed_tail(starts: tuple[tuple[str | None, str | None, int], ...], follow: bo
 
 
 @contextmanager
-def _rotation_explained(stores: Mapping[str | None, Any]) -> Iterator[None]:
+def _rotation_explained(stores: Mapping[Any, Any]) -> Iterator[None]:
     """A source rotated while the changes were read: say so, with the new source and how to start
     again, instead of the store's own words (exit 1). ``stores`` by name (``None`` for one store);
     across several stores any other error names its store."""

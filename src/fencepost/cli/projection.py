@@ -86,7 +86,7 @@ def _busy_explained(which: str) -> Iterator[None]:
     except ProjectionError as exc:
         if exc.code != "builder_busy":
             raise
-        where = getattr(exc, "target", "its target")
+        where = exc.target if exc.target is not None else "its target"
         raise fail(f"another builder is applying projection {which} on {where} (a fencepost projection run "
                    f"--follow, a fencepost demo, or an application's ProjectionBuilder): stop it first, then "
                    f"run this command again") from None

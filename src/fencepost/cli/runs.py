@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ from fencepost.cli._common import (
     JsonText,
     NonEmpty,
     RunIdType,
+    cli_context,
     error_text,
     fail,
     owner_text,
@@ -182,7 +185,7 @@ def _run_fields() -> list[str]:
     return fields
 
 
-def _flow(record: dict[str, Any]) -> Any:
+def _flow(record: Mapping[str, Any]) -> Any:
     state = record.get("state")
     flow = state.get("flowName") if isinstance(state, dict) else None
     return flow if isinstance(flow, str) else None
@@ -299,7 +302,7 @@ def runs_list(statuses: tuple[str, ...], flow: str | None, after: int | None, be
     Example: fencepost runs list --status running --desc --limit 20
     """
     filters = list_filters(statuses, flow, after, before)
-    obj = click.get_current_context().find_object(CliContext)
+    obj = cli_context()
     if obj.labelled:
         _list_across(obj.stores(readonly=True), filters, cursor, limit, descending, out)
         return
@@ -434,7 +437,7 @@ def run_store(run_id: str, *, readonly: bool) -> Any:
     set finds it (its placed shard first, then the others). One store: read-only for reads; for
     writes it must already exist.
     """
-    obj = click.get_current_context().find_object(CliContext)
+    obj = cli_context()
     if not obj.several:
         return read_store() if readonly else write_store(create=False)
     shards = obj.shard_set(readonly=readonly)
@@ -518,7 +521,7 @@ def runs_create(run_id: str, state_json: str, out: Output) -> None:
     Example: fencepost runs create order-17 --state '{"step": 0}'
     """
     ctx = click.get_current_context()
-    obj = ctx.find_object(CliContext)
+    obj = cli_context()
     if run_id == "-" and ctx.get_parameter_source("state_json") is click.core.ParameterSource.COMMANDLINE:
         raise click.UsageError("--state does not apply to runs create -: give each line's \"state\"")
     if run_id == "-":
@@ -532,7 +535,7 @@ def runs_create(run_id: str, state_json: str, out: Output) -> None:
     if run_id == "-":
         from fencepost.errors import RunStoreError
 
-        stdin = click.get_binary_stream("stdin")
+        stdin = sys.stdin.buffer  # the bytes under the text stream (click.get_binary_stream is deprecated)
         if stdin.isatty():  # typed at a terminal: say what it waits for (a pipe or a file needs no word)
             click.echo('reading runs from stdin, one JSON object a line ({"run_id": "...", "state": {...}}); '
                        "end with Ctrl-D", err=True)
@@ -584,7 +587,7 @@ def runs_retry(run_id: str, new_run_id: str | None, out: Output) -> None:
 
     Example: fencepost runs retry order-17
     """
-    click.get_current_context().find_object(CliContext).one_store_only(
+    cli_context().one_store_only(
         ": a shard set routes no retry (give the --db of the run's shard)")
     store = write_store(create=False)
     row = store.runs.retry(run_id, new_run_id=new_run_id)

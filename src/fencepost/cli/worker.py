@@ -284,8 +284,12 @@ def worker(obj: CliContext, processes: int, concurrency: int, task: str, until_i
     # A host may start the worker before its database (a service manager, containers): wait for
     # every store to answer, as the console does; a failure waiting cannot cure exits at once.
     urls = [spec.url for spec in obj.specs] if obj.several else [obj.url]
+    def open_each() -> None:
+        for url in urls:
+            fencepost.open(url, readonly=True).close()
+
     with stop_on_signals() as stop:
-        answered = until_it_answers(lambda: [fencepost.open(url, readonly=True).close() for url in urls], stop)
+        answered = until_it_answers(open_each, stop)
     if not answered:
         return  # stopped while waiting: SIGTERM exits 0 (Ctrl-C exited 130 above)
     # Every store must already exist (as for runs create): a mistyped --db is an error naming
@@ -334,7 +338,7 @@ def worker(obj: CliContext, processes: int, concurrency: int, task: str, until_i
     # After a SIGTERM (or a Ctrl-C, which stop_workers turns into one), a process that ended by it
     # stopped as asked: it was still starting, before its graceful handler was installed, so it had
     # taken no run.
-    stopped = terminated or interrupted
+    stopped = bool(terminated) or interrupted
     table("workers", [*COUNTS, "state"], _summary(procs, results, stopped))
     if interrupted:
         raise SystemExit(130)

@@ -63,7 +63,7 @@ def prepare(value: Any, field: str, redact: Redactor | None, method: str = "appe
     # Errors are raised outside the ``except`` blocks so the redactor's own exception (which may
     # quote the secret) is not even kept as ``__context__``.
     failure: str | None = None
-    if isinstance(redact, Redaction) or getattr(redact, "__func__", None) is Redaction.fact:
+    if redact is not None and (isinstance(redact, Redaction) or getattr(redact, "__func__", None) is Redaction.fact):
         # The built-in redactor (and its consensus-fact form) checks durability in the same walk:
         # nothing left to check.
         try:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Select, bindparam, func, insert, select
+from sqlalchemy import BindParameter, Select, bindparam, func, insert, select
 
 from fencepost._schema import flows_journal_events as ev
 from fencepost._statements import Sql
 
-_run = bindparam("run_id")
-_source = bindparam("source_id")
+_run: BindParameter[str] = bindparam("run_id")
+_source: BindParameter[str] = bindparam("source_id")
 
 # Every head the allocator needs, in one round trip: the stream's last (seq, hash), the log's last
 # (position, hash) and the producer's highest source_seq. All are index lookups.

@@ -12,7 +12,8 @@ or owned, pruned once neither is set.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any, Protocol
 
 import msgspec
@@ -119,6 +120,19 @@ def _expect(strategy: Any, method: str, value: Any, kinds: tuple[type, ...]) -> 
                               f"{type(value).__name__}, expected {expected}")
 
 
+def _checked_heartbeat_many(strategy: Any, conn: Connection, owner: OwnerId, run_ids: Iterable[str], now_ms: int,
+                            ids_json: str | None = None) -> dict[str, int]:
+    """``strategy.heartbeat_many``, its answer's type checked (``CheckedConsensus.heartbeat_many``)."""
+    out = strategy.heartbeat_many(conn, owner, run_ids, now_ms, ids_json)
+    _expect(strategy, "heartbeat_many", out, (dict,))
+    for rid, stamp in out.items():
+        if type(rid) is not str or type(stamp) is not int:
+            raise StrategyAnswerError(f"consensus strategy {type(strategy).__name__}.heartbeat_many "
+                                      f"returned a {type(rid).__name__}: {type(stamp).__name__} member, "
+                                      "expected str: int")
+    return out
+
+
 class CheckedConsensus:
     """An injected strategy, asked method by method, with every answer's type checked.
 
@@ -130,8 +144,10 @@ class CheckedConsensus:
 
     def __init__(self, strategy: Consensus) -> None:
         self.strategy = strategy
-        if getattr(strategy, "heartbeat_many", None) is None:
-            self.heartbeat_many = None
+        #: The strategy's batch renewal, checked; None when it has none (the run store then asks
+        #: ``heartbeat`` once per run).
+        self.heartbeat_many: Callable[[Connection, OwnerId, Iterable[str], int, str | None], dict[str, int]] | None = (
+            None if getattr(strategy, "heartbeat_many", None) is None else partial(_checked_heartbeat_many, strategy))
 
     def guard(self, conn: Connection, run_id: str, owner: OwnerId) -> bool:
         return _expect(self.strategy, "guard", self.strategy.guard(conn, run_id, owner), (bool,))
@@ -148,17 +164,6 @@ class CheckedConsensus:
     def heartbeat(self, conn: Connection, run_id: str, owner: OwnerId, now_ms: int) -> Renewed | Lost:
         return _expect(self.strategy, "heartbeat", self.strategy.heartbeat(conn, run_id, owner, now_ms),
                        (Renewed, Lost))
-
-    def heartbeat_many(self, conn: Connection, owner: OwnerId, run_ids: Iterable[str], now_ms: int,
-                       ids_json: str | None = None) -> dict[str, int]:
-        out = self.strategy.heartbeat_many(conn, owner, run_ids, now_ms, ids_json)  # type: ignore[attr-defined]
-        _expect(self.strategy, "heartbeat_many", out, (dict,))
-        for rid, stamp in out.items():
-            if type(rid) is not str or type(stamp) is not int:
-                raise StrategyAnswerError(f"consensus strategy {type(self.strategy).__name__}.heartbeat_many "
-                                          f"returned a {type(rid).__name__}: {type(stamp).__name__} member, "
-                                          "expected str: int")
-        return out
 
     def reconfirm(self, conn: Connection, run_id: str, owner: OwnerId, now_ms: int) -> Renewed | Lost:
         return _expect(self.strategy, "reconfirm", self.strategy.reconfirm(conn, run_id, owner, now_ms),

@@ -87,7 +87,7 @@ def _entry_problem(event_type: object, source_seq: object) -> str | None:
     p = _id_problem(event_type)
     if p:
         return f"event_type {p}"
-    if source_seq is not None and not (is_safe_int(source_seq) and source_seq < SAFE_MAX):  # type: ignore[operator]
+    if source_seq is not None and not (is_safe_int(source_seq) and source_seq < SAFE_MAX):
         return "source_seq must be a non-negative safe integer below 2**53 - 1"
     return None
 
@@ -454,9 +454,7 @@ class Journal:
         if not (type(page_size) is int and 1 <= page_size <= MAXIMUM_ENTRIES_LIMIT):
             raise JournalError("invalid_event", "log", f"page_size must be an integer in 1..{MAXIMUM_ENTRIES_LIMIT}")
         while True:
-            rows = self._read(
-                lambda conn, a=after: conn.execute(_LOG_PAGE, {"after": a, "n": page_size}).all(), "log"
-            )
+            rows = self._read(partial(_log_page, after=after, n=page_size), "log")
             for r in rows:
                 yield _decode(r, "log")
             if len(rows) < page_size:
@@ -475,3 +473,8 @@ class Journal:
 _LOG_PAGE = (
     select(*ENTRY_COLUMNS).where(ev.c.position > bindparam("after")).order_by(ev.c.position).limit(bindparam("n"))
 )
+
+
+def _log_page(conn: Connection, *, after: int, n: int) -> Sequence[Any]:
+    """One page of ``Journal.log``: up to ``n`` rows past position ``after``."""
+    return conn.execute(_LOG_PAGE, {"after": after, "n": n}).all()

@@ -299,7 +299,11 @@ class _Replay:
         current = self.current
         if current is None:
             return  # stolen_without_owner, from ownership_step
-        holder = owner_of(payload.get("holder")) if "holder" in payload else current.owner
+        holder = current.owner
+        if "holder" in payload:
+            named = owner_of(payload["holder"])
+            assert named is not None  # fact_problem checked it
+            holder = named
         if holder != current.owner:
             self.violate(e, "stolen_wrong_holder", "the steal displaces an owner that did not hold the run")
         kind = payload.get("evidence")
@@ -308,6 +312,7 @@ class _Replay:
         reading = payload.get("holderHeartbeatAtMs")
         cutoff = payload.get("cutoffMs")
         floor = current.floor
+        fresh: str | None
         if grant is None:
             fresh = "the steal has no reading"
         elif grant > e.emitted_at_ms + SKEW_ALLOWANCE_MS:

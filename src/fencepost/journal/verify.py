@@ -217,6 +217,11 @@ class Undecodable:
     shows the stored bytes); ``integer``, a ``seq``, ``source_seq`` or ``emitted_at_ms`` that is not
     an integer (held as stored). Its other checks are not made: they would only repeat these."""
 
+    # Every column of ``_PAGE`` is an attribute; these are the ones read whatever the damage.
+    position: int
+    run_id: str
+    entry_hash: str
+
     def __init__(self, values: dict[str, Any], problems: list[tuple[str, str]]) -> None:
         self.__dict__.update(values)
         self.problems = problems

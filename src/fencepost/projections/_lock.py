@@ -96,7 +96,7 @@ class BuilderLock:
             try:
                 fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
             except OSError as exc:  # read-only media, no permission, a full inode table ...
-                reason = errno.errorcode.get(exc.errno or 0, "an OS error")
+                reason: str | None = errno.errorcode.get(exc.errno or 0, "an OS error")
                 # Waiting may cure running out of file handles (or an interrupted open), not the rest.
                 transient = exc.errno in (errno.EINTR, errno.EAGAIN, errno.EMFILE, errno.ENFILE)
             else:
@@ -129,7 +129,9 @@ class BuilderLock:
         try:
             # Set on the driver: SQLAlchemy's isolation option registers its undo with the pool's
             # record of the connection, which a detached connection no longer has.
-            conn.connection.dbapi_connection.autocommit = True
+            raw = conn.connection.dbapi_connection
+            assert raw is not None  # a new connection, open
+            raw.autocommit = True
             got = bool(conn.execute(_PG_TRY, {"key": self._key}).scalar())
         except DBAPIError as exc:
             conn.close()

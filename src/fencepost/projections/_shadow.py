@@ -11,7 +11,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sqlalchemy import Index, MetaData, PrimaryKeyConstraint, Table, UniqueConstraint, bindparam, delete, select, text
+from sqlalchemy import (
+    Index,
+    MetaData,
+    PrimaryKeyConstraint,
+    Table,
+    UniqueConstraint,
+    bindparam,
+    delete,
+    quoted_name,
+    select,
+    text,
+)
 from sqlalchemy.engine import Connection
 
 from fencepost._dialects import Backend
@@ -30,7 +41,7 @@ def _shadow_of(table: Table, metadata: MetaData) -> Table:
     # Index and constraint names are per schema (per database on SQLite): give the copies their own.
     for index in shadow.indexes:
         if index.name:
-            index.name = f"{index.name}__shadow"
+            index.name = quoted_name(f"{index.name}__shadow", None)
     for constraint in shadow.constraints:
         if isinstance(constraint.name, str) and constraint.name:
             constraint.name = f"{constraint.name}__shadow"

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import BigInteger, Column, Integer, MetaData, Select, Table, Text, TextClause, bindparam, select, text
 from sqlalchemy.engine import Connection
-from sqlalchemy.sql.expression import Executable
+from sqlalchemy.sql.expression import Executable, Insert
 
 from fencepost._dialects import Backend, in_json_ids, statement_cache
 
@@ -174,13 +174,13 @@ def _held_lateral(table: Table) -> TextClause:
     )
 
 
-_HELD = {
+_HELD: dict[tuple[str, bool], Executable] = {
     ("sqlite", False): held_live, ("sqlite", True): held_shadow,
     ("postgresql", False): _held_lateral(run_revisions), ("postgresql", True): _held_lateral(run_revisions_shadow),
 }
 
 
-def held_rows(conn: Connection, shadow: bool, name: str, ids: str) -> list[Any]:
+def held_rows(conn: Connection, shadow: bool, name: str, ids: str) -> Sequence[Any]:
     """``(run_id, source, revision)`` held by projection ``name`` for the JSON array of run ids ``ids``."""
     stmt = _HELD.get((conn.dialect.name, shadow))
     if stmt is None:
@@ -195,7 +195,7 @@ last_rebuild = (
 )
 
 
-def _for_rows(stmt: Executable, dialect: Any) -> tuple[str, Any]:
+def _for_rows(stmt: Insert, dialect: Any) -> tuple[str, Any]:
     """``stmt`` compiled once, and how a row dict becomes its driver parameters."""
     compiled = stmt.compile(dialect=dialect)
     positions = tuple(compiled.positiontup) if compiled.positional and compiled.positiontup else None
@@ -206,7 +206,7 @@ def _for_rows(stmt: Executable, dialect: Any) -> tuple[str, Any]:
     return str(compiled), itemgetter(*positions) if len(positions) > 1 else (lambda row, n=positions[0]: (row[n],))
 
 
-def _upsert(backend: Any, table: Table, conflict: tuple[str, ...]) -> Executable:
+def _upsert(backend: Any, table: Table, conflict: tuple[str, ...]) -> Insert:
     stmt = backend.insert(table)
     return stmt.on_conflict_do_update(
         index_elements=list(conflict),

@@ -1116,16 +1116,15 @@ class ProjectionBuilder(Generic[Shape]):
     def _watch(self, share: Share, wake: threading.Event, quit_watch: threading.Event) -> None:
         """Turn the feed's live follow into wake-ups; the poll in ``run`` covers any gap."""
         feed = share.store.feed
+        # One wake-up per page of changes, not per change (a consensus projection keeps the change
+        # follow it always woke on).
         pages = getattr(feed, "follow_batches", None) if self._feed_kind == "runs" else None
-        follow = getattr(feed, "follow", None)
-        if pages is None and follow is None:
+        listen = pages if pages is not None else getattr(feed, "follow", None)
+        if listen is None:
             return
         while not quit_watch.is_set():
             try:
-                # One wake-up per page of changes, not per change (a consensus projection keeps
-                # the change follow it always woke on).
-                updates = (pages(feed.position(), stop=quit_watch) if pages is not None
-                           else follow(feed.position(), stop=quit_watch))
+                updates = listen(feed.position(), stop=quit_watch)
                 for _page in updates:
                     wake.set()
             except Exception:  # a rotation or an outage: wake the builder, retry later

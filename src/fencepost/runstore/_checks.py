@@ -8,7 +8,7 @@ writes nothing.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal, overload
 
 import msgspec
 
@@ -54,7 +54,7 @@ def owner(value: object, method: str, field: str = "owner") -> OwnerId:
 def timestamp(value: object, method: str, field: str = "now_ms") -> int:
     if not is_safe_int(value):
         raise refuse(method, f"{field} {TIMESTAMP_DETAIL}", {"field": field, "detail": TIMESTAMP_DETAIL})
-    return value  # type: ignore[return-value]
+    return value
 
 
 def lease_now(value: object, clock_now_ms: int, method: str) -> int:
@@ -69,12 +69,11 @@ def lease_now(value: object, clock_now_ms: int, method: str) -> int:
 
 def snapshot(expected: object, method: str) -> tuple[str, OwnerId | None, int | None]:
     """The three guarded fields of a ``RunSnapshot`` or a whole ``RunRow``, validated."""
-    t = type(expected)
-    if t is not RunSnapshot and t is not RunRow:
+    if type(expected) is not RunSnapshot and type(expected) is not RunRow:
         raise refuse(method, "expected must be a RunSnapshot or a RunRow", {"field": "expected"})
-    status = expected.status  # type: ignore[union-attr]
-    own = expected.owner  # type: ignore[union-attr]
-    hb = expected.heartbeat_at_ms  # type: ignore[union-attr]
+    status = expected.status
+    own = expected.owner
+    hb = expected.heartbeat_at_ms
     if type(status) is not str or status not in STATUSES:
         raise refuse(method, "expected.status is not a run status", {"field": "expected.status"})
     if own is not None:
@@ -91,6 +90,14 @@ def snapshot(expected: object, method: str) -> tuple[str, OwnerId | None, int | 
         raise refuse(method, "a snapshot that is not running carries neither owner nor heartbeat_at_ms",
                      {"field": "expected", "partial": True})
     return status, own, hb
+
+
+@overload
+def evidence(value: object, method: str, *, required: Literal[True]) -> LivenessEvidence: ...
+
+
+@overload
+def evidence(value: object, method: str, *, required: bool) -> LivenessEvidence | None: ...
 
 
 def evidence(value: object, method: str, *, required: bool) -> LivenessEvidence | None:
@@ -287,22 +294,27 @@ def failure(value: object, method: str, to: str, redact: Any) -> str | None:
         if p:
             raise refuse(method, f"failure.{name} {p}", {"field": f"failure.{name}"})
     if redact is not None:
+        redacted: object
         try:
-            fields = redact_diagnostics(redact, fields)
+            redacted = redact_diagnostics(redact, fields)
         except Exception:  # the redactor's own error may quote the text: never pass it on
-            fields = None
-        if type(fields) is not dict or not all(type(fields.get(k)) is str for k in ("type", "message", "traceback")):
+            redacted = None
+        if type(redacted) is not dict or not all(type(redacted.get(k)) is str for k in fields):
             raise refuse(method, "failure could not be redacted", {"field": "failure"})
+        fields = redacted
     cleaned = RunFailure(fields["type"], fields["message"], fields["traceback"]).bounded()
     return _failure_encoder.encode(cleaned).decode()
+
+
+_OWNER_KEYS = frozenset(("hostId", "pid", "nonce"))
 
 
 def _ack_shape_ok(ack: dict[str, Any]) -> bool:
     # What ``acknowledge_cancel`` writes: {"observedAtMs": ms, "owner": {"hostId", "pid", "nonce"}}.
     owner = ack.get("owner")
-    if not is_safe_int(ack.get("observedAtMs")) or type(owner) is not dict:
+    if not is_safe_int(ack.get("observedAtMs")) or type(owner) is not dict or not _OWNER_KEYS <= owner.keys():
         return False
-    return owner_problem(OwnerId(owner.get("hostId"), owner.get("pid"), owner.get("nonce"))) is None
+    return owner_problem(OwnerId(owner["hostId"], owner["pid"], owner["nonce"])) is None
 
 
 def _state_ok(state: object) -> bool:

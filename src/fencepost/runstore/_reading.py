@@ -45,7 +45,9 @@ def reconfirm_warnings(store: Any, run_id: str) -> list[RunWarning]:
         page = store.journal.entries(run_id, after=after, event_types=[RUN_DECISION], limit=1000)
         for e in page.entries:
             payload = e.payload if isinstance(e.payload, dict) else {}
-            detail = payload.get("detail") if isinstance(payload.get("detail"), dict) else {}
+            detail = payload.get("detail")
+            if not isinstance(detail, dict):
+                detail = {}
             ms = detail.get("unconfirmedMs")
             if payload.get("decision") == "lease-reconfirmed" and type(ms) is int and ms >= 0:
                 warnings.append(RunWarning("lease-reconfirmed", ms, e.emitted_at_ms, e.seq))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import BigInteger, Text, and_, bindparam, exists, func, literal_column, null, or_, select
+from sqlalchemy import BigInteger, ColumnClause, Text, and_, bindparam, exists, func, literal_column, null, or_, select
 
 from fencepost._dialects import greatest, in_json_ids
 from fencepost._schema import flows_attempts as at
@@ -30,8 +30,8 @@ def _txt(name: str) -> Any:
     return bindparam(name, type_=Text)
 
 
-RUNNING = literal_column("'running'")
-_LIVE = literal_column("flows_runs.status NOT IN ('completed', 'failed', 'cancelled')")
+RUNNING: ColumnClause[str] = literal_column("'running'")
+_LIVE: ColumnClause[bool] = literal_column("flows_runs.status NOT IN ('completed', 'failed', 'cancelled')")
 
 # --------------------------------------------------------------------------- runs
 

@@ -124,7 +124,8 @@ class AttemptStore:
         p = owner_problem(owner)
         if p:
             raise _refuse(method, f"owner {p}")
-        return {"o_host": owner.host_id, "o_pid": owner.pid, "o_nonce": owner.nonce}  # type: ignore[union-attr]
+        assert type(owner) is OwnerId  # owner_problem refuses anything else
+        return {"o_host": owner.host_id, "o_pid": owner.pid, "o_nonce": owner.nonce}
 
     def _json(self, method: str, field: str, value: Any, *, optional: bool = True) -> str | None:
         if value is None:
@@ -344,7 +345,7 @@ class AttemptStore:
         for name, v in (("finished_at_ms", finished), ("heartbeat_at_ms", hb)):
             if v is not None and not is_safe_int(v):
                 raise bad(f"{name} {_TS}")
-        values = []
+        values: list[Any] = []
         for name, text in (("checkpoint_json", cp), ("error_json", err), ("outcome_json", out), ("meta_json", meta)):
             if text is None:
                 if name == "meta_json":

@@ -72,19 +72,17 @@ class Cancellation(StoreBase):
                 members = q.run(conn, q.LINEAGE_CANCEL_STATE, {"run_id": run_id}).fetchall()
                 if not members:
                     return NOT_FOUND
-                last_terminal = None
                 for rid, status, requested in members:
                     if status not in STATUSES:
                         raise check.decode_failed(method, "stored run has an unknown status",
                                                   {"runId": rid, "field": "status"})
                     if status in TERMINAL:
-                        last_terminal = status
-                    elif requested is not None:
+                        continue
+                    if requested is not None:
                         return AlreadyRequested(requested)
-                    else:
-                        raise check.refuse(method, "a live round refused the request", {
-                            "runId": rid, "stage": "write-invariant"}, code="persistence_failed")
-                return Terminal(last_terminal)
+                    raise check.refuse(method, "a live round refused the request", {
+                        "runId": rid, "stage": "write-invariant"}, code="persistence_failed")
+                return Terminal(members[-1][1])  # every round is terminal: the last one's status
 
             outcome = self._write(method, tx)
             op.done(outcome)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import logging
 import threading
@@ -471,7 +472,7 @@ class Supervisor:
         if not due:
             return
         owner, runs = self.owner, self.store.runs
-        calls = [(lease, _Call(lambda r=lease.run_id: runs.reconfirm(r, owner, now))) for lease in due]
+        calls = [(lease, _Call(functools.partial(runs.reconfirm, lease.run_id, owner, now))) for lease in due]
         answer_by = now + INTERVAL_MS
         for lease, call in calls:
             unconfirmed = now - lease.confirmed_ms
@@ -489,7 +490,7 @@ class Supervisor:
             # The receipt (journal entry, then the caller's hook) must finish inside the renewed
             # budget; reconfirmation time is already subtracted because the budget counts from ``now``.
             # It runs beside the loop, so a slow hook never holds back the pulses of other runs.
-            receipt = _Call(lambda lease=lease, unconfirmed=unconfirmed: self._receipt(lease, unconfirmed))
+            receipt = _Call(functools.partial(self._receipt, lease, unconfirmed))
             self._receipts.append((lease, receipt, unconfirmed, lease.deadline_ms))
 
     def _collect_receipts(self, now: int) -> None:
@@ -732,9 +733,11 @@ async def supervise(store: Any, run_id: str, owner: OwnerId, on_lapse: LapseCall
         if error is not None:
             if cancelled:
                 task.uncancel()  # the cancellation was ours: it becomes LeaseLost
-            if error.reason == "lapsed" and on_lapse is not None and lapse_hook is None:
+            # (a lapse always says how long the lease went unconfirmed)
+            lapsed = error.unconfirmed_ms if error.reason == "lapsed" else None
+            if lapsed is not None and on_lapse is not None and lapse_hook is None:
                 try:
-                    await on_lapse(error.unconfirmed_ms)
+                    await on_lapse(lapsed)
                 except Exception:  # as for a plain hook: reported, and LeaseLost still raised
                     log.exception("supervision callback failed")
             raise error from None

@@ -513,6 +513,7 @@ class RunStore(Leases, Cancellation):
             if status != "running" or not cs.evidence_matches(ev, own, claimant, now):
                 op.done(LIVENESS_UNCONFIRMED)
                 return LIVENESS_UNCONFIRMED
+            assert hb is not None  # a running snapshot carries its heartbeat (check.snapshot)
 
             def tx(conn: Connection) -> Any:
                 g = q.run(conn, q.SELECT_GUARDED, {"run_id": run_id}).fetchone()
@@ -584,7 +585,7 @@ class RunStore(Leases, Cancellation):
                             self._fact(conn, run_id, "released", owner, None)
                             claimant = None if pending is None or no_claim(pending) else OwnerId(
                                 pending[5], pending[6], pending[7])
-                            if claimant is not None and claimant != owner:
+                            if pending is not None and claimant is not None and claimant != owner:
                                 # (the owner's own claim is covered by its release, grant null)
                                 self._fact(conn, run_id, "released", claimant, pending[8], cause="owner-left")
                             if to in TERMINAL:

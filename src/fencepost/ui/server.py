@@ -80,7 +80,7 @@ class UiServer:
         self.sock = bind(host, port)
         self.url = url_of(self.sock)
         self._server = _server(app)
-        self._server.install_signal_handlers = lambda: None  # type: ignore[method-assign]  # not the main thread
+        self._server.install_signal_handlers = lambda: None  # not the main thread
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self.sock]},
                                         name="fencepost-ui-server", daemon=True)
 

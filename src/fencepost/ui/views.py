@@ -569,7 +569,7 @@ def health(store: Store, hub: FeedHub | None, name: str | None = None) -> dict[s
             "run_id": oldest[0], "at": when(oldest[1]), "age_s": round((now - oldest[1]) / 1000, 1),
         },
         "follower": {"subscribers": hub.subscribers, "position": followed.revision if followed else None,
-                     "error": hub.errors.get(name) if name is not None else hub.error,  # type: ignore[attr-defined]
+                     "error": hub.errors.get(name) if name is not None else hub.error,
                      } if hub is not None else None,
     }
 
