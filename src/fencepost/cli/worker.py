@@ -173,10 +173,13 @@ def stop_workers(procs: list[Any], grace: float | None = None) -> None:
         for p in procs:
             p.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
     finally:
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-                p.join()
+        # Every one is sent SIGKILL before any is waited for: a further Ctrl-C during a wait then
+        # cuts short only the waiting, never the killing.
+        left = [p for p in procs if p.is_alive()]
+        for p in left:
+            p.kill()
+        for p in left:
+            p.join()
 
 
 #: Seconds between start-up attempts to reach a database that does not answer: doubling up to the last.
