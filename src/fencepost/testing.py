@@ -26,7 +26,7 @@ from sqlalchemy import event
 
 from fencepost._durable import Database
 from fencepost._migrations import migrate
-from fencepost._store import Store
+from fencepost._store import Store, check_parts
 from fencepost.clock import Clock, ManualClock
 
 __all__ = ["ManualClock", "MemoryStore", "limit_pages", "memory_store"]
@@ -59,7 +59,10 @@ def memory_store(*, clock: Clock | None = None, attempt_policy: Any = None, cons
     """Open a fresh, migrated store on a RAM-backed SQLite file; ``clock`` defaults to ``ManualClock(0)``.
 
     ``synchronous`` defaults to ``OFF``: the file is in memory, so there is nothing to make durable.
+    A ``clock`` without ``now_ms`` or a ``consensus`` that is not a strategy is a ``ValueError``
+    before anything is created, as for ``fencepost.open``.
     """
+    check_parts(clock, consensus, "memory_store")
     directory = tempfile.mkdtemp(prefix="fencepost-", dir=_ram_dir())
     try:
         db = Database(f"sqlite:///{os.path.join(directory, 'flows.db')}?synchronous={synchronous}")
