@@ -88,6 +88,9 @@ def limit_pages(store: Store, pages: int | None) -> None:
     succeeds. For tests of full-disk handling where mounting a small filesystem is not possible;
     it changes nothing on disk and ends with the store's connections or with ``limit_pages(store, None)``.
     """
+    if not isinstance(store, Store):
+        hint = "; pass one member store, shards[name]" if type(store).__name__ == "ShardSet" else ""
+        raise ValueError(f"limit_pages: store must be a fencepost Store, not {type(store).__name__}{hint}")
     db = store.db
     if db.backend.name != "sqlite":
         raise ValueError("limit_pages applies to SQLite stores only")

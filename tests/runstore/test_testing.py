@@ -55,3 +55,24 @@ def test_memory_store_still_takes_a_manual_clock_and_a_strategy():
     clock = ManualClock(5)
     with memory_store(clock=clock, consensus=SqlConsensus()) as store:
         assert store.clock is clock and store.clock.now_ms() == 5
+
+
+@pytest.mark.parametrize("value", [None, "sqlite:///x.db", 3])
+def test_limit_pages_refuses_what_is_not_a_store(value):
+    """SQLite only (limit_pages caps a SQLite file). Anything but a store used to raise a bare
+    ``AttributeError`` ('... has no attribute db'); it is a ``ValueError`` naming the argument."""
+    from fencepost.testing import limit_pages
+
+    with pytest.raises(ValueError, match=rf"^limit_pages: store must be a fencepost Store, not {type(value).__name__}"):
+        limit_pages(value, 1)
+
+
+def test_limit_pages_on_a_shard_set_names_the_member_store(tmp_path):
+    """SQLite only. A shard set is no store: the error says to pass one member, ``shards[name]``."""
+    import fencepost
+    from fencepost.testing import limit_pages
+
+    with fencepost.open_shards([f"sqlite:///{tmp_path / 'a.db'}"]) as shards:
+        with pytest.raises(ValueError, match=r"not ShardSet; pass one member store, shards\[name\]"):
+            limit_pages(shards, 1)
+        limit_pages(shards["shard-0"], None)
