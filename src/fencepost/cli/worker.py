@@ -309,6 +309,8 @@ def worker(obj: CliContext, processes: int, concurrency: int, task: str, until_i
         # Installed before the first process starts: a SIGTERM while they are being started stops
         # those already running and starts no more (it no longer killed this process alone,
         # leaving them working with nobody to stop them).
+        if not terminated:
+            _say(STOPPING)
         terminated.append(True)
         for p in procs:
             p.terminate()  # a no-op for one that already ended
@@ -326,6 +328,7 @@ def worker(obj: CliContext, processes: int, concurrency: int, task: str, until_i
     except KeyboardInterrupt:
         # Ctrl-C: ask every process to stop gracefully; a second Ctrl-C kills them.
         interrupted = True
+        _say(f"{STOPPING}; Ctrl-C again kills the worker processes")
         with contextlib.suppress(KeyboardInterrupt):
             stop_workers(procs)
     finally:
@@ -348,6 +351,11 @@ def worker(obj: CliContext, processes: int, concurrency: int, task: str, until_i
                 how = f"exited abnormally (exit code {code})"
             console.print(f"[red]worker process {p.pid} {how}[/red]")
         raise SystemExit(1)
+
+
+#: Said on stderr when a stop is asked for: a run function that does not call check() keeps its
+#: process running until it returns, and the command would otherwise sit silent meanwhile.
+STOPPING = "stopping: runs in hand finish, or are parked suspended at their next check"
 
 
 #: The summary's columns before ``state``: a process's pid, then the counts its ``WorkerStats`` reports.
