@@ -118,7 +118,7 @@ def journal_replay(run_id: str | None, every: bool, out: Output, progress: bool)
     if out.is_table:
         out.rows([to_data(i) | {"owner_text": owner_text(i.owner)} for i in history.intervals], INTERVAL_COLUMNS,
                  title=f"ownership of {run_id} ({history.facts} fact(s))",
-                 footer=[f"violation {v.rule} {_at(v)} ({v.event_type}): {v.detail}"
+                 footer=[f"violation {v.rule} {_at(v)}{f' ({v.event_type})' if v.event_type else ''}: {v.detail}"
                          for v in history.violations] or ["ownership history is consistent"])
     elif out.format == "csv":
         out.rows(_replay_rows(history), [], fields=_replay_csv_fields())
