@@ -21,9 +21,9 @@ from fencepost._printable import one_line, printable
 from fencepost.cli._common import (
     CliContext,
     StopRelay,
-    console,
     err_console,
     error_text,
+    fail,
     stop_on_signals,
     table,
     write_store,
@@ -343,14 +343,17 @@ def worker(obj: CliContext, processes: int, concurrency: int, task: str, until_i
     clean = (0, None, -signal.SIGTERM) if terminated else (0, None)
     failed = [p for p in procs if p.exitcode not in clean]
     if failed:
+        # The reason is the command's one Error: line on stderr, as for every failure (the table
+        # on stdout already shows each process's state).
+        said = []
         for p in failed:
             code = p.exitcode
             if code is not None and code < 0:
                 how = f"was killed by {_signal_name(-code)}"
             else:
                 how = f"exited abnormally (exit code {code})"
-            console.print(f"[red]worker process {p.pid} {how}[/red]")
-        raise SystemExit(1)
+            said.append(f"worker process {p.pid} {how}")
+        raise fail("; ".join(said))
 
 
 #: Said on stderr when a stop is asked for: a run function that does not call check() keeps its
