@@ -113,6 +113,8 @@ def worker_process(url: str | dict[str, str], task: str, concurrency: int, until
     relay = StopRelay(stop)  # a handler that sets the event itself can deadlock on a second signal
     signal.signal(signal.SIGTERM, relay.trigger)
     signal.signal(signal.SIGINT, relay.trigger)
+    threading.Thread(target=_stop_when_orphaned, args=(os.getppid(), stop), daemon=True,
+                     name="fencepost-worker-parent").start()
     clock = ScaledClock(*clock_spec) if clock_spec else None
     # One URL: one store. A mapping of name to URL: a shard set, which the Worker sweeps shard by shard.
     opened = fencepost.open_shards(url, clock=clock) if isinstance(url, dict) else fencepost.open(url, clock=clock)
@@ -122,6 +124,24 @@ def worker_process(url: str | dict[str, str], task: str, concurrency: int, until
         stats = worker.run(stop, until_idle=until_idle)
     if results is not None:
         results.put((os.getpid(), msgspec.json.encode(stats)))
+
+
+#: Seconds between a worker process's checks that the command that started it is still there.
+PARENT_POLL_S = 0.5
+
+
+def _stop_when_orphaned(parent: int, stop: threading.Event) -> None:
+    """Stop gracefully (as on SIGTERM) once the process that started this one is gone: killed with
+    SIGKILL, it could neither stop this process nor collect its report, and an orphaned worker would
+    go on claiming runs for good."""
+    import logging
+
+    while not stop.wait(PARENT_POLL_S):
+        if os.getppid() != parent:
+            logging.getLogger("fencepost.worker").warning(
+                "the process that started this worker (pid %d) is gone; stopping", parent)
+            stop.set()
+            return
 
 
 def spawn_workers(url: str | dict[str, str], n: int, *, task: str, concurrency: int = 4, until_idle: bool = False,
