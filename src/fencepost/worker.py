@@ -939,6 +939,15 @@ def fn_problem(fn: Any) -> str | None:
         return "must be callable (it is called with each run's RunContext)"
     if inspect.iscoroutinefunction(fn):
         return "must be a plain function, not async def (the worker calls it synchronously, on its threads)"
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None  # a callable Python cannot describe (some built-ins): it is called as it is
+    try:
+        signature.bind(None)
+    except TypeError:
+        return (f"must accept one positional argument, the run's RunContext (it takes {signature}): "
+                "def work(ctx): ...")
     return None
 
 
