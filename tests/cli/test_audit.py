@@ -336,3 +336,23 @@ def test_replay_csv_of_one_run_prints_its_violations_as_rows(run_cli, settled):
     intervals = [r for r in rows if r["kind"] == "interval"]
     assert [json.loads(r["owner"]) for r in intervals] == [i["owner"] for i in as_json["intervals"]]
     assert all(r["rule"] == "" for r in intervals)
+
+
+def test_journal_show_of_an_empty_own_stream_points_at_the_ownership_facts(run_cli, settled):
+    """A run a worker claimed and settled has its ownership facts on its companion stream and,
+    unless the function journaled something, nothing on its own: ``journal show ID`` printed a bare
+    table header (on a pipe, one line of column names) and exit 0, and a new user concluded the run
+    had no history. The table now says where the facts are (``--companion``); json keeps the page
+    alone, and a run whose companion stream is empty too gets no such line."""
+    table = run_cli("--db", settled, "journal", "show", "r1")
+    assert table.code == 0, table
+    assert ("no entries on the run's own stream; its ownership facts are on its companion stream: "
+            "fencepost journal show r1 --companion") in table.out, table
+    as_json = run_cli("--db", settled, "journal", "show", "r1", "--json")
+    assert json.loads(as_json.out) == {"entries": [], "has_more": False}, as_json
+    with fencepost.open(settled) as store:
+        store.runs.create("never-claimed", "{}")
+    bare = run_cli("--db", settled, "journal", "show", "never-claimed")
+    assert bare.code == 0 and "--companion" not in bare.out, bare
+    companion = run_cli("--db", settled, "journal", "show", "r1", "--companion")
+    assert "no entries" not in companion.out, companion
