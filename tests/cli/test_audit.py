@@ -356,3 +356,24 @@ def test_journal_show_of_an_empty_own_stream_points_at_the_ownership_facts(run_c
     assert bare.code == 0 and "--companion" not in bare.out, bare
     companion = run_cli("--db", settled, "journal", "show", "r1", "--companion")
     assert "no entries" not in companion.out, companion
+
+
+def test_a_dropped_journal_table_is_named_as_a_missing_table(run_cli, settled):
+    """An auditor handed a store whose journal table was dropped got ``journal read persistence
+    failed [42P01]`` (PostgreSQL) or ``[SQLITE_ERROR]`` (SQLite): a driver code to look up. The
+    error now says a table fencepost needs is missing, and points at ``migrations status``."""
+    with fencepost.open(settled) as store:
+        conn = store.db.connect()
+        try:
+            if store.db.name == "sqlite":
+                conn.exec_driver_sql("DROP TABLE flows_journal_events")
+            else:
+                conn.exec_driver_sql(f'DROP TABLE "{store.db.schema}".flows_journal_events CASCADE')
+            conn.commit()
+        finally:
+            conn.close()
+    for args in (("journal", "verify"), ("journal", "replay", "--all"), ("journal", "show", "r1")):
+        result = run_cli("--db", settled, *args)
+        assert_one_line_error(result)
+        assert result.code == 1, result
+        assert "a table or column fencepost needs is missing" in result.err, result
