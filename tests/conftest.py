@@ -28,15 +28,23 @@ from fencepost.clock import ManualClock
 _pg_state: dict[str, object] = {}
 
 
+def postgres_container_class() -> type:
+    """testcontainers' PostgreSQL container: from ``testcontainers.community`` where this version has
+    it (importing ``testcontainers.postgres`` there warns that it is deprecated), else the old path."""
+    try:
+        from testcontainers.community.postgres import PostgresContainer
+    except ImportError:
+        from testcontainers.postgres import PostgresContainer
+    return PostgresContainer
+
+
 def _postgres_base_url() -> str | None:
     if "url" in _pg_state:
         return _pg_state["url"]  # type: ignore[return-value]
     url = os.environ.get("FENCEPOST_TEST_POSTGRES_URL")
     if not url:
         try:
-            from testcontainers.postgres import PostgresContainer
-
-            container = PostgresContainer("postgres:15", driver="psycopg")
+            container = postgres_container_class()("postgres:15", driver="psycopg")
             container.start()
             _pg_state["container"] = container
             url = container.get_connection_url()

@@ -40,3 +40,28 @@ def test_manual_sleep_returns_when_advanced_past_deadline() -> None:
 def test_system_clock_reads_integer_milliseconds() -> None:
     now = SystemClock().now_ms()
     assert type(now) is int and now > 1_700_000_000_000
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf"), "5", None, True, [1]], ids=repr)
+def test_manual_clock_refuses_a_reading_that_is_no_finite_number_and_keeps_its_time(bad) -> None:
+    """No backend: the clock alone. ``advance(nan)`` (or ``set(nan)``, ``advance(inf)``) used to
+    store the value, and every later ``now_ms()`` raised ``ValueError: cannot convert float NaN to
+    integer``: one bad call broke the clock for the rest of the test. A string or ``None`` gave a bare
+    ``TypeError`` from a comparison. Each is now a ``ValueError`` naming the argument, and the clock
+    keeps its time."""
+    clock = ManualClock(7)
+    for call, name in ((lambda: clock.advance(bad), "advance: ms"), (lambda: clock.set(bad), "set: ms"),
+                       (lambda: ManualClock(bad), "ManualClock: start_ms")):
+        with pytest.raises(ValueError, match=f"^{name} must be a finite number"):
+            call()
+        assert clock.now_ms() == 7 and clock.now_exact() == 7.0
+    assert clock.advance(1.5) == 8
+
+
+def test_manual_clock_says_which_kind_of_value_it_refused() -> None:
+    with pytest.raises(ValueError, match=r"not NaN or an infinity$"):
+        ManualClock(0).advance(float("nan"))
+    with pytest.raises(ValueError, match=r"not NaN or an infinity$"):
+        ManualClock(10**400)
+    with pytest.raises(ValueError, match=r"not str$"):
+        ManualClock(0).set("9")

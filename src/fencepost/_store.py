@@ -43,11 +43,17 @@ def _check_options(url: object, clock: object, attempt_policy: object, consensus
     for name, value in (("readonly", readonly), ("group_commit", group_commit)):
         if type(value) is not bool:
             raise ValueError(f"fencepost.open: {name} must be True or False, not {type(value).__name__}")
+    check_parts(clock, consensus, "fencepost.open")
+    validate_policy(attempt_policy)
+
+
+def check_parts(clock: object, consensus: object, where: str) -> None:
+    """Refuse a ``clock`` without ``now_ms`` or a ``consensus`` that is not a strategy, naming the
+    argument and the type given (never its value); ``where`` names the call (``fencepost.open``)."""
     for name, value, methods in (("clock", clock, _CLOCK_METHODS), ("consensus", consensus, _CONSENSUS_METHODS)):
         if value is not None and not all(callable(getattr(value, m, None)) for m in methods):
-            raise ValueError(f"fencepost.open: {name} must be None or an object with {', '.join(methods)} "
+            raise ValueError(f"{where}: {name} must be None or an object with {', '.join(methods)} "
                             f"methods, not {type(value).__name__}")
-    validate_policy(attempt_policy)
 
 
 class Store:

@@ -9,6 +9,7 @@ wall-clock waits.
 from __future__ import annotations
 
 import math
+import numbers
 import threading
 import time
 from typing import Protocol
@@ -30,11 +31,25 @@ class SystemClock:
         time.sleep(max(0.0, seconds))
 
 
+def _finite(value: object, name: str) -> float:
+    """``value`` as a float when it is a finite int or float (never a bool): a NaN or an infinity
+    stored in a manual clock would break every later reading."""
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
+        raise ValueError(f"{name} must be a finite number of milliseconds, not {type(value).__name__}")
+    try:
+        exact = float(value)
+    except OverflowError:
+        exact = math.inf
+    if not math.isfinite(exact):
+        raise ValueError(f"{name} must be a finite number of milliseconds, not NaN or an infinity")
+    return exact
+
+
 class ManualClock:
     """A clock that moves only when told to; ``sleep`` returns once it is advanced past the deadline."""
 
     def __init__(self, start_ms: float = 0) -> None:
-        self._now = float(start_ms)
+        self._now = _finite(start_ms, "ManualClock: start_ms")
         self._cond = threading.Condition()
 
     def now_ms(self) -> int:
@@ -47,6 +62,7 @@ class ManualClock:
 
     def advance(self, ms: float) -> int:
         """Move the clock forward by ``ms`` milliseconds and wake sleepers whose deadline passed."""
+        ms = _finite(ms, "advance: ms")
         if ms < 0:
             raise ValueError("advance: ms must be non-negative")
         with self._cond:
@@ -56,6 +72,7 @@ class ManualClock:
 
     def set(self, ms: float) -> int:
         """Set the clock to ``ms`` (it may not move backwards)."""
+        ms = _finite(ms, "set: ms")
         with self._cond:
             if ms < self._now:
                 raise ValueError("set: a manual clock does not move backwards")

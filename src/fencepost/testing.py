@@ -20,13 +20,13 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from typing import Any
+from typing import Any, Generic, Self, TypeVar, overload
 
 from sqlalchemy import event
 
 from fencepost._durable import Database
 from fencepost._migrations import migrate
-from fencepost._store import Store
+from fencepost._store import Store, check_parts
 from fencepost.clock import Clock, ManualClock
 
 __all__ = ["ManualClock", "MemoryStore", "limit_pages", "memory_store"]
@@ -37,14 +37,24 @@ def _ram_dir() -> str | None:
     return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
 
 
-class MemoryStore(Store):
-    """A ``Store`` whose database lives in a temporary RAM-backed directory, removed on ``close``."""
+C = TypeVar("C", bound=Clock)
 
-    clock: Clock
+
+class MemoryStore(Store, Generic[C]):
+    """A ``Store`` whose database lives in a temporary RAM-backed directory, removed on ``close``.
+
+    Generic in its clock, so a type checker knows ``memory_store().clock`` is the ``ManualClock``
+    a test advances (``store.clock.advance(31_000)``), also inside ``with``.
+    """
+
+    clock: C
 
     def __init__(self, directory: str, db: Database, **kwargs: Any) -> None:
         self.directory = directory
         super().__init__(db, **kwargs)
+
+    def __enter__(self) -> Self:
+        return self
 
     def close(self) -> None:
         """Dispose every connection and delete the database directory."""
@@ -54,12 +64,25 @@ class MemoryStore(Store):
             shutil.rmtree(self.directory, ignore_errors=True)
 
 
+@overload
+def memory_store(*, clock: None = None, attempt_policy: Any = None, consensus: Any = None,
+                 synchronous: str = "OFF") -> MemoryStore[ManualClock]: ...
+
+
+@overload
+def memory_store(*, clock: C, attempt_policy: Any = None, consensus: Any = None,
+                 synchronous: str = "OFF") -> MemoryStore[C]: ...
+
+
 def memory_store(*, clock: Clock | None = None, attempt_policy: Any = None, consensus: Any = None,
-                 synchronous: str = "OFF") -> MemoryStore:
+                 synchronous: str = "OFF") -> MemoryStore[Any]:
     """Open a fresh, migrated store on a RAM-backed SQLite file; ``clock`` defaults to ``ManualClock(0)``.
 
     ``synchronous`` defaults to ``OFF``: the file is in memory, so there is nothing to make durable.
+    A ``clock`` without ``now_ms`` or a ``consensus`` that is not a strategy is a ``ValueError``
+    before anything is created, as for ``fencepost.open``.
     """
+    check_parts(clock, consensus, "memory_store")
     directory = tempfile.mkdtemp(prefix="fencepost-", dir=_ram_dir())
     try:
         db = Database(f"sqlite:///{os.path.join(directory, 'flows.db')}?synchronous={synchronous}")
@@ -85,6 +108,9 @@ def limit_pages(store: Store, pages: int | None) -> None:
     succeeds. For tests of full-disk handling where mounting a small filesystem is not possible;
     it changes nothing on disk and ends with the store's connections or with ``limit_pages(store, None)``.
     """
+    if not isinstance(store, Store):
+        hint = "; pass one member store, shards[name]" if type(store).__name__ == "ShardSet" else ""
+        raise ValueError(f"limit_pages: store must be a fencepost Store, not {type(store).__name__}{hint}")
     db = store.db
     if db.backend.name != "sqlite":
         raise ValueError("limit_pages applies to SQLite stores only")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import math
 import os
 import random
 import socket
@@ -90,6 +91,21 @@ class UnstorableResult(Exception):
     ``failed`` with this as its recorded reason."""
 
 
+def _has_non_finite(value: Any) -> bool:
+    """True when a float in ``value`` (through dicts, lists, tuples and sets) is NaN or infinite."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            stack.extend(item)
+    return False
+
+
 def _state_text(value: Any, what: str) -> str | None:
     """``value`` as the state_json text a settlement writes (None keeps the last checkpoint).
 
@@ -108,6 +124,11 @@ def _state_text(value: Any, what: str) -> str | None:
         text = _json.encode(value).decode()
     except Exception as exc:  # msgspec's TypeError/EncodeError for a type JSON has no form for
         raise UnstorableResult(f"{what} cannot be stored as JSON: {exc}") from None
+    # msgspec writes NaN and the infinities as null: the number would be lost without a word. Only a
+    # text holding null can hide one, so the walk is skipped for every other value.
+    if "null" in text and _has_non_finite(value):
+        raise UnstorableResult(f"{what} cannot be stored as JSON: it holds a float that is NaN or an "
+                               "infinity, which JSON has no form for (it would be stored as null)")
     _, problem = parse_json_text(text)
     if problem:
         raise UnstorableResult(f"{what} cannot be stored: as JSON text it {problem}")
@@ -221,7 +242,8 @@ class RunContext:
         after ``STOP_GRACE_S`` and raise ``Stopping``: the state given here is then not known to be
         recorded (it is not, unless the last attempt's COMMIT landed without its answer arriving).
         """
-        text = _json.encode(state).decode()
+        # A value the store cannot hold is UnstorableResult naming the rule, as for a returned value.
+        text = "null" if state is None else _state_text(state, "the checkpoint state")
         worker, runs = self.worker, self.worker.store.runs
         # A database that is briefly unavailable is waited out within the lease (``_owned_write``).
         try:
@@ -939,6 +961,15 @@ def fn_problem(fn: Any) -> str | None:
         return "must be callable (it is called with each run's RunContext)"
     if inspect.iscoroutinefunction(fn):
         return "must be a plain function, not async def (the worker calls it synchronously, on its threads)"
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None  # a callable Python cannot describe (some built-ins): it is called as it is
+    try:
+        signature.bind(None)
+    except TypeError:
+        return (f"must accept one positional argument, the run's RunContext (it takes {signature}): "
+                "def work(ctx): ...")
     return None
 
 

@@ -336,3 +336,44 @@ def test_replay_csv_of_one_run_prints_its_violations_as_rows(run_cli, settled):
     intervals = [r for r in rows if r["kind"] == "interval"]
     assert [json.loads(r["owner"]) for r in intervals] == [i["owner"] for i in as_json["intervals"]]
     assert all(r["rule"] == "" for r in intervals)
+
+
+def test_journal_show_of_an_empty_own_stream_points_at_the_ownership_facts(run_cli, settled):
+    """A run a worker claimed and settled has its ownership facts on its companion stream and,
+    unless the function journaled something, nothing on its own: ``journal show ID`` printed a bare
+    table header (on a pipe, one line of column names) and exit 0, and a new user concluded the run
+    had no history. The table now says where the facts are (``--companion``); json keeps the page
+    alone, and a run whose companion stream is empty too gets no such line."""
+    table = run_cli("--db", settled, "journal", "show", "r1")
+    assert table.code == 0, table
+    assert ("no entries on the run's own stream; its ownership facts are on its companion stream: "
+            "fencepost journal show r1 --companion") in table.out, table
+    as_json = run_cli("--db", settled, "journal", "show", "r1", "--json")
+    assert json.loads(as_json.out) == {"entries": [], "has_more": False}, as_json
+    with fencepost.open(settled) as store:
+        store.runs.create("never-claimed", "{}")
+    bare = run_cli("--db", settled, "journal", "show", "never-claimed")
+    assert bare.code == 0 and "--companion" not in bare.out, bare
+    companion = run_cli("--db", settled, "journal", "show", "r1", "--companion")
+    assert "no entries" not in companion.out, companion
+
+
+def test_a_dropped_journal_table_is_named_as_a_missing_table(run_cli, settled):
+    """An auditor handed a store whose journal table was dropped got ``journal read persistence
+    failed [42P01]`` (PostgreSQL) or ``[SQLITE_ERROR]`` (SQLite): a driver code to look up. The
+    error now says a table fencepost needs is missing, and points at ``migrations status``."""
+    with fencepost.open(settled) as store:
+        conn = store.db.connect()
+        try:
+            if store.db.name == "sqlite":
+                conn.exec_driver_sql("DROP TABLE flows_journal_events")
+            else:
+                conn.exec_driver_sql(f'DROP TABLE "{store.db.schema}".flows_journal_events CASCADE')
+            conn.commit()
+        finally:
+            conn.close()
+    for args in (("journal", "verify"), ("journal", "replay", "--all"), ("journal", "show", "r1")):
+        result = run_cli("--db", settled, *args)
+        assert_one_line_error(result)
+        assert result.code == 1, result
+        assert "a table or column fencepost needs is missing" in result.err, result

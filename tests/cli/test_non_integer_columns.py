@@ -53,3 +53,15 @@ def test_journal_replay_reports_chain_broken_and_replays_the_other_run(run_cli, 
     else:  # the others carry each violation's detail
         assert column in result.out and "not an integer" in result.out, result
     assert run_cli("--db", url, "journal", "replay", "r2").code == 0
+
+
+def test_journal_replay_table_line_of_an_unreadable_fact_has_no_empty_parentheses(run_cli, damaged_url):
+    """The table's violation line names the fact's event type in parentheses; a fact that could not
+    be read has none, and the line read ``violation chain_broken at position 3 (): ...``. The empty
+    parentheses are left out."""
+    url, _column = damaged_url
+    result = run_cli("--db", url, "journal", "replay", "r1")
+    assert result.code == 1, result
+    line = next(x for x in result.out.splitlines() if x.startswith("violation chain_broken"))
+    assert "()" not in line, line
+    assert line.startswith("violation chain_broken at "), line

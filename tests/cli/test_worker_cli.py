@@ -95,6 +95,18 @@ def test_an_async_def_task_is_a_usage_error_and_changes_nothing(run_cli, db_url,
     assert _statuses(db_url, ["a1"]) == {"a1": "pending"}
 
 
+def test_a_task_that_takes_no_argument_is_a_usage_error_and_changes_nothing(run_cli, db_url, tmp_path):
+    """``def work():`` was accepted, then every run the worker took was settled failed with
+    ``TypeError: work() takes 0 positional arguments but 1 was given``. It is refused up front."""
+    (tmp_path / "noargtasks.py").write_text("def work():\n    return {}\n")
+    _create(db_url, ["n1", "n2"])
+    result = run_cli("--db", db_url, "worker", "-n", "1", "--task", "noargtasks:work", "--until-idle",
+                     cwd=tmp_path, timeout=90)
+    assert_one_line_error(result)
+    assert result.code == 2 and "--task" in result.err and "one positional argument" in result.err, result
+    assert _statuses(db_url, ["n1", "n2"]) == {"n1": "pending", "n2": "pending"}
+
+
 def test_why_a_run_failed_is_shown_by_runs_show_and_its_json(run_cli, db_url, tmp_path):
     (tmp_path / "failtasks.py").write_text(
         "def parse(text):\n"

@@ -124,3 +124,24 @@ def outcomes(store: Store, me: OwnerId) -> bool:
     activated = store.runs.activate("invoice-42", me, claim.claimed_at_ms, row)
     assert_type(store.runs, RunStore)
     return isinstance(activated, Activated)
+
+
+def memory_store_clock() -> None:
+    """``fencepost.testing.memory_store()`` runs on a ``ManualClock`` a test advances through the
+    store (the module's own example), also inside ``with``; a clock of one's own keeps its type."""
+    from fencepost.clock import ManualClock, SystemClock
+    from fencepost.testing import MemoryStore, memory_store
+
+    with memory_store() as store:
+        assert_type(store.clock, ManualClock)
+        store.clock.advance(31_000)
+        store.runs.create("run-1", "{}")
+    with memory_store(clock=ManualClock(5)) as manual:
+        assert_type(manual.clock, ManualClock)
+    with memory_store(clock=SystemClock()) as system:
+        assert_type(system.clock, SystemClock)
+        system.clock.advance(1)  # type: ignore[attr-defined]
+    plain: MemoryStore[ManualClock] = memory_store()
+    plain.close()
+    shared: Store = memory_store()  # still a Store wherever one is wanted
+    shared.close()

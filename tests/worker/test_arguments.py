@@ -104,3 +104,38 @@ def test_a_limit_past_any_sql_integer_takes_what_there_is(store, limit):
     store.runs.create("keep2", '{"n": 2}')
     stats = Worker(store, _fn, concurrency=limit, run_prefix="keep2").run(until_idle=True)
     assert stats.completed == 1 and store.runs.get("keep2").status == "completed"
+
+
+def _no_argument():
+    return {}
+
+
+def _two_arguments(ctx, extra):
+    return {}
+
+
+def _keyword_only(*, ctx):
+    return {}
+
+
+@pytest.mark.parametrize("fn", [_no_argument, _two_arguments, _keyword_only], ids=lambda f: f.__name__)
+def test_a_function_that_cannot_take_the_run_context_is_refused_before_any_run_is_failed(store, fn):
+    """``def work():`` (or one wanting a second argument) passed the checks, then every run the
+    worker took was settled ``failed`` with ``TypeError: work() takes 0 positional arguments but 1
+    was given``: a slip in the signature failed the whole queue. It is refused when the worker is
+    built, naming ``fn``, and the pending run stays untouched."""
+    before = _pending(store)
+    with pytest.raises(ValueError, match=r"^fn must accept one positional argument, the run's RunContext"):
+        Worker(store, fn)
+    assert _seen(store) == before
+
+
+class _Callable:
+    def __call__(self, ctx):
+        return {}
+
+
+@pytest.mark.parametrize("fn", [_fn, lambda ctx, retries=3: {}, lambda *args: {}, _Callable(), print],
+                         ids=["plain", "default", "varargs", "callable-object", "builtin"])
+def test_a_function_that_takes_the_run_context_is_accepted(store, fn):
+    Worker(store, fn)

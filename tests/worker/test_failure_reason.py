@@ -3,6 +3,7 @@ redacted like journal text, in the same transaction as the ``failed`` transition
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 
@@ -231,3 +232,53 @@ def test_a_run_function_raising_a_base_exception_settles_failed(store, exc):
 
 def _raise(exc: BaseException):
     raise exc
+
+
+def _checkpoint_then_finish(state):
+    def fn(ctx: RunContext):
+        ctx.checkpoint(state)
+        return {"finished": True}
+    return fn
+
+
+@pytest.mark.parametrize(("state", "rule"), [
+    (_Opaque(), "Encoding objects of type"),
+    ({"text": "a\x00b"}, "contains NUL"),
+], ids=["object", "nul"])
+def test_a_checkpoint_that_cannot_be_stored_settles_failed_as_unstorable(store, state, rule):
+    """``ctx.checkpoint(value)`` with a value the store cannot hold raised msgspec's bare
+    ``TypeError`` (or the store's ``RunStoreError`` for a NUL), so the run failed with a reason
+    unlike the one a returned value gets; the guide promises ``UnstorableResult`` naming the rule,
+    the last checkpoint kept. Both backends."""
+    store.runs.create("bad-ckpt", '{"step": 1}')
+    _run_bounded(store, _checkpoint_then_finish(state))
+    row = store.runs.get("bad-ckpt")
+    assert row.status == "failed" and row.failure.type == "fencepost.worker.UnstorableResult", row.failure
+    assert "checkpoint" in row.failure.message and rule in row.failure.message
+    assert row.state_json == '{"step": 1}'
+
+
+@pytest.mark.parametrize("number", [float("nan"), float("inf"), -float("inf")], ids=["nan", "inf", "-inf"])
+@pytest.mark.parametrize("how", ["return", "suspend", "checkpoint"])
+def test_a_non_finite_float_is_refused_not_stored_as_null(store, number, how):
+    """JSON has no NaN or infinity: msgspec writes them as ``null``, so a run function returning
+    ``{"ratio": nan}`` settled ``completed`` with ``{"ratio": null}``, the number silently lost
+    (the store itself refuses ``NaN`` in state text). It now settles ``failed`` with
+    ``UnstorableResult`` naming the rule, the last checkpoint kept. Both backends."""
+    store.runs.create("nan", '{"step": 1}')
+    value = {"metrics": [1.5, {"ratio": number}]}
+    fn = {"return": lambda ctx: value, "suspend": lambda ctx: _raise(Suspend(value)),
+          "checkpoint": _checkpoint_then_finish(value)}[how]
+    _run_bounded(store, fn)
+    row = store.runs.get("nan")
+    assert row.status == "failed", (row.status, row.state_json)
+    assert row.failure.type == "fencepost.worker.UnstorableResult", row.failure
+    assert "NaN or an infinity" in row.failure.message
+    assert row.state_json == '{"step": 1}'
+
+
+def test_null_and_finite_floats_still_store(store):
+    store.runs.create("fine", "{}")
+    _run_bounded(store, lambda ctx: {"a": None, "b": 1.5, "c": [None, -0.0, 1e308]})
+    row = store.runs.get("fine")
+    assert row.status == "completed" and json.loads(row.state_json) == {"a": None, "b": 1.5, "c": [None, -0.0, 1e308]}

@@ -67,6 +67,14 @@ def journal_show(run_id: str, companion: bool, after: int | None, limit: int, ou
         raise fail("journal show: no run and no journal entries with this run id")
     entries = to_data(page.entries)
     more = [f"more entries follow: --after {page.entries[-1].seq}"] if page.has_more and page.entries else []
+    if (out.is_table and not companion and after is None and not page.entries
+            and store.journal.entries(companion_stream(run_id), limit=1).entries):
+        # A run a worker settled has its history as ownership facts, none on its own stream: an
+        # empty table alone reads as "no history".
+        import shlex
+
+        more.append("no entries on the run's own stream; its ownership facts are on its companion "
+                    f"stream: fencepost journal show {shlex.quote(run_id)} --companion")
     from fencepost.journal.entries import Entry
 
     out.rows(entries, ENTRY_COLUMNS, footer=more, document=to_data(page), fields=_fields(Entry),
@@ -118,7 +126,7 @@ def journal_replay(run_id: str | None, every: bool, out: Output, progress: bool)
     if out.is_table:
         out.rows([to_data(i) | {"owner_text": owner_text(i.owner)} for i in history.intervals], INTERVAL_COLUMNS,
                  title=f"ownership of {run_id} ({history.facts} fact(s))",
-                 footer=[f"violation {v.rule} {_at(v)} ({v.event_type}): {v.detail}"
+                 footer=[f"violation {v.rule} {_at(v)}{f' ({v.event_type})' if v.event_type else ''}: {v.detail}"
                          for v in history.violations] or ["ownership history is consistent"])
     elif out.format == "csv":
         out.rows(_replay_rows(history), [], fields=_replay_csv_fields())

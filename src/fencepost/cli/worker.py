@@ -21,9 +21,9 @@ from fencepost._printable import one_line, printable
 from fencepost.cli._common import (
     CliContext,
     StopRelay,
-    console,
     err_console,
     error_text,
+    fail,
     stop_on_signals,
     table,
     write_store,
@@ -113,6 +113,8 @@ def worker_process(url: str | dict[str, str], task: str, concurrency: int, until
     relay = StopRelay(stop)  # a handler that sets the event itself can deadlock on a second signal
     signal.signal(signal.SIGTERM, relay.trigger)
     signal.signal(signal.SIGINT, relay.trigger)
+    threading.Thread(target=_stop_when_orphaned, args=(os.getppid(), stop), daemon=True,
+                     name="fencepost-worker-parent").start()
     clock = ScaledClock(*clock_spec) if clock_spec else None
     # One URL: one store. A mapping of name to URL: a shard set, which the Worker sweeps shard by shard.
     opened = fencepost.open_shards(url, clock=clock) if isinstance(url, dict) else fencepost.open(url, clock=clock)
@@ -122,6 +124,24 @@ def worker_process(url: str | dict[str, str], task: str, concurrency: int, until
         stats = worker.run(stop, until_idle=until_idle)
     if results is not None:
         results.put((os.getpid(), msgspec.json.encode(stats)))
+
+
+#: Seconds between a worker process's checks that the command that started it is still there.
+PARENT_POLL_S = 0.5
+
+
+def _stop_when_orphaned(parent: int, stop: threading.Event) -> None:
+    """Stop gracefully (as on SIGTERM) once the process that started this one is gone: killed with
+    SIGKILL, it could neither stop this process nor collect its report, and an orphaned worker would
+    go on claiming runs for good."""
+    import logging
+
+    while not stop.wait(PARENT_POLL_S):
+        if os.getppid() != parent:
+            logging.getLogger("fencepost.worker").warning(
+                "the process that started this worker (pid %d) is gone; stopping", parent)
+            stop.set()
+            return
 
 
 def spawn_workers(url: str | dict[str, str], n: int, *, task: str, concurrency: int = 4, until_idle: bool = False,
@@ -317,6 +337,8 @@ def worker(obj: CliContext, processes: int, concurrency: int, task: str, until_i
         # Installed before the first process starts: a SIGTERM while they are being started stops
         # those already running and starts no more (it no longer killed this process alone,
         # leaving them working with nobody to stop them).
+        if not terminated:
+            _say(STOPPING)
         terminated.append(True)
         for p in procs:
             p.terminate()  # a no-op for one that already ended
@@ -334,6 +356,7 @@ def worker(obj: CliContext, processes: int, concurrency: int, task: str, until_i
     except KeyboardInterrupt:
         # Ctrl-C: ask every process to stop gracefully; a second Ctrl-C kills them.
         interrupted = True
+        _say(f"{STOPPING}; Ctrl-C again kills the worker processes")
         with contextlib.suppress(KeyboardInterrupt):
             stop_workers(procs)
     finally:
@@ -348,14 +371,22 @@ def worker(obj: CliContext, processes: int, concurrency: int, task: str, until_i
     clean = (0, None, -signal.SIGTERM) if terminated else (0, None)
     failed = [p for p in procs if p.exitcode not in clean]
     if failed:
+        # The reason is the command's one Error: line on stderr, as for every failure (the table
+        # on stdout already shows each process's state).
+        said = []
         for p in failed:
             code = p.exitcode
             if code is not None and code < 0:
                 how = f"was killed by {_signal_name(-code)}"
             else:
                 how = f"exited abnormally (exit code {code})"
-            console.print(f"[red]worker process {p.pid} {how}[/red]")
-        raise SystemExit(1)
+            said.append(f"worker process {p.pid} {how}")
+        raise fail("; ".join(said))
+
+
+#: Said on stderr when a stop is asked for: a run function that does not call check() keeps its
+#: process running until it returns, and the command would otherwise sit silent meanwhile.
+STOPPING = "stopping: runs in hand finish, or are parked suspended at their next check"
 
 
 #: The summary's columns before ``state``: a process's pid, then the counts its ``WorkerStats`` reports.

@@ -13,6 +13,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
 from fencepost._durable import DbFailure, map_failure
+from fencepost._values import is_safe_int
 from fencepost.errors import FencepostError, RunStoreError
 from fencepost.journal import companion_stream
 from fencepost.journal import consensus as cs
@@ -168,5 +169,15 @@ class StoreBase:
             conn, companion_stream(run_id), FACT_TYPES[kind], payload, source_id=SOURCE_ID, meta={"runId": run_id},
         )
 
+    def _now(self, method: str) -> int:
+        """The store clock's reading, refused by name (``invalid_run``, before anything is written)
+        when it is no non-negative safe integer: a clock of one's own reading fractional or negative
+        milliseconds would otherwise fail on a column's CHECK as a bare ``constraint``."""
+        now = self._clock.now_ms()
+        if not is_safe_int(now):
+            raise check.refuse(method, "clock reading must be a non-negative safe integer (milliseconds)",
+                               {"field": "clock"})
+        return now
+
     def _lease_now(self, now_ms: object, method: str) -> int:
-        return check.lease_now(now_ms, self._clock.now_ms(), method)
+        return check.lease_now(now_ms, self._now(method), method)

@@ -95,7 +95,7 @@ class RunStore(Leases, Cancellation):
             check.state_json(state_json, method, run_id)
             check.references(run_id, parent_run_id, lineage_id, round_ordinal, method)
             op.identity(runId=run_id)
-            params = {"run_id": run_id, "state_json": state_json, "now": self._clock.now_ms(),
+            params = {"run_id": run_id, "state_json": state_json, "now": self._now(method),
                       "parent_run_id": parent_run_id, "lineage_id": lineage_id, "round_ordinal": round_ordinal}
             self._insert(method, [params], single=True)
 
@@ -110,7 +110,7 @@ class RunStore(Leases, Cancellation):
         with m.Op("RunStore.createMany") as op:
             method = "create_many"
             items = check.many(runs, method, "runs", "(run_id, state_json) pairs")
-            now = self._clock.now_ms()
+            now = self._now(method)
             params: list[dict[str, Any]] = []
             seen: dict[str, int] = {}
             for i, item in enumerate(items):
@@ -235,7 +235,7 @@ class RunStore(Leases, Cancellation):
                 check.run_id(rid, method, "new_run_id")
                 if q.run(conn, q.RUN_EXISTS, {"run_id": rid}).fetchone() is not None:
                     raise _already_exists(method, None)
-                q.run(conn, q.INSERT_RUN, {"run_id": rid, "state_json": latest.state_json, "now": self._clock.now_ms(),
+                q.run(conn, q.INSERT_RUN, {"run_id": rid, "state_json": latest.state_json, "now": self._now(method),
                                            "parent_run_id": latest.run_id, "lineage_id": lineage,
                                            "round_ordinal": ordinal})
                 self._store.journal.append_in(
@@ -417,7 +417,7 @@ class RunStore(Leases, Cancellation):
                     self._fact(conn, run_id, "released", claimant, token)
                     q.run(conn, q.CLEAR_CLAIM, {"run_id": run_id})
                     return SNAPSHOT_CHANGED
-                now = self._clock.now_ms()
+                now = self._now(method)
                 if not isinstance(strategy.activate(conn, run_id, claimant, token, now), cs.Activated):
                     # The lease disowned this claim: the row drops it too, and says so.
                     q.run(conn, q.CLEAR_CLAIM, {"run_id": run_id})
@@ -577,7 +577,7 @@ class RunStore(Leases, Cancellation):
                         pending = q.run(conn, q.SELECT_GUARDED, {"run_id": run_id}).fetchone()
                         p["to"] = to
                         p["failure_json"] = failure_json
-                        p["finished"] = self._clock.now_ms() if to in TERMINAL else None
+                        p["finished"] = self._now(method) if to in TERMINAL else None
                         hit = q.run(conn, q.TRANSITION_SETTLE, p).fetchone()
                     if hit is not None:
                         if to != "running":
