@@ -92,7 +92,13 @@ class UnstorableResult(Exception):
 
 
 def _has_non_finite(value: Any) -> bool:
-    """True when a float in ``value`` (through dicts, lists, tuples and sets) is NaN or infinite."""
+    """True when a float in ``value`` is NaN or infinite, wherever msgspec would encode it: through
+    dicts, lists, tuples and sets, and through the dataclasses, Structs and other objects it encodes
+    as JSON objects (read as ``msgspec.to_builtins`` reads them, floats kept as they are)."""
+    try:
+        value = msgspec.to_builtins(value)
+    except Exception:  # pragma: no cover - the encoder accepted it, so this does too
+        pass
     stack = [value]
     while stack:
         item = stack.pop()
