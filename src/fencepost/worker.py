@@ -974,9 +974,18 @@ def fn_problem(fn: Any) -> str | None:
     try:
         signature.bind(None)
     except TypeError:
-        return (f"must accept one positional argument, the run's RunContext (it takes {signature}): "
+        return (f"must accept one positional argument, the run's RunContext (it takes {_parameters(signature)}): "
                 "def work(ctx): ...")
     return None
+
+
+def _parameters(signature: inspect.Signature) -> str:
+    """``signature`` by its parameters' names and kinds only: a default value (a credential kept as
+    one) and an annotation are never part of an error."""
+    bare = inspect.Parameter.empty
+    return str(signature.replace(
+        parameters=[p.replace(default=bare, annotation=bare) for p in signature.parameters.values()],
+        return_annotation=inspect.Signature.empty))
 
 
 def _members(store: Any) -> list[Any]:
