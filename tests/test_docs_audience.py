@@ -13,10 +13,12 @@ PAGES = sorted([*(ROOT / "docs").rglob("*.md"), ROOT / "README.md"])
 
 # Prefixes of the internal scenario ids ("RS-26", "JN-55", ...); UTF-16 and SHA-256 are not ids.
 _ID_PREFIXES = ("AB AO AS BD CC CS CU DW EB EC EI EM EO ER ES JD JF JG JN LF LN LO MT OC OT OW RD RL RM RS "
-                "RX SC SP").split()
+                "RX SC SP DUR REL").split()
 INTERNAL = [
     ("an internal document", re.compile(r"\bSPEC\b|SPEC\.md|\bREFERENCE\b|\bPITFALLS\b|UPSTREAM-TESTS|STYLE\.md")),
     ("the seeds", re.compile(r"\bseeds?\b", re.IGNORECASE)),
+    # The system the contract was ported from: a user has never seen it, so "as upstream" says nothing.
+    ("the ported-from system", re.compile(r"\bupstream\b", re.IGNORECASE)),
     ("a scenario id", re.compile(rf"\b(?:{'|'.join(_ID_PREFIXES)})-\d{{1,3}}\b")),
     ("a scenario section", re.compile(r"\b[ABCD]\d{1,2}\b")),
     ("a numbered case", re.compile(r"\b(?:fault )?case ?\d+\b|test_case\d+", re.IGNORECASE)),
@@ -48,6 +50,7 @@ def test_the_cli_help_never_mentions_them_either():
 @pytest.mark.parametrize("line", [
     "as SPEC 6 says", "see REFERENCE 4", "PITFALLS \"x\"", "UPSTREAM-TESTS B1", "the seed's tag", "RS-26",
     "(A3 scenarios)", "fault case 22", "test_case22_secret.py",
+    "not upstream's NUMERIC", "as Upstream has it", "the C-DUR-01 harness", "the T-REL-04 matrix",
 ])
 def test_the_check_catches_each_kind(line):
     assert internal_references(line)

@@ -92,7 +92,13 @@ class UnstorableResult(Exception):
 
 
 def _has_non_finite(value: Any) -> bool:
-    """True when a float in ``value`` (through dicts, lists, tuples and sets) is NaN or infinite."""
+    """True when a float in ``value`` is NaN or infinite, wherever msgspec would encode it: through
+    dicts, lists, tuples and sets, and through the dataclasses, Structs and other objects it encodes
+    as JSON objects (read as ``msgspec.to_builtins`` reads them, floats kept as they are)."""
+    try:
+        value = msgspec.to_builtins(value)
+    except Exception:  # pragma: no cover - the encoder accepted it, so this does too
+        pass
     stack = [value]
     while stack:
         item = stack.pop()
@@ -968,9 +974,18 @@ def fn_problem(fn: Any) -> str | None:
     try:
         signature.bind(None)
     except TypeError:
-        return (f"must accept one positional argument, the run's RunContext (it takes {signature}): "
+        return (f"must accept one positional argument, the run's RunContext (it takes {_parameters(signature)}): "
                 "def work(ctx): ...")
     return None
+
+
+def _parameters(signature: inspect.Signature) -> str:
+    """``signature`` by its parameters' names and kinds only: a default value (a credential kept as
+    one) and an annotation are never part of an error."""
+    bare = inspect.Parameter.empty
+    return str(signature.replace(
+        parameters=[p.replace(default=bare, annotation=bare) for p in signature.parameters.values()],
+        return_annotation=inspect.Signature.empty))
 
 
 def _members(store: Any) -> list[Any]:

@@ -139,3 +139,22 @@ class _Callable:
                          ids=["plain", "default", "varargs", "callable-object", "builtin"])
 def test_a_function_that_takes_the_run_context_is_accepted(store, fn):
     Worker(store, fn)
+
+
+_DEFAULT_SECRET = "sk-live-0123456789abcdef"
+
+
+def _wants_more(ctx, extra, token: str = _DEFAULT_SECRET, *, dsn="postgresql://app:pw@db/prod"):
+    return {}
+
+
+def test_the_signature_refusal_names_the_parameters_never_their_default_values(store):
+    """The refusal quoted ``inspect.signature(fn)`` whole, default values and annotations included,
+    so a credential kept as a default (``token="sk-live-..."``, a DSN with its password) was printed
+    in the error and, through ``--task``, on the terminal. It names the parameters only. Both
+    backends (the store plays no part; the ``store`` fixture builds the worker)."""
+    with pytest.raises(ValueError) as info:
+        Worker(store, _wants_more)
+    message = str(info.value)
+    assert "(ctx, extra, token, *, dsn)" in message, message
+    assert _DEFAULT_SECRET not in message and "pw@" not in message and "str" not in message.split("(it takes")[1]

@@ -3,10 +3,12 @@ redacted like journal text, in the same transaction as the ``failed`` transition
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
 
+import msgspec
 import pytest
 from sqlalchemy.exc import IntegrityError
 
@@ -282,3 +284,39 @@ def test_null_and_finite_floats_still_store(store):
     _run_bounded(store, lambda ctx: {"a": None, "b": 1.5, "c": [None, -0.0, 1e308]})
     row = store.runs.get("fine")
     assert row.status == "completed" and json.loads(row.state_json) == {"a": None, "b": 1.5, "c": [None, -0.0, 1e308]}
+
+
+@dataclasses.dataclass
+class _Metrics:
+    ratio: float
+
+
+class _MetricsStruct(msgspec.Struct):
+    ratio: float
+
+
+@pytest.mark.parametrize("wrap", [_Metrics, _MetricsStruct], ids=["dataclass", "struct"])
+@pytest.mark.parametrize("how", ["return", "checkpoint"])
+def test_a_non_finite_float_inside_a_dataclass_or_struct_is_refused_too(store, wrap, how):
+    """msgspec encodes dataclasses and Structs (the decisions promise they keep working), and writes
+    a NaN field of one as ``null`` exactly as in a dict; the NaN check walked only dicts, lists,
+    tuples and sets, so ``{"m": Metrics(nan)}`` still completed as ``{"m": {"ratio": null}}``, the
+    number silently lost. It settles ``failed`` with ``UnstorableResult`` like the dict form. Both
+    backends."""
+    store.runs.create("nan-obj", '{"step": 1}')
+    value = {"metrics": [wrap(float("nan"))]}
+    fn = {"return": lambda ctx: value, "checkpoint": _checkpoint_then_finish(value)}[how]
+    _run_bounded(store, fn)
+    row = store.runs.get("nan-obj")
+    assert row.status == "failed", (row.status, row.state_json)
+    assert row.failure.type == "fencepost.worker.UnstorableResult", row.failure
+    assert "NaN or an infinity" in row.failure.message
+    assert row.state_json == '{"step": 1}'
+
+
+def test_a_finite_dataclass_result_still_stores(store):
+    store.runs.create("fine-obj", "{}")
+    _run_bounded(store, lambda ctx: {"m": _Metrics(0.5), "s": _MetricsStruct(2.0), "n": None})
+    row = store.runs.get("fine-obj")
+    assert row.status == "completed" and json.loads(row.state_json) == {"m": {"ratio": 0.5}, "s": {"ratio": 2.0},
+                                                                        "n": None}
