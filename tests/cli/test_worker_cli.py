@@ -328,3 +328,47 @@ def test_a_process_whose_end_is_not_known_has_the_state_unknown():
     finally:
         p.kill()
         p.join()
+
+
+@pytest.mark.slow
+def test_sigterm_with_stderr_a_closed_pipe_still_stops_every_process(db_url, tmp_path):
+    """``fencepost worker`` whose stderr is a pipe nobody reads any more (a log shipper that went
+    away) gets a SIGTERM: its "stopping" line cannot be written. The failed write ended the command
+    inside its signal handler (rich's console exits 1 on a broken pipe, and points stdout at the null
+    device first), before any process was told to stop: the command then hung at exit waiting for
+    processes that went on working, and no summary was printed. The stop must go through all the
+    same: each process stops as asked, the summary reaches stdout, and the exit code is 0."""
+    (tmp_path / "quicktasks.py").write_text("def work(ctx):\n    return {}\n")
+    _create(db_url, ["s0"])
+    env = {k: v for k, v in os.environ.items() if k != "FENCEPOST_DB"}
+    env["COLUMNS"] = "200"
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # nobody reads stderr: every write to it fails (EPIPE)
+    try:
+        proc = subprocess.Popen([fencepost_exe(), "--db", db_url, "worker", "-n", "2", "--task", "quicktasks:work"],
+                                stdout=subprocess.PIPE, stderr=write_end, text=True, env=env, cwd=tmp_path,
+                                start_new_session=True)
+    finally:
+        os.close(write_end)
+    try:
+        deadline = time.monotonic() + 60
+        # Both processes past start-up (each has its own database connection threads by now).
+        while len(_children(proc.pid)) < 2 or _statuses(db_url, ["s0"])["s0"] != "completed":
+            assert proc.poll() is None and time.monotonic() < deadline, "the worker processes never worked"
+            time.sleep(0.05)
+        children = _children(proc.pid)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    lines = [line.split() for line in out.splitlines() if line.strip()]
+    header = ["pid", "claimed", "takeovers", "completed", "failed", "cancelled", "suspended", "lost", "state"]
+    assert header in lines, out
+    body = lines[lines.index(header) + 1:]
+    # Both worker processes (the command's other child is multiprocessing's resource tracker).
+    assert len(body) == 2 and all(int(row[0]) in children for row in body), (out, children)
+    # Each stopped as asked: after working, or (the other took the one run first) while starting.
+    assert all(row[-1] in ("worked", "stopped-before-start") for row in body), out
+    assert any(row[-1] == "worked" for row in body), out
+    assert proc.returncode == 0, out

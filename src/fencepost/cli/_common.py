@@ -24,8 +24,35 @@ from rich.console import Console
 
 from fencepost._values import identifier_problem, parse_json_text, text_problem
 
+
+def null_stream(stream: Any) -> None:
+    """Point the file descriptor under ``stream`` at the null device: what the stream still holds,
+    and every later write, then goes nowhere instead of failing. For a stream nobody reads any more
+    (a closed pipe), whose failed flush at exit would otherwise end the process with status 1."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
+class _StderrConsole(Console):
+    """The console on stderr. When nobody reads stderr any more (a closed pipe), what is left to say
+    there is dropped and the command goes on: its output on stdout, its exit status and the work it
+    is doing (a worker stopping its processes) are not stderr's to end. rich's own default points
+    stdout at the null device and exits 1, which lost the output a command had still to print."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        null_stream(self.file)
+
+
 console = Console()
-err_console = Console(stderr=True)
+err_console = _StderrConsole(stderr=True)
 
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")

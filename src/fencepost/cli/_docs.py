@@ -71,7 +71,9 @@ workers were stopped).
 
 A command whose output pipe closes (`| head -3` has read what it wanted) stops and exits 1 without a
 word. A follower (`feed tail --follow`, `projection run --follow`) notices at once, even on a quiet
-store where it has nothing more to write.
+store where it has nothing more to write. When stderr is the pipe that closed (a log reader that went
+away), what the command still had to say there is dropped and it goes on: its output, its work and
+its exit code are as they would have been.
 
 See also the guides: [worker](guides/worker.md), [demo](guides/demo.md).
 """

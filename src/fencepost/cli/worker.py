@@ -253,6 +253,7 @@ def _attempt(attempt: Callable[[], None], outcome: list[BaseException | None]) -
 
 
 def _say(line: str) -> None:
+    # A line stderr cannot take (a pipe nobody reads any more) is dropped by err_console itself.
     err_console.print(line, soft_wrap=not err_console.is_terminal, markup=False, highlight=False)
 
 
@@ -337,11 +338,12 @@ def worker(obj: CliContext, processes: int, concurrency: int, task: str, until_i
         # Installed before the first process starts: a SIGTERM while they are being started stops
         # those already running and starts no more (it no longer killed this process alone,
         # leaving them working with nobody to stop them).
-        if not terminated:
-            _say(STOPPING)
+        first = not terminated
         terminated.append(True)
         for p in procs:
             p.terminate()  # a no-op for one that already ended
+        if first:
+            _say(STOPPING)  # after the processes were told: a line that cannot be written stops nothing
 
     previous = signal.signal(signal.SIGTERM, on_sigterm)
     interrupted = False
