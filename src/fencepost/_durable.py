@@ -266,6 +266,16 @@ def redact_url(url: str) -> str:
     return shown.replace(_MASK_ESCAPED, "***")
 
 
+def holds_secret(url: str) -> bool:
+    """Whether the URL carries a credential ``redact_url`` would hide: a password in its authority,
+    a query option that carries a secret (``?password=``), or an option value holding one."""
+    try:
+        parsed = make_url(url)
+    except Exception:
+        return False
+    return bool(parsed.password) or any(_secret_option(k) or _secret_value(v) for k, v in parsed.query.items())
+
+
 # A query value stands in for a masked secret; rendered URL-escaped, then shown as ``***``.
 _MASK = "\x00masked\x00"
 _MASK_ESCAPED = "%00masked%00"
