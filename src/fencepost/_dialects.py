@@ -399,6 +399,25 @@ def frozen_copy(path: str) -> bool:
         return True
 
 
+def unused_state(path: str) -> tuple[Any, ...] | None:
+    """SQLite only: the file's ``(mtime_ns, ctime_ns, size)`` and its ``-wal`` log's ``(exists,
+    size)`` when nobody has the database at ``path`` open and the file holds all of it (no
+    ``-shm`` index, no ``-journal``, an empty or no ``-wal``), else None. Its reads may then open it
+    as immutable, which creates no ``-wal``/``-shm`` beside it (see ``SqliteBackend.vetting``)."""
+    if os.path.exists(path + "-shm") or os.path.exists(path + "-journal"):
+        return None
+    try:
+        wal: tuple[bool, int] = (True, os.stat(path + "-wal").st_size)
+    except OSError:
+        wal = (False, 0)
+    if wal[1]:
+        return None
+    try:
+        return _version(os.stat(path)), wal
+    except OSError:
+        return None
+
+
 def _ensure_wal(cur: sqlite3.Cursor, busy_ms: int) -> None:
     """Switch a fresh file to WAL. The switch needs the file to itself and SQLite does not wait
     for it (no busy handler): when several processes open one new file at once, a switch that
@@ -441,8 +460,10 @@ class SqliteBackend(Backend):
         self.checkpointer: Checkpointer | None = None
         # The store's file: [its path, (device, inode) once the first connection opened it].
         # A list the engine's listeners share, so they hold no reference to the backend (a store
-        # dropped without ``close`` must be collectable, its checkpoint thread stopped).
-        self._file: list[Any] = [None, None]
+        # dropped without ``close`` must be collectable, its checkpoint thread stopped). Third: a
+        # read-only store's new connections open as immutable while nobody else has the file
+        # open (``vetting``).
+        self._file: list[Any] = [None, None, False]
         #: Seconds SQLite waits for another connection's lock (``busy_timeout_ms``).
         self.busy_wait_s = SQLITE_BUSY_TIMEOUT_MS / 1000
         #: The ``synchronous`` level of every connection (the URL option, FULL unless given).
@@ -488,7 +509,7 @@ class SqliteBackend(Backend):
                     except OSError:  # never create a file at the path (mode=ro cannot anyway)
                         raise _file_replaced("the database file was deleted after the store opened it, "
                                              "and no file is at its path now") from None
-                    frozen = frozen_copy(file[0])
+                    frozen = frozen_copy(file[0]) or (file[2] and unused_state(file[0]) is not None)
                     # Quoted: ``#``, ``?`` and ``%`` in a path mean something in a URI.
                     cargs[0] = f"file:{quote(file[0])}?mode=ro" + ("&immutable=1" if frozen else "")
                     # An immutable connection also keeps the file's version: SQLite would go on
@@ -546,6 +567,19 @@ class SqliteBackend(Backend):
             weakref.finalize(self, self.checkpointer.close, False)
             # Every commit calls ``wrote``: straight to the checkpointer's, one call fewer.
             self.wrote = self.checkpointer.wrote  # type: ignore[method-assign]
+
+    @property
+    def vetting(self) -> bool:
+        """SQLite only: while set, a read-only store's new connections open the file as immutable
+        when nobody has it open (``unused_state``), so reading it creates no ``-wal``/``-shm``
+        beside it. For the reads that decide whether a read-only open is refused: each is checked
+        at its start as any immutable read is (``_check_read``), and the caller checks afterwards
+        that nothing changed meanwhile (``Database.vetted``)."""
+        return bool(self._file[2])
+
+    @vetting.setter
+    def vetting(self, on: bool) -> None:
+        self._file[2] = on
 
     def write_connection(self, conn: Connection) -> None:
         # The checkout (pool proxy) of a write connection: its transactions take the write lock.

@@ -37,6 +37,7 @@ from fencepost._dialects import (
     PostgresBackend,
     SqliteBackend,
     pg_connect_timeout,
+    unused_state,
 )
 from fencepost._group import GroupCommit
 from fencepost._statements import wrapped
@@ -263,6 +264,16 @@ def redact_url(url: str) -> str:
     except Exception:
         return "<unparseable database URL>"
     return shown.replace(_MASK_ESCAPED, "***")
+
+
+def holds_secret(url: str) -> bool:
+    """Whether the URL carries a credential ``redact_url`` would hide: a password in its authority,
+    a query option that carries a secret (``?password=``), or an option value holding one."""
+    try:
+        parsed = make_url(url)
+    except Exception:
+        return False
+    return bool(parsed.password) or any(_secret_option(k) or _secret_value(v) for k, v in parsed.query.items())
 
 
 # A query value stands in for a masked secret; rendered URL-escaped, then shown as ``***``.
@@ -654,6 +665,37 @@ class Database:
         if found is not None:
             # Outside the handler: the driver's exception quotes the URL.
             raise self._open_error(found.problem, found.code, found.note, transient=found.transient)
+
+    def vetted(self, check: Callable[[], T]) -> T:
+        """Run ``check`` (the reads that decide whether a read-only open is refused) and return
+        what it returns. SQLite only (elsewhere, and on a writable store, just ``check()``): when
+        nobody has the file open, its reads open it as immutable, so a refused open leaves no
+        ``-wal``/``-shm`` beside the user's file (reading a WAL database through SQLite's own
+        locking creates them, and a read-only connection cannot remove them). Those connections
+        are closed before it returns; if the file, its ``-wal`` or ``-shm`` changed meanwhile (a
+        writer came along), ``check`` runs again the ordinary way and that outcome counts."""
+        backend = self.backend
+        if not self.readonly or not isinstance(backend, SqliteBackend) or backend.path is None:
+            return check()
+        path = os.path.abspath(backend.path)
+        before = unused_state(path)
+        if before is None:  # someone has it open (or it needs its log): its files are there already
+            return check()
+        backend.vetting = True
+        failure: BaseException | None = None
+        try:
+            result = check()
+        except Exception as exc:
+            failure = exc
+        finally:
+            backend.vetting = False
+            self.dispose()
+        if unused_state(path) != before:
+            failure = None
+            return check()
+        if failure is not None:
+            raise failure
+        return result
 
     def missing_namespace(self) -> str | None:
         """``no schema NAME at URL`` (the URL masked) when the store's PostgreSQL schema does not

@@ -90,6 +90,20 @@ class Store:
         self.close()
 
 
+def _readable(db: Database) -> None:
+    """Refuse (``OpenError``) a database a read-only open cannot read as a store."""
+    db.probe()
+    if needed_to_read(db):
+        # A PostgreSQL schema that is not there (it reads as unmigrated) is no store, as a
+        # SQLite file that is not there (refused by ``Database``): not a store that needs
+        # migrating. Looked up only here: a store that is there costs no round trip for it.
+        missing = db.missing_namespace()
+        if missing is not None:
+            raise DatabaseMissing("database_missing", "open",
+                                  f"{missing}; create it with `fencepost init`")
+        raise OpenError("needs_migrations", "open", pending_detail(db, pending(db)))
+
+
 def open(url: str | None = None, *, clock: Clock | None = None, attempt_policy: Any = None,
          consensus: Consensus | None = None, readonly: bool = False, group_commit: bool = True) -> Store:
     """Open (creating and migrating if needed) the store at ``url``.
@@ -116,17 +130,11 @@ def open(url: str | None = None, *, clock: Clock | None = None, attempt_policy: 
         failure: OpenError | None = None
         done: list[int] = []
         try:
-            db.probe()
-            if readonly and needed_to_read(db):
-                # A PostgreSQL schema that is not there (it reads as unmigrated) is no store, as a
-                # SQLite file that is not there (refused by ``Database``): not a store that needs
-                # migrating. Looked up only here: a store that is there costs no round trip for it.
-                missing = db.missing_namespace()
-                if missing is not None:
-                    raise DatabaseMissing("database_missing", "open",
-                                          f"{missing}; create it with `fencepost init`")
-                raise OpenError("needs_migrations", "open", pending_detail(db, pending(db)))
-            if not readonly:
+            if readonly:
+                # A refused read-only open leaves a SQLite file as it was (see ``Database.vetted``).
+                db.vetted(lambda: _readable(db))
+            else:
+                db.probe()
                 done = migrate(db)
                 if not done:
                     # Nothing to migrate, so nothing has written yet: prove this open may write. A

@@ -74,3 +74,26 @@ def test_malformed_run_state_is_still_not_valid_json(owned) -> None:
             s.runs.create(fresh("bad"), text)
         expected = "exceeds the depth limit" if text == "[" * 300 else "is not valid JSON"
         assert expected in str(err.value), (text[:10], str(err.value))
+
+
+@pytest.mark.parametrize("field", ["meta", "checkpoint", "error", "outcome"])
+@pytest.mark.parametrize("number", [float("nan"), float("inf"), float("-inf")], ids=["nan", "inf", "-inf"])
+def test_put_and_finish_of_a_non_finite_float_name_the_rule_not_the_value(owned, field: str, number: float) -> None:
+    """A NaN or infinite float anywhere in an attempt's value is refused naming the field and the rule
+    (as heartbeat and patch do), not only "violates the persistence contract"; the value is not
+    echoed and the refusal has no cause (AS-16). The identity refusal keeps its exact text (AS-15)."""
+    s, rid = owned
+    value = {"ratio": [1, number]}
+    with pytest.raises(AttemptStoreError) as err:
+        s.attempts.put(_attempt(rid, **{field: value}), OWN)
+    assert str(err.value) == f"invalid_attempt: AttemptStore.put: attempt violates the persistence contract: " \
+                             f"{field} contains a non-finite number"
+    assert err.value.cause == {}
+    assert s.attempts.get(rid, "digest-1", 0) is None
+    s.attempts.put(_attempt(rid), OWN)
+    with pytest.raises(AttemptStoreError) as err:
+        s.attempts.finish(_attempt(rid, state="completed", finished_at_ms=20, **{field: value}), OWN)
+    assert str(err.value) == f"invalid_attempt: AttemptStore.finish: finished attempt violates the contract: " \
+                             f"{field} contains a non-finite number"
+    assert "nan" not in str(err.value).lower() and "inf" not in str(err.value).replace("finite", "")
+    assert s.attempts.get(rid, "digest-1", 0) == _attempt(rid)

@@ -57,7 +57,8 @@ class _Fencepost(click.Group):
                    "else shard-<i>).")
 @click.option("--shards", "shard_file", metavar="FILE", default=None,
               help="Read the stores from a file instead: one URL or NAME=URL a line (# starts a comment, "
-                   "at the start of a line or after a space).")
+                   "at the start of a line or after a space). Holding a password, it should be private (chmod 600): "
+                   "one others may read gets a warning.")
 @click.version_option(package_name="fencepost")
 @click.pass_context
 def cli(ctx: click.Context, dbs: tuple[str, ...], shard_file: str | None) -> None:

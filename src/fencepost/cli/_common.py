@@ -9,6 +9,7 @@ import math
 import os
 import re
 import select
+import shlex
 import signal
 import stat
 import sys
@@ -182,6 +183,7 @@ def read_shard_file(path: str) -> list[DbSpec]:
     """
     try:
         with open(path, encoding="utf-8-sig") as fh:
+            mode = os.fstat(fh.fileno()).st_mode
             lines = fh.read().splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not readable as UTF-8 text"
@@ -190,7 +192,22 @@ def read_shard_file(path: str) -> list[DbSpec]:
     specs = [parse_db(entry, f"--shards line {n}") for n, entry in entries if entry]
     if not specs:
         raise click.UsageError("--shards: the file names no store (one URL or NAME=URL a line)")
+    _warn_if_others_may_read(path, mode, specs)
     return specs
+
+
+def _warn_if_others_may_read(path: str, mode: int, specs: Sequence[DbSpec]) -> None:
+    """One warning on stderr when a regular shard file that holds a password (any URL in it) may be
+    read by its group or by others: it names the file and the fix, never the password. A warning,
+    not a refusal (ssh refuses such a key file)."""
+    from fencepost._durable import holds_secret
+
+    if not stat.S_ISREG(mode) or not mode & (stat.S_IRGRP | stat.S_IROTH):
+        return
+    if any(spec.url is not None and holds_secret(spec.url) for spec in specs):
+        quoted = shlex.quote(path)
+        click.echo(f"Warning: --shards {quoted} holds a database password and other users may "
+                   f"read it (mode {stat.S_IMODE(mode):04o}); make it private: chmod 600 {quoted}", err=True)
 
 
 class CliContext:

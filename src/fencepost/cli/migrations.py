@@ -29,11 +29,15 @@ def _ledger(url: str | None) -> tuple[Any, dict[int, str]]:
     except DatabaseMissing:
         return _Missing(resolve_url(url)), {}
     try:
-        db.probe()  # a server that cannot be reached says why, as the store's open does
-        try:
-            return db, applied(db)
-        except DbFailure as exc:  # not a database, corrupt, no permission ...: the open's diagnosis
-            raise db.open_error(exc) from None
+        def read() -> dict[int, str]:
+            db.probe()  # a server that cannot be reached says why, as the store's open does
+            try:
+                return applied(db)
+            except DbFailure as exc:  # not a database, corrupt, no permission ...: the open's diagnosis
+                raise db.open_error(exc) from None
+
+        # Only the ledger is read: a SQLite file is left as it was (see ``Database.vetted``).
+        return db, db.vetted(read)
     except BaseException:
         db.dispose()
         raise

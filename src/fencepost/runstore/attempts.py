@@ -61,9 +61,15 @@ def _refuse(method: str, detail: str, code: str = "invalid_attempt") -> AttemptS
     return err
 
 
+#: Marks a refusal of one of an attempt's values by the durable value rules (a non-finite float,
+#: a type JSON cannot hold, a lone surrogate ...): its detail names the field and the rule, never the value.
+_VALUE_RULE = "_fencepost_value_rule"
+
+
 def _contract(summary: str, exc: AttemptStoreError) -> str:
-    """The refusal of a whole attempt: a broken depth or node limit is named, with its field."""
-    if getattr(exc, "cause", {}).get("limit"):
+    """The refusal of a whole attempt: a broken depth or node limit, or a durable value rule, is
+    named with its field. Any other refusal (the attempt's identity ...) is the summary alone."""
+    if getattr(exc, "cause", {}).get("limit") or getattr(exc, _VALUE_RULE, False):
         return f"{summary}: {exc.detail}"
     return summary
 
@@ -135,6 +141,7 @@ class AttemptStore:
         p = value_problem(value, max_depth=MAXIMUM_JSON_DEPTH, max_nodes=MAXIMUM_JSON_NODES)
         if p:
             err = _refuse(method, f"{field} {p}")
+            setattr(err, _VALUE_RULE, True)
             if "limit of" in p:  # the depth or node limit: callers must learn which one they broke
                 err.cause = {"field": field, "limit": "depth" if "depth" in p else "nodes"}  # type: ignore[attr-defined]
             raise err

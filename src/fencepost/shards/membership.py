@@ -25,6 +25,7 @@ import os
 import re
 import secrets
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -201,10 +202,9 @@ def look_all(urls: Sequence[str]) -> list[Look]:
                 db = None
             dbs.append(db)
             if db is not None:
-                db.probe()
                 # A store of a newer fencepost (or another build) is refused now, before any other
                 # store is created.
-                check_ledger(db, _look(db, lambda d, conn: _applied(conn, d)))
+                db.vetted(partial(_check_store, db))
         empty = [True if db is None else _look(db, _look_empty) for db in dbs]
         records = [None if db is None else _look(db, _look_record) for db in dbs]
         founded = [db is not None and r is not None and _look(db, _look_founded)
@@ -221,7 +221,17 @@ def look_all(urls: Sequence[str]) -> list[Look]:
                 db.dispose()
 
 
+def _check_store(db: Database) -> None:
+    db.probe()
+    check_ledger(db, _read(db, lambda d, conn: _applied(conn, d)))
+
+
 def _look(db: Database, fn: Any) -> Any:
+    # Each look leaves a SQLite file as it was, so a refused open (one look refusing) changes nothing.
+    return db.vetted(partial(_read, db, fn))
+
+
+def _read(db: Database, fn: Any) -> Any:
     try:
         return db.read(lambda conn: fn(db, conn))
     except DbFailure as exc:
