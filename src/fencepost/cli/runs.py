@@ -125,7 +125,11 @@ def _read_only_init(url: str | None, refused: Any) -> str:
     except (FencepostError, ValueError):
         raise refused from None
     try:
-        todo = db.vetted(lambda: (db.probe(), pending(db))[1])  # leaves a SQLite file as it was
+        def check() -> Any:
+            db.probe()
+            return pending(db)
+
+        todo = db.vetted(check)  # leaves a SQLite file as it was
     except OpenError as exc:
         if exc.code in ("schema_too_new", "schema_mismatch"):
             raise  # what is wrong with the store comes before who may write it
