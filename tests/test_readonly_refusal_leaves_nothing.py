@@ -110,11 +110,10 @@ def test_a_successful_readonly_open_leaves_the_file_itself_untouched(tmp_path: P
     assert _journal_mode(path) == "wal"
 
 
+@pytest.mark.parametrize("backend", ["postgresql"])  # the SQLite files are checked above
 def test_a_refused_readonly_postgres_open_creates_no_schema_or_table(db_url: str, backend: str) -> None:
     """PostgreSQL: a read-only open of a schema that does not exist, or of one holding a store of a
     newer version, creates no schema and changes no table."""
-    if backend != "postgresql":
-        pytest.skip("the SQLite files are checked above")
     with pytest.raises(fencepost.OpenError) as err:
         fencepost.open(db_url, readonly=True)
     assert err.value.code == "database_missing"
