@@ -540,6 +540,12 @@ def watching_engines(built: Callable[[Engine], None]) -> Iterator[None]:
         _watchers.built = outer
 
 
+def _read_schema(conn: Connection) -> None:
+    """One read of a SQLite database's schema table: it opens a read transaction, which in WAL mode
+    needs the log's ``-shm`` index."""
+    conn.exec_driver_sql("SELECT count(*) FROM sqlite_master").scalar()
+
+
 def _check_path(path: Path, where: str, mode: str) -> None:
     """Refuse a SQLite path that cannot be a database file before SQLite answers with a misleading
     code: a directory (``SQLITE_CANTOPEN``, read as a permission problem), or a path whose
@@ -666,14 +672,16 @@ class Database:
             # Outside the handler: the driver's exception quotes the URL.
             raise self._open_error(found.problem, found.code, found.note, transient=found.transient)
 
-    def vetted(self, check: Callable[[], T]) -> T:
+    def vetted(self, check: Callable[[], T], *, confirm: bool = False) -> T:
         """Run ``check`` (the reads that decide whether a read-only open is refused) and return
         what it returns. SQLite only (elsewhere, and on a writable store, just ``check()``): when
         nobody has the file open, its reads open it as immutable, so a refused open leaves no
         ``-wal``/``-shm`` beside the user's file (reading a WAL database through SQLite's own
         locking creates them, and a read-only connection cannot remove them). Those connections
         are closed before it returns; if the file, its ``-wal`` or ``-shm`` changed meanwhile (a
-        writer came along), ``check`` runs again the ordinary way and that outcome counts."""
+        writer came along), ``check`` runs again the ordinary way and that outcome counts. With
+        ``confirm`` (an open whose store is read next), an accepted file is then read once the
+        ordinary way, so a failure only that way meets refuses the open."""
         backend = self.backend
         if not self.readonly or not isinstance(backend, SqliteBackend) or backend.path is None:
             return check()
@@ -695,6 +703,11 @@ class Database:
             return check()
         if failure is not None:
             raise failure
+        if confirm:
+            # Accepted, and about to be read: read it once the ordinary way, through the log's
+            # index, so what only that way meets (a full disk with no room for the -shm index)
+            # refuses the open now instead of failing the store's first read.
+            self.read(_read_schema)
         return result
 
     def missing_namespace(self) -> str | None:

@@ -132,7 +132,7 @@ def open(url: str | None = None, *, clock: Clock | None = None, attempt_policy: 
         try:
             if readonly:
                 # A refused read-only open leaves a SQLite file as it was (see ``Database.vetted``).
-                db.vetted(lambda: _readable(db))
+                db.vetted(lambda: _readable(db), confirm=True)
             else:
                 db.probe()
                 done = migrate(db)
