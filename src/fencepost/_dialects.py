@@ -376,6 +376,14 @@ def _check_read(info: dict[str, Any], path: str) -> None:
                              reconnect=True)
 
 
+def readonly_uri(path: str) -> str:
+    """The ``file:`` URI SQLite opens ``path`` read-only through (``mode=ro``). Quoted: ``#``, ``?``
+    and ``%`` in a path mean something in a URI. An absolute path gets an empty authority
+    (``file:///...``): a path beginning with two slashes (which POSIX keeps, naming the same file)
+    would otherwise read as ``file://authority/...``, which SQLite refuses."""
+    return ("file://" if path.startswith("/") else "file:") + quote(path) + "?mode=ro"
+
+
 def frozen_copy(path: str) -> bool:
     """Whether a read-only connection opens the database at ``path`` as immutable (no locking, no
     ``-shm`` index): the file is on a read-only file system, or in a directory this process may not
@@ -520,7 +528,7 @@ class SqliteBackend(Backend):
                                              "and no file is at its path now") from None
                     frozen = frozen_copy(file[0]) or (file[2] and unused_state(file[0]) is not None)
                     # Quoted: ``#``, ``?`` and ``%`` in a path mean something in a URI.
-                    cargs[0] = f"file:{quote(file[0])}?mode=ro" + ("&immutable=1" if frozen else "")
+                    cargs[0] = readonly_uri(file[0]) + ("&immutable=1" if frozen else "")
                     # An immutable connection also keeps the file's version: SQLite would go on
                     # trusting what it cached of a file that changed (stale rows, or "corrupt").
                     record.info[_OPENED] = ((st.st_dev, st.st_ino), _version(st) if frozen else None)
