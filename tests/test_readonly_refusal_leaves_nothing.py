@@ -189,3 +189,35 @@ def test_a_readonly_store_opened_while_nobody_had_the_file_open_reads_later_comm
         assert ro.runs.get("r1").status == "pending"
         writer.runs.create("r2", "{}")
         assert ro.runs.get("r2").status == "pending"
+
+
+def test_a_readonly_open_through_a_symlink_sees_the_commits_of_a_writer_that_has_the_file_open(
+        tmp_path: Path) -> None:
+    """SQLite only (the ``-wal``/``-shm`` files are SQLite's). SQLite keeps the ``-wal`` and ``-shm``
+    of a file opened through a symbolic link beside the file the link points to, not beside the
+    link: whether somebody has the file open is asked there. A store opened read-only through a
+    link while a writer holds the file open, its latest commit (the store's last migration) still
+    only in the log, opens and reads that commit: it is not refused as ``needs_migrations`` from
+    an immutable read of the file alone."""
+    real = tmp_path / "real" / "flows.db"
+    real.parent.mkdir()
+    _store(real)
+    conn = sqlite3.connect(real)
+    columns = [d[0] for d in conn.execute("SELECT * FROM flows_migrations").description]
+    row = conn.execute("SELECT * FROM flows_migrations WHERE migration_id = 1006").fetchone()
+    conn.execute("DELETE FROM flows_migrations WHERE migration_id = 1006")
+    conn.commit()
+    conn.close()
+    link = tmp_path / "link.db"
+    link.symlink_to(real)
+    writer = sqlite3.connect(real, isolation_level=None)
+    try:
+        writer.execute("PRAGMA wal_autocheckpoint = 0")  # the commit stays in the log
+        writer.execute(f"INSERT INTO flows_migrations ({', '.join(columns)}) "
+                       f"VALUES ({', '.join('?' * len(columns))})", row)
+        assert (tmp_path / "real" / "flows.db-wal").stat().st_size > 0
+        with fencepost.open(f"sqlite:///{link}", readonly=True) as store:
+            with pytest.raises(fencepost.RunStoreError):
+                store.runs.get("r1")  # it reads: no such run
+    finally:
+        writer.close()

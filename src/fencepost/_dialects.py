@@ -369,9 +369,19 @@ def _check_read(info: dict[str, Any], path: str) -> None:
         st = None
     frozen = opened[1]
     if (st is None or (st.st_dev, st.st_ino) != opened[0]
-            or (frozen is not None and (_version(st) != frozen or os.path.exists(path + "-shm")))):
+            or (frozen is not None and (_version(st) != frozen
+                                       # beside the file a symbolic link points to: SQLite's place
+                                       or os.path.exists(os.path.realpath(path) + "-shm")))):
         raise _file_replaced("the database file was replaced while the store had it open",
                              reconnect=True)
+
+
+def readonly_uri(path: str) -> str:
+    """The ``file:`` URI SQLite opens ``path`` read-only through (``mode=ro``). Quoted: ``#``, ``?``
+    and ``%`` in a path mean something in a URI. An absolute path gets an empty authority
+    (``file:///...``): a path beginning with two slashes (which POSIX keeps, naming the same file)
+    would otherwise read as ``file://authority/...``, which SQLite refuses."""
+    return ("file://" if path.startswith("/") else "file:") + quote(path) + "?mode=ro"
 
 
 def frozen_copy(path: str) -> bool:
@@ -385,7 +395,11 @@ def frozen_copy(path: str) -> bool:
     start of each read that no ``-shm`` file has appeared since (someone who may write the
     directory opened the database) and that the file's modification time, change time and size
     are still those it had when the connection opened it (a writer came, committed and closed the
-    database, which deleted its ``-shm``): otherwise it reads through a new connection."""
+    database, which deleted its ``-shm``): otherwise it reads through a new connection.
+
+    A path through a symbolic link: SQLite keeps ``-wal`` and ``-shm`` beside the file the link
+    points to, so they are looked for (and the directory's writability asked) there."""
+    path = os.path.realpath(path)
     parent = os.path.dirname(path) or "."
     try:
         read_only = bool(os.statvfs(parent).f_flag & os.ST_RDONLY) or not os.access(parent, os.W_OK)
@@ -403,7 +417,10 @@ def unused_state(path: str) -> tuple[Any, ...] | None:
     """SQLite only: the file's ``(mtime_ns, ctime_ns, size)`` and its ``-wal`` log's ``(exists,
     size)`` when nobody has the database at ``path`` open and the file holds all of it (no
     ``-shm`` index, no ``-journal``, an empty or no ``-wal``), else None. Its reads may then open it
-    as immutable, which creates no ``-wal``/``-shm`` beside it (see ``SqliteBackend.vetting``)."""
+    as immutable, which creates no ``-wal``/``-shm`` beside it (see ``SqliteBackend.vetting``).
+    Those files are looked for beside the file a symbolic link at ``path`` points to: SQLite keeps
+    them there (a writer holding the file open through its own path would go unseen otherwise)."""
+    path = os.path.realpath(path)
     if os.path.exists(path + "-shm") or os.path.exists(path + "-journal"):
         return None
     try:
@@ -511,7 +528,7 @@ class SqliteBackend(Backend):
                                              "and no file is at its path now") from None
                     frozen = frozen_copy(file[0]) or (file[2] and unused_state(file[0]) is not None)
                     # Quoted: ``#``, ``?`` and ``%`` in a path mean something in a URI.
-                    cargs[0] = f"file:{quote(file[0])}?mode=ro" + ("&immutable=1" if frozen else "")
+                    cargs[0] = readonly_uri(file[0]) + ("&immutable=1" if frozen else "")
                     # An immutable connection also keeps the file's version: SQLite would go on
                     # trusting what it cached of a file that changed (stale rows, or "corrupt").
                     record.info[_OPENED] = ((st.st_dev, st.st_ino), _version(st) if frozen else None)

@@ -37,6 +37,7 @@ from fencepost._dialects import (
     PostgresBackend,
     SqliteBackend,
     pg_connect_timeout,
+    readonly_uri,
     unused_state,
 )
 from fencepost._group import GroupCommit
@@ -591,7 +592,7 @@ class Database:
                     raise DatabaseMissing("database_missing", "open",
                                           open_detail("database_missing", self.where, sqlite=True))
                 # Each connection decides whether it opens the file as immutable (see frozen_copy).
-                parsed = parsed.set(database=f"file:{quote(str(path))}?mode=ro",
+                parsed = parsed.set(database=readonly_uri(str(path)),
                                     query={**parsed.query, "uri": "true"})
             else:
                 made = True
