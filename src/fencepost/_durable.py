@@ -254,7 +254,7 @@ def redact_url(url: str) -> str:
     URL shows every byte of a non-ASCII path."""
     try:
         parsed = make_url(url)
-        query = {k: (_MASK if _secret_option(k) or _secret_value(v) else v) for k, v in parsed.query.items()}
+        query = {k: (_MASK if _secret_option(k, v) else v) for k, v in parsed.query.items()}
         database = parsed.database
         undecodable = database is not None and text_problem(database) is not None
         if undecodable:  # the renderer's quoting refuses lone surrogates: quote the path here
@@ -274,7 +274,7 @@ def holds_secret(url: str) -> bool:
         parsed = make_url(url)
     except Exception:
         return False
-    return bool(parsed.password) or any(_secret_option(k) or _secret_value(v) for k, v in parsed.query.items())
+    return bool(parsed.password) or any(_secret_option(k, v) for k, v in parsed.query.items())
 
 
 # A query value stands in for a masked secret; rendered URL-escaped, then shown as ``***``.
@@ -295,9 +295,11 @@ def _secret_value(value: str | tuple[str, ...]) -> bool:
     return any(DEFAULT.text(v) != v for v in ((value,) if isinstance(value, str) else value))
 
 
-def _secret_option(key: str) -> bool:
+def _secret_option(key: str, value: str | tuple[str, ...]) -> bool:
+    """Whether a query option carries a secret: by its name (``?password=``, ``?sslpassword=``) or
+    by a credential in its value (``_secret_value``). What ``redact_url`` hides, ``holds_secret`` finds."""
     low = key.lower()
-    return any(word in low for word in _SECRET_WORDS)
+    return any(word in low for word in _SECRET_WORDS) or _secret_value(value)
 
 
 #: fencepost's own URL options, by the backend they apply to (``any``: both).
@@ -700,8 +702,7 @@ class Database:
             backend.vetting = False
             self.dispose()
         if unused_state(path) != before:
-            failure = None
-            return check()
+            return check()  # a writer came along: the ordinary reads' outcome counts, not the first one's
         if failure is not None:
             raise failure
         if confirm:
