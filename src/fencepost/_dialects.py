@@ -289,6 +289,36 @@ class Backend:
     def split_script(self, script: str) -> list[str]:
         raise NotImplementedError
 
+    def bound_lock_waits(self, conn: Connection, default_s: float) -> float | None:
+        """First in a migration's transaction: bound each wait for a table lock in it (that
+        transaction only) and return the bound in seconds; None where the backend waits for no
+        table lock (SQLite: the write lock, taken at BEGIN, is bounded by its busy timeout)."""
+        return None
+
+    def unbound_lock_waits(self, conn: Connection) -> None:
+        """Last in a migration's transaction: what ``bound_lock_waits`` set, put back (the rest
+        of a transaction it shares with other writes waits as before)."""
+
+    def lock_wait_expired(self, exc: BaseException) -> bool:
+        """Whether the driver error ``exc`` is a statement giving up a lock wait (the bound above)."""
+        return False
+
+    def migration_lock_waited(self, code: str | None) -> bool:
+        """Whether a migration's write transaction that failed with the driver code ``code`` (after
+        the store's retries) gave up waiting for the lock the migration itself needs: SQLite's write
+        lock, past its busy timeout. PostgreSQL bounds its migrations' table-lock waits in the
+        transaction (``bound_lock_waits``); the writers' lock held past a session ``lock_timeout``
+        stays an ordinary write failure there, as for any write."""
+        return False
+
+    def lock_holders(self, conn: Connection, tables: Collection[str],
+                     held_s: float) -> list[tuple[str, int, str | None]]:
+        """Who holds a lock on one of ``tables`` (names in the store's namespace; other words are
+        ignored) in a transaction open for at least ``held_s`` seconds: ``(table, pid, state)``
+        rows, ``state`` as the server reports it (``idle in transaction``) or None where it does
+        not say. Never a query's text or a user name. Empty where the backend cannot tell."""
+        return []
+
     def json_string(self, column: Any, key: str) -> Any:
         """SQL for ``column``'s top-level ``key`` when it is a JSON string, else NULL (change-feed listing)."""
         raise NotImplementedError
@@ -639,6 +669,9 @@ class SqliteBackend(Backend):
             return exc.connection_invalidated or _sqlite_name(exc) in _SQLITE_TRANSIENT
         return False
 
+    def migration_lock_waited(self, code: str | None) -> bool:
+        return bool(code) and str(code).startswith("SQLITE_BUSY")
+
     def waited_out(self, exc: BaseException, elapsed_s: float) -> bool:
         # SQLite answers busy once its busy handler has waited busy_timeout_ms for the lock: that
         # option bounds the whole call's wait, not each attempt's. A busy answer that comes sooner
@@ -738,6 +771,19 @@ _PG_TABLES = text("SELECT tablename FROM pg_tables WHERE schemaname = :s AND tab
     bindparam("t", type_=pg_dialect.ARRAY(Text())))
 
 
+# Sessions holding a lock on one of a list of tables of a schema, in a transaction open at least a
+# given time (so through a migration's wait, not a reader that came along after it). The pid and the
+# state only: another role's state reads NULL without pg_read_all_stats; never the query or the user.
+_PG_LOCK_HOLDERS = text(
+    "SELECT DISTINCT c.relname, l.pid, a.state FROM pg_locks l "
+    "JOIN pg_class c ON c.oid = l.relation JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "LEFT JOIN pg_stat_activity a ON a.pid = l.pid "
+    "WHERE l.granted AND l.locktype = 'relation' AND n.nspname = :s AND c.relname = ANY(:t) "
+    "AND l.pid <> pg_backend_pid() "
+    "AND (a.xact_start IS NULL OR a.xact_start <= clock_timestamp() - make_interval(secs => :held)) "
+    "ORDER BY 1, 2 LIMIT 5").bindparams(bindparam("t", type_=pg_dialect.ARRAY(Text())))
+
+
 class PostgresBackend(Backend):
     """Scale-out backend: psycopg 3, tables in one schema, writers serialized per schema."""
 
@@ -820,6 +866,29 @@ class PostgresBackend(Backend):
             code = getattr(exc.orig, "sqlstate", None)
             return code is not None and code in _PG_TRANSIENT_CODES
         return False
+
+    def bound_lock_waits(self, conn: Connection, default_s: float) -> float | None:
+        # The session's own lock_timeout (a URL's ``options=-c lock_timeout=...``) when it has one,
+        # else ``default_s``: never the server's default of waiting for ever, which queues every
+        # later reader of the table behind the migration's request. SET LOCAL: it ends with the
+        # transaction, so a pooled connection keeps its own setting.
+        setting = int(conn.exec_driver_sql("SELECT setting FROM pg_settings WHERE name = 'lock_timeout'").scalar_one())
+        if setting > 0:
+            return setting / 1000
+        ms = max(1, round(default_s * 1000))
+        conn.exec_driver_sql(f"SET LOCAL lock_timeout = {ms}")
+        return ms / 1000
+
+    def unbound_lock_waits(self, conn: Connection) -> None:
+        conn.exec_driver_sql("SET LOCAL lock_timeout TO DEFAULT")
+
+    def lock_wait_expired(self, exc: BaseException) -> bool:
+        return isinstance(exc, DBAPIError) and getattr(exc.orig, "sqlstate", None) == "55P03"
+
+    def lock_holders(self, conn: Connection, tables: Collection[str],
+                     held_s: float) -> list[tuple[str, int, str | None]]:
+        rows = conn.execute(_PG_LOCK_HOLDERS, {"s": self.schema, "t": sorted(set(tables)), "held": held_s})
+        return [(str(r[0]), int(r[1]), None if r[2] is None else str(r[2])) for r in rows]
 
     def waited_out(self, exc: BaseException, elapsed_s: float) -> bool:
         # A new connection that got no answer has already waited its whole connect_timeout: trying

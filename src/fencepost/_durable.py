@@ -1214,6 +1214,7 @@ _OPEN_DETAILS = {
     "permission_denied": "permission denied opening {where} for {mode}",
     "needs_migrations": "{where} is not a migrated fencepost store; open it writable once (`fencepost init`)",
     "disk_full": "no space left on the disk of {where}",
+    "migration_blocked": "the migration of {where} was blocked by another session's lock",
     "schema_too_new": "{where} has a newer schema than this version of fencepost (upgrade fencepost)",
     "schema_mismatch": ("a migration of {where} is recorded under another name than this version of fencepost "
                         "gives it (another build of fencepost migrated it, or flows_migrations was edited)"),

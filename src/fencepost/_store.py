@@ -115,8 +115,10 @@ def open(url: str | None = None, *, clock: Clock | None = None, attempt_policy: 
 
     Every failure is an ``OpenError`` whose ``code`` says why (``not_a_database``, ``corrupt``,
     ``cannot_connect``, ``database_missing``, ``auth_failed``, ``permission_denied``,
-    ``needs_migrations``, ``schema_too_new``, ``schema_mismatch``, ``disk_full``, ``open_failed``) and whose
-    message names the path or the URL with its password masked. A bad URL is a ``ValueError``.
+    ``needs_migrations``, ``schema_too_new``, ``schema_mismatch``, ``migration_blocked``, ``disk_full``,
+    ``open_failed``) and whose message names the path or the URL with its password masked. A bad URL
+    is a ``ValueError``. A pending migration never waits without limit for another session's lock:
+    it gives up with ``migration_blocked`` (transient), nothing applied (see ``docs/concepts/backends.md``).
 
     ``group_commit`` (on by default) lets concurrent write calls of this process (threads, or
     asyncio tasks through threads) share one durable COMMIT, each call in its own savepoint with

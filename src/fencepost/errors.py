@@ -34,6 +34,7 @@ OpenCode = Literal[
     "needs_migrations",
     "schema_too_new",
     "schema_mismatch",
+    "migration_blocked",
     "disk_full",
     "driver_missing",
     "open_failed",
@@ -132,7 +133,9 @@ class OpenError(FencepostError):
     """``fencepost.open`` could not open the store; ``code`` says why.
 
     Codes: ``not_a_database``, ``corrupt``, ``cannot_connect``, ``database_missing``, ``auth_failed``,
-    ``permission_denied``, ``needs_migrations``, ``schema_too_new``, ``schema_mismatch``, ``disk_full``,
+    ``permission_denied``, ``needs_migrations``, ``schema_too_new``, ``schema_mismatch``,
+    ``migration_blocked`` (a pending migration could not take a lock another session held past the
+    wait: nothing was applied, and ``transient`` is True), ``disk_full``,
     ``driver_missing`` (a PostgreSQL URL without the psycopg driver installed), and ``open_failed``
     for any other database failure. The message names the SQLite path or the
     PostgreSQL URL with its password masked, never other values; ``db_code`` is the driver's code when there is one
@@ -140,7 +143,7 @@ class OpenError(FencepostError):
     is not UTF8), else ``None``. ``transient`` is True when waiting may cure it, so the same open
     may succeed when retried: the server could not take a connection now (``cannot_connect``:
     nothing listening yet, no free connection slot, starting up or shutting down), or another
-    session held a lock past the wait.
+    session held a lock past the wait (``migration_blocked``, and ``open_failed`` naming it).
     """
 
     component = "Store"

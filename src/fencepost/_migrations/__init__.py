@@ -4,19 +4,28 @@ Files are ``<id>_<namespace>_<name>.<sqlite|postgresql>.sql``. Namespaces own id
 (journal 0, run-store 1000, changefeed 2000, projections 3000, shards 4000), as upstream's loader does. The
 ledger is ``flows_migrations``. The pass runs under the durable writer's lock, so several
 processes opening one fresh database at once apply each migration exactly once.
+
+A pass never waits without limit for another session's lock: on PostgreSQL each try bounds its
+table-lock waits (``lock_timeout``, for its transaction only) and the pass tries a few times with a
+pause between tries, so readers queued behind a waiting ``ALTER TABLE`` get through; on SQLite the
+busy timeout bounds the write lock's wait. Then it fails with ``OpenError`` ``migration_blocked``,
+having changed nothing (see docs/decisions.md).
 """
 
 from __future__ import annotations
 
+import random
 import re
+import time
 from dataclasses import dataclass
 from importlib import resources
 
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
 
-from fencepost._durable import Database, open_detail
-from fencepost.errors import OpenError
+from fencepost._durable import Database, DbFailure, open_detail
+from fencepost.errors import FencepostError, OpenError
 
 _NAME = re.compile(r"^(\d{4})_([a-z-]+)_([a-z0-9_]+)\.(sqlite|postgresql)\.sql$")
 BLOCKS = {"journal": 0, "run-store": 1000, "changefeed": 2000, "projections": 3000, "shards": 4000}
@@ -26,6 +35,12 @@ READS_AROUND = frozenset({4002, 4003})
 """Migrations a read-only open does without: the code that reads what they add checks the ledger
 first and reads the schema as it was before them. A store missing only these opens read-only (a
 store a previous version left); a writable open applies them."""
+
+#: Seconds each try of a PostgreSQL migration pass waits for a table lock (its ``lock_timeout``)
+#: when the session sets none of its own (a URL's ``options=-c lock_timeout=...`` replaces it).
+MIGRATION_LOCK_TIMEOUT_S = 2.0
+#: Tries of a PostgreSQL migration pass whose lock wait expired, before it fails ``migration_blocked``.
+MIGRATION_LOCK_ATTEMPTS = 5
 
 
 @dataclass(frozen=True)
@@ -188,8 +203,22 @@ def pending(db: Database, namespaces: tuple[str, ...] = STORE_NAMESPACES) -> lis
     return [m for m in wanted if m.id not in ledger]
 
 
+class _Blocked(Exception):
+    """A migration statement gave up waiting for a lock (raised inside the pass's transaction,
+    which rolls back: not a driver error, so the write is not retried as a transient one)."""
+
+    def __init__(self, statement: str, wait_s: float, code: str | None) -> None:
+        super().__init__("lock wait expired")
+        self.statement = statement
+        self.wait_s = wait_s
+        self.code = code
+
+
 def migrate(db: Database, namespaces: tuple[str, ...] = STORE_NAMESPACES) -> list[int]:
-    """Apply every missing migration of ``namespaces`` in one write transaction; return their ids."""
+    """Apply every missing migration of ``namespaces`` in one write transaction; return their ids.
+
+    A lock another session holds past the wait (see the module docstring) fails the pass with
+    ``OpenError`` ``migration_blocked`` (transient); nothing of it is applied."""
     wanted = discover(db.backend.migration_suffix, namespaces)
     # A SQLite file that does not exist yet has nothing applied; anything else may be current already.
     if db.path is None or db.path.exists():
@@ -206,17 +235,77 @@ def migrate(db: Database, namespaces: tuple[str, ...] = STORE_NAMESPACES) -> lis
         conn.exec_driver_sql(_LEDGER[db.backend.name])
         ledger = _applied(conn, db)
         check_ledger(db, ledger)
+        wait_s = db.backend.bound_lock_waits(conn, MIGRATION_LOCK_TIMEOUT_S)
         done: list[int] = []
         for m in wanted:
             if m.id in ledger:
                 continue
             for statement in db.backend.split_script(m.script):
-                conn.exec_driver_sql(statement)
+                try:
+                    conn.exec_driver_sql(statement)
+                except DBAPIError as exc:
+                    if wait_s is None or not db.backend.lock_wait_expired(exc):
+                        raise
+                    blocked = _Blocked(statement, wait_s, db.backend.classify(exc)[1])
+                    raise blocked from None  # the driver's text may quote the statement
             conn.execute(
                 text("INSERT INTO flows_migrations (migration_id, name) VALUES (:id, :name)"),
                 {"id": m.id, "name": m.recorded_name},
             )
             done.append(m.id)
+        if wait_s is not None:
+            db.backend.unbound_lock_waits(conn)
         return done
 
-    return db.write(body)
+    attempts = max(1, MIGRATION_LOCK_ATTEMPTS)
+    started = time.monotonic()
+    for attempt in range(1, attempts + 1):
+        try:
+            return db.write(body)
+        except _Blocked as exc:
+            blocked = exc
+        except DbFailure as exc:
+            if not (exc.transient and db.backend.migration_lock_waited(exc.code)):
+                raise
+            # SQLite's write lock, past the busy timeout (which bounds the whole wait): the reason names it.
+            raise _blocked_error(db, exc.code, f"{exc.reason or 'another connection held a lock past the wait'}; "
+                                 f"{_WHAT_TO_DO}") from None
+        if attempt < attempts:
+            # Readers queued behind the expired request get through before the next try.
+            time.sleep(min(blocked.wait_s, 1.0) * (0.5 + random.random() / 2))
+    raise _blocked_error(db, blocked.code, _blocked_note(db, blocked, attempts, time.monotonic() - started))
+
+
+_WHAT_TO_DO = ("end the blocking session's transaction (COMMIT or ROLLBACK), then run the migration again "
+               "(`fencepost init`, or open the store again); nothing was changed")
+
+
+def _blocked_error(db: Database, code: str | None, note: str) -> OpenError:
+    err = OpenError("migration_blocked", "open", open_detail("migration_blocked", db.where, note=note), db_code=code)
+    err.transient = True  # the same pass succeeds once the lock is free
+    return err
+
+
+def _blocked_note(db: Database, blocked: _Blocked, attempts: int, elapsed_s: float) -> str:
+    """What held the pass up: the table and the sessions holding a lock on it, when they can still
+    be seen (pids and states only), and what to do."""
+    words = set(_WORD.findall(blocked.statement.lower()))
+    holders: list[tuple[str, int, str | None]] = []
+    try:
+        holders = db.read(lambda conn: db.backend.lock_holders(conn, words, blocked.wait_s))
+    except (DbFailure, FencepostError):
+        pass  # no diagnosis: the message says what is known
+    tables = sorted({t for t, _, _ in holders})
+    what = f"a lock on table{'s' if len(tables) > 1 else ''} {', '.join(tables)}" if tables else "a table lock"
+    note = (f"{what} could not be taken within {elapsed_s:.1f} s ({attempts} tries, each waiting "
+            f"{blocked.wait_s:g} s: lock_timeout)")
+    if holders:
+        seen = {pid: state for _, pid, state in holders}
+        sessions = ", ".join(f"pid {pid}" + (f" ({state})" if state else "") for pid, state in seen.items())
+        note += f"; held by the session{'s' if len(seen) > 1 else ''} {sessions}"
+        ending = f"(COMMIT or ROLLBACK, or pg_terminate_backend({holders[0][1]}))"
+        return note + "; " + _WHAT_TO_DO.replace("(COMMIT or ROLLBACK)", ending)
+    return note + f"; another session held it: {_WHAT_TO_DO}"
+
+
+_WORD = re.compile(r"[a-z_][a-z0-9_]*")
