@@ -75,12 +75,13 @@ _SQLITE_REASONS = {
     "SQLITE_AUTH": "permission denied",
 }
 # A schema object fencepost's statements name is not there: dropped by hand, or a database another
-# tool changed. Fencepost's own names only, never a value.
-_MISSING_OBJECT = ("a table or column fencepost needs is missing (dropped or altered by hand?); "
+# tool changed. Fencepost's own names only, never a value. Said of the tables migrations create: a
+# projection builder says its own tables' absence in its own words (``ProjectionBuilder``).
+MISSING_OBJECT = ("a table or column fencepost needs is missing (dropped or altered by hand?); "
                    "fencepost migrations status shows what the database records")
 _PG_REASONS = {
-    "42P01": _MISSING_OBJECT,
-    "42703": _MISSING_OBJECT,
+    "42P01": MISSING_OBJECT,
+    "42703": MISSING_OBJECT,
     "55P03": f"{_WRITE_LOCK_HELD} (or a row lock) past lock_timeout on every retry",
     "57014": "a statement was cancelled (statement_timeout, or a cancel request)",
     "40001": "a serialization failure on every retry",
@@ -692,7 +693,7 @@ class SqliteBackend(Backend):
             where = f" in column '{column.group(1)}'" if column else ""
             return f"a stored text value{where} is not valid UTF-8"
         if code == "SQLITE_ERROR" and str(getattr(exc, "orig", "")).startswith(("no such table", "no such column")):
-            return _MISSING_OBJECT
+            return MISSING_OBJECT
         return _by_prefix(_SQLITE_REASONS, code)
 
     def commit_unknown(self, exc: BaseException) -> bool:

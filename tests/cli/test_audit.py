@@ -377,3 +377,74 @@ def test_a_dropped_journal_table_is_named_as_a_missing_table(run_cli, settled):
         assert_one_line_error(result)
         assert result.code == 1, result
         assert "a table or column fencepost needs is missing" in result.err, result
+
+
+def _corrupted_fact(settled: str, seq: int, payload_sql: str | None = None) -> tuple[int, int]:
+    """The companion stream's entry ``seq`` of ``r1`` made undecodable by hand: a number out of
+    range (both backends), or ``payload_sql`` (a SQL expression); its position and the stream's length."""
+    stream = companion_stream("r1")
+    with fencepost.open(settled) as store, store.db.connect() as conn:
+        _drop_append_only_guard(store, conn)
+        where = (events.c.run_id == stream) & (events.c.seq == seq)
+        total = len(conn.execute(events.select().where(events.c.run_id == stream)).all())
+        if payload_sql is None:
+            conn.execute(update(events).where(where).values(payload_json='{"password":"hunter2-LEAK","n":1e400}'))
+        else:
+            conn.exec_driver_sql(f"UPDATE flows_journal_events SET payload_json = {payload_sql} "
+                                 f"WHERE run_id = '{stream}' AND seq = {seq}")
+        conn.commit()
+        position = conn.execute(events.select().with_only_columns(events.c.position).where(where)).scalar()
+    return int(position), total
+
+
+def _check_shown_in_place(result, fmt: str, seq: int, position: int, total: int, what: str) -> None:
+    assert_one_line_error(result)
+    assert result.code == 1 and "decode_failed" in result.err and f"position {position} " in result.err, result
+    assert "hunter2-LEAK" not in result.out + result.err and "\ufffd" not in result.out + result.err
+    marker = {"seq": seq, "position": position, "undecodable": what}
+    if fmt == "json":
+        entries = json.loads(result.out)["entries"]
+    elif fmt == "jsonl":
+        entries = [json.loads(line) for line in result.out.splitlines()]
+    elif fmt == "csv":
+        import csv
+        import io
+
+        rows = list(csv.DictReader(io.StringIO(result.out)))
+        assert [r["seq"] for r in rows] == [str(i) for i in range(total)], rows
+        bad = [r for r in rows if r["undecodable"]]
+        assert [(r["seq"], r["position"], r["undecodable"], r["payload"]) for r in bad] == [
+            (str(seq), str(position), what, "")], bad
+        return
+    else:
+        lines = [line.split()[:2] for line in result.out.splitlines()[1:] if line.strip()]
+        assert [int(s) for s, _ in lines] == list(range(total)), result.out
+        assert f"(cannot be decoded: {what})" in result.out, result.out
+        return
+    assert [e["seq"] for e in entries] == list(range(total)), entries
+    assert entries[seq] == marker, entries[seq]
+    assert all("payload" in e for i, e in enumerate(entries) if i != seq)
+
+
+@pytest.mark.parametrize("fmt", ["table", "json", "jsonl", "csv"])
+def test_journal_show_marks_an_undecodable_entry_in_place_and_shows_the_others(run_cli, settled, fmt):
+    """Defect: one entry of the stream that cannot be decoded (edited by hand in the database) made
+    ``journal show`` print nothing but a ``decode_failed`` error, while ``journal replay`` and
+    ``journal verify`` report such an entry and go on: an auditor could read none of the stream.
+    Now every readable entry is shown, the undecodable one in its place by seq and position with
+    what cannot be decoded (never its stored values), in every format, and the command exits 1
+    naming its position, so a script notices."""
+    position, total = _corrupted_fact(settled, 1)
+    result = run_cli("--db", settled, "journal", "show", "r1", "--companion", "--format", fmt)
+    _check_shown_in_place(result, fmt, 1, position, total, "stored payload or meta cannot be decoded as JSON")
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+@pytest.mark.parametrize("fmt", ["table", "json"])
+def test_journal_show_marks_an_entry_whose_text_is_not_utf8_in_place(run_cli, settled, fmt):
+    """An entry whose stored text is not UTF-8 failed the whole page's read (the driver cannot
+    decode the row): shown in place now, as ``journal verify`` reports it. SQLite only: PostgreSQL
+    refuses text that is not UTF-8 on input in a UTF8 database."""
+    position, total = _corrupted_fact(settled, 1, "CAST(x'7b2270223a2268756e746572322dff4c45414b227d' AS TEXT)")
+    result = run_cli("--db", settled, "journal", "show", "r1", "--companion", "--format", fmt)
+    _check_shown_in_place(result, fmt, 1, position, total, "stored payload_json is not valid UTF-8")

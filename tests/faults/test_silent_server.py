@@ -312,7 +312,7 @@ def test_the_console_starts_with_its_server_silent_and_picks_it_up(stoppable: St
             up = httpx.get(console + "/", timeout=10)
     finally:
         code, err = _stop(proc)
-    assert down.status_code == 500 and down.json()["error"] == "cannot_connect", down.text
+    assert down.status_code == 503 and down.json()["error"] == "cannot_connect", down.text
     assert SECRET not in down.text
     assert up.status_code == 200 and 'data-run-id="late-1"' in up.text, up.text[:500]
     assert code == 130, err

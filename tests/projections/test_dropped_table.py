@@ -17,6 +17,7 @@ import time
 
 from sqlalchemy import event, text
 
+from fencepost.errors import ProjectionError
 from fencepost.projections import ProjectionBuilder, RunsByStatus
 from tests.projections import _runs
 from tests.projections._following import Following
@@ -180,3 +181,48 @@ def test_each_call_looks_for_the_projections_tables_with_one_catalog_query(store
         assert builder.status().pending_rebuild == "table_missing"
         assert builder.catch_up().applied == 3
         assert builder.target.read(_runs.projected_rows) == store.db.read(_runs.live_rows)
+
+
+def _catch_up_dropping(builder: ProjectionBuilder, table: str) -> ProjectionError:
+    """``catch_up`` with ``table`` dropped on the target before its first page is applied: the error."""
+    def drop_first(revision: int, head: int) -> None:
+        if not dropped:
+            dropped.append(revision)
+            _drop(builder, table)
+
+    dropped: list[int] = []
+    try:
+        builder.catch_up(on_progress=drop_first)
+    except ProjectionError as exc:
+        return exc
+    raise AssertionError("the catch-up did not fail")
+
+
+def test_a_table_dropped_during_a_catch_up_is_named_as_the_projections_own(store, target_url):
+    """The error for the projection's own table dropped under a catch-up said "a table or column
+    fencepost needs is missing; fencepost migrations status shows what the database records", but
+    migrations never create a projection's tables (and ``migrations status`` shows nothing wrong):
+    the builder does. Now it names the table and says the next catch-up or run builds it again,
+    which the next call does."""
+    _seed(store, 3)
+    with ProjectionBuilder(store, target_url, RunsByStatus(), batch_size=2) as builder:
+        builder.catch_up()
+        _seed(store, 2, "after")
+        err = _catch_up_dropping(builder, TABLE)
+        again = builder.catch_up()
+        rows = builder.target.read(_runs.projected_rows)
+    assert err.code == "persistence_failed"
+    assert "migrations status" not in str(err), str(err)
+    assert f"table {TABLE} of projection runs_by_status is missing" in err.detail, err.detail
+    assert "builds the projection again at its next catch-up or run" in err.detail
+    assert again.applied == 5 and rows == store.db.read(_runs.live_rows)
+
+
+def test_a_fencepost_table_dropped_during_a_catch_up_still_points_at_migrations_status(store, target_url):
+    """A table migrations create on the target (the projections' checkpoints) keeps the store's
+    words: it is missing, and ``migrations status`` shows what the database records."""
+    _seed(store, 3)
+    with ProjectionBuilder(store, target_url, RunsByStatus(), batch_size=2) as builder:
+        err = _catch_up_dropping(builder, "projection_checkpoints")
+    assert "a table or column fencepost needs is missing" in err.detail, err.detail
+    assert "migrations status" in err.detail and "of projection" not in err.detail

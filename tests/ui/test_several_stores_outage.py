@@ -67,7 +67,7 @@ def test_a_store_gone_and_back_keeps_pages_and_live_updates(
     """Its database gone (a SQLite file moved away), the projections page was a 500
     ``internal_error`` with a traceback in the log, and the follower died on a traceback of its own
     (its recovery read the gone store's position): once the database was back, no page got a live
-    change again. Now every page is a 500 naming a store error code, nothing logs a traceback, and
+    change again. Now every page is a 503 naming a store error code, nothing logs a traceback, and
     writes to every store reach the event stream again once the database is back. Over several
     stores the same holds with every store gone."""
     from fencepost.projections import ProjectionBuilder, RunsByStatus
@@ -107,8 +107,8 @@ def test_a_store_gone_and_back_keeps_pages_and_live_updates(
             stream.close()
         back = {path: httpx.get(console.url + path, timeout=10, follow_redirects=True).status_code
                 for path in PAGES}
-    assert all(status == 500 and code != "internal_error" for status, code in codes.values()), codes
-    assert gone_json == 500
+    assert all(status == 503 and code != "internal_error" for status, code in codes.values()), codes
+    assert gone_json == 503
     assert "Traceback" not in err and "Exception in thread" not in err, err[-3000:]
     assert not [r.getMessage() for r in caplog.records if r.exc_info]  # no traceback logged either
     assert back == dict.fromkeys(PAGES, 200), back

@@ -133,7 +133,7 @@ def _check_partial_outage(urls: dict[str, str], down: Callable[[], AbstractConte
     assert pages["/runs/a/a-1"].status_code == 200 and 'id="run-status">pending<' in pages["/runs/a/a-1"].text
     assert pages["/runs/a-1"].status_code == 307 and pages["/runs/a-1"].headers["location"] == "/runs/a/a-1"
     b_page = pages["/runs/b/b-1"]
-    assert b_page.status_code == 500 and _is_code(_error_code(b_page))
+    assert b_page.status_code == 503 and _is_code(_error_code(b_page))
 
     health = pages["/health.json"]
     assert health.status_code == 200 and health.headers["content-type"].startswith("application/json")
@@ -160,8 +160,8 @@ def test_one_store_down_leaves_the_others_pages_and_live_updates_working(
     """Before: with store ``b``'s database gone (its SQLite file moved away, its PostgreSQL schema
     renamed away), every page of the console was a 500, a run page of the healthy store ``a`` too,
     since each page first read every store's feed position; the stream sent only a console-wide
-    ``unavailable``. Now only ``b``'s own run page is a 500; the rest render ``a`` and mark ``b``
-    with its error code."""
+    ``unavailable``. Now only ``b``'s own run page is a 503 (its database cannot be reached); the
+    rest render ``a`` and mark ``b`` with its error code."""
     urls = {"a": make_db_url(), "b": _with_password(make_db_url())}
     _seed(urls)
     _check_partial_outage(urls, lambda: store_gone(urls["b"]), capfd)
@@ -185,9 +185,9 @@ def test_one_store_on_a_stopped_server_leaves_the_others_working(
     _check_partial_outage(urls, stopped, capfd)
 
 
-def test_every_store_down_is_still_a_500_naming_the_error(make_db_url: Any, backend: str) -> None:
-    """With no store answering there is nothing to show: pages are a 500 naming a store's error
-    code, and ``/health.json`` is a 500 in JSON with each store's error."""
+def test_every_store_down_is_a_503_naming_the_error(make_db_url: Any, backend: str) -> None:
+    """With no store answering there is nothing to show: pages are a 503 (no database can be
+    reached) naming a store's error code, and ``/health.json`` is a 503 in JSON with each store's error."""
     urls = {"a": make_db_url(), "b": make_db_url()}
     _seed(urls)
     with UiServer(create_app(urls, tick=0.2, poll_interval=0.3)) as console:
@@ -196,8 +196,8 @@ def test_every_store_down_is_still_a_500_naming_the_error(make_db_url: Any, back
             health = _get(console, "/health.json")
             time.sleep(0.3)
     for path, r in pages.items():
-        assert r.status_code == 500 and _is_code(_error_code(r)), (path, _error_code(r))
-    assert health.status_code == 500 and health.headers["content-type"].startswith("application/json")
+        assert r.status_code == 503 and _is_code(_error_code(r)), (path, _error_code(r))
+    assert health.status_code == 503 and health.headers["content-type"].startswith("application/json")
     assert set(health.json()["stores"]) == {"a", "b"}
     assert all(_is_code(s["error"]) for s in health.json()["stores"].values())
 

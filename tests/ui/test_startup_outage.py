@@ -47,7 +47,7 @@ def _seeded_then_stopped(server: PrivateServer) -> str:
 def test_the_console_starts_with_its_only_store_down_and_picks_it_up(
         private_server: PrivateServer) -> None:  # noqa: F811
     """Before: ``fencepost ui`` exited 1 with ``cannot_connect`` when its one PostgreSQL server was
-    not running at start-up. Now it serves: pages are a 500 naming ``cannot_connect``, ``/health.json``
+    not running at start-up. Now it serves: pages are a 503 naming ``cannot_connect``, ``/health.json``
     names the error and the database (password hidden), the stream says ``unavailable``; once the
     server runs, the pages list its runs and its writes arrive live."""
     url = _seeded_then_stopped(private_server)
@@ -68,8 +68,8 @@ def test_the_console_starts_with_its_only_store_down_and_picks_it_up(
         if stream is not None:
             stream.close()
         code, err = _stop(proc)
-    assert down_page.status_code == 500 and '<code id="error-code">cannot_connect</code>' in down_page.text
-    assert health.status_code == 500 and health.json()["error"] == "cannot_connect"
+    assert down_page.status_code == 503 and '<code id="error-code">cannot_connect</code>' in down_page.text
+    assert health.status_code == 503 and health.json()["error"] == "cannot_connect"
     assert health.json()["database"].startswith("postgresql") and PASSWORD not in health.text
     assert unavailable == {"error": "cannot_connect"}
     assert up_page.status_code == 200 and 'data-run-id="late-1"' in up_page.text

@@ -81,7 +81,7 @@ def test_a_credential_in_the_flow_name_is_redacted_in_the_listing_and_the_stream
 
 
 def test_a_database_gone_gives_error_pages_without_tracebacks(db_url: str, capfd: pytest.CaptureFixture[str]) -> None:
-    """Its tables gone while the console is open: every page is a 500 with the store's error code,
+    """Its tables gone while the console is open: every page is a 503 with the store's error code,
     the projections page included (it said "no projection has a checkpoint on this database"), and
     the console's stderr is not flooded with a traceback per request. Back, and the pages are back."""
     from fencepost.projections import ProjectionBuilder, RunsByStatus
@@ -96,7 +96,7 @@ def test_a_database_gone_gives_error_pages_without_tracebacks(db_url: str, capfd
             with database_gone(store):
                 for path in pages:
                     r = httpx.get(console.url + path, timeout=10)
-                    assert r.status_code == 500, (path, r.status_code, r.text[-500:])
+                    assert r.status_code == 503, (path, r.status_code, r.text[-500:])
                     code = r.json()["error"] if path.endswith(".json") else error_code(r)  # JSON answers in JSON
                     assert code and code != "internal_error", path
                     assert "no projection has a checkpoint" not in r.text

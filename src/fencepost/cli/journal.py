@@ -27,7 +27,8 @@ ENTRY_COLUMNS = [
     Column("position", "position", wrap=False),
     Column("emitted", "emitted_at_ms", lambda r: when(r.get("emitted_at_ms")), wrap=False),
     Column("event_type", "event_type", wrap=False),
-    Column("payload", "payload", lambda r: _short(r.get("payload"))),
+    Column("payload", "payload", lambda r: f"(cannot be decoded: {r['undecodable']})" if "undecodable" in r
+           else _short(r.get("payload"))),
 ]
 
 
@@ -50,25 +51,36 @@ def journal_show(run_id: str, companion: bool, after: int | None, limit: int, ou
     The table cuts a payload or meta longer than 160 characters (ending it with "..."); json,
     jsonl and csv print them exactly as they were recorded (the hash chain covers them). With
     --format json, prints the page {"entries": [...], "has_more": ...}; jsonl and csv print the
-    entries alone. Exits 1 when RUN_ID names neither a run nor any journal entries. Given the
-    shards of a set (--db repeated), shows the stream on the run's shard.
+    entries alone. An entry that cannot be decoded (edited in the database by hand) is shown in
+    its place by seq and position only, with what cannot be decoded (json and jsonl:
+    {"seq", "position", "undecodable"}; csv: the undecodable column; never its stored values), the
+    other entries as usual, and the command then exits 1 naming its position. Exits 1 when RUN_ID
+    names neither a run nor any journal entries. Given the shards of a set (--db repeated), shows
+    the stream on the run's shard.
 
     Example: fencepost runs create order-17 && fencepost journal show order-17 --companion
     """
     from fencepost.cli.runs import run_store
     from fencepost.journal import companion_stream
+    from fencepost.journal.verify import stream_page
 
     store = run_store(run_id, readonly=True)  # given a shard set, the run's shard
     stream = companion_stream(run_id) if companion else run_id
-    page = store.journal.entries(stream, after=after, limit=limit)
-    if not page.entries and not run_exists(store, run_id) and not any(
-            store.journal.entries(s, limit=1).entries for s in (run_id, companion_stream(run_id))):
+    rows = stream_page(store, stream, -1 if after is None else after, limit + 1)
+    has_more = len(rows) > limit
+    entries, undecodable = _shown(rows[:limit])
+
+    def has_entries(s: str) -> bool:
+        return bool(stream_page(store, s, -1, 1))
+
+    if not entries and not run_exists(store, run_id) and not any(
+            has_entries(s) for s in (run_id, companion_stream(run_id))):
         # A mistyped id is not an empty stream (journal replay refuses it the same way).
         raise fail("journal show: no run and no journal entries with this run id")
-    entries = to_data(page.entries)
-    more = [f"more entries follow: --after {page.entries[-1].seq}"] if page.has_more and page.entries else []
-    if (out.is_table and not companion and after is None and not page.entries
-            and store.journal.entries(companion_stream(run_id), limit=1).entries):
+    last_seq = entries[-1]["seq"] if entries else None
+    more = [f"more entries follow: --after {last_seq}"] if has_more and type(last_seq) is int else []
+    if (out.is_table and not companion and after is None and not entries
+            and has_entries(companion_stream(run_id))):
         # A run a worker settled has its history as ownership facts, none on its own stream: an
         # empty table alone reads as "no history".
         import shlex
@@ -77,8 +89,46 @@ def journal_show(run_id: str, companion: bool, after: int | None, limit: int, ou
                     f"stream: fencepost journal show {shlex.quote(run_id)} --companion")
     from fencepost.journal.entries import Entry
 
-    out.rows(entries, ENTRY_COLUMNS, footer=more, document=to_data(page), fields=_fields(Entry),
-             title=f"{'companion stream of ' if companion else 'stream '}{run_id}: {len(entries)} entr(ies)")
+    fields = (*_fields(Entry), "undecodable")
+    if out.format == "csv":  # one header for every row: an entry's cells, or the marker's
+        entries = [{k: e.get(k) for k in fields} for e in entries]
+    out.rows(entries, ENTRY_COLUMNS, footer=more, document={"entries": entries, "has_more": has_more},
+             fields=fields, title=f"{'companion stream of ' if companion else 'stream '}{run_id}: "
+                                  f"{len(entries)} entr(ies)")
+    if undecodable:
+        if len(undecodable) == 1:
+            which = f"the entry at position {undecodable[0]} cannot be decoded"
+        else:
+            which = (f"{len(undecodable)} entries cannot be decoded, at positions "
+                     + ", ".join(str(p) for p in undecodable[:10]) + (", ..." if len(undecodable) > 10 else ""))
+        raise fail(f"journal show: decode_failed: {which} (shown in its place by seq and position only); "
+                   "the other entries are shown")
+
+
+def _shown(rows: list[Any]) -> tuple[list[dict[str, Any]], list[int]]:
+    """Each stored row as its entry's data, or, for an entry that cannot be decoded, its seq (None
+    when that is not an integer), its position and what cannot be decoded, never what it holds; and
+    the positions of those."""
+    from fencepost.errors import JournalError
+    from fencepost.journal.entries import entry_from_row
+    from fencepost.journal.verify import Undecodable
+
+    shown: list[dict[str, Any]] = []
+    bad: list[int] = []
+    for row in rows:
+        position = int(row.position)
+        if type(row) is Undecodable:
+            detail = "; ".join(d for _, d in row.problems)
+        else:
+            try:
+                shown.append(to_data(entry_from_row(row, "entries")))
+                continue
+            except JournalError as exc:
+                detail = exc.detail.removesuffix(f" (the entry at position {position})")
+        shown.append({"seq": row.seq if type(row.seq) is int else None, "position": position,
+                      "undecodable": detail})
+        bad.append(position)
+    return shown, bad
 
 
 def _short(payload: Any) -> str:

@@ -154,6 +154,19 @@ def _page(store: Store, conn: Connection, stmt: Any, as_bytes: Any, params: dict
     return [_checked(r) for r in rows]
 
 
+def stream_page(store: Store, stream: str, after: int, n: int) -> list[Any]:
+    """Up to ``n`` stored rows of one stream with ``seq`` above ``after``, in ``seq`` order, read
+    as ``stream_rows`` reads them: an entry holding text that is not UTF-8, or an integer column
+    holding something else, comes back as ``Undecodable``; the others as stored, for
+    ``entry_from_row`` to decode one at a time (``journal show``: one bad entry does not hide the rest)."""
+    params = {"stream": stream, "after": after, "n": n}
+    try:
+        return store.db.read(lambda conn: _page(store, conn, _STREAM_PAGE, _STREAM_BYTES_PAGE, params))
+    except DbFailure as exc:
+        raise carry_failure(JournalError(failure_code(exc, "read_failed", closed="journal_closed"), "entries",
+                                         failure_detail("journal read", exc)), exc) from None
+
+
 def stream_rows(store: Store, conn: Connection, stream: str) -> list[Any]:
     """Every stored row of one stream in append order (all of ``_PAGE``'s columns), read on
     ``conn``; an entry holding text that is not UTF-8, or an integer column holding something

@@ -34,8 +34,8 @@ from sqlalchemy import Table, select
 from sqlalchemy.engine import Connection
 
 from fencepost import _gauges
-from fencepost._dialects import file_identity
-from fencepost._durable import Database, DbFailure, map_failure, store_closed
+from fencepost._dialects import MISSING_OBJECT, file_identity
+from fencepost._durable import Database, DbFailure, carry_failure, map_failure, store_closed
 from fencepost._migrations import migrate, pending
 from fencepost._values import identifier_problem, is_safe_int, seconds_problem, stop_problem
 from fencepost.changefeed.types import StopSignal
@@ -1078,13 +1078,37 @@ class ProjectionBuilder(Generic[Shape]):
                 # Its first write: a target the builder may read but not write (a read-only file, a
                 # role without the rights) is named as ``fencepost.open`` names it.
                 raise self._target_failure(exc, method) from None
-            raise map_failure(exc, ProjectionError, method, "projection target") from None
+            raise self._own_table_gone(exc, method) or map_failure(
+                exc, ProjectionError, method, "projection target") from None
 
     def _read(self, fn: Callable[[Connection], T]) -> T:
         try:
             return self.target.read(fn)
         except DbFailure as exc:
-            raise map_failure(exc, ProjectionError, "read", "projection target") from None
+            raise self._own_table_gone(exc, "read") or map_failure(
+                exc, ProjectionError, "read", "projection target") from None
+
+    def _own_table_gone(self, exc: DbFailure, method: str) -> ProjectionError | None:
+        """The error for a statement that met a missing table when that table is the projection's
+        own (dropped while the builder used it), else ``None``.
+
+        The store's words for a missing table point at ``migrations status``, but migrations never
+        create a projection's tables: the builder does, and builds the projection again when it
+        finds one missing (``table_missing``), at its next call."""
+        if exc.reason != MISSING_OBJECT:
+            return None
+        names = [t.name for t in self._tables.all()]
+        try:
+            found = self.target.read(lambda conn: self.target.backend.existing_tables(conn, names))
+        except DbFailure:
+            return None
+        gone = [name for name in names if name not in found]
+        if not gone:
+            return None  # a table migrations create (the checkpoints ...): the store's words hold
+        detail = (f"projection target: table {gone[0]} of projection {self.name} is missing (dropped while the "
+                  "builder used it); the builder creates it and builds the projection again at its next "
+                  "catch-up or run (ProjectionBuilder.catch_up, fencepost projection run)")
+        return carry_failure(ProjectionError("persistence_failed", method, detail), exc)
 
     def _take_turn(self, share: Share, method: str, stop: StopSignal | None = None) -> bool:
         """Wait until no other pass (a ``catch_up``, a ``rebuild``, a pass of ``run``, in any thread)

@@ -58,6 +58,39 @@ SECURITY_HEADERS = [
 ]
 
 
+#: Seconds a client is told to wait (``Retry-After``) before it asks again while the database is
+#: out of reach; the 503 page reloads itself after as long.
+RETRY_AFTER_S = 5
+#: What a page says while the store's database is out of reach: no URL, host or path.
+UNREACHABLE = ("the store's database cannot be reached or read right now; this page reloads itself "
+               "and answers again once the database is back")
+#: Codes of a store error raised because its database did not answer a read (a server stopped or
+#: unreachable, a file moved away or replaced, tables gone). A stored value that cannot be decoded
+#: is no outage: ``decode_failed``, or one of these with that as its ``cause``.
+_READ_FAILURES = frozenset({"persistence_failed", "read_failed", "list_failed"})
+
+
+def database_down(exc: FencepostError) -> bool:
+    """Whether ``exc`` says the store's database is out of reach, not that a row or the store is bad.
+
+    True for a failed read of the database, for a store the console still waits to open (an
+    ``OpenError``) and for a store the console already knows does not answer; False for a stored
+    value that cannot be decoded (a listing's ``list_failed`` for one has ``decode_failed`` as its
+    cause) and for a store refused when it opened late.
+    """
+    from fencepost.errors import OpenError
+
+    if isinstance(exc, OpenError):
+        return True
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, dict) and cause.get("code") == "decode_failed":
+        return False
+    if isinstance(exc, PersistenceError) and exc.method == "console":
+        # The console's own reads, and a store it knows does not answer (by that store's error code).
+        return exc.code not in ("refused", "decode_failed")
+    return exc.code in _READ_FAILURES
+
+
 def is_loopback(host: str) -> bool:
     """True for ``localhost`` and loopback addresses (the console's default exposure)."""
     if host.lower() == "localhost":
@@ -290,6 +323,7 @@ def _templates() -> jinja2.Environment:
     )
     env.filters["exact_attr"] = exact_attr
     env.globals["run_href"] = run_href
+    env.globals["retry_after"] = RETRY_AFTER_S
     return env
 
 
@@ -483,16 +517,21 @@ def create_app(url: str | Mapping[str, str] | None = None, *, store: Any = None,
     async def health_json(request: Request) -> Response:
         # Over several stores a store that does not answer is its error code (and database) in
         # place of its health; a 500 only when none answers, as over one store.
+        # A 503 when the database is out of reach, as for the pages.
         if several:
             found, down = await run_in_threadpool(views.each_store, named, health_of, True, known_down())
             if not found:
                 log.warning("console: no store could answer a page (%s)", next(iter(down.values()))["error"])
-            return JSONResponse({"stores": {n: found[n] if n in found else down[n] for n in named}},
-                                status_code=200 if found else 500)
+                return JSONResponse({"stores": down}, status_code=503,
+                                    headers={"retry-after": str(RETRY_AFTER_S)})
+            return JSONResponse({"stores": {n: found[n] if n in found else down[n] for n in named}})
         try:
             data = await run_in_threadpool(health_of, "", store)
         except FencepostError as exc:
             log.warning("console: the store could not answer a page (%s)", exc.code)
+            if database_down(exc):
+                return JSONResponse(views.down_part(store, exc.code), status_code=503,
+                                    headers={"retry-after": str(RETRY_AFTER_S)})
             return JSONResponse(views.down_part(store, exc.code), status_code=500)
         return JSONResponse(data)
 
@@ -610,10 +649,16 @@ def create_app(url: str | Mapping[str, str] | None = None, *, store: Any = None,
         return error(request, 405, "read_only", "the console is read-only: only GET and HEAD are served")
 
     async def store_failure(request: Request, exc: Exception) -> Response:
-        # The store refused or failed (a database that went away, say): a page naming the code and
-        # one line on stderr, not a traceback per request. Anything else is a bug: ``failure``.
+        # The store refused or failed: a page naming the code and one line on stderr, not a
+        # traceback per request. Its database out of reach (a server stopped, a file gone) is a
+        # 503 that says so and reloads itself; a stored row it cannot read stays a 500. Anything
+        # else is a bug: ``failure``.
         code = exc.code if isinstance(exc, FencepostError) else "internal_error"
         log.warning("console: the store could not answer a page (%s)", code)
+        if isinstance(exc, FencepostError) and database_down(exc):
+            response = error(request, 503, code, UNREACHABLE)
+            response.headers["retry-after"] = str(RETRY_AFTER_S)
+            return response
         return error(request, 500, code, "the store could not answer this page")
 
     async def failure(request: Request, exc: Exception) -> Response:
