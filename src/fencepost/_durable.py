@@ -346,6 +346,14 @@ def parse_url(url: str) -> tuple[URL, dict[str, str]]:
     backend = parsed.get_backend_name()
     if backend not in ("sqlite", "postgresql"):
         raise ValueError("unsupported database URL scheme (use sqlite:/// or postgresql://)")
+    if backend == "sqlite" and (parsed.host or parsed.username or parsed.password or parsed.port is not None):
+        # ``sqlite://flows.db``: two slashes make the file name a host (and the URL an in-memory
+        # database); with a path after it, SQLAlchemy refuses it later in several lines.
+        raise ValueError("a SQLite URL has no host: the file comes after three slashes, "
+                         "sqlite:///relative/path.db or sqlite:////absolute/path.db")
+    if backend == "postgresql" and parsed.port is not None and not 1 <= parsed.port <= 65535:
+        # libpq refuses it at connect time as a connection failure, which waiters retry forever.
+        raise ValueError("port must be an integer in 1..65535 (the URL's host:port)")
     problem = text_problem(url) if backend == "postgresql" else None
     if problem:
         # libpq takes the connection string as UTF-8: encoding it fails in the driver with an error
