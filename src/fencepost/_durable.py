@@ -361,6 +361,7 @@ def parse_url(url: str) -> tuple[URL, dict[str, str]]:
         # may hold any bytes: Python opens it as given.)
         why = "holds bytes that are not UTF-8" if "surrogate" in problem else problem
         raise ValueError(f"a PostgreSQL URL must be UTF-8 text: it {why}")
+    _refuse_nul(parsed, backend)
     query = dict(parsed.query)
     # The URL parser drops an option given with no value (``?schema=``): it would silently mean the
     # default, so fencepost's own options are looked for in the raw query string too.
@@ -413,6 +414,23 @@ def parse_url(url: str) -> tuple[URL, dict[str, str]]:
         raise ValueError("a SQLite URL names the database file, not a directory: end it with the "
                          "file's name (sqlite:///dir/flows.db)")
     return parsed.set(query=query), options
+
+
+def _refuse_nul(parsed: URL, backend: str) -> None:
+    """Refuse a NUL (``%00`` once the URL is decoded) in any part of the URL, naming the part.
+
+    No file name can hold one (Python says only "embedded null byte"), and libpq ends its
+    connection string there, so the rest of it (the user, the database ...) would be silently lost.
+    """
+    parts = [("path" if backend == "sqlite" else "database", parsed.database), ("user", parsed.username),
+             ("password", parsed.password), ("host", parsed.host)]
+    for key, given in parsed.query.items():
+        parts.append((f"option {_option_name(key)}", key))
+        parts.extend((f"option {_option_name(key)}", value) for value in _values(given))
+    for part, value in parts:
+        if isinstance(value, str) and "\x00" in value:
+            raise ValueError(f"the URL's {part} holds a NUL character (%00), which no "
+                             f"{'file name' if backend == 'sqlite' else 'PostgreSQL connection'} can hold")
 
 
 # A URL starts with ``scheme://``; a value without it is most often a plain file path (``--db
