@@ -39,7 +39,7 @@ from fencepost._durable import Database, DbFailure, map_failure, store_closed
 from fencepost._migrations import migrate, pending
 from fencepost._values import identifier_problem, is_safe_int, seconds_problem, stop_problem
 from fencepost.changefeed.types import StopSignal
-from fencepost.errors import FencepostError, ProjectionError, SourceChanged
+from fencepost.errors import FencepostError, OpenError, ProjectionError, SourceChanged
 from fencepost.projections import _sources, _sql, checkpoints
 from fencepost.projections._feeds import Page
 from fencepost.projections._lock import BuilderLock
@@ -263,11 +263,16 @@ class ProjectionBuilder(Generic[Shape]):
         self.poll_interval = poll_interval
         self._lock_timeout = lock_timeout
         if isinstance(target, str):
+            refused: OpenError | None = None
             try:
                 target = Database(target)
             except ValueError as exc:  # URL parsing: the message names the rule, never the URL's values
                 raise ProjectionError("invalid_projection", "ProjectionBuilder",
                                       f"target is not a usable database URL: {exc}") from None
+            except OpenError as exc:  # a SQLite path that cannot be a file (a directory ...)
+                refused = exc
+            if refused is not None:  # named as every later failure of the target is (not kept as context)
+                raise ProjectionError(refused.code, "ProjectionBuilder", f"projection target: {refused.detail}")
             self._owns_target = True
         else:
             self._owns_target = False
