@@ -581,6 +581,7 @@ class ProjectionBuilder(Generic[Shape]):
         """
         items = self._offered(updates)
         share = self._select(source_name, "offer", one=True)[0]
+        _sources.refuse_closed(self._shares, "offer", share)
         # A snapshot of this source past its head cannot have come from its feed; applied, it would
         # hold that revision for the run and shadow every real change of it until a rebuild.
         # The head only grows (unless an older copy is restored), so one read before the write is enough.
@@ -889,6 +890,7 @@ class ProjectionBuilder(Generic[Shape]):
     # ------------------------------------------------------------------ plumbing
     def _acquire(self) -> None:
         self._refuse_closed("acquire")
+        _sources.refuse_closed(self._shares, "acquire")
         self._reach_target("acquire")
         self._lock.acquire(self._lock_timeout)
         self._prepare()
