@@ -139,6 +139,22 @@ def worth_waiting(exc: BaseException) -> bool:
     return isinstance(exc, (DbFailure, FencepostError)) and not store_closed(exc)
 
 
+def _target_database(url: str) -> Database:
+    """The target ``Database`` of a URL, or the ``ProjectionError`` saying why not, raised outside the
+    ``except`` so the refusal keeps no context: a URL's rule is named, never its values; a SQLite
+    path that cannot be a file (a directory ...) gets the code and text every later failure of the
+    target has."""
+    error: ProjectionError
+    try:
+        return Database(url)
+    except ValueError as exc:
+        error = ProjectionError("invalid_projection", "ProjectionBuilder",
+                                f"target is not a usable database URL: {exc}")
+    except OpenError as exc:
+        error = ProjectionError(exc.code, "ProjectionBuilder", f"projection target: {exc.detail}")
+    raise error
+
+
 class ProjectionBuilder(Generic[Shape]):
     """Keep ``projection`` on the database at ``target`` from the store ``source`` (or several stores).
 
@@ -263,16 +279,7 @@ class ProjectionBuilder(Generic[Shape]):
         self.poll_interval = poll_interval
         self._lock_timeout = lock_timeout
         if isinstance(target, str):
-            refused: OpenError | None = None
-            try:
-                target = Database(target)
-            except ValueError as exc:  # URL parsing: the message names the rule, never the URL's values
-                raise ProjectionError("invalid_projection", "ProjectionBuilder",
-                                      f"target is not a usable database URL: {exc}") from None
-            except OpenError as exc:  # a SQLite path that cannot be a file (a directory ...)
-                refused = exc
-            if refused is not None:  # named as every later failure of the target is (not kept as context)
-                raise ProjectionError(refused.code, "ProjectionBuilder", f"projection target: {refused.detail}")
+            target = _target_database(target)
             self._owns_target = True
         else:
             self._owns_target = False
