@@ -346,6 +346,14 @@ def parse_url(url: str) -> tuple[URL, dict[str, str]]:
     backend = parsed.get_backend_name()
     if backend not in ("sqlite", "postgresql"):
         raise ValueError("unsupported database URL scheme (use sqlite:/// or postgresql://)")
+    if backend == "sqlite" and (parsed.host or parsed.username or parsed.password or parsed.port is not None):
+        # ``sqlite://flows.db``: two slashes make the file name a host (and the URL an in-memory
+        # database); with a path after it, SQLAlchemy refuses it later in several lines.
+        raise ValueError("a SQLite URL has no host: the file comes after three slashes, "
+                         "sqlite:///relative/path.db or sqlite:////absolute/path.db")
+    if backend == "postgresql" and parsed.port is not None and not 1 <= parsed.port <= 65535:
+        # libpq refuses it at connect time as a connection failure, which waiters retry forever.
+        raise ValueError("port must be an integer in 1..65535 (the URL's host:port)")
     problem = text_problem(url) if backend == "postgresql" else None
     if problem:
         # libpq takes the connection string as UTF-8: encoding it fails in the driver with an error
@@ -353,6 +361,7 @@ def parse_url(url: str) -> tuple[URL, dict[str, str]]:
         # may hold any bytes: Python opens it as given.)
         why = "holds bytes that are not UTF-8" if "surrogate" in problem else problem
         raise ValueError(f"a PostgreSQL URL must be UTF-8 text: it {why}")
+    _refuse_nul(parsed, backend)
     query = dict(parsed.query)
     # The URL parser drops an option given with no value (``?schema=``): it would silently mean the
     # default, so fencepost's own options are looked for in the raw query string too.
@@ -405,6 +414,23 @@ def parse_url(url: str) -> tuple[URL, dict[str, str]]:
         raise ValueError("a SQLite URL names the database file, not a directory: end it with the "
                          "file's name (sqlite:///dir/flows.db)")
     return parsed.set(query=query), options
+
+
+def _refuse_nul(parsed: URL, backend: str) -> None:
+    """Refuse a NUL (``%00`` once the URL is decoded) in any part of the URL, naming the part.
+
+    No file name can hold one (Python says only "embedded null byte"), and libpq ends its
+    connection string there, so the rest of it (the user, the database ...) would be silently lost.
+    """
+    parts = [("path" if backend == "sqlite" else "database", parsed.database), ("user", parsed.username),
+             ("password", parsed.password), ("host", parsed.host)]
+    for key, given in parsed.query.items():
+        parts.append((f"option {_option_name(key)}", key))
+        parts.extend((f"option {_option_name(key)}", value) for value in _values(given))
+    for part, value in parts:
+        if isinstance(value, str) and "\x00" in value:
+            raise ValueError(f"the URL's {part} holds a NUL character (%00), which no "
+                             f"{'file name' if backend == 'sqlite' else 'PostgreSQL connection'} can hold")
 
 
 # A URL starts with ``scheme://``; a value without it is most often a plain file path (``--db

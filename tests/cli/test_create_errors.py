@@ -74,3 +74,19 @@ def test_a_duplicate_given_as_an_argument_is_refused_without_its_id(run_cli, one
     result = run_cli("--db", one_run, "runs", "create", SECRET)
     assert_one_line_error(result)
     assert "a run with this id already exists" in result.err and SECRET not in result.err, result
+
+
+@pytest.mark.parametrize("extra", [['{"done": 7}'], ['{"api_key": "k-123456"}', "--format", "json"], ["xq1", "xq2"]])
+def test_a_state_given_as_a_second_argument_points_to_state(one_run, extra):
+    """``runs create ID '{...}'``, the library's ``store.runs.create(id, state)`` typed on the command
+    line (as the README shows it), said only ``Got unexpected extra argument ({...})``: the state
+    echoed back, no word of ``--state``. Now a usage error naming ``--state``, the value not
+    repeated, and no run created. On both backends: nothing may be written before the refusal."""
+    env = {k: v for k, v in os.environ.items() if k != "FENCEPOST_DB"}
+    result = Result(subprocess.run([fencepost_exe(), "--db", one_run, "runs", "create", "new-1", *extra],
+                                   capture_output=True, text=True, env=env, timeout=60))
+    assert_one_line_error(result)
+    assert result.code == 2, result
+    assert "--state JSON" in result.err and "extra argument" in result.err, result
+    assert extra[0] not in result.err, result
+    assert _ids(one_run) == [SECRET]

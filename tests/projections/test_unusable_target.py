@@ -79,3 +79,24 @@ def test_the_target_is_probed_once_per_builder(store, target_url):
         assert len(calls) == 1
         assert builder.status().applied_revision > 0
 
+
+
+@pytest.mark.parametrize("kind", ["directory", "through-a-file"])
+def test_a_sqlite_target_path_that_cannot_be_a_file_is_a_projection_error_too(store, kind, tmp_path):
+    """A target path that is a directory, or whose directories run through a file, was refused by
+    the constructor with the ``OpenError`` of ``fencepost.open`` ("Store.open: ... it is a
+    directory"), which ``except ProjectionError`` missed; every other unusable target is a
+    ``ProjectionError``. Sources on both backends; the target is SQLite only, since only a file
+    path can be a directory."""
+    (tmp_path / "plain.txt").write_text("a file")
+    (tmp_path / "folder").mkdir()
+    url = f"sqlite:///{tmp_path / 'folder'}" if kind == "directory" else f"sqlite:///{tmp_path / 'plain.txt' / 'rm.db'}"
+    before = sorted(p.name for p in tmp_path.iterdir())
+    with pytest.raises(ProjectionError) as caught:
+        ProjectionBuilder(store, url, RunsByStatus())
+    err = caught.value
+    assert err.code == ("not_a_database" if kind == "directory" else "open_failed"), err
+    assert err.method == "ProjectionBuilder" and "projection target" in str(err) and "Store.open" not in str(err), err
+    assert err.__cause__ is None and err.__context__ is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    assert list((tmp_path / "folder").iterdir()) == []

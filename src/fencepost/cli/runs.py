@@ -505,7 +505,8 @@ def _on_stdin_lines(exc: Exception, line_numbers: list[int]) -> click.ClickExcep
     return fail(f"{text}; no run was created")
 
 
-@runs.command("create")
+# Extra arguments reach the command, which refuses them pointing to --state (see runs_create).
+@runs.command("create", context_settings={"allow_extra_args": True})
 @click.argument("run_id", type=RunIdType())
 @click.option("--state", "state_json", default="{}", show_default=True, type=JsonText(),
               help="The run's initial state, stored byte for byte.")
@@ -524,6 +525,12 @@ def runs_create(run_id: str, state_json: str, out: Output) -> None:
     Example: fencepost runs create order-17 --state '{"step": 0}'
     """
     ctx = click.get_current_context()
+    if ctx.args:
+        # ``runs create ID '{...}'``: the library's ``runs.create(id, state)`` typed here. click would
+        # say only "Got unexpected extra argument", quoting the state (which may hold a secret).
+        many = "s" if len(ctx.args) > 1 else ""
+        raise click.UsageError(f"unexpected extra argument{many} after RUN_ID (not repeated here): give the run's "
+                               "state as --state JSON, as in fencepost runs create order-17 --state '{\"step\": 0}'")
     obj = cli_context()
     if run_id == "-" and ctx.get_parameter_source("state_json") is click.core.ParameterSource.COMMANDLINE:
         raise click.UsageError("--state does not apply to runs create -: give each line's \"state\"")

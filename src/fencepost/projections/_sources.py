@@ -91,8 +91,21 @@ def checkpoint_name(projection: str, label: str) -> str:
     return f"{projection}@{label}"
 
 
-def _refuse(detail: str) -> ProjectionError:
-    return ProjectionError("invalid_sources", "ProjectionBuilder", f"sources: {detail}")
+def _refuse(detail: str, method: str = "ProjectionBuilder") -> ProjectionError:
+    return ProjectionError("invalid_sources", method, f"sources: {detail}")
+
+
+# A closed source store: refused before the target is touched (reading it would fail only after
+# the target and its lock file were made, with the store's own error).
+CLOSED = "the store is closed (open it again, or make the builder before closing it)"
+
+
+def refuse_closed(shares: list[Share], method: str, only: Share | None = None) -> None:
+    """Raise ``invalid_sources`` when a source's store (``only``'s, when given) was closed, naming
+    it by its position among ``shares``."""
+    for index, share in enumerate(shares):
+        if (only is None or share is only) and share.store.db.closed:
+            raise _refuse(CLOSED if share.label is None else f"source #{index}: {CLOSED}", method)
 
 
 def _database_key(store: Store) -> tuple[Any, ...]:
@@ -116,6 +129,8 @@ def resolve(sources: object) -> dict[str, Store] | None:
     from fencepost.shards import ShardSet
 
     if isinstance(sources, Store):
+        if sources.db.closed:
+            raise _refuse(CLOSED)
         return None
     if isinstance(sources, ShardSet):
         sources = dict(sources.items())
@@ -130,6 +145,8 @@ def resolve(sources: object) -> dict[str, Store] | None:
             raise _refuse(f"source #{index} name {_NAME_RULE}")
         if not isinstance(store, Store):
             raise _refuse(f"source #{index} must be a fencepost Store")
+        if store.db.closed:
+            raise _refuse(f"source #{index}: {CLOSED}")
         key = _database_key(store)
         if key in seen:
             raise _refuse(f"source #{index} is the database of source #{seen[key]} again")

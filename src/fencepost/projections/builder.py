@@ -39,7 +39,7 @@ from fencepost._durable import Database, DbFailure, carry_failure, map_failure, 
 from fencepost._migrations import migrate, pending
 from fencepost._values import identifier_problem, is_safe_int, seconds_problem, stop_problem
 from fencepost.changefeed.types import StopSignal
-from fencepost.errors import FencepostError, ProjectionError, SourceChanged
+from fencepost.errors import FencepostError, OpenError, ProjectionError, SourceChanged
 from fencepost.projections import _sources, _sql, checkpoints
 from fencepost.projections._feeds import Page
 from fencepost.projections._lock import BuilderLock
@@ -137,6 +137,22 @@ def worth_waiting(exc: BaseException) -> bool:
     if isinstance(exc, FencepostError) and exc.code != "persistence_failed":
         return False
     return isinstance(exc, (DbFailure, FencepostError)) and not store_closed(exc)
+
+
+def _target_database(url: str) -> Database:
+    """The target ``Database`` of a URL, or the ``ProjectionError`` saying why not, raised outside the
+    ``except`` so the refusal keeps no context: a URL's rule is named, never its values; a SQLite
+    path that cannot be a file (a directory ...) gets the code and text every later failure of the
+    target has."""
+    error: ProjectionError
+    try:
+        return Database(url)
+    except ValueError as exc:
+        error = ProjectionError("invalid_projection", "ProjectionBuilder",
+                                f"target is not a usable database URL: {exc}")
+    except OpenError as exc:
+        error = ProjectionError(exc.code, "ProjectionBuilder", f"projection target: {exc.detail}")
+    raise error
 
 
 class ProjectionBuilder(Generic[Shape]):
@@ -263,11 +279,7 @@ class ProjectionBuilder(Generic[Shape]):
         self.poll_interval = poll_interval
         self._lock_timeout = lock_timeout
         if isinstance(target, str):
-            try:
-                target = Database(target)
-            except ValueError as exc:  # URL parsing: the message names the rule, never the URL's values
-                raise ProjectionError("invalid_projection", "ProjectionBuilder",
-                                      f"target is not a usable database URL: {exc}") from None
+            target = _target_database(target)
             self._owns_target = True
         else:
             self._owns_target = False
@@ -576,6 +588,7 @@ class ProjectionBuilder(Generic[Shape]):
         """
         items = self._offered(updates)
         share = self._select(source_name, "offer", one=True)[0]
+        _sources.refuse_closed(self._shares, "offer", share)
         # A snapshot of this source past its head cannot have come from its feed; applied, it would
         # hold that revision for the run and shadow every real change of it until a rebuild.
         # The head only grows (unless an older copy is restored), so one read before the write is enough.
@@ -884,6 +897,7 @@ class ProjectionBuilder(Generic[Shape]):
     # ------------------------------------------------------------------ plumbing
     def _acquire(self) -> None:
         self._refuse_closed("acquire")
+        _sources.refuse_closed(self._shares, "acquire")
         self._reach_target("acquire")
         self._lock.acquire(self._lock_timeout)
         self._prepare()
