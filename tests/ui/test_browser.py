@@ -19,7 +19,8 @@ from .conftest import PENDING, TESTER, fact_owners, new_run, screenshot_dir, tak
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--disable-dev-shm-usage", "--window-size=1400,1100")
-WAIT_S = 5.0
+# A ceiling for polling, not a speed claim: a loaded 2-core machine needs more than a quiet one.
+WAIT_S = 15.0
 
 
 def _found(*candidates: str | None) -> str | None:
