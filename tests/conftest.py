@@ -114,11 +114,23 @@ def store_exists(url: str) -> bool:
 
 
 def drop_schema(base_url: str, schema: str) -> None:
+    """Drop a test's schema. A teardown's DROP ... CASCADE can lose a deadlock to another session
+    still ending (a test's background thread, a session the server has not reaped yet): the server
+    rolls the DROP back, and it is tried again, up to five times."""
+    from sqlalchemy.exc import OperationalError
+
     engine = create_engine(base_url, poolclass=NullPool)
     try:
-        with engine.connect() as conn:
-            conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-            conn.commit()
+        for attempt in range(5):
+            try:
+                with engine.connect() as conn:
+                    conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+                    conn.commit()
+                return
+            except OperationalError as exc:
+                if getattr(exc.orig, "sqlstate", None) != "40P01" or attempt == 4:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
     finally:
         engine.dispose()
 
