@@ -15,14 +15,14 @@ from importlib import resources
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from fencepost._durable import Database, open_detail
+from fencepost._durable import Database, DbFailure, open_detail
 from fencepost.errors import OpenError
 
 _NAME = re.compile(r"^(\d{4})_([a-z-]+)_([a-z0-9_]+)\.(sqlite|postgresql)\.sql$")
 BLOCKS = {"journal": 0, "run-store": 1000, "changefeed": 2000, "projections": 3000, "shards": 4000}
 ALL_NAMESPACES = tuple(BLOCKS)
 STORE_NAMESPACES = ("journal", "run-store", "changefeed", "shards")
-READS_AROUND = frozenset({4002, 4003})
+READS_AROUND = frozenset({4002, 4003, 4004})
 """Migrations a read-only open does without: the code that reads what they add checks the ledger
 first and reads the schema as it was before them. A store missing only these opens read-only (a
 store a previous version left); a writable open applies them."""
@@ -201,6 +201,8 @@ def migrate(db: Database, namespaces: tuple[str, ...] = STORE_NAMESPACES) -> lis
         except Exception:
             pass  # a schema that does not exist yet: fall through to the locked pass
 
+    running: list[Migration] = []  # the migration whose statements are running, if any
+
     def body(conn: Connection) -> list[int]:
         db.backend.prepare_schema(conn)
         conn.exec_driver_sql(_LEDGER[db.backend.name])
@@ -210,8 +212,10 @@ def migrate(db: Database, namespaces: tuple[str, ...] = STORE_NAMESPACES) -> lis
         for m in wanted:
             if m.id in ledger:
                 continue
+            running[:] = [m]
             for statement in db.backend.split_script(m.script):
                 conn.exec_driver_sql(statement)
+            running.clear()
             conn.execute(
                 text("INSERT INTO flows_migrations (migration_id, name) VALUES (:id, :name)"),
                 {"id": m.id, "name": m.recorded_name},
@@ -219,4 +223,14 @@ def migrate(db: Database, namespaces: tuple[str, ...] = STORE_NAMESPACES) -> lis
             done.append(m.id)
         return done
 
-    return db.write(body)
+    try:
+        return db.write(body)
+    except DbFailure as exc:
+        if exc.category != "constraint" or not running or exc.reason:
+            raise
+        # A row a migration's new bound refuses (one edited by hand): say which migration, not
+        # just that the store could not be opened. The pass is one transaction: nothing stays.
+        m = running[0]
+        raise DbFailure(exc.category, exc.code,
+                        f"a row breaks a constraint migration {m.id} ({m.recorded_name}) adds; no migration "
+                        "was applied") from None
