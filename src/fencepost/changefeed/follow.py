@@ -240,7 +240,11 @@ class _PostgresWaiter(_Waiter):
         db = feed._store.db
         super().__init__(db)
         self._schema = db.schema
-        self._conninfo = db.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        # The store's own connection parameters, as its engine turns its URL into them (the URL
+        # rendered again as text would write a space in a query value as ``+``, which libpq keeps:
+        # ``options=-c statement_timeout=0`` was refused by the server). Not SQLAlchemy's adapters.
+        self._params: dict[str, Any] = {
+            k: v for k, v in db.engine.dialect.create_connect_args(db.engine.url)[1].items() if k != "context"}
         self.application_name = f"fencepost-follow-{self._schema}"[:63]
         # The store's own wait for a new connection: the URL's connect_timeout, else fencepost's default.
         self._timeout: dict[str, Any] = (
@@ -254,8 +258,8 @@ class _PostgresWaiter(_Waiter):
     def _connect(self) -> Any:
         import psycopg
 
-        conn = psycopg.connect(self._conninfo, autocommit=True, application_name=self.application_name,
-                               **self._timeout)
+        conn = psycopg.connect(**{**self._params, "application_name": self.application_name, **self._timeout},
+                               autocommit=True)
         conn.execute(f"LISTEN {CHANNEL}")
         return conn
 
