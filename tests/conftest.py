@@ -226,28 +226,73 @@ def raw(store: fencepost.Store):
 
 def back_to_4001(url: str) -> None:
     """Make the store at ``url`` look as the version before migration 4002 left it: forget the ledger
-    rows of 4002 and 4003 and undo their effect (the ``founded_at_ms`` column of ``flows_shard_membership``)."""
+    rows of 4002, 4003 and 4004 and undo their effect (the ``founded_at_ms`` column of
+    ``flows_shard_membership``, and 4004's bounds)."""
     from fencepost._durable import Database
 
     db = Database(url)
     try:
+        _undo_4004(db, upto=4001)
         db.write(lambda conn: conn.exec_driver_sql("DELETE FROM flows_migrations WHERE migration_id IN (4002, 4003)"))
-        db.write(lambda conn: conn.exec_driver_sql("ALTER TABLE flows_shard_membership DROP COLUMN founded_at_ms"))
+        if db.backend.name == "postgresql":  # SQLite: the table is already made as 4001 made it
+            db.write(lambda conn: conn.exec_driver_sql("ALTER TABLE flows_shard_membership DROP COLUMN founded_at_ms"))
     finally:
         db.dispose()
 
 
 def back_to_4002_unmarked(url: str) -> None:
     """Make the store at ``url`` look as the version with migration 4002 (and without 4003) left a
-    store that no open of its whole set marked: forget 4003's ledger row, clear ``founded_at_ms``."""
+    store that no open of its whole set marked: forget 4003's and 4004's ledger rows, undo 4004's
+    bounds, clear ``founded_at_ms``."""
     from fencepost._durable import Database
 
     db = Database(url)
     try:
+        _undo_4004(db, upto=4002)
         db.write(lambda conn: conn.exec_driver_sql("DELETE FROM flows_migrations WHERE migration_id = 4003"))
         db.write(lambda conn: conn.exec_driver_sql("UPDATE flows_shard_membership SET founded_at_ms = NULL"))
     finally:
         db.dispose()
+
+
+def back_to_4003(url: str) -> None:
+    """Make the store at ``url`` look as the version before migration 4004 left it: forget 4004's
+    ledger row and undo its bounds on ``generation`` and ``joined_at_ms``."""
+    from fencepost._durable import Database
+
+    db = Database(url)
+    try:
+        _undo_4004(db, upto=4003)
+    finally:
+        db.dispose()
+
+
+def _undo_4004(db, *, upto: int) -> None:
+    """Undo migration 4004 and forget it. PostgreSQL: drop its constraint. SQLite: make the table
+    again with the statements of 4001 (and 4002's column, for ``upto`` 4002 or later), rows kept."""
+    from fencepost._migrations import applied, discover
+
+    if 4004 not in applied(db):
+        return
+    if db.backend.name == "postgresql":
+        db.write(lambda conn: conn.exec_driver_sql(
+            "ALTER TABLE flows_shard_membership DROP CONSTRAINT flows_shard_membership_safe_integers"))
+    else:
+        scripts = {m.id: m.script for m in discover("sqlite") if m.id in (4001, 4002) and m.id <= upto}
+        columns = "singleton, set_id, shard_name, members_json, generation, joined_at_ms" + (
+            ", founded_at_ms" if upto >= 4002 else "")
+
+        def body(conn) -> None:
+            conn.exec_driver_sql("ALTER TABLE flows_shard_membership RENAME TO flows_shard_membership_4004")
+            for mid in sorted(scripts):
+                for statement in db.backend.split_script(scripts[mid]):
+                    conn.exec_driver_sql(statement)
+            conn.exec_driver_sql(f"INSERT INTO flows_shard_membership ({columns}) "
+                                 f"SELECT {columns} FROM flows_shard_membership_4004")
+            conn.exec_driver_sql("DROP TABLE flows_shard_membership_4004")
+
+        db.write(body)
+    db.write(lambda conn: conn.exec_driver_sql("DELETE FROM flows_migrations WHERE migration_id = 4004"))
 
 
 def ledger_of(url: str) -> set[int]:

@@ -17,7 +17,7 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar, cast
 from urllib.parse import quote
@@ -446,11 +446,27 @@ def _refuse_search_path(query: dict[str, Any]) -> None:
     schema on every connection, so the store would silently land in another schema. Only a switch
     whose setting NAME is ``search_path`` is refused (``-c application_name=search-path-svc`` is not);
     see ``_pg_option_settings``. PostgreSQL only."""
-    value = query.get("options")
-    values = (value,) if isinstance(value, str) else tuple(value or ())
-    if any(name.isascii() and name.lower() == "search_path" for v in values for name in _pg_option_settings(v)):
+    if _options_set(query, "search_path"):
         raise ValueError("the options option sets search_path, which fencepost sets itself to the store's "
                          "schema: name the schema with ?schema=NAME instead")
+
+
+def _options_set(query: Mapping[str, Any], setting: str) -> bool:
+    """Whether the URL's libpq ``options`` set ``setting`` (a lower-case name; see ``_pg_option_settings``)."""
+    return any(name.isascii() and name.lower() == setting
+               for v in _values(query.get("options")) for name in _pg_option_settings(v))
+
+
+def pg_session_name(query: Mapping[str, Any], default: str) -> dict[str, str]:
+    """The connection keyword that names fencepost's PostgreSQL sessions ``default`` where the user
+    names them nowhere. Given as libpq's ``fallback_application_name``, so the URL's own
+    ``application_name`` and ``PGAPPNAME`` win over it, as libpq orders them; left out when the URL's
+    ``options`` sets ``application_name`` (any keyword naming the session, a fallback included,
+    would override that setting) or the URL gives its own fallback. fencepost looks none of its
+    sessions up by name: the name is for people reading ``pg_stat_activity`` and the server's logs."""
+    if "fallback_application_name" in query or _options_set(query, "application_name"):
+        return {}
+    return {"fallback_application_name": default}
 
 
 # The server's switches (its getopt string) that take an argument; of these, ``-c NAME=VALUE`` and
@@ -654,10 +670,10 @@ class Database:
                 parsed,
                 hide_parameters=True,  # statement parameters carry user data: never in SQLAlchemy's log
                 **pool_args,
-                # Defaults a URL's own ``connect_timeout`` / ``application_name`` overrides.
-                connect_args={k: v for k, v in (("connect_timeout", PG_CONNECT_TIMEOUT_S),
-                                                ("application_name", "fencepost"))
-                              if k not in parsed.query},
+                # Defaults a URL's own ``connect_timeout`` / application name overrides.
+                connect_args={
+                    **({} if "connect_timeout" in parsed.query else {"connect_timeout": PG_CONNECT_TIMEOUT_S}),
+                    **pg_session_name(parsed.query, "fencepost")},
             )
         watcher = getattr(_watchers, "built", None)
         if watcher is not None:

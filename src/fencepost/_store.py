@@ -111,7 +111,8 @@ def open(url: str | None = None, *, clock: Clock | None = None, attempt_policy: 
     ``url=None`` means ``$FENCEPOST_DB``, else ``sqlite:///.flows/flows.db``. Migrations run once,
     in one pass, under the writer lock, so several processes may open one fresh database at once.
     ``readonly=True`` never creates or migrates: a missing or unmigrated database is an error (a store
-    missing only migrations 4002 and 4003, the mark of a shard set's finished founding, opens as it is).
+    missing only migrations 4002, 4003 and 4004, the mark of a shard set's finished founding and the
+    bounds of a shard's membership record, opens as it is).
 
     Every failure is an ``OpenError`` whose ``code`` says why (``not_a_database``, ``corrupt``,
     ``cannot_connect``, ``database_missing``, ``auth_failed``, ``permission_denied``,

@@ -142,6 +142,25 @@ def test_follow_wakes_on_a_commit_from_another_process_without_polling(store, db
     assert woke_after < 10
 
 
+@pytest.mark.parametrize("backend", ["postgresql"])
+def test_a_url_option_holding_a_space_still_lets_the_follower_listen(db_url):
+    """The follower's LISTEN session was opened from the store's URL rendered again as text, which
+    writes a space in a query value as ``+``; libpq does not read ``+`` as a space, so
+    ``options=-c statement_timeout=0`` reached the server as ``-c+statement_timeout=0`` and every
+    LISTEN connection was refused, silently: the follower woke only at its poll interval. It now
+    connects with the store's own connection parameters. A commit of another connection wakes a
+    follower polling once a minute. (PostgreSQL only: SQLite followers watch the file.)"""
+    with fencepost.open(f"{db_url}&options=-c%20statement_timeout%3D0") as store, fencepost.open(db_url) as peer:
+        peer.db.write(lambda conn: insert_run(conn, "history"))
+        follower = Follower(store, poll_interval=60)
+        try:
+            assert follower.wait_for(lambda c: [x.run_id for x in c] == ["history"])  # the first page
+            peer.db.write(lambda conn: insert_run(conn, "woken"))
+            assert follower.wait_for(lambda c: [x.run_id for x in c] == ["history", "woken"], timeout=10)
+        finally:
+            assert follower.close()
+
+
 def test_commits_to_another_store_do_not_wake_the_follower(store, make_db_url, clock):
     """Another database beside ours (SQLite: another file in the same directory; PostgreSQL: another
     schema, same channel) takes commits: our follower issues no page query for them."""

@@ -422,22 +422,25 @@ def test_a_sqlite_path_that_is_a_directory_or_under_a_file_is_named_as_such(run_
     assert list(folder.iterdir()) == [] and plain.read_text() == "hello"
 
 
-def test_migrations_status_and_sql_of_a_store_left_at_4001_name_migrations_4002_and_4003(run_cli, db_url):
-    """A store an earlier version left (migrations up to 4001): ``status`` lists 4002 and 4003
-    pending and ``sql`` prints exactly them; applied by hand, the store is current."""
+def test_migrations_status_and_sql_of_a_store_left_at_4001_name_migrations_4002_to_4004(run_cli, db_url,
+                                                                                    make_db_url):
+    """A store an earlier version left (migrations up to 4001): ``status`` lists 4002, 4003 and 4004
+    pending and ``sql`` prints exactly them; applied by hand, the store is current, with the schema
+    ``init`` makes."""
     from tests.conftest import back_to_4001
 
     assert run_cli("--db", db_url, "init").code == 0
     back_to_4001(db_url)
     status = run_cli("--db", db_url, "migrations", "status", "--json")
     assert status.code == 0, status
-    assert [r["id"] for r in json.loads(status.out) if r["state"] == "pending"] == [4002, 4003]
-    assert "shards_founded" in status.out and "shards_mark_earlier_records" in status.out
+    assert [r["id"] for r in json.loads(status.out) if r["state"] == "pending"] == [4002, 4003, 4004]
+    assert all(name in status.out for name in ("shards_founded", "shards_mark_earlier_records",
+                                                "shards_safe_integers"))
     sql = run_cli("--db", db_url, "migrations", "sql")
     assert sql.code == 0, sql
     backend = db_url.split(':')[0].split('+')[0]
-    assert sql.out.startswith(f"-- fencepost migrations for {backend}: 4002, 4003\n"), sql.out
-    assert "founded_at_ms" in sql.out
+    assert sql.out.startswith(f"-- fencepost migrations for {backend}: 4002, 4003, 4004\n"), sql.out
+    assert "founded_at_ms" in sql.out and "\n-- 4004 shards_safe_integers\n" in sql.out
     db = Database(db_url)
     if db_url.startswith("sqlite"):
         import sqlite3
@@ -450,6 +453,9 @@ def test_migrations_status_and_sql_of_a_store_left_at_4001_name_migrations_4002_
     db.dispose()
     status = run_cli("--db", db_url, "migrations", "status", "--json")
     assert {r["state"] for r in json.loads(status.out)} == {"applied"}
+    by_init = make_db_url()
+    assert run_cli("--db", by_init, "init").code == 0
+    assert _schema_of(db_url) == _schema_of(by_init)
 
 
 # --------------------------------------------------------------------------- the printed script in a session

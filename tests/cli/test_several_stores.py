@@ -395,6 +395,34 @@ def test_journal_show_of_a_companion_stream_id_routes_as_before(run_cli, shard_u
     assert json.loads(routed.out) == json.loads(alone.out) and json.loads(alone.out)["entries"]
 
 
+def test_commands_given_a_companion_stream_id_on_a_set_answer_as_one_store(run_cli, shard_urls):
+    """The shard commands route a run id through the set's ``locate``, which takes a companion
+    stream's id (``journal show`` needs it); creating goes through the set's own create. A reserved
+    id (``flows.companion/...``) therefore meets the run store's own refusal on a set, as on one store
+    (same exit code and words): ``runs create`` is refused and creates nothing, and ``runs show``,
+    ``cancel`` and ``delete`` find no run with it. (The one store is no shard: a shard alone refuses
+    ``runs create`` for another reason.)"""
+    from fencepost.journal import companion_stream
+
+    urls, lone = shard_urls(2), shard_urls(1)
+    db = _db_args(urls)
+    assert run_cli(*db, "init").code == 0 and run_cli(*_db_args(lone), "init").code == 0
+    me = fencepost.OwnerId("host-a", 1, "nonce-1")
+    with fencepost.open_shards(urls) as shards:
+        shards.runs.create("audit-d", "{}")
+        shards.runs.claim_and_own("audit-d", fencepost.RunSnapshot("pending", None, None), me, shards.clock.now_ms())
+    for reserved in ("flows.companion/x", companion_stream("audit-d")):
+        for command in (["runs", "create", reserved], ["runs", "show", reserved], ["runs", "cancel", reserved],
+                        ["runs", "delete", reserved]):
+            routed, alone = run_cli(*db, *command), run_cli(*_db_args(lone), *command)
+            assert (routed.code, routed.err) == (alone.code, alone.err), (command, routed, alone)
+            assert_one_line_error(routed)
+        created = run_cli(*db, "runs", "create", reserved)
+        assert "reserved companion-stream prefix" in created.err, created
+    with fencepost.open_shards(urls) as shards:
+        assert [r.run_id for _, s in shards.items() for r in s.feed.list_runs().runs] == ["audit-d"]
+
+
 def _grown_set_with_runs_left_behind(run_cli, shard_urls, ids):
     """A set of two shards grown to three after ``ids`` were created, claimed and completed on the
     first two; returns the URLs and the ids the grown set would now place on the new shard."""

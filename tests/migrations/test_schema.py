@@ -140,10 +140,10 @@ def test_readonly_open_never_migrates_an_empty_postgres_schema() -> None:
 
 
 def test_an_interrupted_migration_pass_leaves_nothing_and_the_next_applies_it_all(db_url: str, monkeypatch) -> None:
-    """EM-01 (analogue for our migrations): a store one version behind (4002 and 4003 pending) with
+    """EM-01 (analogue for our migrations): a store versions behind (4002, 4003 and 4004 pending) with
     a root run and a child run; the upgrade is interrupted in the middle of 4003. Nothing of the pass
-    stays (4002's column is not there either: one transaction); the next pass applies 4002 and 4003
-    and a further one nothing; the runs, their lineage and their revisions (all > 0) are intact."""
+    stays (4002's column is not there either: one transaction); the next pass applies 4002, 4003 and
+    4004 and a further one nothing; the runs, their lineage and their revisions (all > 0) are intact."""
     with fencepost.open(db_url) as store:
         store.runs.create("root", "{}")
         store.runs.create("child", "{}", parent_run_id="root")
@@ -170,9 +170,9 @@ def test_an_interrupted_migration_pass_leaves_nothing_and_the_next_applies_it_al
         with pytest.raises(Exception, match="interrupted"):
             migrate(db)
         monkeypatch.undo()
-        assert {4002, 4003}.isdisjoint(ledger_of(db_url))
+        assert {4002, 4003, 4004}.isdisjoint(ledger_of(db_url))
         assert "founded_at_ms" not in _columns(db, "flows_shard_membership")
-        assert migrate(db) == [4002, 4003]
+        assert migrate(db) == [4002, 4003, 4004]
         assert migrate(db) == []
     finally:
         db.dispose()

@@ -23,7 +23,7 @@ def test_4002_adds_founded_at_ms_and_4003_marks_a_record_left_at_4001(db_url: st
         ms._record(store, MEMBER)
     back_to_4001(db_url)
     with fencepost.open(db_url) as store:
-        assert store.migrations_applied == (4002, 4003)
+        assert store.migrations_applied == (4002, 4003, 4004)
         assert ms.read(store) == MEMBER
         assert store.db.read(lambda conn: conn.exec_driver_sql(
             "SELECT founded_at_ms = joined_at_ms FROM flows_shard_membership").scalar())
@@ -35,7 +35,7 @@ def test_4003_marks_nothing_on_a_store_without_a_record(db_url: str) -> None:
     fencepost.open(db_url).close()
     back_to_4001(db_url)
     with fencepost.open(db_url) as store:
-        assert store.migrations_applied == (4002, 4003)
+        assert store.migrations_applied == (4002, 4003, 4004)
         assert ms.read(store) is None
         ms._record(store, MEMBER)
         assert ms.read_founded(store) is None

@@ -286,3 +286,44 @@ def test_store_for_refuses_a_reserved_run_id_as_the_run_store_does(shards) -> No
         assert err.value.cause == alone.value.cause  # type: ignore[attr-defined]
     assert {r for _, s in shards.items() for r in _ids(s)} == {"held"}
     assert shards.journal.entries(companion_stream("held")).entries  # found on the run's shard
+
+
+def test_place_refuses_a_reserved_run_id_as_store_for_does(shards) -> None:
+    """``place`` answers where a NEW run with this id would be created; an id in the journal's reserved
+    companion-stream namespace can be no run (``runs.create`` refuses it), yet ``place`` hashed it and
+    named a shard. It now refuses it as ``store_for`` does: ``invalid_run``, the run store's words and
+    cause, its own method name. Creating such a run through the set is still refused by the run
+    store itself (``create``), as on one store, and nothing is written."""
+    shards.runs.create("held", "{}")
+    assert shards.runs.claim_and_own("held", PENDING, A, shards.clock.now_ms()) == Activated()
+    with pytest.raises(fencepost.RunStoreError) as alone:
+        shards[shards.names[0]].runs.create("flows.companion/x", "{}")
+    for reserved in ("flows.companion/x", companion_stream("held")):
+        with pytest.raises(ShardError) as err:
+            shards.place(reserved)
+        assert (err.value.code, err.value.method, err.value.detail) == (
+            alone.value.code, "place", alone.value.detail), err.value
+        assert err.value.cause == alone.value.cause  # type: ignore[attr-defined]
+        with pytest.raises(fencepost.RunStoreError) as routed:
+            shards.runs.create(reserved, "{}")
+        assert (routed.value.code, routed.value.method, routed.value.detail) == (
+            alone.value.code, alone.value.method, alone.value.detail)
+    assert {r for _, s in shards.items() for r in _ids(s)} == {"held"}
+
+
+def test_locate_finds_the_shard_of_a_companion_stream(shard_urls) -> None:
+    """``locate`` keeps taking a companion stream's own id (``fencepost journal show`` routes such an id
+    with it): it answers the shard holding that stream, the run's shard, even where placement of the
+    companion id points at another shard, and in a process that never touched the run."""
+    from fencepost.shards.placement import place
+
+    urls = shard_urls(3)
+    with fencepost.open_shards(urls, clock=ManualClock(1_000)) as shards:
+        rid = next(f"c-{i}" for i in range(200) if place(f"c-{i}", shards.names) != place(
+            companion_stream(f"c-{i}"), shards.names))
+        shards.runs.create(rid, "{}")
+        assert shards.runs.claim_and_own(rid, PENDING, A, shards.clock.now_ms()) == Activated()
+        home = shards.locate(rid)
+    with fencepost.open_shards(urls, clock=ManualClock(1_000)) as fresh:  # nothing remembered yet
+        assert fresh.locate(companion_stream(rid)) == home
+        assert fresh[home].journal.entries(companion_stream(rid)).entries

@@ -31,7 +31,7 @@ _NAME = re.compile(r"^(\d{4})_([a-z-]+)_([a-z0-9_]+)\.(sqlite|postgresql)\.sql$"
 BLOCKS = {"journal": 0, "run-store": 1000, "changefeed": 2000, "projections": 3000, "shards": 4000}
 ALL_NAMESPACES = tuple(BLOCKS)
 STORE_NAMESPACES = ("journal", "run-store", "changefeed", "shards")
-READS_AROUND = frozenset({4002, 4003})
+READS_AROUND = frozenset({4002, 4003, 4004})
 """Migrations a read-only open does without: the code that reads what they add checks the ledger
 first and reads the schema as it was before them. A store missing only these opens read-only (a
 store a previous version left); a writable open applies them."""
@@ -230,7 +230,10 @@ def migrate(db: Database, namespaces: tuple[str, ...] = STORE_NAMESPACES) -> lis
         except Exception:
             pass  # a schema that does not exist yet: fall through to the locked pass
 
+    running: list[Migration] = []  # the migration whose statements are running, if any
+
     def body(conn: Connection) -> list[int]:
+        running.clear()  # a try before this one may have stopped in a migration
         db.backend.prepare_schema(conn)
         conn.exec_driver_sql(_LEDGER[db.backend.name])
         ledger = _applied(conn, db)
@@ -240,6 +243,7 @@ def migrate(db: Database, namespaces: tuple[str, ...] = STORE_NAMESPACES) -> lis
         for m in wanted:
             if m.id in ledger:
                 continue
+            running[:] = [m]
             for statement in db.backend.split_script(m.script):
                 try:
                     conn.exec_driver_sql(statement)
@@ -248,6 +252,7 @@ def migrate(db: Database, namespaces: tuple[str, ...] = STORE_NAMESPACES) -> lis
                         raise
                     blocked = _Blocked(statement, wait_s, db.backend.classify(exc)[1])
                     raise blocked from None  # the driver's text may quote the statement
+            running.clear()
             conn.execute(
                 text("INSERT INTO flows_migrations (migration_id, name) VALUES (:id, :name)"),
                 {"id": m.id, "name": m.recorded_name},
@@ -265,6 +270,13 @@ def migrate(db: Database, namespaces: tuple[str, ...] = STORE_NAMESPACES) -> lis
         except _Blocked as exc:
             blocked = exc
         except DbFailure as exc:
+            if exc.category == "constraint" and running and not exc.reason:
+                # A row a migration's new bound refuses (one edited by hand): say which migration,
+                # not just that the store could not be opened. The pass is one transaction: nothing stays.
+                m = running[0]
+                raise DbFailure(exc.category, exc.code,
+                                f"a row breaks a constraint migration {m.id} ({m.recorded_name}) adds; no "
+                                "migration was applied") from None
             if not (exc.transient and db.backend.migration_lock_waited(exc.code)):
                 raise
             # SQLite's write lock, past the busy timeout (which bounds the whole wait): the reason names it.

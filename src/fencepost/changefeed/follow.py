@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from fencepost import _gauges
 from fencepost._dialects import PG_CONNECT_TIMEOUT_S
 from fencepost._dialects import file_identity as _file_identity
-from fencepost._durable import store_closed
+from fencepost._durable import pg_session_name, store_closed
 from fencepost._values import seconds_problem, stop_problem
 from fencepost.changefeed.types import Change, ChangePage, Position, StopSignal
 from fencepost.errors import FencepostError, SourceChanged
@@ -240,8 +240,14 @@ class _PostgresWaiter(_Waiter):
         db = feed._store.db
         super().__init__(db)
         self._schema = db.schema
-        self._conninfo = db.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        # The store's own connection parameters, as its engine turns its URL into them (the URL
+        # rendered again as text would write a space in a query value as ``+``, which libpq keeps:
+        # ``options=-c statement_timeout=0`` was refused by the server). Not SQLAlchemy's adapters.
+        self._params: dict[str, Any] = {
+            k: v for k, v in db.engine.dialect.create_connect_args(db.engine.url)[1].items() if k != "context"}
+        # Named apart from the store's own sessions unless the user names them all (the URL, PGAPPNAME).
         self.application_name = f"fencepost-follow-{self._schema}"[:63]
+        self._name = pg_session_name(db.engine.url.query, self.application_name)
         # The store's own wait for a new connection: the URL's connect_timeout, else fencepost's default.
         self._timeout: dict[str, Any] = (
             {} if "connect_timeout" in db.engine.url.query else {"connect_timeout": PG_CONNECT_TIMEOUT_S})
@@ -254,8 +260,7 @@ class _PostgresWaiter(_Waiter):
     def _connect(self) -> Any:
         import psycopg
 
-        conn = psycopg.connect(self._conninfo, autocommit=True, application_name=self.application_name,
-                               **self._timeout)
+        conn = psycopg.connect(**{**self._params, **self._name, **self._timeout}, autocommit=True)
         conn.execute(f"LISTEN {CHANNEL}")
         return conn
 

@@ -113,15 +113,19 @@ class ShardSet:
     def place(self, run_id: str) -> str:
         """The shard a NEW run with this id is created on (rendezvous hashing over the names).
 
-        A ``run_id`` that is no valid run id raises ``ShardError('invalid_run')``.
+        ``ShardError('invalid_run')`` for a value that is no valid run id, and for an id in the
+        journal's reserved companion-stream namespace (``flows.companion/``), which no run can have:
+        refused with the words ``runs.create`` refuses it with, as ``store_for`` refuses it.
         """
-        return place(_checks.run_id(run_id, "place"), self.names)
+        return place(_checks.run_id_not_reserved(run_id, "place"), self.names)
 
     def locate(self, run_id: str) -> str:
         """The shard holding ``run_id`` (its run row, journal stream or companion stream), else the one it
         would be placed on.
 
-        A ``run_id`` that is no valid run id raises ``ShardError('invalid_run')``.
+        A ``run_id`` that is no valid run id raises ``ShardError('invalid_run')``. A companion stream's
+        own id (``flows.companion/...``) is taken: it answers the shard holding that stream (how
+        ``fencepost journal show`` finds it), where ``place`` and ``store_for`` refuse it.
         """
         return self._route(_checks.run_id(run_id, "locate"))
 
@@ -329,7 +333,9 @@ class ShardedRuns(_Routed):
         anchor = lineage_id if lineage_id is not None else parent_run_id
         name = s._find(run_id)  # an id that exists anywhere is refused by the store that holds it
         if name is None:
-            name = s._route(anchor) if anchor is not None and not identifier_problem(anchor) else s.place(run_id)
+            # ``place`` of the hashing itself: a reserved id is refused below by the store's own create.
+            name = s._route(anchor) if anchor is not None and not identifier_problem(anchor) else place(
+                run_id, s.names)
         store = s[name]
 
         def body(conn: Connection) -> None:
