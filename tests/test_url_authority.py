@@ -137,3 +137,70 @@ def test_the_cli_refuses_an_out_of_range_port_at_once_instead_of_waiting(command
     finally:
         drop_schema(require_postgres(), schema)
 
+
+
+def _pg_with_host_option(*hosts: str) -> tuple[str, str]:
+    """The test server's URL with its host and port moved into ``?host=`` options (SQLAlchemy's
+    multihost forms: ``host=h:p`` once, or ``host=h1:p1&host=h2:p2``)."""
+    base = require_postgres().split("?")[0].replace("postgres@", f"postgres:{SECRET}@", 1)
+    scheme, _, rest = base.partition("://")
+    auth, _, path = rest.partition("/")
+    credentials = auth.rpartition("@")[0]
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    given = "&".join(f"host={h}" for h in hosts)
+    return f"{scheme}://{credentials}@/{path}?{given}&schema={schema}", schema
+
+
+def _server_host_port() -> tuple[str, int]:
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(require_postgres())
+    return str(parsed.host or "127.0.0.1"), int(parsed.port or 5432)
+
+
+@pytest.mark.parametrize("readonly", [False, True])
+@pytest.mark.parametrize("ports", [("99999",), ("0",), ("65536",), (None, "99999"), ("abc", None)])
+def test_a_port_in_the_host_option_is_checked_as_the_urls_own(ports: tuple[str | None, ...], readonly: bool) -> None:
+    """PostgreSQL only (a SQLite URL takes no host). The walkthrough's fix refused a port out of range
+    in ``@host:port`` and in ``?port=``, but not in SQLAlchemy's other spelling, ``?host=h:port``: that
+    was still a transient ``cannot_connect`` ("no server accepts connections there") that the worker
+    and the console wait on forever (``:0`` silently meant the default port), and a port that is no
+    number among several hosts escaped as SQLAlchemy's ``ArgumentError`` quoting the ports. Now each
+    is the same ``ValueError`` by name, before anything connects. ``None``: the test server's port."""
+    host, good = _server_host_port()
+    url, schema = _pg_with_host_option(*(f"{host}:{good if p is None else p}" for p in ports))
+    try:
+        with pytest.raises(ValueError) as info:
+            fencepost.open(url, readonly=readonly)
+        text = f"{info.value!s} {info.value.__cause__!r} {info.value.__context__!r}"
+        assert str(info.value).startswith("port must be an integer in 1..65535"), text
+        assert "host=" in str(info.value), text  # names where the port was given
+        bad = next(p for p in ports if p is not None)
+        assert SECRET not in text and bad not in str(info.value).replace("1..65535", ""), text
+        assert not store_exists(url)
+    finally:
+        drop_schema(require_postgres(), schema)
+
+
+@pytest.mark.parametrize("several", [False, True])
+def test_a_port_in_range_in_the_host_option_still_opens(several: bool) -> None:
+    host, good = _server_host_port()
+    url, schema = _pg_with_host_option(*[f"{host}:{good}"] * (2 if several else 1))
+    try:
+        with fencepost.open(url) as store:
+            store.db.write(lambda conn: None)
+    finally:
+        drop_schema(require_postgres(), schema)
+
+
+def test_the_cli_refuses_a_host_options_port_out_of_range_as_a_usage_error(tmp_path: Path) -> None:
+    host, _ = _server_host_port()
+    url, schema = _pg_with_host_option(f"{host}:99999")
+    try:
+        proc = subprocess.run([fencepost_exe(), "--db", url, "runs", "list"], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=30, env=_env())
+        assert proc.returncode == 2, (proc.returncode, proc.stderr)
+        assert proc.stderr.startswith("Error: --db: port must be an integer in 1..65535"), proc.stderr
+        assert SECRET not in proc.stderr and "Traceback" not in proc.stderr
+    finally:
+        drop_schema(require_postgres(), schema)

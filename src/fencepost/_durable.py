@@ -553,6 +553,27 @@ def _check_libpq_numbers(query: dict[str, Any]) -> None:
         if not all(ascii_digits(p, 5) and 1 <= int(p) <= 65535 for p in value.split(",")):
             raise ValueError("port must be an integer in 1..65535 (with several hosts, one per host, "
                              "separated by commas)")
+    for port in _ports_in_hosts(query):
+        # SQLAlchemy's other spelling, ``host=h:p`` (once, or once per host): libpq would be handed a
+        # port no server has, a transient ``cannot_connect`` that the worker and console wait on.
+        if port and not (ascii_digits(port, 5) and 1 <= int(port) <= 65535):
+            raise ValueError("port must be an integer in 1..65535 (the URL's host=HOST:PORT option)")
+
+
+# The one ``host`` option SQLAlchemy reads as ``host:port`` (a name or an IPv4 address, digits after it).
+_HOST_AND_PORT = re.compile(r"^[a-zA-Z0-9\-.]*:(\d*)$")
+
+
+def _ports_in_hosts(query: dict[str, Any]) -> list[str]:
+    """The ports the PostgreSQL dialect takes from ``host`` options, as it splits them: from every
+    ``host=h:p`` given more than once; from a single ``host=h:p`` given without ``port``."""
+    hosts = _values(query.get("host"))
+    if len(hosts) > 1:
+        return [parts[1] for parts in (h.split(":") for h in hosts) if len(parts) == 2]
+    if len(hosts) == 1 and "port" not in query:
+        found = _HOST_AND_PORT.match(hosts[0])
+        return [found.group(1)] if found else []
+    return []
 
 
 def _values(value: str | tuple[str, ...] | None) -> tuple[str, ...]:

@@ -62,8 +62,8 @@ def main(source_url: str, target_url: str, projection: str, pause: str | None, c
             print(f"pending {_ids(m.id for m in todo)}", flush=True)
         return todo
 
-    def migrate(db, namespaces=_migrations.STORE_NAMESPACES):
-        done = real_migrate(db, namespaces)
+    def migrate(db, namespaces=_migrations.STORE_NAMESPACES, **how):
+        done = real_migrate(db, namespaces, **how)
         if namespaces == ("projections",):
             print(f"migrated {_ids(done)}", flush=True)
         return done

@@ -297,8 +297,11 @@ def test_a_projection_builder_whose_target_migration_is_blocked_says_so_and_goes
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A projection target as a version before migration 3005 left it, and a session holding a lock
     3005 needs (PostgreSQL: a reader of ``projection_checkpoints`` idle in transaction; SQLite: a
-    writer): the builder's first call fails with the same ``migration_blocked`` within the bound,
-    the target's ledger keeps 3005 pending, and the SAME builder applies it once the session ended."""
+    writer): the builder's first call fails with ``migration_blocked`` within the bound, the
+    target's ledger keeps 3005 pending, and the SAME builder applies it once the session ended.
+    As for every other target that cannot be used, that is a ``ProjectionError`` (``except
+    ProjectionError`` catches it) naming the projection target, not ``fencepost.open``'s
+    ``OpenError`` naming ``Store.open`` (the builder raised that before)."""
     from fencepost.projections import ProjectionBuilder, RunsByStatus
     from tests.conftest import ledger_of
 
@@ -315,10 +318,15 @@ def test_a_projection_builder_whose_target_migration_is_blocked_says_so_and_goes
     blockers.append(blocker)
     with ProjectionBuilder(store, target, RunsByStatus()) as builder:
         started = time.monotonic()
-        with pytest.raises(fencepost.OpenError) as err:
+        with pytest.raises(fencepost.ProjectionError) as err:
             builder.catch_up()
         assert time.monotonic() - started < GIVES_UP_WITHIN_S
         assert err.value.code == "migration_blocked" and err.value.transient is True, str(err.value)
+        assert getattr(err.value, "db_code", None) == ("SQLITE_BUSY" if backend == "sqlite" else "55P03")
+        assert str(err.value).startswith("migration_blocked: Projection.prepare: projection target: "), \
+            str(err.value)
+        assert "Store.open" not in str(err.value) and "fencepost init" not in str(err.value), str(err.value)
+        assert_value_free(err.value)
         if backend == "postgresql":
             assert "projection_checkpoints" in str(err.value) and f"pid {blocker.pid}" in str(err.value)
         assert 3005 not in ledger_of(target)

@@ -203,6 +203,10 @@ def pending(db: Database, namespaces: tuple[str, ...] = STORE_NAMESPACES) -> lis
     return [m for m in wanted if m.id not in ledger]
 
 
+# How a store's user runs a blocked migration again (``migrate``'s ``again``).
+_AGAIN = "`fencepost init`, or open the store again"
+
+
 class _Blocked(Exception):
     """A migration statement gave up waiting for a lock (raised inside the pass's transaction,
     which rolls back: not a driver error, so the write is not retried as a transient one)."""
@@ -214,11 +218,12 @@ class _Blocked(Exception):
         self.code = code
 
 
-def migrate(db: Database, namespaces: tuple[str, ...] = STORE_NAMESPACES) -> list[int]:
+def migrate(db: Database, namespaces: tuple[str, ...] = STORE_NAMESPACES, *, again: str = _AGAIN) -> list[int]:
     """Apply every missing migration of ``namespaces`` in one write transaction; return their ids.
 
     A lock another session holds past the wait (see the module docstring) fails the pass with
-    ``OpenError`` ``migration_blocked`` (transient); nothing of it is applied."""
+    ``OpenError`` ``migration_blocked`` (transient); nothing of it is applied. ``again`` says how
+    the caller's user runs the migration again (a projection target is not a store: no ``init``)."""
     wanted = discover(db.backend.migration_suffix, namespaces)
     # A SQLite file that does not exist yet has nothing applied; anything else may be current already.
     if db.path is None or db.path.exists():
@@ -281,15 +286,16 @@ def migrate(db: Database, namespaces: tuple[str, ...] = STORE_NAMESPACES) -> lis
                 raise
             # SQLite's write lock, past the busy timeout (which bounds the whole wait): the reason names it.
             raise _blocked_error(db, exc.code, f"{exc.reason or 'another connection held a lock past the wait'}; "
-                                 f"{_WHAT_TO_DO}") from None
+                                 f"{_what_to_do(again)}") from None
         if attempt < attempts:
             # Readers queued behind the expired request get through before the next try.
             time.sleep(min(blocked.wait_s, 1.0) * (0.5 + random.random() / 2))
-    raise _blocked_error(db, blocked.code, _blocked_note(db, blocked, attempts, time.monotonic() - started))
+    raise _blocked_error(db, blocked.code, _blocked_note(db, blocked, attempts, time.monotonic() - started, again))
 
 
-_WHAT_TO_DO = ("end the blocking session's transaction (COMMIT or ROLLBACK), then run the migration again "
-               "(`fencepost init`, or open the store again); nothing was changed")
+def _what_to_do(again: str, ending: str = "(COMMIT or ROLLBACK)") -> str:
+    return (f"end the blocking session's transaction {ending}, then run the migration again ({again}); "
+            "nothing was changed")
 
 
 def _blocked_error(db: Database, code: str | None, note: str) -> OpenError:
@@ -298,7 +304,7 @@ def _blocked_error(db: Database, code: str | None, note: str) -> OpenError:
     return err
 
 
-def _blocked_note(db: Database, blocked: _Blocked, attempts: int, elapsed_s: float) -> str:
+def _blocked_note(db: Database, blocked: _Blocked, attempts: int, elapsed_s: float, again: str) -> str:
     """What held the pass up: the table and the sessions holding a lock on it, when they can still
     be seen (pids and states only), and what to do."""
     words = set(_WORD.findall(blocked.statement.lower()))
@@ -316,8 +322,8 @@ def _blocked_note(db: Database, blocked: _Blocked, attempts: int, elapsed_s: flo
         sessions = ", ".join(f"pid {pid}" + (f" ({state})" if state else "") for pid, state in seen.items())
         note += f"; held by the session{'s' if len(seen) > 1 else ''} {sessions}"
         ending = f"(COMMIT or ROLLBACK, or pg_terminate_backend({holders[0][1]}))"
-        return note + "; " + _WHAT_TO_DO.replace("(COMMIT or ROLLBACK)", ending)
-    return note + f"; another session held it: {_WHAT_TO_DO}"
+        return note + "; " + _what_to_do(again, ending)
+    return note + f"; another session held it: {_what_to_do(again)}"
 
 
 _WORD = re.compile(r"[a-z_][a-z0-9_]*")

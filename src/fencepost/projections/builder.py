@@ -936,10 +936,18 @@ class ProjectionBuilder(Generic[Shape]):
             return
         if not self._prepared:
             self._reach_target("prepare")
+            blocked: OpenError | None = None
             try:
-                migrate(self.target, ("projections",))
+                migrate(self.target, ("projections",), again="the builder's next call applies it")
             except DbFailure as exc:
                 raise self._target_failure(exc, "prepare") from None
+            except OpenError as exc:  # ``migration_blocked``: named like every other unusable target
+                blocked = exc
+            if blocked is not None:
+                err = ProjectionError(blocked.code, "prepare", f"projection target: {blocked.detail}")
+                err.db_code = blocked.db_code  # type: ignore[attr-defined]
+                err.transient = getattr(blocked, "transient", True)  # type: ignore[attr-defined]
+                raise err
 
         def body(conn: Connection) -> None:
             self._claim_tables(conn)
