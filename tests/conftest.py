@@ -15,7 +15,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -301,6 +301,30 @@ def run_in_background(fn: Callable[[], object]) -> tuple[threading.Thread, list[
     thread = threading.Thread(target=body, daemon=True)
     thread.start()
     return thread, failed
+
+
+def race_threads(calls: Sequence[Callable[[], object]], *,
+                 catch: type[BaseException] | tuple[type[BaseException], ...] = BaseException) -> list:
+    """Run each of ``calls`` on its own thread, all released together at one barrier: what each call
+    returned, or the ``catch`` error it raised, in the order of ``calls``. Fails when a thread is still
+    running 60 s after the release."""
+    barrier = threading.Barrier(len(calls))
+    out: list = [None] * len(calls)
+
+    def body(i: int) -> None:
+        barrier.wait(30)
+        try:
+            out[i] = calls[i]()
+        except catch as exc:  # asserted by the caller
+            out[i] = exc
+
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads)
+    return out
 
 
 class SilentServer:
