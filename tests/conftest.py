@@ -7,6 +7,7 @@ runs; otherwise its tests are skipped with a reason, except under ``FENCEPOST_RE
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
 import signal
 import socket
@@ -325,6 +326,29 @@ def race_threads(calls: Sequence[Callable[[], object]], *,
         t.join(60)
     assert not any(t.is_alive() for t in threads)
     return out
+
+
+def race_processes(target: Callable[..., object], args_of: Callable[[int], tuple], n: int, *,
+                   start_method: str = "spawn", timeout: float = 120) -> tuple[list, list[int | None]]:
+    """Start ``n`` processes ``target(*args_of(i), barrier, out)`` that share one barrier of ``n``
+    and one queue, and wait for them: the ``n`` values they put on ``out`` (in arrival order, each
+    awaited at most ``timeout`` seconds) and their exit codes. A process still running after 60 s
+    more is killed. ``start_method="fork"`` only where the parent holds no open store."""
+    ctx = mp.get_context(start_method)
+    barrier = ctx.Barrier(n)
+    out = ctx.Queue()
+    procs = [ctx.Process(target=target, args=(*args_of(i), barrier, out)) for i in range(n)]
+    try:
+        for p in procs:
+            p.start()
+        results = [out.get(timeout=timeout) for _ in procs]
+        for p in procs:
+            p.join(60)
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+    return results, [p.exitcode for p in procs]
 
 
 class SilentServer:

@@ -6,11 +6,11 @@ a run, and the companion-stream facts agree with the rows.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 from collections import Counter
 
 import fencepost
 from fencepost.clock import ManualClock
+from tests.conftest import race_processes
 
 from . import _race_workers as w
 from .conftest import facts
@@ -21,16 +21,9 @@ ROUNDS = 5
 
 
 def _race(db_url, target, ids):
-    ctx = mp.get_context("fork")  # the parent holds no open store while children run
-    barrier = ctx.Barrier(PROCS)
-    out = ctx.Queue()
-    procs = [ctx.Process(target=target, args=(db_url, i, ids, ROUNDS, barrier, out)) for i in range(PROCS)]
-    for p in procs:
-        p.start()
-    results = [out.get(timeout=120) for _ in procs]
-    for p in procs:
-        p.join(timeout=60)
-        assert p.exitcode == 0
+    # fork: the parent holds no open store while children run
+    results, exit_codes = race_processes(target, lambda i: (db_url, i, ids, ROUNDS), PROCS, start_method="fork")
+    assert exit_codes == [0] * PROCS
     return results
 
 
