@@ -305,10 +305,11 @@ def run_in_background(fn: Callable[[], object]) -> tuple[threading.Thread, list[
 
 
 def race_threads(calls: Sequence[Callable[[], object]], *,
-                 catch: type[BaseException] | tuple[type[BaseException], ...] = BaseException) -> list:
+                 catch: type[BaseException] | tuple[type[BaseException], ...] = BaseException,
+                 join_s: float = 60) -> list:
     """Run each of ``calls`` on its own thread, all released together at one barrier: what each call
     returned, or the ``catch`` error it raised, in the order of ``calls``. Fails when a thread is still
-    running 60 s after the release."""
+    running ``join_s`` seconds after the release."""
     barrier = threading.Barrier(len(calls))
     out: list = [None] * len(calls)
 
@@ -323,7 +324,7 @@ def race_threads(calls: Sequence[Callable[[], object]], *,
     for t in threads:
         t.start()
     for t in threads:
-        t.join(60)
+        t.join(join_s)
     assert not any(t.is_alive() for t in threads)
     return out
 
