@@ -7,6 +7,7 @@ runs; otherwise its tests are skipped with a reason, except under ``FENCEPOST_RE
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
 import signal
 import socket
@@ -15,7 +16,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -358,6 +359,54 @@ def run_in_background(fn: Callable[[], object]) -> tuple[threading.Thread, list[
     thread = threading.Thread(target=body, daemon=True)
     thread.start()
     return thread, failed
+
+
+def race_threads(calls: Sequence[Callable[[], object]], *,
+                 catch: type[BaseException] | tuple[type[BaseException], ...] = BaseException,
+                 join_s: float = 60) -> list:
+    """Run each of ``calls`` on its own thread, all released together at one barrier: what each call
+    returned, or the ``catch`` error it raised, in the order of ``calls``. Fails when a thread is still
+    running ``join_s`` seconds after the release."""
+    barrier = threading.Barrier(len(calls))
+    out: list = [None] * len(calls)
+
+    def body(i: int) -> None:
+        barrier.wait(30)
+        try:
+            out[i] = calls[i]()
+        except catch as exc:  # asserted by the caller
+            out[i] = exc
+
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(join_s)
+    assert not any(t.is_alive() for t in threads)
+    return out
+
+
+def race_processes(target: Callable[..., object], args_of: Callable[[int], tuple], n: int, *,
+                   start_method: str = "spawn", timeout: float = 120) -> tuple[list, list[int | None]]:
+    """Start ``n`` processes ``target(*args_of(i), barrier, out)`` that share one barrier of ``n``
+    and one queue, and wait for them: the ``n`` values they put on ``out`` (in arrival order, each
+    awaited at most ``timeout`` seconds) and their exit codes. A process still running after 60 s
+    more is killed. ``start_method="fork"`` only where the parent holds no open store."""
+    ctx = mp.get_context(start_method)
+    barrier = ctx.Barrier(n)
+    out = ctx.Queue()
+    procs = [ctx.Process(target=target, args=(*args_of(i), barrier, out)) for i in range(n)]
+    try:
+        for p in procs:
+            p.start()
+        results = [out.get(timeout=timeout) for _ in procs]
+        for p in procs:
+            p.join(60)
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+    return results, [p.exitcode for p in procs]
 
 
 class SilentServer:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import sqlite3
 import threading
 import time
@@ -15,7 +14,7 @@ from sqlalchemy.exc import OperationalError
 import fencepost
 from fencepost._durable import DbFailure
 from tests import _rmw_workers
-from tests.conftest import require_postgres
+from tests.conftest import race_processes, require_postgres
 
 SETUP = "CREATE TABLE IF NOT EXISTS witness (n INTEGER NOT NULL)"
 
@@ -287,15 +286,8 @@ def test_processes_racing_read_modify_writes_run_each_body_once(store: fencepost
     store.db.write(lambda c: c.exec_driver_sql("CREATE TABLE counter (n INTEGER NOT NULL)"))
     store.db.write(lambda c: c.exec_driver_sql("INSERT INTO counter (n) VALUES (0)"))
     rounds, workers = 25, 4
-    ctx = multiprocessing.get_context("spawn")
-    barrier, out = ctx.Barrier(workers), ctx.Queue()
-    procs = [ctx.Process(target=_rmw_workers.bump_worker, args=(db_url, rounds, barrier, out)) for _ in range(workers)]
-    for p in procs:
-        p.start()
-    calls = [out.get(timeout=120) for _ in procs]
-    for p in procs:
-        p.join(60)
-        assert p.exitcode == 0
+    calls, exit_codes = race_processes(_rmw_workers.bump_worker, lambda _: (db_url, rounds), workers)
+    assert exit_codes == [0] * workers
     assert store.db.read(lambda c: c.exec_driver_sql("SELECT n FROM counter").scalar()) == rounds * workers
     assert calls == [rounds] * workers
 

@@ -11,6 +11,7 @@ import asyncio
 import threading
 import time
 from collections import Counter
+from functools import partial
 
 import pytest
 from sqlalchemy import event, text
@@ -20,6 +21,7 @@ from fencepost import Activated, LivenessEvidence, OwnerId
 from fencepost._durable import DbFailure
 from fencepost.clock import ManualClock
 from fencepost.journal.verify import verify
+from tests.conftest import race_threads
 from tests.runstore.conftest import facts
 from tests.runstore.test_race import _replay
 
@@ -34,21 +36,9 @@ def _owner(i: int) -> OwnerId:
 
 
 def _threads(n: int, target, *args) -> list[BaseException]:
-    errors: list[BaseException] = []
-
-    def run(i: int) -> None:
-        try:
-            target(i, *args)
-        except BaseException as exc:  # reported to the test
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not any(t.is_alive() for t in threads)
-    return errors
+    """``target(i, *args)`` on ``n`` threads at once; the errors they raised."""
+    got = race_threads([partial(target, i, *args) for i in range(n)], join_s=120)
+    return [r for r in got if isinstance(r, BaseException)]
 
 
 @pytest.mark.parametrize("store", ["group", "single"], indirect=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import pty
 import shutil
 import signal
 import subprocess
@@ -38,6 +39,28 @@ class Result:
 
     def __repr__(self) -> str:
         return f"Result(code={self.code}, out={self.out[-2000:]!r}, err={self.err[-2000:]!r})"
+
+
+def on_a_terminal(*args: str, columns: str = "250") -> str:
+    """What ``fencepost *args`` prints on a real terminal (a pty) ``columns`` wide; it must exit 0."""
+    leader, follower = pty.openpty()
+    env = {**os.environ, "COLUMNS": columns, "LINES": "50"}
+    env.pop("FENCEPOST_DB", None)
+    proc = subprocess.Popen([fencepost_exe(), *args], stdin=follower, stdout=follower, stderr=subprocess.PIPE,
+                            env=env)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            data = os.read(leader, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(leader)
+    assert proc.wait(timeout=60) == 0, proc.stderr.read()
+    return b"".join(chunks).decode()
 
 
 @pytest.fixture

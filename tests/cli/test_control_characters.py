@@ -10,15 +10,12 @@ sentences of ``runs retry`` now show them escaped (``\\x1b``); json, jsonl and c
 from __future__ import annotations
 
 import json
-import os
-import pty
-import subprocess
 
 import pytest
 
 import fencepost
 from fencepost.clock import ManualClock
-from tests.cli.conftest import fencepost_exe
+from tests.cli.conftest import on_a_terminal
 
 EVIL_ID = "evil\x1b]0;PWNED\x07\x1b[31mred\x9b2J"
 EVIL_FLOW = "\x1b[2Jflow"
@@ -31,27 +28,6 @@ def hostile(db_url):
     with fencepost.open(db_url, clock=ManualClock(1_000_000)) as store:
         store.runs.create(EVIL_ID, json.dumps({"flowName": EVIL_FLOW}))
     return db_url
-
-
-def _on_a_terminal(*args: str, columns: str = "250") -> str:
-    leader, follower = pty.openpty()
-    env = {**os.environ, "COLUMNS": columns, "LINES": "50"}
-    env.pop("FENCEPOST_DB", None)
-    proc = subprocess.Popen([fencepost_exe(), *args], stdin=follower, stdout=follower, stderr=subprocess.PIPE,
-                            env=env)
-    os.close(follower)
-    chunks = []
-    while True:
-        try:
-            data = os.read(leader, 65536)
-        except OSError:
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(leader)
-    assert proc.wait(timeout=60) == 0, proc.stderr.read()
-    return b"".join(chunks).decode()
 
 
 def _clean(text: str) -> None:
@@ -73,7 +49,7 @@ def test_a_table_through_a_pipe_shows_control_characters_escaped(run_cli, hostil
 @pytest.mark.parametrize("columns", ["60", "250"], ids=["narrow", "wide"])
 @pytest.mark.parametrize("args", COMMANDS, ids=lambda a: " ".join(a[:2]))
 def test_a_table_on_a_terminal_shows_control_characters_escaped(hostile, args, columns):
-    text = _on_a_terminal("--db", hostile, *args, columns=columns)
+    text = on_a_terminal("--db", hostile, *args, columns=columns)
     _clean(text)
     assert SHOWN_ID in text, text
 

@@ -20,7 +20,7 @@ import pytest
 
 import fencepost
 from fencepost.clock import ManualClock
-from tests.cli.test_control_characters import _on_a_terminal
+from tests.cli.conftest import on_a_terminal
 
 # Each command runs through fencepost.cli.main in this interpreter (see run_cli in conftest.py).
 pytestmark = pytest.mark.cli_in_process
@@ -70,7 +70,7 @@ def test_feed_tail_and_runs_show_escape_the_same_way(run_cli, lookalikes, run_id
 
 
 def test_a_table_on_a_terminal_shows_every_id_distinctly(lookalikes):
-    text = _on_a_terminal("--db", lookalikes, "runs", "list")
+    text = on_a_terminal("--db", lookalikes, "runs", "list")
     for ch in RAW[:-1]:  # not ESC: the terminal's own styles use it
         assert ch not in text, (f"U+{ord(ch):04X}", text)
     for shown in SHOWN.values():

@@ -19,7 +19,7 @@ import pytest
 import fencepost
 from fencepost.clock import ManualClock
 from fencepost.journal.owner import OwnerId
-from tests.cli.conftest import assert_one_line_error, fencepost_exe
+from tests.cli.conftest import assert_one_line_error, fencepost_exe, on_a_terminal
 
 A = OwnerId("host-a", 101, "owner-a")
 LONG = "order-" + "x" * 70  # longer than any narrow terminal column: folding would break it
@@ -178,27 +178,7 @@ def test_a_table_written_to_a_pipe_never_folds_a_run_id(operated, tmp_path):
 @pytest.mark.parametrize("columns", ["60", "200"], ids=["narrow", "wide"])
 def test_a_table_on_a_terminal_keeps_run_ids_whole(operated, columns):
     """On a real terminal (a pty): a drawn table when the ids fit, else plain lines, never a cut id."""
-    import os
-    import pty
-
-    leader, follower = pty.openpty()
-    env = {**os.environ, "COLUMNS": columns, "LINES": "50"}
-    env.pop("FENCEPOST_DB", None)
-    proc = subprocess.Popen([fencepost_exe(), "--db", operated, "runs", "list"], stdin=follower,
-                            stdout=follower, stderr=subprocess.PIPE, env=env)
-    os.close(follower)
-    chunks = []
-    while True:
-        try:
-            data = os.read(leader, 65536)
-        except OSError:
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(leader)
-    assert proc.wait(timeout=60) == 0
-    text = b"".join(chunks).decode()
+    text = on_a_terminal("--db", operated, "runs", "list", columns=columns)
     assert f"{LONG}-1" in text, text
     assert ("┃" in text) == (columns == "200"), text
 
@@ -302,31 +282,6 @@ def test_runs_list_csv_with_no_match_still_prints_its_header(run_cli, operated):
     assert labelled.out.splitlines() == [f"store,{header}"], labelled
 
 
-def _on_a_terminal(args: list[str], columns: str) -> str:
-    """What ``fencepost *args`` prints on a real terminal (a pty) ``columns`` wide."""
-    import os
-    import pty
-
-    leader, follower = pty.openpty()
-    env = {**os.environ, "COLUMNS": columns, "LINES": "50"}
-    env.pop("FENCEPOST_DB", None)
-    proc = subprocess.Popen([fencepost_exe(), *args], stdin=follower, stdout=follower, stderr=subprocess.PIPE,
-                            env=env)
-    os.close(follower)
-    chunks = []
-    while True:
-        try:
-            data = os.read(leader, 65536)
-        except OSError:
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(leader)
-    assert proc.wait(timeout=60) == 0, proc.stderr.read()
-    return b"".join(chunks).decode()
-
-
 def test_a_long_flow_name_is_cut_on_a_terminal_and_whole_elsewhere(run_cli, db_url):
     """A 300-character flow name folded into some 38 rows of an 8-wide column, the run's row
     spread over a screen. On a terminal a list table keeps one row per run: free text is cut with
@@ -336,7 +291,7 @@ def test_a_long_flow_name_is_cut_on_a_terminal_and_whole_elsewhere(run_cli, db_u
     with fencepost.open(db_url) as store:
         store.runs.create(run_id, json.dumps({"flowName": flow}))
         store.runs.create("r-short", json.dumps({"flowName": "billing"}))
-    text = _on_a_terminal(["--db", db_url, "runs", "list"], "120")
+    text = on_a_terminal("--db", db_url, "runs", "list", columns="120")
     lines = text.splitlines()
     assert "┃" in text, text  # a drawn table
     rows = [line for line in lines if run_id in line]
@@ -351,5 +306,5 @@ def test_a_long_flow_name_is_cut_on_a_terminal_and_whole_elsewhere(run_cli, db_u
     as_json = json.loads(run_cli("--db", db_url, "runs", "list", "--json").out)
     assert next(r for r in as_json["runs"] if r["run_id"] == run_id)["state"] == {"flowName": flow}
     # One object (runs show) is not a list: its value column folds, nothing is cut with an ellipsis.
-    shown = _on_a_terminal(["--db", db_url, "runs", "show", run_id], "100")
+    shown = on_a_terminal("--db", db_url, "runs", "show", run_id, columns="100")
     assert shown.count("x") >= 150 and "…" not in shown, shown

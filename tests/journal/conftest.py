@@ -45,6 +45,21 @@ def rows(store: fencepost.Store, run_id: str | None = None) -> list[tuple]:
     return store.db.read(lambda conn: [tuple(r) for r in conn.execute(text(sql), params)])
 
 
+def writer_process(url: str, index: int, rounds: int, step, barrier, out) -> None:
+    """A writer process of a race (module-level, so a spawned child can run it): open the store at
+    ``url``, pass ``barrier`` with the others, call ``step(journal, index, k)`` for ``k`` in
+    ``range(rounds)``; put ``("ok", index)`` on ``out``, or ``("error", what)`` if anything raised."""
+    try:
+        with fencepost.open(url) as store:
+            j = store.journal
+            barrier.wait(60)
+            for k in range(rounds):
+                step(j, index, k)
+        out.put(("ok", index))
+    except BaseException as exc:  # report to the parent instead of dying silently
+        out.put(("error", f"{type(exc).__name__}: {exc}"[:300]))
+
+
 @pytest.fixture
 def journal(store: fencepost.Store):
     return store.journal

@@ -6,11 +6,12 @@ JN-15, JN-39..41). Every test runs on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
-import threading
+from functools import partial
 from typing import Any
 
 import fencepost
 from fencepost.journal import Accepted, Duplicate
+from tests.conftest import race_threads
 from tests.journal.conftest import A, hold, rows
 
 WRITERS = 6
@@ -19,27 +20,11 @@ WRITERS = 6
 def _race(db_url: str, calls: list) -> list[Any]:
     """Run ``calls[i](store_i)`` on WRITERS threads released together; each call's receipt or error."""
     stores = [fencepost.open(db_url) for _ in calls]
-    barrier = threading.Barrier(len(calls))
-    out: list[Any] = [None] * len(calls)
-
-    def body(i: int) -> None:
-        barrier.wait(30)
-        try:
-            out[i] = calls[i](stores[i])
-        except fencepost.JournalError as exc:
-            out[i] = exc
-
-    threads = [threading.Thread(target=body, args=(i,)) for i in range(len(calls))]
     try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
+        return race_threads([partial(calls[i], stores[i]) for i in range(len(calls))], catch=fencepost.JournalError)
     finally:
         for s in stores:
             s.close()
-    assert not any(t.is_alive() for t in threads)
-    return out
 
 
 def test_the_same_identity_raced_on_both_channels_commits_once(store: fencepost.Store, db_url: str) -> None:

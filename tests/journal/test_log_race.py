@@ -9,32 +9,24 @@ and a shared run while a thread here pages ``log()`` with a small page size.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import threading
 
 import pytest
 
 import fencepost
 from fencepost.journal import NewEntry
-from tests.journal.conftest import rows
+from tests.conftest import race_processes
+from tests.journal.conftest import rows, writer_process
 
 PROCESSES = 3
 ROUNDS = 30
 
 
-def _writer(url: str, index: int, barrier, out) -> None:
-    try:
-        with fencepost.open(url) as store:
-            j = store.journal
-            barrier.wait(60)
-            for k in range(ROUNDS):
-                j.append_unfenced(f"own-{index}", "tick", {"k": k}, source_id="self")
-                if k % 3 == 0:
-                    j.append_many_unfenced("shared", [NewEntry("batch", {"p": index, "k": k, "b": b})
-                                                      for b in range(3)], source_id=f"p{index}")
-        out.put(("ok", index))
-    except BaseException as exc:  # report to the parent instead of dying silently
-        out.put(("error", f"{type(exc).__name__}: {exc}"[:300]))
+def _step(j, index: int, k: int) -> None:
+    j.append_unfenced(f"own-{index}", "tick", {"k": k}, source_id="self")
+    if k % 3 == 0:
+        j.append_many_unfenced("shared", [NewEntry("batch", {"p": index, "k": k, "b": b})
+                                          for b in range(3)], source_id=f"p{index}")
 
 
 @pytest.mark.slow
@@ -62,23 +54,12 @@ def test_log_paged_while_processes_append_skips_no_position(store: fencepost.Sto
         except BaseException as exc:  # reported by the main thread
             errors.append(exc)
 
-    ctx = mp.get_context("spawn")
-    barrier = ctx.Barrier(PROCESSES)
-    out = ctx.Queue()
-    procs = [ctx.Process(target=_writer, args=(db_url, i, barrier, out)) for i in range(PROCESSES)]
     thread = threading.Thread(target=reader)
     thread.start()
     try:
-        for p in procs:
-            p.start()
-        results = [out.get(timeout=240) for _ in procs]
-        for p in procs:
-            p.join(60)
+        results, _ = race_processes(writer_process, lambda i: (db_url, i, ROUNDS, _step), PROCESSES, timeout=240)
     finally:
         done.set()
-        for p in procs:
-            if p.is_alive():
-                p.kill()
         thread.join(60)
     assert not thread.is_alive()
     assert not errors, errors

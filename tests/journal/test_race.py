@@ -2,49 +2,33 @@
 
 from __future__ import annotations
 
-import multiprocessing as mp
 from collections import defaultdict
 
 import pytest
 
 import fencepost
 from fencepost.journal import NewEntry, verify
-from tests.journal.conftest import A, hold, rows
+from tests.conftest import race_processes
+from tests.journal.conftest import A, hold, rows, writer_process
 
 PROCESSES = 4
 ROUNDS = 25
 
 
-def _writer(url: str, index: int, barrier, out) -> None:
-    try:
-        with fencepost.open(url) as store:
-            j = store.journal
-            barrier.wait(60)
-            for k in range(ROUNDS):
-                j.append_unfenced("shared", "tick", {"p": index, "k": k}, source_id=f"p{index}")
-                j.append_unfenced(f"own-{index}", "tick", {"k": k}, source_id="self")
-                j.append("fenced", "tick", {"p": index, "k": k}, owner=A, source_id=f"p{index}")
-                if k % 5 == 0:
-                    batch = [NewEntry("batch", {"p": index, "k": k, "b": b}) for b in range(3)]
-                    j.append_many_unfenced("shared", batch, source_id=f"p{index}")
-        out.put(("ok", index))
-    except BaseException as exc:  # report to the parent instead of dying silently
-        out.put(("error", f"{type(exc).__name__}: {exc}"[:300]))
+def _step(j, index: int, k: int) -> None:
+    j.append_unfenced("shared", "tick", {"p": index, "k": k}, source_id=f"p{index}")
+    j.append_unfenced(f"own-{index}", "tick", {"k": k}, source_id="self")
+    j.append("fenced", "tick", {"p": index, "k": k}, owner=A, source_id=f"p{index}")
+    if k % 5 == 0:
+        batch = [NewEntry("batch", {"p": index, "k": k, "b": b}) for b in range(3)]
+        j.append_many_unfenced("shared", batch, source_id=f"p{index}")
 
 
 @pytest.mark.slow
 def test_concurrent_processes_keep_seq_and_position_gapless_and_the_chain_valid(store: fencepost.Store,
                                                                                db_url: str) -> None:
     hold(store, "fenced", A)
-    ctx = mp.get_context("spawn")
-    barrier = ctx.Barrier(PROCESSES)
-    out = ctx.Queue()
-    procs = [ctx.Process(target=_writer, args=(db_url, i, barrier, out)) for i in range(PROCESSES)]
-    for p in procs:
-        p.start()
-    results = [out.get(timeout=240) for _ in procs]
-    for p in procs:
-        p.join(60)
+    results, _ = race_processes(writer_process, lambda i: (db_url, i, ROUNDS, _step), PROCESSES, timeout=240)
     assert sorted(results) == [("ok", i) for i in range(PROCESSES)]
 
     stored = rows(store)

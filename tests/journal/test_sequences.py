@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-import threading
+from functools import partial
 
 import pytest
 from sqlalchemy import text
@@ -20,6 +20,7 @@ from fencepost.journal import (
     is_companion_run_id,
 )
 from fencepost.journal._append import event_id_for
+from tests.conftest import race_threads
 from tests.journal.conftest import rows
 
 # ----------------------------------------------------------------------------- companion streams (B5)
@@ -96,22 +97,9 @@ def test_producer_floor_at_max_safe_without_explicit_source_seq_is_refused(store
 @pytest.mark.parametrize("store", ["group", "single"], indirect=True)
 def test_fifty_concurrent_producers_on_one_run_get_seqs_zero_to_49(store: fencepost.Store) -> None:
     """JN-13: 50 threads released at one barrier append to one run: seqs are exactly 0..49."""
-    barrier = threading.Barrier(50)
-    errors: list[BaseException] = []
-
-    def produce(i: int) -> None:
-        barrier.wait(30)
-        try:
-            store.journal.append_unfenced("run", "t", {"i": i}, source_id=f"p{i}")
-        except BaseException as exc:  # reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=produce, args=(i,)) for i in range(50)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert errors == []
+    got = race_threads([partial(store.journal.append_unfenced, "run", "t", {"i": i}, source_id=f"p{i}")
+                        for i in range(50)])
+    assert [r for r in got if isinstance(r, BaseException)] == []
     assert sorted(r[1] for r in rows(store, "run")) == list(range(50))
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import uuid
 
 import pytest
@@ -12,7 +11,7 @@ import fencepost
 from fencepost import _schema
 from fencepost._durable import Database
 from fencepost._migrations import STORE_NAMESPACES, discover, migrate
-from tests.conftest import back_to_4001, drop_schema, ledger_of, require_postgres
+from tests.conftest import back_to_4001, drop_schema, ledger_of, race_processes, require_postgres
 
 
 def _columns(db: Database, table: str) -> dict[str, bool]:
@@ -74,15 +73,7 @@ def _open_and_count(url: str, barrier, out) -> None:
 
 def test_four_processes_opening_one_fresh_database_migrate_it_once(db_url: str) -> None:
     """Opening a fresh file/schema from 4 processes at once applies each migration exactly once."""
-    ctx = mp.get_context("spawn")
-    barrier = ctx.Barrier(4)
-    out = ctx.Queue()
-    procs = [ctx.Process(target=_open_and_count, args=(db_url, barrier, out)) for _ in range(4)]
-    for p in procs:
-        p.start()
-    results = [out.get(timeout=120) for _ in procs]
-    for p in procs:
-        p.join(timeout=60)
+    results, _ = race_processes(_open_and_count, lambda _: (db_url,), 4)
     assert all(r[0] == "ok" for r in results), results
     n_migrations = len(discover("sqlite" if db_url.startswith("sqlite") else "postgresql", STORE_NAMESPACES))
     assert {r[1] for r in results} == {n_migrations}

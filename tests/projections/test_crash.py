@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import random
 import select
 import signal
 import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 from sqlalchemy import text
@@ -21,47 +18,20 @@ from fencepost._migrations import migrate
 from fencepost.projections import ProjectionBuilder, RunsByStatus
 from tests.projections import _runs
 from tests.projections._counting import CountingRunsByStatus, log_metadata
+from tests.projections.conftest import spawn_child, why
 
-ROOT = Path(__file__).resolve().parents[2]
 KILLS = 20
-
-
-_spawned: list[subprocess.Popen[str]] = []
+pytestmark = pytest.mark.usefixtures("no_child_outlives_its_test")
 
 
 def _spawn(source_url: str, target_url: str) -> subprocess.Popen[str]:
-    # ROOT for the tests package; the PYTHONPATH given to pytest (if any) still decides which fencepost runs.
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.projections._crash_child", source_url, target_url, "7"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    _spawned.append(proc)
-    return proc
-
-
-@pytest.fixture(autouse=True)
-def _no_child_outlives_its_test():
-    yield
-    while _spawned:
-        proc = _spawned.pop()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-
-
-def _why(proc: subprocess.Popen[str]) -> str:
-    """The exit status and last stderr lines of a child that stopped on its own."""
-    if proc.poll() is None:
-        return "still running"
-    assert proc.stderr is not None
-    return f"exit {proc.returncode}: {proc.stderr.read()[-2000:]}"
+    return spawn_child("tests.projections._crash_child", source_url, target_url, "7")
 
 
 def _wait_ready(proc: subprocess.Popen[str]) -> None:
     assert proc.stdout is not None
     line = proc.stdout.readline()
-    assert line.strip() == "ready", f"builder child did not start ({_why(proc)})"
+    assert line.strip() == "ready", f"builder child did not start ({why(proc)})"
 
 
 def _applications(target: Database) -> int:
@@ -142,8 +112,8 @@ def test_builder_killed_at_random_points_applies_each_change_exactly_once(db_url
                     # The successor must still be waiting on the builder lock: two builders with
                     # one name on one target never apply at the same time.
                     early = select.select([successor.stdout], [], [], 0)[0]
-                    assert early == [], f"successor reported before the kill ({_why(successor)})"
-                assert proc.poll() is None, f"builder child stopped on its own ({_why(proc)})"
+                    assert early == [], f"successor reported before the kill ({why(successor)})"
+                assert proc.poll() is None, f"builder child stopped on its own ({why(proc)})"
                 proc.send_signal(signal.SIGKILL)
                 proc.wait()
                 proc.stderr.close()

@@ -3,13 +3,10 @@ is SIGKILLed repeatedly while writers mutate all three and one of them rotates i
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 from sqlalchemy import text
@@ -27,46 +24,22 @@ from tests.projections._several import (
     seed,
     store_rows,
 )
+from tests.projections.conftest import spawn_child, why
 
-ROOT = Path(__file__).resolve().parents[2]
 KILLS = 5
 ROTATE_AT = 2  # the kill before which ``edge-2`` rotates its source
-_spawned: list[subprocess.Popen[str]] = []
+pytestmark = pytest.mark.usefixtures("no_child_outlives_its_test")
 
 
 def _spawn(target_url: str, urls: dict[str, str]) -> subprocess.Popen[str]:
-    # ROOT for the tests package; the PYTHONPATH given to pytest (if any) still decides which fencepost runs.
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.projections._several_crash_child", target_url, "7",
-         *(f"{name}={url}" for name, url in urls.items())],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    _spawned.append(proc)
-    return proc
-
-
-@pytest.fixture(autouse=True)
-def _no_child_outlives_its_test():
-    yield
-    while _spawned:
-        proc = _spawned.pop()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-
-
-def _why(proc: subprocess.Popen[str]) -> str:
-    if proc.poll() is None:
-        return "still running"
-    assert proc.stderr is not None
-    return f"exit {proc.returncode}: {proc.stderr.read()[-2000:]}"
+    return spawn_child("tests.projections._several_crash_child", target_url, "7",
+                       *(f"{name}={url}" for name, url in urls.items()))
 
 
 def _wait_for(proc: subprocess.Popen[str], word: str) -> None:
     assert proc.stdout is not None
     line = proc.stdout.readline()
-    assert line.strip() == word, f"builder child did not report {word} ({_why(proc)})"
+    assert line.strip() == word, f"builder child did not report {word} ({why(proc)})"
 
 
 def _count(target: Database, where: str = "") -> int:
@@ -124,7 +97,7 @@ def test_builder_of_several_sources_killed_repeatedly_applies_each_change_once_p
                         time.sleep(0.01)
                 else:
                     time.sleep(rng.uniform(0.0, 0.4))
-                assert proc.poll() is None, f"builder child stopped on its own ({_why(proc)})"
+                assert proc.poll() is None, f"builder child stopped on its own ({why(proc)})"
                 proc.send_signal(signal.SIGKILL)
                 proc.wait()
                 proc.stderr.close()

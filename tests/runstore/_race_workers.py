@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from typing import Any
 
 import fencepost
@@ -16,23 +17,35 @@ def owner_of(idx: int) -> OwnerId:
     return OwnerId(f"host-{idx % 2}", 1000 + idx, f"worker-{idx}")
 
 
+def race_rounds(clock: ManualClock, idx: int, run_ids: list[str], rounds: int, barrier: Any) -> Iterator[tuple]:
+    """Each round: set ``clock`` to the round's start, pass ``barrier`` with the others, yield
+    ``(round, now, run ids)``, the ids in this worker's own shuffled order."""
+    rng = random.Random(idx)
+    for rnd in range(rounds):
+        now = rnd * ROUND_MS
+        clock.set(now)
+        barrier.wait()
+        order = list(run_ids)
+        rng.shuffle(order)
+        yield rnd, now, order
+
+
+def take_over(runs: Any, rid: str, me: OwnerId, now: int) -> bool:
+    """``claim_and_own`` of ``rid`` as it stands (evidence of a stale lease if it has an owner): won?"""
+    row = runs.get(rid)
+    evidence = LivenessEvidence(row.owner, now, "lease-expired") if row.owner is not None else None
+    return runs.claim_and_own(rid, row, me, now, evidence) == Activated()
+
+
 def claim_and_own_worker(url: str, idx: int, run_ids: list[str], rounds: int, barrier: Any, out: Any) -> None:
     """Race claim_and_own on every run, every round; report the (round, run) pairs this worker won."""
     clock = ManualClock(0)
     me = owner_of(idx)
     wins = []
-    rng = random.Random(idx)
     with fencepost.open(url, clock=clock) as store:
-        for rnd in range(rounds):
-            now = rnd * ROUND_MS
-            clock.set(now)
-            barrier.wait()
-            order = list(run_ids)
-            rng.shuffle(order)
+        for rnd, now, order in race_rounds(clock, idx, run_ids, rounds, barrier):
             for rid in order:
-                row = store.runs.get(rid)
-                evidence = LivenessEvidence(row.owner, now, "lease-expired") if row.owner is not None else None
-                if store.runs.claim_and_own(rid, row, me, now, evidence) == Activated():
+                if take_over(store.runs, rid, me, now):
                     wins.append((rnd, rid))
             barrier.wait()
     out.put((idx, wins))
@@ -43,14 +56,8 @@ def claim_activate_worker(url: str, idx: int, run_ids: list[str], rounds: int, b
     clock = ManualClock(0)
     me = owner_of(idx)
     wins, claims = [], 0
-    rng = random.Random(idx)
     with fencepost.open(url, clock=clock) as store:
-        for rnd in range(rounds):
-            now = rnd * ROUND_MS
-            clock.set(now)
-            barrier.wait()
-            order = list(run_ids)
-            rng.shuffle(order)
+        for rnd, now, order in race_rounds(clock, idx, run_ids, rounds, barrier):
             mine = []
             for rid in order:
                 row = store.runs.get(rid)

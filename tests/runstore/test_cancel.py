@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-import threading
+from functools import partial
 
 import msgspec
 import pytest
@@ -20,6 +20,7 @@ from fencepost import (
     Terminal,
     Transitioned,
 )
+from tests.conftest import race_threads
 
 from .conftest import PENDING, A, B, activate_new, revision
 
@@ -237,16 +238,7 @@ def test_noop_store_answers_losses():
 def test_concurrent_requests_have_one_writer(store):
     """RM-17."""
     store.runs.create("r", "{}")
-    barrier = threading.Barrier(3)
-    results = []
-
-    def go(t):
-        barrier.wait()
-        results.append(store.runs.request_cancel("r", t))
-
-    threads = [threading.Thread(target=go, args=(t,)) for t in (500, 900, 700)]
-    [t.start() for t in threads]
-    [t.join() for t in threads]
+    results = race_threads([partial(store.runs.request_cancel, "r", t) for t in (500, 900, 700)])
     winners = [r for r in results if isinstance(r, CancelRequested)]
     assert len(winners) == 1
     w = winners[0].requested_at_ms

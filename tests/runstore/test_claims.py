@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import threading
+from functools import partial
 
 import pytest
 
@@ -29,6 +29,7 @@ from fencepost import (
 )
 from fencepost.clock import ManualClock
 from fencepost.runstore.heartbeat import HEARTBEAT_INTERVAL, SKEW_ALLOWANCE, STALE_AFTER, WRITE_TOLERANCE
+from tests.conftest import race_threads
 
 from .conftest import PENDING, A, B, C, activate_new, ev, running
 
@@ -69,16 +70,8 @@ def test_replacement_and_astral_run_ids_round_trip(runs, rid):
 def test_concurrent_claims_of_one_snapshot_admit_exactly_one(store):
     """RS-09: two claimants race one pending snapshot; one Claimed, the other a loss."""
     store.runs.create("r", "{}")
-    barrier = threading.Barrier(2)
-    results = {}
-
-    def go(o):
-        barrier.wait()
-        results[o] = store.runs.claim("r", PENDING, o, 0)
-
-    threads = [threading.Thread(target=go, args=(o,)) for o in (A, B)]
-    [t.start() for t in threads]
-    [t.join() for t in threads]
+    got = race_threads([partial(store.runs.claim, "r", PENDING, o, 0) for o in (A, B)])
+    results = dict(zip((A, B), got, strict=True))
     kinds = sorted(type(v).__name__ for v in results.values())
     assert kinds[0] in ("AlreadyClaimed", "SnapshotChanged") and kinds[1] == "Claimed"
 
@@ -107,16 +100,8 @@ def test_claim_and_own_installs_any_named_owner(runs):
 def test_concurrent_claim_and_own_admits_one_owner(store):
     """RS-12."""
     store.runs.create("r", "{}")
-    barrier = threading.Barrier(2)
-    results = {}
-
-    def go(o):
-        barrier.wait()
-        results[o] = store.runs.claim_and_own("r", PENDING, o, 0)
-
-    threads = [threading.Thread(target=go, args=(o,)) for o in (A, B)]
-    [t.start() for t in threads]
-    [t.join() for t in threads]
+    got = race_threads([partial(store.runs.claim_and_own, "r", PENDING, o, 0) for o in (A, B)])
+    results = dict(zip((A, B), got, strict=True))
     winners = [o for o, v in results.items() if v == Activated()]
     assert len(winners) == 1
     loser = next(v for o, v in results.items() if o not in winners)

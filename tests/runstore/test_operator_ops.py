@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 from fencepost.errors import RunAlreadyExists, RunStoreError
 from fencepost.runstore.outcomes import Claimed, NotFound, Transitioned
+from tests.conftest import race_threads
 from tests.runstore.conftest import PENDING, A, B, activate_new
 
 RETRIED = "flows.run-store.retried"
@@ -17,22 +16,12 @@ DELETED = "flows.run-store.deleted"
 def _race(*fns) -> list:
     """Run ``fns`` on threads released by one barrier; each result, or the error's code (its class
     name for a ``RunStoreError`` subclass)."""
-    barrier = threading.Barrier(len(fns))
-    results: list = [None] * len(fns)
+    def code(got):
+        if not isinstance(got, RunStoreError):
+            return got
+        return got.code if type(got) is RunStoreError else type(got).__name__
 
-    def run(i: int) -> None:
-        barrier.wait()
-        try:
-            results[i] = fns[i]()
-        except RunStoreError as exc:
-            results[i] = exc.code if type(exc) is RunStoreError else type(exc).__name__
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(fns))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return results
+    return [code(got) for got in race_threads(fns, catch=RunStoreError)]
 
 
 def _events(store, stream: str, event_type: str) -> list:

@@ -6,11 +6,11 @@ a run, and the companion-stream facts agree with the rows.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 from collections import Counter
 
 import fencepost
 from fencepost.clock import ManualClock
+from tests.conftest import race_processes
 
 from . import _race_workers as w
 from .conftest import facts
@@ -20,18 +20,27 @@ RUNS = 10
 ROUNDS = 5
 
 
-def _race(db_url, target, ids):
-    ctx = mp.get_context("fork")  # the parent holds no open store while children run
-    barrier = ctx.Barrier(PROCS)
-    out = ctx.Queue()
-    procs = [ctx.Process(target=target, args=(db_url, i, ids, ROUNDS, barrier, out)) for i in range(PROCS)]
-    for p in procs:
-        p.start()
-    results = [out.get(timeout=120) for _ in procs]
-    for p in procs:
-        p.join(timeout=60)
-        assert p.exitcode == 0
-    return results
+def _race(db_url, target):
+    """RUNS new runs, raced by PROCS processes of ``target``: the run ids and what each process reported."""
+    ids = [f"run-{i}" for i in range(RUNS)]
+    with fencepost.open(db_url, clock=ManualClock(0)) as store:
+        for rid in ids:
+            store.runs.create(rid, "{}")
+    # fork: the parent holds no open store while children run
+    results, exit_codes = race_processes(target, lambda i: (db_url, i, ids, ROUNDS), PROCS, start_method="fork")
+    assert exit_codes == [0] * PROCS
+    return ids, results
+
+
+def _tally(reports):
+    """How often each (round, run) was won, and by whom, from ``(worker index, pairs won)`` reports."""
+    wins = Counter()
+    winner = {}
+    for idx, won in reports:
+        for key in won:
+            wins[key] += 1
+            winner[key] = w.owner_of(idx)
+    return wins, winner
 
 
 def _replay(events):
@@ -60,17 +69,8 @@ def _replay(events):
 
 
 def test_processes_racing_claim_and_own_admit_one_owner_per_epoch(db_url):
-    ids = [f"run-{i}" for i in range(RUNS)]
-    with fencepost.open(db_url, clock=ManualClock(0)) as store:
-        for rid in ids:
-            store.runs.create(rid, "{}")
-    results = _race(db_url, w.claim_and_own_worker, ids)
-    wins = Counter()
-    winner = {}
-    for idx, won in results:
-        for key in won:
-            wins[key] += 1
-            winner[key] = w.owner_of(idx)
+    ids, results = _race(db_url, w.claim_and_own_worker)
+    wins, winner = _tally(results)
     assert all(wins[(rnd, rid)] == 1 for rnd in range(ROUNDS) for rid in ids), wins
     assert sum(wins.values()) == ROUNDS * RUNS
     with fencepost.open(db_url, clock=ManualClock(0)) as store:
@@ -83,19 +83,9 @@ def test_processes_racing_claim_and_own_admit_one_owner_per_epoch(db_url):
 
 
 def test_processes_racing_claim_then_activate_admit_one_owner_per_epoch(db_url):
-    ids = [f"run-{i}" for i in range(RUNS)]
-    with fencepost.open(db_url, clock=ManualClock(0)) as store:
-        for rid in ids:
-            store.runs.create(rid, "{}")
-    results = _race(db_url, w.claim_activate_worker, ids)
-    wins = Counter()
-    winner = {}
-    claims = 0
-    for idx, won, n in results:
-        claims += n
-        for key in won:
-            wins[key] += 1
-            winner[key] = w.owner_of(idx)
+    ids, results = _race(db_url, w.claim_activate_worker)
+    wins, winner = _tally((idx, won) for idx, won, _ in results)
+    claims = sum(n for _, _, n in results)
     assert all(wins[(rnd, rid)] == 1 for rnd in range(ROUNDS) for rid in ids), wins
     assert claims == ROUNDS * RUNS  # a granted claim was never lost between claim and activate
     with fencepost.open(db_url, clock=ManualClock(0)) as store:

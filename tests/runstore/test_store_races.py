@@ -10,8 +10,8 @@ completion). Small counts: a few runs per test.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
@@ -28,6 +28,7 @@ from fencepost import (
     Transitioned,
 )
 from fencepost.clock import ManualClock
+from tests.conftest import race_threads
 
 from .conftest import PENDING, A, ev, facts, running
 
@@ -37,23 +38,7 @@ ROUNDS = 5
 
 def _race(stores: list[fencepost.Store], calls: list[Callable[[fencepost.Store], Any]]) -> list[Any]:
     """Run ``calls[i](stores[i])`` on threads released together; each call's result or error."""
-    barrier = threading.Barrier(len(calls))
-    out: list[Any] = [None] * len(calls)
-
-    def body(i: int) -> None:
-        barrier.wait(30)
-        try:
-            out[i] = calls[i](stores[i])
-        except BaseException as exc:  # asserted by the caller
-            out[i] = exc
-
-    threads = [threading.Thread(target=body, args=(i,)) for i in range(len(calls))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not any(t.is_alive() for t in threads)
-    return out
+    return race_threads([partial(calls[i], stores[i]) for i in range(len(calls))])
 
 
 @pytest.fixture

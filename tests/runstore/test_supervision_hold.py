@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from functools import partial
 
 import pytest
 
@@ -15,6 +16,7 @@ import fencepost
 from fencepost.clock import ManualClock
 from fencepost.runstore.ownership import LeaseKeeper, LeaseLost, Supervisor, supervise
 from fencepost.runstore.rows import LivenessEvidence
+from tests.conftest import race_threads
 from tests.runstore.conftest import A, B, activate_new
 
 
@@ -26,6 +28,25 @@ def _steal(store: fencepost.Store, run_id: str) -> None:
     claimed = store.runs.steal(run_id, row, B, now, LivenessEvidence(A, now, "lease-expired"))
     assert type(claimed).__name__ == "Claimed"
     assert type(store.runs.activate(run_id, B, claimed.claimed_at_ms, row)).__name__ == "Activated"
+
+
+def _stopping_in_on_lost(store: fencepost.Store, pause: float) -> Supervisor:
+    """A supervisor of A (own clock) that holds the running run ``r1``, loses it (settled behind its
+    back), and is told to stop while its loop thread sits ``pause`` seconds in the ``on_lost`` hook."""
+    owner_clock = ManualClock(0)
+    sup = Supervisor(store, A, clock=owner_clock)
+    in_hook = threading.Event()
+
+    def slow_on_lost(lease: object) -> None:
+        in_hook.set()
+        time.sleep(pause)
+
+    sup.hold("r1", on_lost=slow_on_lost)
+    store.runs.transition_owned("r1", A, "completed")  # the next pulse answers FenceLost
+    owner_clock.set(1000)
+    assert in_hook.wait(5)
+    sup.stop(timeout=0)  # stopping, its thread still inside the hook
+    return sup
 
 
 def test_a_second_hold_of_a_held_run_is_refused_and_the_first_lease_still_fences(store):
@@ -143,20 +164,8 @@ def test_supervise_on_a_stopping_shared_supervisor_does_not_block_the_event_loop
     ``hold`` on the event loop: while that thread finished (here: a slow ``on_lost`` hook), every
     other coroutine on the loop stood still."""
     activate_new(store, "r2", A)
-    owner_clock = ManualClock(0)
-    sup = Supervisor(store, A, clock=owner_clock)
-    in_hook = threading.Event()
-
-    def slow_on_lost(lease: object) -> None:
-        in_hook.set()
-        time.sleep(0.6)
-
     activate_new(store, "r1", A)
-    sup.hold("r1", on_lost=slow_on_lost)
-    store.runs.transition_owned("r1", A, "completed")  # the next pulse answers FenceLost
-    owner_clock.set(1000)
-    assert in_hook.wait(5)
-    sup.stop(timeout=0)  # stopping, its thread still inside the hook
+    sup = _stopping_in_on_lost(store, 0.6)
 
     async def main() -> float:
         late = 0.0
@@ -208,17 +217,7 @@ def test_threads_holding_runs_at_once_on_a_new_supervisor_start_one_loop(store, 
         for _ in range(15):
             started.clear()
             sup = Supervisor(store, A, clock=ManualClock(0))
-            barrier = threading.Barrier(len(ids))
-
-            def hold(run_id: str, sup: Supervisor = sup, barrier: threading.Barrier = barrier) -> None:
-                barrier.wait()
-                sup.hold(run_id, verify=False)
-
-            threads = [threading.Thread(target=hold, args=(r,)) for r in ids]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
+            race_threads([partial(sup.hold, r, verify=False) for r in ids])
             sup.stop()
             assert len(started) == 1 and sorted(sup.held()) == ids
     finally:
@@ -230,19 +229,7 @@ def test_a_task_cancelled_while_entering_supervise_leaves_no_lease_behind(store)
     is still in flight must not leave the run held (pulsed forever by the shared supervisor)."""
     activate_new(store, "r1", A)
     activate_new(store, "r2", A)
-    owner_clock = ManualClock(0)
-    sup = Supervisor(store, A, clock=owner_clock)
-    in_hook = threading.Event()
-
-    def slow_on_lost(lease: object) -> None:
-        in_hook.set()
-        time.sleep(0.3)
-
-    sup.hold("r1", on_lost=slow_on_lost)
-    store.runs.transition_owned("r1", A, "completed")
-    owner_clock.set(1000)
-    assert in_hook.wait(5)
-    sup.stop(timeout=0)
+    sup = _stopping_in_on_lost(store, 0.3)
     body: list[str] = []
 
     async def owned() -> None:

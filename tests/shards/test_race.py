@@ -7,7 +7,6 @@ entry on the run's own shard and on no other.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 from collections import Counter
 
 import pytest
@@ -15,6 +14,7 @@ import pytest
 import fencepost
 from fencepost.journal import companion_stream
 from fencepost.shards import membership as ms
+from tests.conftest import race_processes
 
 from . import _race_workers as w
 
@@ -43,15 +43,7 @@ def _owners_from_facts(entries) -> list[str]:
 def test_four_processes_through_a_shard_set_admit_one_owner_per_epoch(shard_urls) -> None:
     urls = shard_urls(3)
     ids = [f"race-{i}" for i in range(RUNS)]
-    ctx = mp.get_context("spawn")
-    barrier = ctx.Barrier(PROCS)
-    out = ctx.Queue()
-    procs = [ctx.Process(target=w.found_and_race, args=(urls, i, ids, ROUNDS, barrier, out)) for i in range(PROCS)]
-    for p in procs:
-        p.start()
-    results = [out.get(timeout=180) for _ in procs]
-    for p in procs:
-        p.join(timeout=60)
+    results, _ = race_processes(w.found_and_race, lambda i: (urls, i, ids, ROUNDS), PROCS, timeout=180)
     assert all(r[0] == "ok" for r in results), results
     assert len({r[2] for r in results}) == 1, "the processes founded more than one set"
     wins = Counter((rnd, rid) for r in results for rnd, rid in r[3])

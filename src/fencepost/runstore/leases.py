@@ -35,15 +35,7 @@ class Leases(StoreBase):
 
         A late reading that moves nothing is still ``Updated``: the fence held. Nothing is journaled.
         """
-        with m.Op("RunStore.heartbeat", m.heartbeats) as op:
-            method = "heartbeat"
-            check.run_id(run_id, method)
-            check.owner(owner, method)
-            now = self._lease_now(now_ms, method)
-            op.identity(runId=run_id, ownerHostId=owner.host_id)
-            outcome = self._write(method, lambda conn: self._renew(conn, run_id, owner, now, reconfirm=False))
-            op.done(outcome)
-            return outcome
+        return self._renew_call("heartbeat", run_id, owner, now_ms, reconfirm=False)
 
     def reconfirm(self, run_id: str, owner: OwnerId, now_ms: int) -> ReconfirmOutcome:
         """Renew as ``heartbeat`` does, but only while no peer has reserved the lease (no claim).
@@ -51,13 +43,16 @@ class Leases(StoreBase):
         Called by supervision once the write tolerance has expired: a stealer that reserved the
         stale lease wins even before it activates.
         """
-        with m.Op("RunStore.reconfirm", m.heartbeats) as op:
-            method = "reconfirm"
+        return self._renew_call("reconfirm", run_id, owner, now_ms, reconfirm=True)
+
+    def _renew_call(self, method: str, run_id: str, owner: OwnerId, now_ms: int, *, reconfirm: bool) -> Any:
+        """``heartbeat`` or ``reconfirm`` (``method``): check the arguments, renew in one write, count it."""
+        with m.Op(f"RunStore.{method}", m.heartbeats) as op:
             check.run_id(run_id, method)
             check.owner(owner, method)
             now = self._lease_now(now_ms, method)
             op.identity(runId=run_id, ownerHostId=owner.host_id)
-            outcome = self._write(method, lambda conn: self._renew(conn, run_id, owner, now, reconfirm=True))
+            outcome = self._write(method, lambda conn: self._renew(conn, run_id, owner, now, reconfirm=reconfirm))
             op.done(outcome)
             return outcome
 
