@@ -163,3 +163,19 @@ def test_a_named_stores_pages_are_a_503_while_the_others_answer(
         _assert_unreachable_page(r, path, outage)
     assert near.status_code == 200 and listing.status_code == 200
     assert back.status_code == 200
+
+
+def test_a_store_refused_when_it_opened_late_is_no_outage() -> None:
+    """A store that opened late and failed a start-up check (``StoreRefused``, code ``refused``) is
+    refused for good, not out of reach: it must not be answered as a 503 that tells the browser to
+    retry. An open still waiting for its database, and a failed read, are. (Backend-free: the
+    classification of the error alone; the pages' statuses are tested above on both backends.)"""
+    from fencepost.errors import OpenError, PersistenceError
+    from fencepost.ui.app import database_down
+    from fencepost.ui.awaited import StoreRefused
+
+    assert not database_down(StoreRefused("refused", "open", "the feed position moved back"))
+    waiting = OpenError("cannot_connect", "open", "the database did not answer")
+    assert database_down(waiting)
+    assert database_down(PersistenceError("read_failed", "console", "store b does not answer"))
+    assert not database_down(PersistenceError("decode_failed", "console", "a stored value"))

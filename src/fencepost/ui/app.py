@@ -81,7 +81,7 @@ def database_down(exc: FencepostError) -> bool:
     from fencepost.errors import OpenError
 
     if isinstance(exc, OpenError):
-        return True
+        return exc.code != "refused"  # a store that opened late and failed a start-up check is no outage
     cause = getattr(exc, "cause", None)
     if isinstance(cause, dict) and cause.get("code") == "decode_failed":
         return False
