@@ -204,3 +204,41 @@ def test_the_cli_refuses_a_host_options_port_out_of_range_as_a_usage_error(tmp_p
         assert SECRET not in proc.stderr and "Traceback" not in proc.stderr
     finally:
         drop_schema(require_postgres(), schema)
+
+
+@pytest.mark.parametrize("readonly", [False, True])
+@pytest.mark.parametrize("hosts", [("::1", "{h}:{p}"), ("[::1]:{p}", "{h}:{p}"), ("{h}:{p}", "::1:{p}"), ("[::1]:{p}",),
+                                   ("[::1]",)], ids=["bare", "bracketed", "bare-second", "one-bracketed", "brackets"])
+def test_an_ipv6_address_in_a_host_option_is_refused_instead_of_misread(hosts: tuple[str, ...], readonly: bool) -> None:
+    """PostgreSQL only (a SQLite URL takes no host). SQLAlchemy splits each of several ``?host=``
+    options at every colon, so an IPv6 address among them was cut up: ``host=::1&host=h:p`` handed
+    libpq an empty first host, and the store (and its follower's LISTEN session) silently connected
+    through the default Unix socket instead of ``::1``; a bracketed address became a host name no
+    resolver knows, a transient ``cannot_connect`` the worker and console wait on forever. Now each
+    is a ``ValueError`` naming the form that works (``host=H1,H2&port=P1,P2``), before anything connects."""
+    host, good = _server_host_port()
+    url, schema = _pg_with_host_option(*(h.format(h=host, p=good) for h in hosts))
+    try:
+        with pytest.raises(ValueError) as info:
+            fencepost.open(url, readonly=readonly)
+        text = f"{info.value!s} {info.value.__cause__!r} {info.value.__context__!r}"
+        assert str(info.value).startswith("an IPv6 address in a host option"), text
+        assert "host=H1,H2&port=P1,P2" in str(info.value) and "::1" not in str(info.value), text
+        assert SECRET not in text
+        assert not store_exists(url)
+    finally:
+        drop_schema(require_postgres(), schema)
+
+
+def test_an_ipv6_address_among_hosts_given_as_one_option_still_opens() -> None:
+    """The form the refusal names: several hosts in one option, their ports in ``port`` (the
+    reachable server first: this test server may not listen on ``::1``)."""
+    host, good = _server_host_port()
+    url, schema = _pg_with_host_option(f"{host},::1")
+    url = url.replace("&schema=", f"&port={good},{good}&schema=")
+    try:
+        with fencepost.open(url) as store:
+            store.db.write(lambda conn: None)
+            assert store.db.read(lambda conn: conn.exec_driver_sql("SELECT inet_server_addr()").scalar()) is not None
+    finally:
+        drop_schema(require_postgres(), schema)

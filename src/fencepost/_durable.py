@@ -392,6 +392,7 @@ def parse_url(url: str) -> tuple[URL, dict[str, str]]:
         more = "" if backend == "sqlite" else " and the driver's connection keywords"
         raise ValueError(f"unknown URL option {_option_name(unknown[0])} (known: {known}{more})")
     if backend == "postgresql":
+        _refuse_ipv6_host_option(query)
         _check_libpq_numbers(query)
         _refuse_search_path(query)
     timeout = options.get("busy_timeout_ms", "0")
@@ -558,6 +559,19 @@ def _check_libpq_numbers(query: dict[str, Any]) -> None:
         # port no server has, a transient ``cannot_connect`` that the worker and console wait on.
         if port and not (ascii_digits(port, 5) and 1 <= int(port) <= 65535):
             raise ValueError("port must be an integer in 1..65535 (the URL's host=HOST:PORT option)")
+
+
+def _refuse_ipv6_host_option(query: dict[str, Any]) -> None:
+    """Refuse an IPv6 address the PostgreSQL dialect would cut up: one among several ``host``
+    options (each is split at every colon, so ``host=::1&host=h:p`` hands libpq an empty first
+    host, the default Unix socket, and the store connects there silently), or one in brackets
+    (handed over as a host name no resolver knows). A socket directory (``/...``) is no address."""
+    hosts = _values(query.get("host"))
+    if any(not h.startswith("/") and ("[" in h or "]" in h or (len(hosts) > 1 and h.count(":") > 1))
+           for h in hosts):
+        raise ValueError("an IPv6 address in a host option is given without brackets, and not as one of "
+                         "several host options (their values are split at every colon): name several hosts "
+                         "in one option and their ports in another, host=H1,H2&port=P1,P2")
 
 
 # The one ``host`` option SQLAlchemy reads as ``host:port`` (a name or an IPv4 address, digits after it).
