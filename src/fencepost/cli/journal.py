@@ -97,7 +97,9 @@ def journal_show(run_id: str, companion: bool, after: int | None, limit: int, ou
                                   f"{len(entries)} entr(ies)")
     if undecodable:
         if len(undecodable) == 1:
-            which = f"the entry at position {undecodable[0]} cannot be decoded"
+            # What cannot be decoded (a column and the rule it breaks, never the stored value).
+            detail = next(e["undecodable"] for e in entries if "undecodable" in e and e.get("undecodable"))
+            which = f"the entry at position {undecodable[0]} cannot be decoded: {detail}"
         else:
             which = (f"{len(undecodable)} entries cannot be decoded, at positions "
                      + ", ".join(str(p) for p in undecodable[:10]) + (", ..." if len(undecodable) > 10 else ""))
