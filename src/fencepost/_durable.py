@@ -232,6 +232,15 @@ def _close_quietly(conn: Connection, pid: int) -> None:
         pass
 
 
+ENV_SOURCE = "$FENCEPOST_DB"
+"""How an error names a URL taken from the environment (the CLI's ``--db`` checks say the same)."""
+
+
+def from_environment(url: str | None) -> bool:
+    """Whether ``resolve_url(url)`` takes the URL from ``$FENCEPOST_DB``."""
+    return not url and bool(os.environ.get("FENCEPOST_DB"))
+
+
 def resolve_url(url: str | None) -> str:
     """``url``, else ``$FENCEPOST_DB``, else the embedded default ``sqlite:///.flows/flows.db``."""
     return url or os.environ.get("FENCEPOST_DB") or DEFAULT_URL
@@ -639,7 +648,15 @@ class Database:
 
     def __init__(self, url: str | None = None, *, readonly: bool = False, group_commit: bool = True) -> None:
         self.url = resolve_url(url)
-        parsed, options = parse_url(self.url)
+        problem: str | None = None
+        try:
+            parsed, options = parse_url(self.url)
+        except ValueError as exc:
+            if not from_environment(url):
+                raise
+            problem = str(exc)
+        if problem is not None:  # raised outside the except, as parse_url raises its own
+            raise ValueError(f"{ENV_SOURCE}: {problem}")
         self.readonly = readonly
         # The most connections (so transactions in progress) at once; the pool keeps up to
         # POOL_SIZE of them open between uses.
