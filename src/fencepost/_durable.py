@@ -646,7 +646,10 @@ def _check_path(path: Path, where: str, mode: str) -> None:
 class Database:
     """An engine plus the write/read discipline every store shares."""
 
-    def __init__(self, url: str | None = None, *, readonly: bool = False, group_commit: bool = True) -> None:
+    def __init__(self, url: str | None = None, *, readonly: bool = False, group_commit: bool = True,
+                 make_dirs: bool = True) -> None:
+        """``make_dirs=False``: a writable SQLite database's missing parent directories are made
+        by ``make_dirs()``, not here (a caller that may only read makes none)."""
         self.url = resolve_url(url)
         problem: str | None = None
         try:
@@ -676,14 +679,8 @@ class Database:
                 # Each connection decides whether it opens the file as immutable (see frozen_copy).
                 parsed = parsed.set(database=readonly_uri(str(path)),
                                     query={**parsed.query, "uri": "true"})
-            else:
-                made = True
-                try:
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                except OSError:
-                    made = False
-                if not made:
-                    raise OpenError("permission_denied", "open", open_detail("permission_denied", self.where))
+            elif make_dirs:
+                self.make_dirs()
             self.engine: Engine = create_engine(
                 parsed,
                 connect_args={"check_same_thread": False, "timeout": 30},
@@ -791,6 +788,19 @@ class Database:
             # refuses the open now instead of failing the store's first read.
             self.read(_read_schema)
         return result
+
+    def make_dirs(self) -> None:
+        """Make a SQLite database's missing parent directories (nothing for PostgreSQL); a failure
+        is ``OpenError('permission_denied')`` naming the path."""
+        if self.path is None:
+            return
+        made = True
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            made = False
+        if not made:
+            raise OpenError("permission_denied", "open", open_detail("permission_denied", self.where))
 
     def missing_namespace(self) -> str | None:
         """``no schema NAME at URL`` (the URL masked) when the store's PostgreSQL schema does not
