@@ -232,6 +232,15 @@ def _close_quietly(conn: Connection, pid: int) -> None:
         pass
 
 
+ENV_SOURCE = "$FENCEPOST_DB"
+"""How an error names a URL taken from the environment (the CLI's ``--db`` checks say the same)."""
+
+
+def from_environment(url: str | None) -> bool:
+    """Whether ``resolve_url(url)`` takes the URL from ``$FENCEPOST_DB``."""
+    return not url and bool(os.environ.get("FENCEPOST_DB"))
+
+
 def resolve_url(url: str | None) -> str:
     """``url``, else ``$FENCEPOST_DB``, else the embedded default ``sqlite:///.flows/flows.db``."""
     return url or os.environ.get("FENCEPOST_DB") or DEFAULT_URL
@@ -651,9 +660,20 @@ def _check_path(path: Path, where: str, mode: str) -> None:
 class Database:
     """An engine plus the write/read discipline every store shares."""
 
-    def __init__(self, url: str | None = None, *, readonly: bool = False, group_commit: bool = True) -> None:
+    def __init__(self, url: str | None = None, *, readonly: bool = False, group_commit: bool = True,
+                 make_dirs: bool = True) -> None:
+        """``make_dirs=False``: a writable SQLite database's missing parent directories are made
+        by ``make_dirs()``, not here (a caller that may only read makes none)."""
         self.url = resolve_url(url)
-        parsed, options = parse_url(self.url)
+        problem: str | None = None
+        try:
+            parsed, options = parse_url(self.url)
+        except ValueError as exc:
+            if not from_environment(url):
+                raise
+            problem = str(exc)
+        if problem is not None:  # raised outside the except, as parse_url raises its own
+            raise ValueError(f"{ENV_SOURCE}: {problem}")
         self.readonly = readonly
         # The most connections (so transactions in progress) at once; the pool keeps up to
         # POOL_SIZE of them open between uses.
@@ -673,14 +693,8 @@ class Database:
                 # Each connection decides whether it opens the file as immutable (see frozen_copy).
                 parsed = parsed.set(database=readonly_uri(str(path)),
                                     query={**parsed.query, "uri": "true"})
-            else:
-                made = True
-                try:
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                except OSError:
-                    made = False
-                if not made:
-                    raise OpenError("permission_denied", "open", open_detail("permission_denied", self.where))
+            elif make_dirs:
+                self.make_dirs()
             self.engine: Engine = create_engine(
                 parsed,
                 connect_args={"check_same_thread": False, "timeout": 30},
@@ -788,6 +802,19 @@ class Database:
             # refuses the open now instead of failing the store's first read.
             self.read(_read_schema)
         return result
+
+    def make_dirs(self) -> None:
+        """Make a SQLite database's missing parent directories (nothing for PostgreSQL); a failure
+        is ``OpenError('permission_denied')`` naming the path."""
+        if self.path is None:
+            return
+        made = True
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            made = False
+        if not made:
+            raise OpenError("permission_denied", "open", open_detail("permission_denied", self.where))
 
     def missing_namespace(self) -> str | None:
         """``no schema NAME at URL`` (the URL masked) when the store's PostgreSQL schema does not

@@ -6,7 +6,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from fencepost._durable import Database, DbFailure
+from fencepost._durable import ENV_SOURCE, Database, DbFailure, from_environment
 from fencepost._migrations import migrate, needed_to_read, pending, pending_detail
 from fencepost.changefeed.feed import ChangeFeed
 from fencepost.clock import Clock, SystemClock
@@ -54,6 +54,12 @@ def check_parts(clock: object, consensus: object, where: str) -> None:
         if value is not None and not all(callable(getattr(value, m, None)) for m in methods):
             raise ValueError(f"{where}: {name} must be None or an object with {', '.join(methods)} "
                             f"methods, not {type(value).__name__}")
+
+
+def _name_the_environment(err: OpenError) -> None:
+    """Say in ``err`` that the URL it names came from ``$FENCEPOST_DB`` (no URL was given)."""
+    err.detail = f"{err.detail} (the URL from {ENV_SOURCE})"
+    err.args = (f"{err.code}: {err.component}.{err.method}: {err.detail}",)
 
 
 class Store:
@@ -118,8 +124,9 @@ def open(url: str | None = None, *, clock: Clock | None = None, attempt_policy: 
     ``cannot_connect``, ``database_missing``, ``auth_failed``, ``permission_denied``,
     ``needs_migrations``, ``schema_too_new``, ``schema_mismatch``, ``migration_blocked``, ``disk_full``,
     ``open_failed``) and whose message names the path or the URL with its password masked. A bad URL
-    is a ``ValueError``. A pending migration never waits without limit for another session's lock:
-    it gives up with ``migration_blocked`` (transient), nothing applied (see ``docs/concepts/backends.md``).
+    is a ``ValueError``. With no ``url`` given, both say the URL came from ``$FENCEPOST_DB``. A
+    pending migration never waits without limit for another session's lock: it gives up with
+    ``migration_blocked`` (transient), nothing applied (see ``docs/concepts/backends.md``).
 
     ``group_commit`` (on by default) lets concurrent write calls of this process (threads, or
     asyncio tasks through threads) share one durable COMMIT, each call in its own savepoint with
@@ -128,6 +135,16 @@ def open(url: str | None = None, *, clock: Clock | None = None, attempt_policy: 
     ``attempt_policy``, an empty ``url``) are refused before anything is created.
     """
     _check_options(url, clock, attempt_policy, consensus, readonly, group_commit)
+    try:
+        return _open(url, clock, attempt_policy, consensus, readonly, group_commit)
+    except OpenError as exc:
+        if from_environment(url):
+            _name_the_environment(exc)  # no URL was given: say where the one named came from
+        raise
+
+
+def _open(url: str | None, clock: Clock | None, attempt_policy: Any, consensus: Consensus | None, readonly: bool,
+          group_commit: bool) -> Store:
     db = Database(url, readonly=readonly, group_commit=group_commit)
     try:
         failure: OpenError | None = None

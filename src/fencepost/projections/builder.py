@@ -146,7 +146,7 @@ def _target_database(url: str) -> Database:
     target has."""
     error: ProjectionError
     try:
-        return Database(url)
+        return Database(url, make_dirs=False)  # made by the first write (``_reach_target``), never by a read
     except ValueError as exc:
         error = ProjectionError("invalid_projection", "ProjectionBuilder",
                                 f"target is not a usable database URL: {exc}")
@@ -908,6 +908,10 @@ class ProjectionBuilder(Generic[Shape]):
         the codes of ``fencepost.open``) and naming the target with its password masked."""
         if self._reached:
             return
+        try:
+            self.target.make_dirs()  # a SQLite target's directories: a read reaches only a file that exists
+        except OpenError as exc:
+            raise self._unusable_target(method, exc.code, None, transient=False) from None
         found = self.target.connect_problem()
         if found is not None:
             raise self._unusable_target(method, found.problem, found.code, found.note, transient=found.transient)

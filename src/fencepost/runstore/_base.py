@@ -13,7 +13,6 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
 from fencepost._durable import DbFailure, map_failure
-from fencepost._values import is_safe_int
 from fencepost.errors import FencepostError, RunStoreError
 from fencepost.journal import companion_stream
 from fencepost.journal import consensus as cs
@@ -173,11 +172,7 @@ class StoreBase:
         """The store clock's reading, refused by name (``invalid_run``, before anything is written)
         when it is no non-negative safe integer: a clock of one's own reading fractional or negative
         milliseconds would otherwise fail on a column's CHECK as a bare ``constraint``."""
-        now = self._clock.now_ms()
-        if not is_safe_int(now):
-            raise check.refuse(method, "clock reading must be a non-negative safe integer (milliseconds)",
-                               {"field": "clock"})
-        return now
+        return check.clock_reading(self._clock, method)
 
     def _lease_now(self, now_ms: object, method: str) -> int:
         return check.lease_now(now_ms, self._now(method), method)

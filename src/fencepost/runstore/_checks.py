@@ -20,7 +20,7 @@ from fencepost._values import (
     parse_json_text,
     text_problem,
 )
-from fencepost.errors import RunStoreError
+from fencepost.errors import FencepostError, RunStoreError
 from fencepost.journal import COMPANION_PREFIX
 from fencepost.journal.owner import OwnerId, owner_problem
 from fencepost.journal.redaction import redact_diagnostics
@@ -30,11 +30,27 @@ from fencepost.runstore.rows import EVIDENCE_KINDS, STATUSES, LivenessEvidence, 
 TIMESTAMP_DETAIL = "must be a non-negative safe integer"
 
 
+CLOCK_DETAIL = "clock reading must be a non-negative safe integer (milliseconds)"
+
+
 def refuse(method: str, detail: str, cause: dict[str, Any] | None = None, *,
            code: str = "invalid_run", cls: type[RunStoreError] = RunStoreError) -> RunStoreError:
     err = cls(code, method, detail)
     err.cause = cause or {}  # type: ignore[attr-defined]
     return err
+
+
+def clock_reading(clock: Any, method: str, *, code: str = "invalid_run",
+                  cls: type[FencepostError] = RunStoreError) -> int:
+    """The clock's reading, refused by name (``code``, before anything is written) when it is no
+    non-negative safe integer: a clock of one's own reading fractional or negative milliseconds
+    would otherwise fail on a column's CHECK as a bare ``constraint``."""
+    now = clock.now_ms()
+    if not is_safe_int(now):
+        err = cls(code, method, CLOCK_DETAIL)
+        err.cause = {"field": "clock"}  # type: ignore[attr-defined]
+        raise err
+    return now
 
 
 def run_id(value: object, method: str, field: str = "run_id") -> str:

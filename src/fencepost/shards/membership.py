@@ -38,6 +38,7 @@ from fencepost._schema import flows_journal_events, flows_run_source, flows_runs
 from fencepost._schema import flows_shard_membership as t
 from fencepost._store import Store
 from fencepost.errors import DatabaseMissing, FencepostError
+from fencepost.runstore._checks import clock_reading
 
 __all__ = ["Look", "Membership", "ShardError", "check_before_creating", "check_distinct", "check_name", "look_all",
            "read", "reconcile"]
@@ -119,6 +120,13 @@ def read(store: Store) -> Membership | None:
         raise map_failure(exc, ShardError, "open_shards", "shard membership") from None
 
 
+def clock_now(clock: Any) -> int:
+    """The clock's reading for a membership stamp (``joined_at_ms``, ``founded_at_ms``), refused by
+    name (``invalid_shards``) as the run store refuses it, before the stamp is written: the columns
+    bound it to a non-negative safe integer and would otherwise fail as a bare ``constraint``."""
+    return clock_reading(clock, "open_shards", code="invalid_shards", cls=ShardError)
+
+
 def read_founded(store: Store) -> int | None:
     """When the store's record was marked founded (``founded_at_ms``), or ``None``: no record, a
     founding not finished yet, or a store at migration 4001 (read-only) that was never marked."""
@@ -138,7 +146,7 @@ def _founded_in(db: Database, conn: Connection) -> int | None:
 def _mark_founded(store: Store, set_id: str) -> None:
     """Mark the store's record of ``set_id`` founded, unless it is already (the time is kept)."""
     stmt = (update(t).where(t.c.singleton == 1, t.c.set_id == set_id, t.c.founded_at_ms.is_(None))
-            .values(founded_at_ms=store.clock.now_ms()))
+            .values(founded_at_ms=clock_now(store.clock)))
     try:
         store.db.write(lambda conn: conn.execute(stmt))
     except DbFailure as exc:
@@ -170,7 +178,7 @@ def _record(store: Store, wanted: Membership, *, adopt_only_if_empty: bool = Fal
         if row is None:
             if adopt_only_if_empty and not _empty_in(conn):
                 return
-            conn.execute(t.insert().values(singleton=1, joined_at_ms=store.clock.now_ms(), **values))
+            conn.execute(t.insert().values(singleton=1, joined_at_ms=clock_now(store.clock), **values))
         elif row.set_id == wanted.set_id and int(row.generation) < wanted.generation:
             conn.execute(update(t).where(t.c.singleton == 1).values(**values))
 

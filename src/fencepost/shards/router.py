@@ -502,6 +502,8 @@ def open_shards(urls: Sequence[str] | Mapping[str, str], *, clock: Clock | None 
     if not readonly:
         ms.check_before_creating(list(named), ms.look_all(list(named.values())), grow=grow)
     clock = clock if clock is not None else SystemClock()
+    if not readonly:
+        ms.clock_now(clock)  # a clock the membership stamps would refuse is refused before any store is created
     stores: dict[str, Store] = {}
     try:
         for name, url in named.items():

@@ -516,14 +516,18 @@ def create_app(url: str | Mapping[str, str] | None = None, *, store: Any = None,
 
     async def health_json(request: Request) -> Response:
         # Over several stores a store that does not answer is its error code (and database) in
-        # place of its health; a 500 only when none answers, as over one store.
-        # A 503 when the database is out of reach, as for the pages.
+        # place of its health; an error only when none answers, as over one store: a 503 when a
+        # store's database is out of reach (as for the pages), else a 500 (a store refused when it
+        # opened late, a stored value that cannot be decoded: no outage that waiting cures).
         if several:
-            found, down = await run_in_threadpool(views.each_store, named, health_of, True, known_down())
+            failures: dict[str, FencepostError] = {}
+            found, down = await run_in_threadpool(views.each_store, named, health_of, True, known_down(), failures)
             if not found:
                 log.warning("console: no store could answer a page (%s)", next(iter(down.values()))["error"])
-                return JSONResponse({"stores": down}, status_code=503,
-                                    headers={"retry-after": str(RETRY_AFTER_S)})
+                if any(database_down(exc) and down[n]["error"] != "refused" for n, exc in failures.items()):
+                    return JSONResponse({"stores": down}, status_code=503,
+                                        headers={"retry-after": str(RETRY_AFTER_S)})
+                return JSONResponse({"stores": down}, status_code=500)
             return JSONResponse({"stores": {n: found[n] if n in found else down[n] for n in named}})
         try:
             data = await run_in_threadpool(health_of, "", store)

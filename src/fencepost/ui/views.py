@@ -270,7 +270,8 @@ def down_part(store: Store, code: str) -> dict[str, Any]:
 
 
 def each_store(stores: Mapping[str, Store], read: Callable[[str, Store], Any], none_answering: bool = False,
-               known_down: Mapping[str, str] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+               known_down: Mapping[str, str] | None = None,
+               failures: dict[str, FencepostError] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """``read(name, store)`` of every store: ``(answers, down)``, ``down`` holding ``down_part`` of
     each store whose read failed with the store's own error. Raises the first failure when no
     store answers (there is nothing to show then), unless ``none_answering``.
@@ -278,6 +279,9 @@ def each_store(stores: Mapping[str, Store], read: Callable[[str, Store], Any], n
     ``known_down`` (name: error code) are stores the console already knows do not answer: they are
     not read, so that a page does not wait on a server that is not there (a connection refused
     is retried for seconds) for every request.
+
+    ``failures``, when given, receives each store's failure (name: error), to tell an outage from
+    a store that answered wrongly.
     """
     answers: dict[str, Any] = {}
     down: dict[str, Any] = {}
@@ -285,13 +289,17 @@ def each_store(stores: Mapping[str, Store], read: Callable[[str, Store], Any], n
     for name, store in stores.items():
         if known_down and name in known_down:
             down[name] = down_part(store, known_down[name])
-            first = first or PersistenceError(known_down[name], "console", "the store does not answer")
-            continue
-        try:
-            answers[name] = read(name, store)
-        except FencepostError as exc:
-            down[name] = down_part(store, exc.code)
-            first = first or exc
+            failed: FencepostError = PersistenceError(known_down[name], "console", "the store does not answer")
+        else:
+            try:
+                answers[name] = read(name, store)
+                continue
+            except FencepostError as exc:
+                down[name] = down_part(store, exc.code)
+                failed = exc
+        first = first or failed
+        if failures is not None:
+            failures[name] = failed
     if first is not None and not answers and not none_answering:
         raise first
     return answers, down
