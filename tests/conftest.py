@@ -154,6 +154,16 @@ def db_url(backend: str, tmp_path) -> Iterator[str]:
 
 
 @pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A fresh PostgreSQL schema's URL on the test server (dropped afterwards), for tests that
+    apply to PostgreSQL alone."""
+    base = require_postgres()
+    schema = "t_" + uuid.uuid4().hex[:16]
+    yield _with_schema(base, schema)
+    drop_schema(base, schema)
+
+
+@pytest.fixture
 def make_db_url(backend: str, tmp_path) -> Iterator:
     """A factory of fresh database URLs on ``backend`` (for tests that need two databases)."""
     made: list[str] = []

@@ -15,22 +15,13 @@ import threading
 import time
 import urllib.parse
 import uuid
-from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
 import fencepost
-from tests.conftest import drop_schema, require_postgres
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    base = require_postgres()
-    schema = "t_" + uuid.uuid4().hex[:16]
-    yield f"{base}{'&' if '?' in base else '?'}schema={schema}"
-    drop_schema(base, schema)
+from tests.conftest import require_postgres
 
 
 def _sessions(name: str) -> list[str]:

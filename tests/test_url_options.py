@@ -9,13 +9,12 @@ PostgreSQL: a misleading ``auth_failed``); ``busy_timeout_ms`` past 2**31-1 sile
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
 import fencepost
 from fencepost._durable import parse_url, redact_url
-from tests.conftest import drop_schema, require_postgres
+from tests.conftest import require_postgres
 
 SECRET = "s3cret-Q-0123456789"
 
@@ -54,15 +53,6 @@ def test_an_open_that_fails_does_not_print_a_query_password() -> None:
     with pytest.raises(fencepost.errors.FencepostError) as info:
         fencepost.open(f"postgresql+psycopg://nobody@127.0.0.1:1/test?password={SECRET}")
     assert SECRET not in str(info.value) and "password=***" in str(info.value)
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    """A fresh PostgreSQL schema's URL (the server trusts local connections: any password passes)."""
-    base = require_postgres()
-    schema = "t_" + uuid.uuid4().hex[:16]
-    yield f"{base}{'&' if '?' in base else '?'}schema={schema}"
-    drop_schema(base, schema)
 
 
 def test_a_store_reports_its_url_with_the_query_password_masked(pg_url: str) -> None:

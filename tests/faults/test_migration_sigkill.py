@@ -12,8 +12,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import create_engine, inspect, text
@@ -22,7 +20,7 @@ from sqlalchemy.pool import NullPool
 import fencepost
 from fencepost._durable import Database
 from fencepost._migrations import STORE_NAMESPACES, discover
-from tests.conftest import _with_schema, back_to_4001, drop_schema, ledger_of, require_postgres
+from tests.conftest import back_to_4001, ledger_of, require_postgres
 from tests.faults.conftest import REPO, Peer
 
 pytestmark = pytest.mark.slow
@@ -119,15 +117,6 @@ def test_sigkill_mid_pending_migrations_leaves_the_older_store_as_it_was(db_url:
     assert ledger_of(db_url) == {m.id for m in discover(backend, STORE_NAMESPACES)}
     with fencepost.open(db_url) as store:
         assert store.runs.get("kept").status == "pending"
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    """A fresh PostgreSQL schema on the shared test server (dropped afterwards)."""
-    base = require_postgres()
-    schema = "t_" + uuid.uuid4().hex[:16]
-    yield _with_schema(base, schema)
-    drop_schema(base, schema)
 
 
 def test_backend_terminated_mid_migration_is_retried_by_the_same_open(pg_url: str) -> None:
