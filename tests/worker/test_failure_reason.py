@@ -260,6 +260,16 @@ def test_a_checkpoint_that_cannot_be_stored_settles_failed_as_unstorable(store, 
     assert row.state_json == '{"step": 1}'
 
 
+def _assert_refused_unstorable(store, run_id: str) -> None:
+    """The run settled ``failed`` with ``UnstorableResult`` naming the NaN rule, its last state
+    (``{"step": 1}``) kept."""
+    row = store.runs.get(run_id)
+    assert row.status == "failed", (row.status, row.state_json)
+    assert row.failure.type == "fencepost.worker.UnstorableResult", row.failure
+    assert "NaN or an infinity" in row.failure.message
+    assert row.state_json == '{"step": 1}'
+
+
 @pytest.mark.parametrize("number", [float("nan"), float("inf"), -float("inf")], ids=["nan", "inf", "-inf"])
 @pytest.mark.parametrize("how", ["return", "suspend", "checkpoint"])
 def test_a_non_finite_float_is_refused_not_stored_as_null(store, number, how):
@@ -272,11 +282,7 @@ def test_a_non_finite_float_is_refused_not_stored_as_null(store, number, how):
     fn = {"return": lambda ctx: value, "suspend": lambda ctx: _raise(Suspend(value)),
           "checkpoint": _checkpoint_then_finish(value)}[how]
     _run_bounded(store, fn)
-    row = store.runs.get("nan")
-    assert row.status == "failed", (row.status, row.state_json)
-    assert row.failure.type == "fencepost.worker.UnstorableResult", row.failure
-    assert "NaN or an infinity" in row.failure.message
-    assert row.state_json == '{"step": 1}'
+    _assert_refused_unstorable(store, "nan")
 
 
 def test_null_and_finite_floats_still_store(store):
@@ -307,11 +313,7 @@ def test_a_non_finite_float_inside_a_dataclass_or_struct_is_refused_too(store, w
     value = {"metrics": [wrap(float("nan"))]}
     fn = {"return": lambda ctx: value, "checkpoint": _checkpoint_then_finish(value)}[how]
     _run_bounded(store, fn)
-    row = store.runs.get("nan-obj")
-    assert row.status == "failed", (row.status, row.state_json)
-    assert row.failure.type == "fencepost.worker.UnstorableResult", row.failure
-    assert "NaN or an infinity" in row.failure.message
-    assert row.state_json == '{"step": 1}'
+    _assert_refused_unstorable(store, "nan-obj")
 
 
 def test_a_finite_dataclass_result_still_stores(store):

@@ -8,7 +8,7 @@ writes nothing.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Literal, overload
+from typing import Any, Literal, TypeVar, overload
 
 import msgspec
 
@@ -30,11 +30,13 @@ from fencepost.runstore.rows import EVIDENCE_KINDS, STATUSES, LivenessEvidence, 
 TIMESTAMP_DETAIL = "must be a non-negative safe integer"
 
 
+_E = TypeVar("_E", bound=FencepostError)
+
 CLOCK_DETAIL = "clock reading must be a non-negative safe integer (milliseconds)"
 
 
 def refuse(method: str, detail: str, cause: dict[str, Any] | None = None, *,
-           code: str = "invalid_run", cls: type[RunStoreError] = RunStoreError) -> RunStoreError:
+           code: str = "invalid_run", cls: type[_E] = RunStoreError) -> _E:  # type: ignore[assignment]
     err = cls(code, method, detail)
     err.cause = cause or {}  # type: ignore[attr-defined]
     return err
@@ -47,9 +49,7 @@ def clock_reading(clock: Any, method: str, *, code: str = "invalid_run",
     would otherwise fail on a column's CHECK as a bare ``constraint``."""
     now = clock.now_ms()
     if not is_safe_int(now):
-        err = cls(code, method, CLOCK_DETAIL)
-        err.cause = {"field": "clock"}  # type: ignore[attr-defined]
-        raise err
+        raise refuse(method, CLOCK_DETAIL, {"field": "clock"}, code=code, cls=cls)
     return now
 
 
