@@ -155,6 +155,15 @@ def _target_database(url: str) -> Database:
     raise error
 
 
+def _target_error(problem: str, method: str, detail: str, db_code: str | None, transient: bool) -> ProjectionError:
+    """A target failure named like an open failure (``detail`` as ``fencepost.open`` words it),
+    with ``db_code`` and ``transient`` as every error from the database carries them."""
+    err = ProjectionError(problem, method, "projection target: " + detail)
+    err.db_code = db_code  # type: ignore[attr-defined]
+    err.transient = transient  # type: ignore[attr-defined]
+    return err
+
+
 class ProjectionBuilder(Generic[Shape]):
     """Keep ``projection`` on the database at ``target`` from the store ``source`` (or several stores).
 
@@ -922,10 +931,7 @@ class ProjectionBuilder(Generic[Shape]):
         """The target's failure named like an open failure, with ``db_code`` and ``transient`` as
         every error from the database carries them (a server not accepting connections, a write
         lock held past the wait: True; a database that is not there, not a database: False)."""
-        err = ProjectionError(problem, method, "projection target: " + self.target.open_detail(problem, note))
-        err.db_code = code  # type: ignore[attr-defined]
-        err.transient = transient  # type: ignore[attr-defined]
-        return err
+        return _target_error(problem, method, self.target.open_detail(problem, note), code, transient)
 
     def _target_failure(self, exc: DbFailure, method: str) -> ProjectionError:
         """A failure while preparing or first reading the target: named like an open failure when
@@ -948,10 +954,8 @@ class ProjectionBuilder(Generic[Shape]):
             except OpenError as exc:  # ``migration_blocked``: named like every other unusable target
                 blocked = exc
             if blocked is not None:
-                err = ProjectionError(blocked.code, "prepare", f"projection target: {blocked.detail}")
-                err.db_code = blocked.db_code  # type: ignore[attr-defined]
-                err.transient = getattr(blocked, "transient", True)  # type: ignore[attr-defined]
-                raise err
+                raise _target_error(blocked.code, "prepare", blocked.detail, blocked.db_code,
+                                    getattr(blocked, "transient", True))
 
         def body(conn: Connection) -> None:
             self._claim_tables(conn)
