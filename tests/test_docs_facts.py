@@ -82,8 +82,8 @@ def test_the_worker_guide_states_the_workers_constants() -> None:
 
 
 def test_the_performance_guide_states_the_busy_timeout_default_and_limit() -> None:
-    from fencepost._dialects import SQLITE_BUSY_TIMEOUT_MS
+    from fencepost._dialects import BUSY_TIMEOUT_MS
     from fencepost._durable import _BUSY_TIMEOUT_MAX
 
     text = (DOCS / "guides" / "performance.md").read_text(encoding="utf-8")
-    assert f"The default is {SQLITE_BUSY_TIMEOUT_MS:,}; the largest is {_BUSY_TIMEOUT_MAX:,}." in text
+    assert f"The default is {BUSY_TIMEOUT_MS:,}; the largest is {_BUSY_TIMEOUT_MAX:,}." in text

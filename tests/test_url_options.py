@@ -75,7 +75,7 @@ def test_an_unknown_option_with_an_odd_name_is_refused_without_naming_it(backend
     assert "unknown" in message
 
 
-@pytest.mark.parametrize("option", ["synchronous=OFF", "checkpoints=writer", "busy_timeout_ms=5"])
+@pytest.mark.parametrize("option", ["synchronous=OFF", "checkpoints=writer"])
 def test_a_sqlite_option_on_a_postgresql_url_is_refused(option: str) -> None:
     message = _refused(f"{require_postgres().split('?')[0]}?{option}")
     assert option.split("=")[0] in message and "SQLite" in message
@@ -119,8 +119,9 @@ def test_a_fencepost_option_given_without_a_value_is_refused_not_taken_as_the_de
 
 # ------------------------------------------------------------------ busy_timeout_ms range
 @pytest.mark.parametrize("value", ["2147483648", "4294967296", "99999999999999999999"])
-def test_a_busy_timeout_past_sqlites_range_is_refused_not_turned_into_zero(tmp_path, value: str) -> None:
-    message = _refused(_url("sqlite", tmp_path, f"busy_timeout_ms={value}"))
+def test_a_busy_timeout_past_sqlites_range_is_refused_not_turned_into_zero(backend: str, tmp_path, value: str) -> None:
+    """PostgreSQL's ``lock_timeout``, which carries the option there, has the same limit."""
+    message = _refused(_url(backend, tmp_path, f"busy_timeout_ms={value}"))
     assert "busy_timeout_ms" in message and "2147483647" in message
     assert not (tmp_path / "not-yet").exists()
 

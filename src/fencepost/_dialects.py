@@ -82,7 +82,7 @@ MISSING_OBJECT = ("a table or column fencepost needs is missing (dropped or alte
 _PG_REASONS = {
     "42P01": MISSING_OBJECT,
     "42703": MISSING_OBJECT,
-    "55P03": f"{_WRITE_LOCK_HELD} (or a row lock) past lock_timeout on every retry",
+    "55P03": f"{_WRITE_LOCK_HELD} (or a row lock) past the wait (busy_timeout_ms, or the session's lock_timeout)",
     "57014": "a statement was cancelled (statement_timeout, or a cancel request)",
     "40001": "a serialization failure on every retry",
     "40P01": "a deadlock on every retry",
@@ -513,7 +513,7 @@ class SqliteBackend(Backend):
         # open (``vetting``).
         self._file: list[Any] = [None, None, False]
         #: Seconds SQLite waits for another connection's lock (``busy_timeout_ms``).
-        self.busy_wait_s = SQLITE_BUSY_TIMEOUT_MS / 1000
+        self.busy_wait_s = BUSY_TIMEOUT_MS / 1000
         #: The ``synchronous`` level of every connection (the URL option, FULL unless given).
         self.synchronous = "FULL"
 
@@ -523,7 +523,7 @@ class SqliteBackend(Backend):
         self.synchronous = synchronous
         # "writer": SQLite's own default, the commit that fills the log checkpoints it; no thread.
         background = options.get("checkpoints", "background") == "background"
-        busy_ms = int(options.get("busy_timeout_ms", SQLITE_BUSY_TIMEOUT_MS))
+        busy_ms = int(options.get("busy_timeout_ms", BUSY_TIMEOUT_MS))
         self.busy_wait_s = busy_ms / 1000
 
         @event.listens_for(engine, "connect")
@@ -799,11 +799,24 @@ class PostgresBackend(Backend):
         self.schema = schema
         # BEGIN and the write lock as one string: one round trip where psycopg would send its own
         # BEGIN first. The schema name is inlined (validated above: no quote can appear in it).
-        self._begin_locked = Sql(text(
-            f"BEGIN; SELECT pg_advisory_xact_lock(hashtextextended('{schema}', {_PG_WRITE_LOCK_CLASS}))"))
+        lock = f"SELECT pg_advisory_xact_lock(hashtextextended('{schema}', {_PG_WRITE_LOCK_CLASS}))"
+        self._begin_unbounded = Sql(text(f"BEGIN; {lock}"))
+        self._begin_locked = self._begin_unbounded
+        self._lock = lock
+        #: Seconds a write waits for the write lock in all (``busy_timeout_ms``), as on SQLite.
+        self.busy_wait_s = BUSY_TIMEOUT_MS / 1000
 
     def configure(self, engine: Engine, *, readonly: bool, options: dict[str, str]) -> None:
         schema = self.schema
+        explicit = "busy_timeout_ms" in options
+        busy_ms = int(options.get("busy_timeout_ms", BUSY_TIMEOUT_MS))
+        self.busy_wait_s = busy_ms / 1000
+        # The write lock's own wait is bounded by SET LOCAL lock_timeout around it alone (0 would be
+        # no limit to the server: 1 ms is "do not wait"); the rest of the transaction keeps the
+        # session's setting (TO DEFAULT), so a caller's statement waiting for a row is not cut short.
+        bounded = Sql(text(f"BEGIN; SET LOCAL lock_timeout = {max(busy_ms, 1)}; {self._lock}; "
+                           "SET LOCAL lock_timeout TO DEFAULT"))
+        backend = self
 
         # First of the connect listeners, before SQLAlchemy's own first-connect setup, which
         # cannot even read the server's version from a SQL_ASCII database (psycopg returns its
@@ -829,11 +842,17 @@ class PostgresBackend(Backend):
 
         @event.listens_for(engine, "connect")
         def _connect(dbapi_connection: Any, _record: Any) -> None:
-            # search_path is set per connection; the schema name was validated above.
+            # search_path is set per connection; the schema name was validated above. The same
+            # round trip reads the session's lock_timeout: a session that sets its own (the URL's
+            # options, PGOPTIONS, the role's settings) keeps it for the write lock too, unless the
+            # URL gives busy_timeout_ms; one with none waits busy_timeout_ms's default, never for ever.
             autocommit = dbapi_connection.autocommit
             dbapi_connection.autocommit = True
-            dbapi_connection.execute(f'SET search_path TO "{schema}"')
+            own = dbapi_connection.execute(
+                f"SELECT set_config('search_path', '\"{schema}\"', false), current_setting('lock_timeout')"
+            ).fetchone()[1]
             dbapi_connection.autocommit = autocommit
+            backend._begin_locked = bounded if explicit or own in ("0", "0ms") else backend._begin_unbounded
 
     def begin_write(self, conn: Connection) -> None:
         # One writer per schema, as upstream: revisions and journal positions are allocated
@@ -895,7 +914,9 @@ class PostgresBackend(Backend):
         # A new connection that got no answer has already waited its whole connect_timeout: trying
         # again within the call would multiply that wait by the store's retries (twelve timeouts).
         # The call fails as transient at once, and its caller (a worker, a follower) waits it out.
-        return _pg_timed_out(exc)
+        # A lock wait given up (the write lock past busy_timeout_ms, or any lock past the session's
+        # lock_timeout) is retried only while the call has waited less than busy_timeout_ms in all.
+        return _pg_timed_out(exc) or (self.lock_wait_expired(exc) and elapsed_s >= self.busy_wait_s)
 
     @staticmethod
     def _lost(exc: DBAPIError) -> bool:
@@ -1152,8 +1173,9 @@ _PROBE_TIMEOUT_S = 5
 _PG_SILENT = "no answer"
 # A store's connect_timeout when its URL gives none (libpq's own default is to wait forever).
 PG_CONNECT_TIMEOUT_S = 10
-#: How long a SQLite connection waits for another connection's lock unless ``busy_timeout_ms`` says.
-SQLITE_BUSY_TIMEOUT_MS = 10_000
+#: How long a write waits for another connection's write lock unless ``busy_timeout_ms`` says
+#: (SQLite's busy timeout; on PostgreSQL the ``lock_timeout`` of the write lock's statement).
+BUSY_TIMEOUT_MS = 10_000
 
 
 def pg_connect_timeout(kwargs: Mapping[str, Any]) -> int:

@@ -28,9 +28,9 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from fencepost._dialects import (
+    BUSY_TIMEOUT_MS,
     PG_CONNECT_TIMEOUT_S,
     SCHEMA_NAME,
-    SQLITE_BUSY_TIMEOUT_MS,
     SQLITE_CHECKPOINTS,
     SQLITE_SYNCHRONOUS,
     Backend,
@@ -251,7 +251,7 @@ def connect_wait_s(url: str) -> float:
     URL's ``connect_timeout`` (else fencepost's default), a SQLite URL's ``busy_timeout_ms``."""
     parsed, options = parse_url(url)
     if parsed.get_backend_name() == "sqlite":
-        return int(options.get("busy_timeout_ms", SQLITE_BUSY_TIMEOUT_MS)) / 1000
+        return int(options.get("busy_timeout_ms", BUSY_TIMEOUT_MS)) / 1000
     return pg_connect_timeout(dict(parsed.query))
 
 
@@ -312,9 +312,10 @@ def _secret_option(key: str, value: str | tuple[str, ...]) -> bool:
 
 
 #: fencepost's own URL options, by the backend they apply to (``any``: both).
-_OWN_OPTIONS = {"schema": "postgresql", "synchronous": "sqlite", "busy_timeout_ms": "sqlite", "checkpoints": "sqlite",
+_OWN_OPTIONS = {"schema": "postgresql", "synchronous": "sqlite", "busy_timeout_ms": "any", "checkpoints": "sqlite",
                 "pool_size": "any"}
-_BUSY_TIMEOUT_MAX = 2**31 - 1  # SQLite's busy timeout is a C int: a larger value wraps to no wait at all
+# SQLite's busy timeout and PostgreSQL's lock_timeout are C ints: past this, SQLite's wraps to no wait.
+_BUSY_TIMEOUT_MAX = 2**31 - 1
 _NAMEABLE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 
 

@@ -136,9 +136,9 @@ def test_a_statement_timeout_is_named(db_url: str) -> None:
         store.close()
 
 
-@pytest.mark.parametrize("backend", ["sqlite"])
 @pytest.mark.parametrize("group_commit", [True, False], ids=["group-commit", "single"])
-def test_busy_timeout_ms_bounds_the_whole_wait_for_a_held_write_lock(db_url: str, group_commit: bool) -> None:
+def test_busy_timeout_ms_bounds_the_whole_wait_for_a_held_write_lock(db_url: str, backend: str,
+                                                                     group_commit: bool) -> None:
     """Defect: a write blocked by another process's write lock waited ``busy_timeout_ms`` on each of
     its twelve attempts (about two minutes with the default 10 s) before failing. SQLite has already
     waited the whole budget when it answers busy, so the call now fails once that wait is spent;
@@ -147,8 +147,11 @@ def test_busy_timeout_ms_bounds_the_whole_wait_for_a_held_write_lock(db_url: str
 
     Defect (group commit, the default): the group's leader met the busy answer at its BEGIN after
     the whole wait, then ran the call again as a single write, which waited the whole budget a
-    second time. SQLite only: ``busy_timeout_ms`` is a SQLite option (PostgreSQL's lock waits are
-    the server's ``lock_timeout``)."""
+    second time.
+
+    Defect (PostgreSQL): ``busy_timeout_ms`` was refused there, and with no ``lock_timeout`` of the
+    session's own a write waited for fencepost's write lock without any limit. It is now the same
+    option on both backends, the whole call's wait for the write lock."""
     import time
 
     store = fencepost.open(_with_option(db_url, "busy_timeout_ms=1500"), group_commit=group_commit)
@@ -159,8 +162,9 @@ def test_busy_timeout_ms_bounds_the_whole_wait_for_a_held_write_lock(db_url: str
         with pytest.raises(fencepost.RunStoreError) as err:
             store.runs.create("blocked", "{}")
         waited = time.monotonic() - started
-        assert err.value.db_code == "SQLITE_BUSY"  # type: ignore[attr-defined]
+        assert err.value.db_code == BUSY_CODE[backend]  # type: ignore[attr-defined]
         assert err.value.transient is True  # type: ignore[attr-defined]
+        assert "write lock" in str(err.value) and "busy_timeout_ms" in str(err.value), str(err.value)
         # One 1.5 s wait: not two (3 s, group commit before), nor twelve (18 s before).
         assert 1.4 <= waited < 2.6, waited
         holder.proc.stdin.write(b"go\n")
@@ -174,15 +178,14 @@ def test_busy_timeout_ms_bounds_the_whole_wait_for_a_held_write_lock(db_url: str
         store.close()
 
 
-@pytest.mark.parametrize("backend", ["sqlite"])
-def test_busy_timeout_ms_bounds_the_wait_of_every_concurrent_write_of_a_group(db_url: str) -> None:
+def test_busy_timeout_ms_bounds_the_wait_of_every_concurrent_write_of_a_group(db_url: str, backend: str) -> None:
     """Defect: with group commit (the default), writes of several threads blocked by another
     process's write lock queued behind the group's leader, which waited ``busy_timeout_ms`` at its
     BEGIN and failed; the next queued call then led and waited the whole budget again, and so on:
     the fifth of five concurrent writes failed after five budgets, not one. Now the leader's
     failure after the whole wait answers the calls queued behind it as well (nothing of them ran),
-    so no call waits much past one budget. SQLite only: ``busy_timeout_ms`` is a SQLite option
-    (the same queue behind a PostgreSQL connect timeout is tested in test_silent_server.py)."""
+    so no call waits much past one budget (the same queue behind a PostgreSQL connect timeout is
+    tested in test_silent_server.py)."""
     import time
 
     store = fencepost.open(_with_option(db_url, "busy_timeout_ms=1000"))
@@ -207,7 +210,7 @@ def test_busy_timeout_ms_bounds_the_wait_of_every_concurrent_write_of_a_group(db
             thread.join(30)
         assert sorted(failures) == list(range(5)), (failures, waited)
         for exc in failures.values():
-            assert (exc.db_code, exc.transient) == ("SQLITE_BUSY", True), exc  # type: ignore[attr-defined]
+            assert (exc.db_code, exc.transient) == (BUSY_CODE[backend], True), exc  # type: ignore[attr-defined]
         assert len({id(exc) for exc in failures.values()}) == 5  # each thread raises its own
         # One 1 s wait at most, not up to five (the queue's last waited 5 s before).
         assert max(waited.values()) < 1.9, waited
@@ -220,4 +223,64 @@ def test_busy_timeout_ms_bounds_the_wait_of_every_concurrent_write_of_a_group(db
                 store.runs.get(f"blocked-{i}")
     finally:
         holder.close()
+        store.close()
+
+
+def test_a_write_lock_held_by_another_writer_is_waited_for_ten_seconds_by_default(db_url: str, backend: str) -> None:
+    """Defect (PostgreSQL): a URL with no wait of its own (neither ``busy_timeout_ms`` nor the
+    session's ``lock_timeout``) waited for fencepost's write lock without any limit: one writer
+    stuck inside its transaction (a hung task, a stopped process, a lost network) stopped every
+    other writer, ``fencepost.open`` included, with no error ever. Both backends now wait 10 s by
+    default, then fail as transient (worth retrying), and nothing is written."""
+    import time
+
+    store = fencepost.open(db_url)
+    holder = Holder(db_url, "held")
+    try:
+        assert holder.line().startswith("holding")
+        started = time.monotonic()
+        with pytest.raises(fencepost.RunStoreError) as err:
+            store.runs.create("blocked", "{}")
+        waited = time.monotonic() - started
+        assert (err.value.db_code, err.value.transient) == (BUSY_CODE[backend], True)  # type: ignore[attr-defined]
+        assert 9.8 <= waited < 12.5, waited
+        holder.proc.stdin.write(b"go\n")
+        holder.proc.stdin.flush()
+        assert holder.line() == "done 1"
+        store.runs.create("after", "{}")
+        with pytest.raises(fencepost.RunStoreError):
+            store.runs.get("blocked")
+    finally:
+        holder.close()
+        store.close()
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])
+def test_busy_timeout_ms_bounds_only_the_write_lock_not_a_row_lock_inside_the_transaction(db_url: str) -> None:
+    """On PostgreSQL the wait for fencepost's write lock is bounded for that lock alone: a statement
+    of the caller's own inside ``transact`` that waits for a row another session holds keeps the
+    session's setting (here: no limit), so a 300 ms ``busy_timeout_ms`` does not cut a 1.5 s row-lock
+    wait short. PostgreSQL only: SQLite has no row locks."""
+    import time
+
+    import psycopg
+
+    store = fencepost.open(_with_option(db_url, "busy_timeout_ms=300"))
+    schema = store.db.backend.schema  # type: ignore[attr-defined]
+    store.db.write(lambda c: c.exec_driver_sql("CREATE TABLE app_rows (id INT PRIMARY KEY, n INT)"))
+    store.db.write(lambda c: c.exec_driver_sql("INSERT INTO app_rows VALUES (1, 0)"))
+    dsn = db_url.split("?")[0].replace("postgresql+psycopg://", "postgresql://")
+    other = psycopg.connect(dsn)
+    try:
+        other.execute(f'UPDATE "{schema}".app_rows SET n = 1 WHERE id = 1')  # holds the row lock
+        releaser = threading.Timer(1.5, other.commit)
+        releaser.start()
+        started = time.monotonic()
+        store.journal.transact(lambda tx: tx.conn.exec_driver_sql("UPDATE app_rows SET n = n + 10 WHERE id = 1"))
+        waited = time.monotonic() - started
+        releaser.join()
+        assert waited >= 1.3, waited  # it really waited for the row, past the 300 ms
+        assert store.db.read(lambda c: c.exec_driver_sql("SELECT n FROM app_rows").scalar()) == 11
+    finally:
+        other.close()
         store.close()
