@@ -152,11 +152,12 @@ def checkpoint_retrying(store: Any, timeout: float) -> Iterator[CheckpointRetryi
 
 
 def short_wait(url: str, backend: str) -> str:
-    """``url`` with a 100 ms wait for another writer's lock (the store's own retries still apply)."""
+    """``url`` with a 100 ms wait for another writer's lock, for the whole call (``busy_timeout_ms``);
+    on PostgreSQL also for any other lock a statement waits for, a read's included (``lock_timeout``)."""
     sep = "&" if "?" in url else "?"
     if backend == "sqlite":
         return f"{url}{sep}busy_timeout_ms=100"
-    return f"{url}{sep}options=-c%20lock_timeout%3D100"
+    return f"{url}{sep}busy_timeout_ms=100&options=-c%20lock_timeout%3D100"
 
 
 class LockHolder:

@@ -73,8 +73,8 @@ def test_stopping_a_worker_whose_settlement_waits_out_an_outage_is_prompt(outage
         t.join(BOUND_S)
         took = time.monotonic() - stopped
         assert not t.is_alive()
-        # Measured against the attempts themselves, so a slow lock wait (each PostgreSQL attempt
-        # retries its lock timeout for about 4 s) moves the bounds with it: the retries go on until
+        # Measured against the attempts themselves, so a slow lock wait (on a loaded machine) moves
+        # the bounds with it: the retries go on until
         # the grace is over or the attempt in flight at the stop has failed, whichever is later; one
         # last attempt follows, then run() returns. Before, they went on for the rest of the 19 s
         # budget (13-17 s measured on SQLite; about 2 s now, 7-8 s on PostgreSQL).

@@ -25,8 +25,8 @@ from fencepost.worker import Worker
 from tests.worker.conftest import FailAt, run_in_thread, stop_worker, unavailable, wait_for
 
 BOUND_S = 5  # far below the 30 s a stranded run waited for its lease to expire
-# A wait through a held write lock: a few PostgreSQL calls (each retries a lock timeout for about
-# 4 s), and well below the claim's 19 s budget, which the run already taken used to wait out.
+# A wait through a held write lock: a few calls (each waits ``busy_timeout_ms``, 100 ms here), and
+# well below the claim's 19 s budget, which the run already taken used to wait out.
 OUTAGE_BOUND_S = 15
 
 
