@@ -397,3 +397,41 @@ def test_options_mentioning_search_path_in_values_reach_the_server(pg_url: str) 
     with fencepost.open(f"{pg_url}&options=-c%20myapp.label%3Dsearch-path-svc") as store:
         with store.db.engine.connect() as conn:
             assert conn.exec_driver_sql("SELECT current_setting('myapp.label')").scalar() == "search-path-svc"
+
+
+# ------------------------------------------------------------------ a driver option given twice
+DRIVER_TWICE = {"sslmode": "disable&sslmode=require", "application_name": "a&application_name=b",
+                "connect_timeout": "5&connect_timeout=6", "hostaddr": "127.0.0.1&hostaddr=127.0.0.1",
+                "options": "-c%20a.x%3D1&options=-c%20a.y%3D2", "dbname": "test&dbname=test",
+                "password": f"{SECRET}&password={SECRET}x", "sslpassword": f"x&sslpassword={SECRET}"}
+
+
+@pytest.mark.parametrize("key", list(DRIVER_TWICE))
+def test_a_driver_option_given_twice_is_refused_by_name_before_connecting(key: str) -> None:
+    """``?sslmode=disable&sslmode=require`` reached the driver as a pair, which it read as one
+    value (``"('disable', 'require')"``): ``open_failed`` at best, and a session silently named
+    ``('a', 'b')`` for ``application_name``. PostgreSQL only: these are libpq's keywords (a SQLite
+    URL refuses any option but fencepost's own, whose repetition is refused on both backends)."""
+    base = require_postgres().split("?")[0]
+    assert _refused(f"{base}?{key}={DRIVER_TWICE[key]}") == f"{key} is given more than once"
+
+
+def _hosts_url(pg_url: str, query: str) -> str:
+    """``pg_url`` with its host and port taken out of the authority, ``query`` (where ``H`` and
+    ``P`` stand for the test server's host and port) added to its options."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(pg_url)
+    host, port = url.host or "127.0.0.1", str(url.port or 5432)
+    bare = url.set(host=None, port=None).render_as_string(hide_password=False)
+    return f"{bare}&{query.replace('H', host).replace('P', port)}"
+
+
+@pytest.mark.parametrize("query", ["host=H&host=H", "host=H:P&host=H:P", "host=H:P&host=H",
+                                   "host=H,H&port=P&port=P"])
+def test_the_driver_options_given_several_times_that_libpq_takes_still_reach_the_server(pg_url: str,
+                                                                                       query: str) -> None:
+    """The keywords SQLAlchemy hands libpq as its lists, and no others: several ``host`` options
+    (joined with commas, a ``:port`` in each taken out), and several ``port`` options beside one
+    ``host`` option naming as many hosts. PostgreSQL only: libpq's keywords."""
+    fencepost.open(_hosts_url(pg_url, query)).close()

@@ -388,7 +388,7 @@ def parse_url(url: str) -> tuple[URL, dict[str, str]]:
     for key, given in query.items():
         applies = _OWN_OPTIONS.get(key)
         if applies is None:
-            continue  # the driver's (PostgreSQL takes some, e.g. ``host``, more than once)
+            continue  # the driver's: given twice, refused below unless libpq takes it so (``host``)
         if not isinstance(given, str):
             raise ValueError(f"{key} is given more than once")
         if applies not in (backend, "any"):
@@ -402,6 +402,7 @@ def parse_url(url: str) -> tuple[URL, dict[str, str]]:
         more = "" if backend == "sqlite" else " and the driver's connection keywords"
         raise ValueError(f"unknown URL option {_option_name(unknown[0])} (known: {known}{more})")
     if backend == "postgresql":
+        _refuse_repeated_driver_options(query)
         _refuse_ipv6_host_option(query)
         _check_libpq_numbers(query)
         _refuse_search_path(query)
@@ -569,6 +570,22 @@ def _check_libpq_numbers(query: dict[str, Any]) -> None:
         # port no server has, a transient ``cannot_connect`` that the worker and console wait on.
         if port and not (ascii_digits(port, 5) and 1 <= int(port) <= 65535):
             raise ValueError("port must be an integer in 1..65535 (the URL's host=HOST:PORT option)")
+
+
+# The libpq keywords the PostgreSQL dialect hands over as one list when given more than once:
+# several ``host`` options (joined with commas), and ``port`` (beside one ``host`` option naming as
+# many hosts). Any other reaches libpq as the text of a Python tuple.
+_DRIVER_LISTS = frozenset({"host", "port"})
+
+
+def _refuse_repeated_driver_options(query: dict[str, Any]) -> None:
+    """Refuse a libpq keyword given more than once that the driver does not take as a list
+    (``?sslmode=disable&sslmode=require``): libpq would be handed ``"('disable', 'require')"``,
+    refused at connect time as ``open_failed`` or, for a free-text keyword such as
+    ``application_name``, taken as that text. Named as fencepost's own options are, never the value."""
+    for key, given in query.items():
+        if not isinstance(given, str) and key not in _DRIVER_LISTS:
+            raise ValueError(f"{key if _NAMEABLE.match(key) else 'an option'} is given more than once")
 
 
 def _refuse_ipv6_host_option(query: dict[str, Any]) -> None:
