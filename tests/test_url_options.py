@@ -300,11 +300,11 @@ def test_a_libpq_number_is_still_accepted(pg_url: str, query: str) -> None:
 
 
 def test_ports_in_the_query_are_checked_each() -> None:
-    parse_url("postgresql+psycopg://u@/db?host=a&host=b&port=5432,5433")
+    parse_url("postgresql+psycopg://u@/db?host=a,b&port=5432,5433")
     parse_url("postgresql+psycopg://u@/db?host=a&port=5432")
     for bad in ("0", "65536", "5432,x", "5432,", "-1"):
         with pytest.raises(ValueError, match=r"^port must be"):
-            parse_url(f"postgresql+psycopg://u@/db?host=a&host=b&port={bad}")
+            parse_url(f"postgresql+psycopg://u@/db?host=a,b&port={bad}")
 
 
 # ------------------------------------------------------------------ a schema chosen through search_path
@@ -397,3 +397,119 @@ def test_options_mentioning_search_path_in_values_reach_the_server(pg_url: str) 
     with fencepost.open(f"{pg_url}&options=-c%20myapp.label%3Dsearch-path-svc") as store:
         with store.db.engine.connect() as conn:
             assert conn.exec_driver_sql("SELECT current_setting('myapp.label')").scalar() == "search-path-svc"
+
+
+# ------------------------------------------------------------------ a driver option given twice
+DRIVER_TWICE = {"sslmode": "disable&sslmode=require", "application_name": "a&application_name=b",
+                "connect_timeout": "5&connect_timeout=6", "hostaddr": "127.0.0.1&hostaddr=127.0.0.1",
+                "options": "-c%20a.x%3D1&options=-c%20a.y%3D2", "dbname": "test&dbname=test",
+                "password": f"{SECRET}&password={SECRET}x", "sslpassword": f"x&sslpassword={SECRET}"}
+
+
+@pytest.mark.parametrize("key", list(DRIVER_TWICE))
+def test_a_driver_option_given_twice_is_refused_by_name_before_connecting(key: str) -> None:
+    """``?sslmode=disable&sslmode=require`` reached the driver as a pair, which it read as one
+    value (``"('disable', 'require')"``): ``open_failed`` at best, and a session silently named
+    ``('a', 'b')`` for ``application_name``. PostgreSQL only: these are libpq's keywords (a SQLite
+    URL refuses any option but fencepost's own, whose repetition is refused on both backends)."""
+    base = require_postgres().split("?")[0]
+    assert _refused(f"{base}?{key}={DRIVER_TWICE[key]}") == f"{key} is given more than once"
+
+
+def _hosts_url(pg_url: str, query: str, authority: str = "") -> str:
+    """``pg_url`` with ``authority`` for its host and port, ``query`` added to its options (in
+    both, ``H`` and ``P`` stand for the test server's host and port)."""
+    import re
+
+    from sqlalchemy.engine import make_url
+
+    url = make_url(pg_url)
+    host, port = url.host or "127.0.0.1", str(url.port or 5432)
+    given = authority.replace("H", host).replace("P", port)
+    bare = re.sub(r"@[^/]*/", lambda _: f"@{given}/", url.render_as_string(hide_password=False), count=1)
+    return f"{bare}&{query.replace('H', host).replace('P', port)}"
+
+
+@pytest.mark.parametrize("query", ["host=H&host=H", "host=H:P&host=H:P", "host=H:P&host=H",
+                                   "host=H,H&port=P&port=P"])
+def test_the_driver_options_given_several_times_that_libpq_takes_still_reach_the_server(pg_url: str,
+                                                                                       query: str) -> None:
+    """The keywords SQLAlchemy hands libpq as its lists, and no others: several ``host`` options
+    (joined with commas, a ``:port`` in each taken out), and several ``port`` options beside one
+    ``host`` option naming as many hosts. PostgreSQL only: libpq's keywords."""
+    fencepost.open(_hosts_url(pg_url, query)).close()
+
+
+# ------------------------------------------------------------------ hosts and ports, every way given
+# (URL authority, query) -> what the refusal says. Each of these reached SQLAlchemy's own multi-line
+# ArgumentError, or libpq a host "name:port" it cannot resolve (a transient cannot_connect waited on
+# for ever), or silently lost the authority's port (the store opened on the default port).
+HOSTS_PORTS_REFUSED = {
+    "one host:port and a port": ("", "host=h1:5432&port=5432", "give the port one way only"),
+    "one host: and a port": ("", "host=h1:&port=5432", "give the port one way only"),
+    "host:ports and a port": ("", "host=h1:5432&host=h2:5433&port=5432", "give the ports one way only"),
+    "hosts and a port": ("", "host=h1&host=h2&port=5432", "give the ports one way only"),
+    "hosts and ports": ("", "host=h1&host=h2&port=5432,5433", "give the ports one way only"),
+    "hosts and port twice": ("", "host=h1&host=h2&port=5432&port=5433", "give the ports one way only"),
+    "host list and one port": ("", "host=h1,h2&port=5432", "2 hosts and 1 port"),
+    "host and two ports": ("", "host=h1&port=5432,5433", "1 host and 2 ports"),
+    "host and port twice": ("", "host=h1&port=5432&port=5433", "1 host and 2 ports"),
+    "no host and two ports": ("h1", "port=5432,5433", "1 host and 2 ports"),
+    "no host and port twice": ("h1", "port=5432&port=5433", "1 host and 2 ports"),
+    "port twice with lists": ("", "host=h1,h2,h3&port=5432,5433&port=5434", "one port each"),
+    "host list with ports": ("", "host=h1:5432,h2:5433", "in the port option"),
+    "host list with one port": ("", "host=h1:5432,h2&port=5432,5433", "in the port option"),
+    "a list among hosts": ("", "host=h1,h2&host=h3", "one host each"),
+    "authority port, host list": (":5433", "host=h1,h2", "the URL's host:port"),
+    "authority port, hosts": (":5433", "host=h1&host=h2", "the URL's host:port"),
+    "authority port, a host without": (":5433", "host=h1:5432&host=h2", "the URL's host:port"),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTS_PORTS_REFUSED))
+def test_hosts_and_ports_given_in_ways_that_cannot_work_together_are_refused_clearly(case: str) -> None:
+    """``?host=h1:5432&host=h2:5433&port=5432`` ended in SQLAlchemy's multi-line ``ArgumentError``;
+    ``?host=h1:5432&port=5432`` handed libpq the host name ``h1:5432``. Each such URL is refused
+    before anything connects, one line saying how to give the ports. PostgreSQL only: hosts and
+    ports are PostgreSQL URL forms (a SQLite URL has no host)."""
+    authority, query, says = HOSTS_PORTS_REFUSED[case]
+    with pytest.raises(ValueError) as info:
+        parse_url(f"postgresql+psycopg://u@{authority}/db?{query}")
+    assert says in str(info.value) and "\n" not in str(info.value)
+
+
+HOSTS_PORTS_ACCEPTED = {
+    "host and port": ("", "host=H&port=P"), "host:port": ("", "host=H:P"), "host:": ("", "host=H:"),
+    "host list and ports": ("", "host=H,H&port=P,P"), "host list": ("", "host=H,H"),
+    "host list, port twice": ("", "host=H,H&port=P&port=P"), "hosts": ("", "host=H&host=H"),
+    "host:ports": ("", "host=H:P&host=H:P"), "host:port and host": ("", "host=H:P&host=H"),
+    "authority and port": ("H:P", "port=P"), "authority port, host": (":P", "host=H"),
+    "authority host, host": ("nowhere.invalid", "host=H&port=P"),
+    "authority port, host:ports": (":1", "host=H:P&host=H:P"), "authority port, ports": (":1", "host=H,H&port=P,P"),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTS_PORTS_ACCEPTED))
+def test_hosts_and_ports_given_one_way_reach_the_server(pg_url: str, case: str) -> None:
+    """Every way of giving hosts and ports that SQLAlchemy and libpq read as meant still opens the
+    store; a query's host or port replaces the authority's, as libpq's own URLs have it.
+    PostgreSQL only: hosts and ports are PostgreSQL URL forms."""
+    authority, query = HOSTS_PORTS_ACCEPTED[case]
+    fencepost.open(_hosts_url(pg_url, query, authority)).close()
+
+
+@pytest.mark.parametrize("query", ["sslmode=disable&sslmode=require", "host=h1:5432&host=h2:5433&port=5432"])
+def test_the_cli_refuses_hosts_ports_and_driver_options_given_twice_as_usage_errors(query: str) -> None:
+    """PostgreSQL only: driver options and hosts are PostgreSQL URL forms."""
+    import os
+    import subprocess
+
+    from tests.cli.conftest import fencepost_exe
+
+    env = {k: v for k, v in os.environ.items() if k != "FENCEPOST_DB"}
+    url = f"{require_postgres().split('?')[0]}?{query}"
+    done = subprocess.run([fencepost_exe(), "--db", url, "runs", "list"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done
+    assert done.stderr.startswith("Error: --db: ") and done.stderr.count("\n") == 1
+

@@ -388,7 +388,7 @@ def parse_url(url: str) -> tuple[URL, dict[str, str]]:
     for key, given in query.items():
         applies = _OWN_OPTIONS.get(key)
         if applies is None:
-            continue  # the driver's (PostgreSQL takes some, e.g. ``host``, more than once)
+            continue  # the driver's: given twice, refused below unless libpq takes it so (``host``)
         if not isinstance(given, str):
             raise ValueError(f"{key} is given more than once")
         if applies not in (backend, "any"):
@@ -402,8 +402,10 @@ def parse_url(url: str) -> tuple[URL, dict[str, str]]:
         more = "" if backend == "sqlite" else " and the driver's connection keywords"
         raise ValueError(f"unknown URL option {_option_name(unknown[0])} (known: {known}{more})")
     if backend == "postgresql":
+        _refuse_repeated_driver_options(query)
         _refuse_ipv6_host_option(query)
         _check_libpq_numbers(query)
+        _check_hosts_and_ports(query, parsed.port)
         _refuse_search_path(query)
     timeout = options.get("busy_timeout_ms", "0")
     if not (ascii_digits(timeout) and int(timeout) <= _BUSY_TIMEOUT_MAX):
@@ -560,7 +562,7 @@ def _check_libpq_numbers(query: dict[str, Any]) -> None:
             if not (ascii_digits(digits, 10) and int(digits) <= _INT_MAX):
                 raise ValueError(f"{key} must be {what} in -{_INT_MAX}..{_INT_MAX}")
     for value in _values(query.get("port")):
-        # One port, or one per host (``host=a&host=b&port=5432,5433``).
+        # One port, or one per host (``host=a,b&port=5432,5433``).
         if not all(ascii_digits(p, 5) and 1 <= int(p) <= 65535 for p in value.split(",")):
             raise ValueError("port must be an integer in 1..65535 (with several hosts, one per host, "
                              "separated by commas)")
@@ -569,6 +571,22 @@ def _check_libpq_numbers(query: dict[str, Any]) -> None:
         # port no server has, a transient ``cannot_connect`` that the worker and console wait on.
         if port and not (ascii_digits(port, 5) and 1 <= int(port) <= 65535):
             raise ValueError("port must be an integer in 1..65535 (the URL's host=HOST:PORT option)")
+
+
+# The libpq keywords the PostgreSQL dialect hands over as one list when given more than once:
+# several ``host`` options (joined with commas), and ``port`` (beside one ``host`` option naming as
+# many hosts; ``_check_hosts_and_ports``). Any other reaches libpq as the text of a Python tuple.
+_DRIVER_LISTS = frozenset({"host", "port"})
+
+
+def _refuse_repeated_driver_options(query: dict[str, Any]) -> None:
+    """Refuse a libpq keyword given more than once that the driver does not take as a list
+    (``?sslmode=disable&sslmode=require``): libpq would be handed ``"('disable', 'require')"``,
+    refused at connect time as ``open_failed`` or, for a free-text keyword such as
+    ``application_name``, taken as that text. Named as fencepost's own options are, never the value."""
+    for key, given in query.items():
+        if not isinstance(given, str) and key not in _DRIVER_LISTS:
+            raise ValueError(f"{key if _NAMEABLE.match(key) else 'an option'} is given more than once")
 
 
 def _refuse_ipv6_host_option(query: dict[str, Any]) -> None:
@@ -598,6 +616,48 @@ def _ports_in_hosts(query: dict[str, Any]) -> list[str]:
         found = _HOST_AND_PORT.match(hosts[0])
         return [found.group(1)] if found else []
     return []
+
+
+_ONE_WAY = "each in its host option (host=H1:P1&host=H2:P2) or all in the port option (host=H1,H2&port=P1,P2)"
+
+
+def _check_hosts_and_ports(query: dict[str, Any], authority_port: int | None) -> None:
+    """Refuse hosts and ports given in ways the PostgreSQL dialect cannot put together, each with
+    one line saying how to give them, where it would raise its own multi-line ``ArgumentError``,
+    hand libpq a host named ``name:port`` (a transient ``cannot_connect`` waited on for ever), or
+    silently drop the URL's own port. The dialect takes the ports of several hosts either from
+    each ``host=name:port`` option or from ``port`` beside one ``host`` option naming the hosts
+    (``host=h1,h2&port=p1,p2``), not both; a single ``host=name:port`` only without ``port``.
+    Numbers are checked before (``_check_libpq_numbers``); an IPv6 address has two colons or more,
+    so it is never taken for ``name:port`` here."""
+    hosts, ports = _values(query.get("host")), _values(query.get("port"))
+    if len(hosts) > 1:
+        if ports:
+            raise ValueError(f"several host options and a port option: give the ports one way only, {_ONE_WAY}")
+        if any("," in h for h in hosts):
+            raise ValueError("several host options name one host each (host=H1:P1&host=H2:P2); "
+                             "or name all the hosts in one (host=H1,H2)")
+        named = [h.split(":")[1] if h.count(":") == 1 else "" for h in hosts]
+    else:
+        names = hosts[0].split(",") if hosts else [""]
+        if len(names) > 1 and any(_HOST_AND_PORT.match(n) for n in names):
+            raise ValueError("a host option naming several hosts holds a HOST:PORT; give the ports "
+                             "in the port option, one per host (host=H1,H2&port=P1,P2)")
+        if len(names) == 1 and hosts and ports and _HOST_AND_PORT.match(names[0]):
+            raise ValueError("a host option written HOST:PORT beside a port option: give the port one way "
+                             "only (host=HOST&port=PORT or host=HOST:PORT)")
+        if len(ports) > 1 and any("," in p for p in ports):
+            raise ValueError("port is given more than once with several ports in one: give one port each, "
+                             "or all of them in one port option (port=P1,P2)")
+        given = list(ports) if len(ports) > 1 else ports[0].split(",") if ports else []
+        if given and len(given) != len(names) and (len(names) > 1 or len(given) > 1):
+            n, m = len(names), len(given)
+            raise ValueError(f"{n} host{'s' * (n > 1)} and {m} port{'s' * (m > 1)}: give one port per host, "
+                             "in the order of the hosts (host=H1,H2&port=P1,P2)")
+        named = ["x" if ports else ""] * len(names)
+    if authority_port is not None and len(named) > 1 and not all(named):
+        raise ValueError("the URL's host:port gives a port that several hosts in host options would not "
+                         f"use: give their ports {_ONE_WAY}")
 
 
 def _values(value: str | tuple[str, ...] | None) -> tuple[str, ...]:
