@@ -243,7 +243,7 @@ def test_a_write_lock_held_by_another_writer_is_waited_for_ten_seconds_by_defaul
             store.runs.create("blocked", "{}")
         waited = time.monotonic() - started
         assert (err.value.db_code, err.value.transient) == (BUSY_CODE[backend], True)  # type: ignore[attr-defined]
-        assert 9.8 <= waited < 12.5, waited
+        assert 9.8 <= waited < 15, waited  # one 10 s wait: not none, not two
         holder.proc.stdin.write(b"go\n")
         holder.proc.stdin.flush()
         assert holder.line() == "done 1"
