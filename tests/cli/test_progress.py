@@ -104,7 +104,7 @@ def msgspec_builtins(value):
 
 def _runs_and_facts(url: str, runs: int, settled: int) -> None:
     with fencepost.open(url) as store:
-        store.db.write(lambda conn: [_runs.create(conn, f"r-{i}", i) for i in range(runs)])
+        store.db.write(lambda conn: _runs.create_many(conn, [f"r-{i}" for i in range(runs)]))
         for i in range(settled):
             _settle(store, f"s-{i}")
 
@@ -193,8 +193,8 @@ def _applied_revision(url: str) -> int:
 def _many_runs(url: str, runs: int = 30000) -> int:
     with fencepost.open(url) as store:
         for first in range(0, runs, 5000):
-            store.db.write(lambda conn, first=first: [_runs.create(conn, f"r-{i}", i)
-                                                      for i in range(first, first + 5000)])
+            store.db.write(lambda conn, first=first: _runs.create_many(
+                conn, [f"r-{i}" for i in range(first, first + 5000)], first))
         return store.feed.position().revision
 
 
