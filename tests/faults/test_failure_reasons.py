@@ -152,9 +152,19 @@ def test_busy_timeout_ms_bounds_the_whole_wait_for_a_held_write_lock(db_url: str
     Defect (PostgreSQL): ``busy_timeout_ms`` was refused there, and with no ``lock_timeout`` of the
     session's own a write waited for fencepost's write lock without any limit. It is now the same
     option on both backends, the whole call's wait for the write lock."""
+    # One 1.5 s wait: not two (3 s, group commit before), nor twelve (18 s before).
+    _a_blocked_write_fails_after(db_url, backend, _with_option(db_url, "busy_timeout_ms=1500"), (1.4, 2.6),
+                                 group_commit=group_commit)
+
+
+def _a_blocked_write_fails_after(db_url: str, backend: str, url: str, bounds: tuple[float, float], *,
+                                 group_commit: bool = True) -> None:
+    """A store on ``url`` writes while another process holds the write lock of ``db_url``: the write
+    fails, transient, naming the lock and the option, after a wait within ``bounds`` seconds;
+    nothing of it is stored and the same store writes once the lock is free."""
     import time
 
-    store = fencepost.open(_with_option(db_url, "busy_timeout_ms=1500"), group_commit=group_commit)
+    store = fencepost.open(url, group_commit=group_commit)
     holder = Holder(db_url, "held")
     try:
         assert holder.line().startswith("holding")
@@ -162,11 +172,9 @@ def test_busy_timeout_ms_bounds_the_whole_wait_for_a_held_write_lock(db_url: str
         with pytest.raises(fencepost.RunStoreError) as err:
             store.runs.create("blocked", "{}")
         waited = time.monotonic() - started
-        assert err.value.db_code == BUSY_CODE[backend]  # type: ignore[attr-defined]
-        assert err.value.transient is True  # type: ignore[attr-defined]
+        assert (err.value.db_code, err.value.transient) == (BUSY_CODE[backend], True)  # type: ignore[attr-defined]
         assert "write lock" in str(err.value) and "busy_timeout_ms" in str(err.value), str(err.value)
-        # One 1.5 s wait: not two (3 s, group commit before), nor twelve (18 s before).
-        assert 1.4 <= waited < 2.6, waited
+        assert bounds[0] <= waited < bounds[1], waited
         holder.proc.stdin.write(b"go\n")
         holder.proc.stdin.flush()
         assert holder.line() == "done 1"
@@ -232,27 +240,7 @@ def test_a_write_lock_held_by_another_writer_is_waited_for_ten_seconds_by_defaul
     stuck inside its transaction (a hung task, a stopped process, a lost network) stopped every
     other writer, ``fencepost.open`` included, with no error ever. Both backends now wait 10 s by
     default, then fail as transient (worth retrying), and nothing is written."""
-    import time
-
-    store = fencepost.open(db_url)
-    holder = Holder(db_url, "held")
-    try:
-        assert holder.line().startswith("holding")
-        started = time.monotonic()
-        with pytest.raises(fencepost.RunStoreError) as err:
-            store.runs.create("blocked", "{}")
-        waited = time.monotonic() - started
-        assert (err.value.db_code, err.value.transient) == (BUSY_CODE[backend], True)  # type: ignore[attr-defined]
-        assert 9.8 <= waited < 15, waited  # one 10 s wait: not none, not two
-        holder.proc.stdin.write(b"go\n")
-        holder.proc.stdin.flush()
-        assert holder.line() == "done 1"
-        store.runs.create("after", "{}")
-        with pytest.raises(fencepost.RunStoreError):
-            store.runs.get("blocked")
-    finally:
-        holder.close()
-        store.close()
+    _a_blocked_write_fails_after(db_url, backend, db_url, (9.8, 15))  # one 10 s wait: not none, not two
 
 
 @pytest.mark.parametrize("backend", ["postgresql"])
