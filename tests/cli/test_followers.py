@@ -125,8 +125,11 @@ def test_projection_name_is_accepted_as_projection_status_shows_it(run_cli, thre
         assert ran.code == 0, ran
         status = json.loads(run_cli("--db", three_runs, "projection", "status", "--name", name, "--json").out)
         assert status["name"] == name and status["lag"] == 0
-    bad = run_cli("--db", three_runs, "projection", "status", "--name", "nope")
+    bad = run_cli("--db", three_runs, "projection", "run", "--name", "nope")
     assert bad.code == 2 and "runs_by_status" in bad.err
+    # status takes any projection checkpointed on the target: an unknown name says which ones it has.
+    bad = run_cli("--db", three_runs, "projection", "status", "--name", "nope")
+    assert bad.code == 1 and "it has ownership_history, runs_by_status" in bad.err, bad
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from fencepost._printable import one_line
 from fencepost.cli._common import (
     CliContext,
     FiniteRange,
@@ -38,6 +39,24 @@ class ProjectionName(click.ParamType):
         return name
 
 
+class StatusName(ProjectionName):
+    """What ``projection status --name`` takes: a built-in projection (as ``ProjectionName``), else
+    any projection name, kept exactly as given, to be looked up among those checkpointed on the target."""
+
+    name = "NAME"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> str:
+        from fencepost._values import identifier_problem
+
+        builtin = str(value).strip().lower().replace("-", "_")
+        if builtin in PROJECTIONS:
+            return builtin
+        problem = identifier_problem(value)
+        if problem:
+            self.fail(problem, param, ctx)
+        return str(value)
+
+
 def make_projection(name: str) -> Any:
     from fencepost.projections import OwnershipHistory, RunsByStatus
 
@@ -49,12 +68,22 @@ def _checked_target(ctx: click.Context, param: click.Parameter, value: str | Non
     return None if value is None else _checked_url(value, "--target")
 
 
-def _options(fn):
+def _options(fn=None, *, status: bool = False):
+    if fn is None:
+        return lambda f: _options(f, status=status)
     fn = click.option("--target", metavar="URL", default=None, callback=_checked_target,
                       help="Database holding the projection (default: the source database itself; "
                            "required with several --db).")(fn)
+    if status:
+        fn = click.option("--name", "which", type=StatusName(), metavar=StatusName.name, default="runs_by_status",
+                          show_default=True,
+                          help="Which projection: a built-in one (runs_by_status or ownership_history, dashes "
+                               "or underscores alike), or any other projection with a checkpoint on the target, "
+                               "by its exact name (one you built with ProjectionBuilder; one store only).")(fn)
+        return fn
     fn = click.option("--name", "which", type=ProjectionName(), metavar=ProjectionName.name, default="runs_by_status",
-                      show_default=True, help="Which built-in projection (the name projection status shows).")(fn)
+                      show_default=True, help="Which built-in projection (dashes or underscores alike). A projection "
+                                              "of your own is run by its ProjectionBuilder, not from here.")(fn)
     return fn
 
 
@@ -289,14 +318,30 @@ def emit_line(status: Any, rate: float, store: str | None = None) -> None:
 
 
 @projection.command("status")
-@_options
+@_options(status=True)
+@click.option("--all", "every", is_flag=True,
+              help="List every projection with a checkpoint on the target, one row each (one store only).")
 @output_options
 @click.pass_obj
-def projection_status(obj: CliContext, which: str, target: str | None, out: Output) -> None:
+def projection_status(obj: CliContext, which: str, target: str | None, every: bool, out: Output) -> None:
     """Show where a projection stands against its source (applied revision, lag, rejections).
+
+    --name takes a built-in projection, or any other projection checkpointed on the target (one
+    you built with the library's ProjectionBuilder, say --name run_catalog), shown as its
+    builder's status() reports it. --all lists every projection checkpointed on the target.
 
     Example: fencepost projection status --format json
     """
+    ctx = click.get_current_context()
+    if every and ctx.get_parameter_source("which") is click.core.ParameterSource.COMMANDLINE:
+        raise click.UsageError("--all and --name are exclusive (--all shows every projection on the target)")
+    if (every or which not in PROJECTIONS) and obj.labelled:
+        what = "--all" if every else f"--name {one_line(which)} (not a built-in projection)"
+        raise click.UsageError(f"{what} works with one store, given as --db URL without a name: with several "
+                               f"stores (or a named one), --name takes {' or '.join(PROJECTIONS)} only")
+    if every or which not in PROJECTIONS:
+        _checkpointed_status(obj, None if every else which, target, out)
+        return
     # Read-only on both sides: a target never built reports the whole source as lag, creating nothing.
     with _builder(obj, which, target, readonly_target=True) as builder:
         try:
@@ -307,6 +352,48 @@ def projection_status(obj: CliContext, which: str, target: str | None, out: Outp
         out.rows(_per_store(status), _STATUS_COLUMNS, title=f"projection {which}")
     else:
         out.record(to_data(status), title=f"projection {status.name}")
+
+
+_LIST_COLUMNS = [Column("name", "name", wrap=False), Column("feed", "feed", wrap=False),
+                 *_STATUS_COLUMNS[1:]]
+
+
+def _checkpointed_status(obj: CliContext, which: str | None, target: str | None, out: Output) -> None:
+    """The status of projection ``which`` (every one when None) among those checkpointed on the
+    target of the one store, each as a builder of it reports it. A projection known to the target
+    only by its records (not a built-in one) is read through the stand-in the console uses; both
+    sides are opened read-only, so nothing is created."""
+    from fencepost.projections import ProjectionBuilder
+    from fencepost.projections._recorded import checkpointed
+    from fencepost.projections.builder import ProjectionStatus
+
+    source = read_store()
+    target_db = _readonly_target(target or obj.resolved_url)
+    try:
+        recorded = checkpointed(target_db)
+        if which is not None:
+            names = [one_line(r.name) for r in recorded]
+            recorded = [r for r in recorded if r.name == which]
+            if not recorded:
+                has = f"it has {', '.join(names)}" if names else "it has none"
+                raise fail(f"no projection {one_line(which)} has a checkpoint on {target_db.where}: {has} "
+                           f"(--name also takes the built-in {' and '.join(PROJECTIONS)}, built there or not)")
+        statuses = []
+        for found in recorded:
+            builtin = make_projection(found.name) if found.name in PROJECTIONS else None
+            # A built-in one with its own code, so a row of --all is what --name NAME shows.
+            projection = builtin if builtin is not None and builtin.feed == found.feed else found
+            with ProjectionBuilder(source, target_db, projection, lock_timeout=5.0) as builder:
+                statuses.append(builder.status())
+    finally:
+        where = target_db.where
+        target_db.dispose()
+    if which is not None:
+        out.record(to_data(statuses[0]), title=f"projection {statuses[0].name}")
+    else:
+        out.rows([to_data(s) for s in statuses], _LIST_COLUMNS, title="projections",
+                 fields=list(ProjectionStatus.__struct_fields__),
+                 footer=[] if statuses else [f"no projection has a checkpoint on {where}"])
 
 
 @projection.command("rebuild")
