@@ -1004,9 +1004,14 @@ class Database:
             return None  # inherited across fork(): the parent's transaction, on the parent's connection
         return txn
 
-    def _run(self, fn: Callable[[Connection], T], *, write: bool, durable: bool = True) -> T:
+    def _run(self, fn: Callable[[Connection], T], *, write: bool, durable: bool = True,
+             started: float | None = None) -> T:
+        """``fn`` in a transaction of its own, retried while the failure is transient and the call
+        has not yet waited out the store's wait for a lock, counted from ``started`` (a group-commit
+        call run alone: when the call began, its wait in the group included; else now)."""
         delay = 0.005
-        started = time.monotonic()
+        if started is None:
+            started = time.monotonic()
         for attempt in range(1, MAX_ATTEMPTS + 1):
             failure: DbFailure | None = None
             try:
