@@ -463,6 +463,11 @@ HOSTS_PORTS_REFUSED = {
     "authority port, host list": (":5433", "host=h1,h2", "the URL's host:port"),
     "authority port, hosts": (":5433", "host=h1&host=h2", "the URL's host:port"),
     "authority port, a host without": (":5433", "host=h1:5432&host=h2", "the URL's host:port"),
+    # A name SQLAlchemy does not split at its colon (an underscore, as in a container's name):
+    # libpq was handed the host name "my_db:5432" (cannot_connect, transient, waited on for ever).
+    "one host_name:port": ("", "host=my_db:5432", "give the port in the port option"),
+    "one host_name:port and a port": ("", "host=my_db:5432&port=5432", "give the port one way only"),
+    "host list with a host_name:port": ("", "host=my_db:5432,h2&port=5432,5433", "in the port option"),
 }
 
 

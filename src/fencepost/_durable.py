@@ -604,6 +604,9 @@ def _refuse_ipv6_host_option(query: dict[str, Any]) -> None:
 
 # The one ``host`` option SQLAlchemy reads as ``host:port`` (a name or an IPv4 address, digits after it).
 _HOST_AND_PORT = re.compile(r"^[a-zA-Z0-9\-.]*:(\d*)$")
+# What reads as ``name:port`` to a person but not to SQLAlchemy: any name without a slash (a socket
+# directory) or a second colon (an IPv6 address), such as a container's ``my_db:5432``.
+_LOOKS_LIKE_HOST_AND_PORT = re.compile(r"^[^/:,]+:\d*$")
 
 
 def _ports_in_hosts(query: dict[str, Any]) -> list[str]:
@@ -640,10 +643,16 @@ def _check_hosts_and_ports(query: dict[str, Any], authority_port: int | None) ->
         named = [h.split(":")[1] if h.count(":") == 1 else "" for h in hosts]
     else:
         names = hosts[0].split(",") if hosts else [""]
-        if len(names) > 1 and any(_HOST_AND_PORT.match(n) for n in names):
+        if len(names) == 1 and not ports and _LOOKS_LIKE_HOST_AND_PORT.match(names[0]) \
+                and not _HOST_AND_PORT.match(names[0]):
+            # SQLAlchemy splits a single host:port only for names of letters, digits, '-' and '.':
+            # libpq would be handed the host name "my_db:5432", which resolves nowhere.
+            raise ValueError("a host option written HOST:PORT whose name holds characters other than letters, "
+                             "digits, '-' and '.': give the port in the port option (host=HOST&port=PORT)")
+        if len(names) > 1 and any(_LOOKS_LIKE_HOST_AND_PORT.match(n) for n in names):
             raise ValueError("a host option naming several hosts holds a HOST:PORT; give the ports "
                              "in the port option, one per host (host=H1,H2&port=P1,P2)")
-        if len(names) == 1 and hosts and ports and _HOST_AND_PORT.match(names[0]):
+        if len(names) == 1 and hosts and ports and _LOOKS_LIKE_HOST_AND_PORT.match(names[0]):
             raise ValueError("a host option written HOST:PORT beside a port option: give the port one way "
                              "only (host=HOST&port=PORT or host=HOST:PORT)")
         if len(ports) > 1 and any("," in p for p in ports):
@@ -1004,9 +1013,14 @@ class Database:
             return None  # inherited across fork(): the parent's transaction, on the parent's connection
         return txn
 
-    def _run(self, fn: Callable[[Connection], T], *, write: bool, durable: bool = True) -> T:
+    def _run(self, fn: Callable[[Connection], T], *, write: bool, durable: bool = True,
+             started: float | None = None) -> T:
+        """``fn`` in a transaction of its own, retried while the failure is transient and the call
+        has not yet waited out the store's wait for a lock, counted from ``started`` (a group-commit
+        call run alone: when the call began, its wait in the group included; else now)."""
         delay = 0.005
-        started = time.monotonic()
+        if started is None:
+            started = time.monotonic()
         for attempt in range(1, MAX_ATTEMPTS + 1):
             failure: DbFailure | None = None
             try:

@@ -143,6 +143,9 @@ class GroupCommit:
             PROCESS.adopt(self, self._reset)  # a forked child: the parent's locks and queue are not ours
         if current.get():
             return self._db._run(fn, write=True)
+        # The call's wait for a lock counts from here, whoever's BEGIN it waited at (its own as a
+        # leader, a leader's while queued, its own again when run alone): see ``_waited_out``.
+        started = time.monotonic()
         call: _Call | None = None  # only a call that queues needs one (a leader answers itself)
         outcome = _RUN_ALONE
         taken: list[_Call] = []
@@ -164,7 +167,7 @@ class GroupCommit:
                 if leading:
                     if self._last_members:
                         self._gather()
-                    outcome = self._run_group(fn, taken)
+                    outcome = self._run_group(fn, taken, started)
             except BaseException:
                 if call is not None:
                     with self._lock:
@@ -182,7 +185,7 @@ class GroupCommit:
             for callback in callbacks:
                 callback()
             return value
-        return self._answer(fn, outcome)
+        return self._answer(fn, outcome, started)
 
     def _gather(self) -> None:
         """Before a group begins, let the callers the last group answered queue again.
@@ -220,10 +223,10 @@ class GroupCommit:
             else:  # the lone writer's usual case, without the call
                 self._leading = False
 
-    def _run_group(self, fn: Callable[[Connection], Any], taken: list[_Call]) -> Outcome:
-        """Lead one group: run ``fn``, then the queued bodies (into ``taken``), COMMIT, answer."""
+    def _run_group(self, fn: Callable[[Connection], Any], taken: list[_Call], began: float) -> Outcome:
+        """Lead one group: run ``fn``, then the queued bodies (into ``taken``), COMMIT, answer.
+        ``began``: when the leader's call began (any wait in the queue counts toward its lock wait)."""
         db = self._db
-        began = time.monotonic()
         try:
             slot = db._slot(True)
         except SQLAlchemyError as exc:
@@ -399,10 +402,10 @@ class GroupCommit:
         return None
 
     # ------------------------------------------------------------------ the answer
-    def _answer(self, fn: Callable[[Connection], T], outcome: Outcome) -> T:
+    def _answer(self, fn: Callable[[Connection], T], outcome: Outcome, started: float) -> T:
         kind, value, callbacks = outcome
         if kind == _ALONE:
-            return self._db._run(fn, write=True)
+            return self._db._run(fn, write=True, started=started)
         if kind == _RAISED:
             raise value
         for callback in callbacks:

@@ -272,3 +272,61 @@ def test_busy_timeout_ms_bounds_only_the_write_lock_not_a_row_lock_inside_the_tr
     finally:
         other.close()
         store.close()
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])
+@pytest.mark.parametrize("group_commit", [True, False], ids=["group-commit", "single"])
+def test_a_session_lock_timeout_shorter_than_busy_timeout_ms_still_bounds_the_whole_call(
+        db_url: str, group_commit: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Defect: with a ``lock_timeout`` of the session's own shorter than ``busy_timeout_ms`` (the
+    URL's ``options``, as the migration guide suggests), a write's lock waits are retried only
+    while the call has waited less than ``busy_timeout_ms`` in all. With group commit (the
+    default) the leader's own first wait at its BEGIN was not counted: the call then ran alone
+    and waited the whole budget again, and each call queued behind it led in turn, waited one
+    ``lock_timeout`` more, and began a budget of its own, so the fourth of four concurrent writes
+    failed after about busy + 4 lock_timeouts (7 s here), not busy + one (4 s). Each call's wait
+    now counts from the call itself. PostgreSQL only: a SQLite session has no lock_timeout of its
+    own, its busy answer always comes after the whole wait (the other tests above).
+
+    The session's setting is 1 s; ``busy_timeout_ms`` must not be in the URL (it would replace
+    the session's setting for the write lock), so its default is shortened to 3 s instead."""
+    import time
+
+    import fencepost._dialects as dialects
+
+    monkeypatch.setattr(dialects, "BUSY_TIMEOUT_MS", 3000)
+    store = fencepost.open(_with_option(db_url, "options=-c%20lock_timeout%3D1000"), group_commit=group_commit)
+    assert store.db.backend.busy_wait_s == 3.0  # type: ignore[attr-defined]
+    holder = Holder(db_url, "held")
+    waited: dict[int, float] = {}
+    failures: dict[int, BaseException] = {}
+
+    def write(i: int) -> None:
+        started = time.monotonic()
+        try:
+            store.runs.create(f"blocked-{i}", "{}")
+        except fencepost.RunStoreError as exc:
+            failures[i] = exc
+        waited[i] = time.monotonic() - started
+
+    try:
+        assert holder.line().startswith("holding")
+        threads = [threading.Thread(target=write, args=(i,)) for i in range(4)]
+        for thread in threads:
+            thread.start()
+            time.sleep(0.02)
+        for thread in threads:
+            thread.join(60)
+        assert sorted(failures) == list(range(4)), (failures, waited)
+        for exc in failures.values():
+            assert (exc.db_code, exc.transient) == ("55P03", True), exc  # type: ignore[attr-defined]
+        # At most the budget plus the one lock_timeout that began just before it ran out (4 s),
+        # with room for a loaded machine; not 4.x, 5.x, 6.x, 7.x s as before.
+        assert max(waited.values()) < 5.0, waited
+        holder.proc.stdin.write(b"go\n")
+        holder.proc.stdin.flush()
+        assert holder.line() == "done 1"
+        store.runs.create("after", "{}")
+    finally:
+        holder.close()
+        store.close()
