@@ -801,7 +801,6 @@ class PostgresBackend(Backend):
         # BEGIN first. The schema name is inlined (validated above: no quote can appear in it).
         lock = f"SELECT pg_advisory_xact_lock(hashtextextended('{schema}', {_PG_WRITE_LOCK_CLASS}))"
         self._begin_unbounded = Sql(text(f"BEGIN; {lock}"))
-        self._begin_locked = self._begin_unbounded
         self._lock = lock
         #: Seconds a write waits for the write lock in all (``busy_timeout_ms``), as on SQLite.
         self.busy_wait_s = BUSY_TIMEOUT_MS / 1000
@@ -814,8 +813,12 @@ class PostgresBackend(Backend):
         # The write lock's own wait is bounded by SET LOCAL lock_timeout around it alone (0 would be
         # no limit to the server: 1 ms is "do not wait"); the rest of the transaction keeps the
         # session's setting (TO DEFAULT), so a caller's statement waiting for a row is not cut short.
-        bounded = Sql(text(f"BEGIN; SET LOCAL lock_timeout = {max(busy_ms, 1)}; {self._lock}; "
-                           "SET LOCAL lock_timeout TO DEFAULT"))
+        # The session's value is kept aside first and put back after, exactly (TO DEFAULT would give
+        # the session's startup value, losing a SET made on the connection since).
+        bounded = Sql(text(
+            f"BEGIN; SELECT set_config('fencepost.lock_timeout', current_setting('lock_timeout'), true); "
+            f"SET LOCAL lock_timeout = {max(busy_ms, 1)}; {self._lock}; "
+            "SELECT set_config('lock_timeout', current_setting('fencepost.lock_timeout'), true)"))
         backend = self
 
         # First of the connect listeners, before SQLAlchemy's own first-connect setup, which
@@ -852,14 +855,15 @@ class PostgresBackend(Backend):
                 f"SELECT set_config('search_path', '\"{schema}\"', false), current_setting('lock_timeout')"
             ).fetchone()[1]
             dbapi_connection.autocommit = autocommit
-            backend._begin_locked = bounded if explicit or own in ("0", "0ms") else backend._begin_unbounded
+            # Per connection (its pool record), as the session's setting is.
+            _record.info[_BEGIN_KEY] = bounded if explicit or own in ("0", "0ms") else backend._begin_unbounded
 
     def begin_write(self, conn: Connection) -> None:
         # One writer per schema, as upstream: revisions and journal positions are allocated
         # in commit order only because every write transaction takes this lock first.
         # Write connections run in the driver's autocommit mode (see write_connection): psycopg
         # sent no BEGIN, so ours goes with the lock.
-        run(conn, self._begin_locked, None)
+        run(conn, conn.info.get(_BEGIN_KEY) or self._begin_unbounded, None)
 
     def relax_in_transaction(self, conn: Connection) -> None:
         # COMMIT returns before the server flushed its log: a server crash may undo the latest
@@ -1104,6 +1108,8 @@ class PostgresBackend(Backend):
         return old == 0
 
 
+# Where a PostgreSQL connection's pool record keeps its BEGIN (the write lock bounded or not).
+_BEGIN_KEY = "fencepost_begin"
 _PG_WRITE_LOCK_CLASS = 2099  # the advisory lock class of the per-schema write lock
 
 # URL query options that say who connects and to which database: kept in every diagnosis probe, so a

@@ -330,3 +330,18 @@ def test_a_session_lock_timeout_shorter_than_busy_timeout_ms_still_bounds_the_wh
     finally:
         holder.close()
         store.close()
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])
+def test_a_session_setting_made_on_a_write_connection_stays_in_force_after_the_write_lock(db_url: str) -> None:
+    """The write lock's bounded wait puts the session's ``lock_timeout`` back exactly: a ``SET`` made
+    on the connection inside an earlier ``transact`` (it outlives that transaction, on the thread's
+    connection) reads the same inside the next write, not the session's startup value (which
+    ``SET LOCAL ... TO DEFAULT`` gave). PostgreSQL only: SQLite has no ``lock_timeout``."""
+    store = fencepost.open(_with_option(db_url, "busy_timeout_ms=300"))
+    try:
+        store.journal.transact(lambda tx: tx.conn.exec_driver_sql("SET lock_timeout = '3s'"))
+        seen = store.journal.transact(lambda tx: tx.conn.exec_driver_sql("SHOW lock_timeout").scalar())
+        assert seen == "3s", seen
+    finally:
+        store.close()
