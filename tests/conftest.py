@@ -58,6 +58,15 @@ def _postgres_base_url() -> str | None:
     return url
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """A run started where SIGINT is ignored (a background job of a shell without job control, as
+    ``cmd &`` in a script; ``nohup``) hands that to every process it starts, which then cannot be
+    interrupted: the Ctrl-C tests would see their command run on to exit 0. Give this process
+    Python's own handler instead, which a started program does not inherit (it gets the default)."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     _pg_state["exitstatus"] = int(exitstatus)
     container = _pg_state.get("container")
