@@ -1409,6 +1409,9 @@ def open_detail(problem: str, where: str, *, mode: str = "writing", sqlite: bool
     detail = _OPEN_DETAILS.get(problem, _OPEN_DETAILS["open_failed"]).format(where=where, mode=mode, why=why)
     if problem == "database_missing" and (sqlite if sqlite is not None else "://" not in where):
         detail += "; create it with `fencepost init`"
+    elif problem == "database_missing" and "://" in where:
+        # Never `fencepost init`: it creates a schema and its tables, not a database.
+        detail += "; create the database first (CREATE DATABASE ... ENCODING 'UTF8'), fencepost creates none"
     if note and problem != "cannot_connect":
         detail += f"; {note}"
     return detail
