@@ -895,9 +895,11 @@ class Database:
         return f"no schema {self.schema} at {self.where}"
 
     def connect_problem(self) -> ConnectProblem | None:
-        """Connect once, without retrying: ``None`` when it connects, else why not (``ConnectProblem``)."""
+        """Connect once, without retrying: ``None`` when it connects, else why not (``ConnectProblem``).
+        The connection is checked out as every call's is (``_checkout``): straight from the pool, a
+        small one whose connections idle threads keep would wait out the pool's own timeout."""
         try:
-            self.engine.connect().close()
+            self._checkout().close()
         except DBAPIError as exc:
             _category, code = self.backend.classify(exc)
             problem, note = self.backend.open_problem(code), None
