@@ -988,6 +988,9 @@ class PostgresBackend(Backend):
         if refused == _PG_SILENT:
             # Every credential probe would wait out its own timeout on it, to no end.
             return "cannot_connect", _pg_no_answer_note(_pg_probe_timeout(kwargs)), None
+        if refused == _PG_FOREIGN:
+            # No credentials are at fault, and waiting cures no wrong port.
+            return "open_failed", _PG_FOREIGN_NOTE, None
         if refused in _PG_REFUSALS:
             return "cannot_connect", _PG_REFUSALS[refused], refused
         options = sorted(k for k in url.query if k not in _PG_IDENTITY)
@@ -1014,6 +1017,8 @@ class PostgresBackend(Backend):
             return None, "no server accepts connections at the store's address"
         if refused == _PG_SILENT:
             return None, _pg_no_answer_note(_pg_probe_timeout(kwargs))
+        if refused == _PG_FOREIGN:
+            return None, "what answers at the store's address is not a PostgreSQL server"
         if refused in _PG_REFUSALS:
             return refused, _PG_REFUSALS[refused]
         return None, None
@@ -1177,6 +1182,13 @@ _SQLSTATE = re.compile(rb"^[0-9A-Z]{5}$")
 _PROBE_TIMEOUT_S = 5
 # What the startup probe returns for a server that took the connection and sent nothing back.
 _PG_SILENT = "no answer"
+# What it returns for a peer whose first answer is no PostgreSQL message (an SSH daemon, an HTTP
+# server or proxy, a MySQL server: a wrong port), and what the open then says.
+_PG_FOREIGN = "not postgresql"
+_PG_FOREIGN_NOTE = "what answers at its host and port is not a PostgreSQL server; check the port"
+# The messages a server may answer a startup message with first: an authentication request, an
+# error, a notice, or a protocol version negotiation.
+_PG_FIRST_KINDS = frozenset(b"REN" b"v")
 # A store's connect_timeout when its URL gives none (libpq's own default is to wait forever).
 PG_CONNECT_TIMEOUT_S = 10
 #: How long a write waits for another connection's write lock unless ``busy_timeout_ms`` says
@@ -1310,16 +1322,23 @@ def _pg_startup_refusal(sock: socket.socket, user: str, database: str, *,
         sock.sendall(struct.pack("!i", len(body) + 4) + body)
         sock.settimeout(timeout)
         try:
-            if not sock.recv(1, socket.MSG_PEEK):
+            first = sock.recv(1, socket.MSG_PEEK)
+            if not first:
                 return None  # closed without a word
         except TimeoutError:
             return _PG_SILENT  # not one byte: nothing there is serving (a stopped server, a dead proxy)
-        for _ in range(64):  # a login answers in a handful of messages
+        if first[0] not in _PG_FIRST_KINDS:
+            return _PG_FOREIGN  # another service's greeting or answer ("SSH-2.0-...", "HTTP/1.1 ...")
+        try:
             kind, payload = _pg_message(sock, deadline)
+        except _NotAMessage:
+            return _PG_FOREIGN  # a first byte that fits, by chance, and a length no message has
+        for _ in range(64):  # a login answers in a handful of messages
             if kind == b"E":
                 return _pg_error_code(payload)
             if kind == b"Z" or (kind == b"R" and payload[:4] != b"\0\0\0\0"):
                 return None  # ready for queries, or asked for a password: a slot was granted
+            kind, payload = _pg_message(sock, deadline)
         return None
     except (OSError, struct.error, ValueError):
         return None
@@ -1331,13 +1350,17 @@ def _pg_startup_refusal(sock: socket.socket, user: str, database: str, *,
             pass
 
 
+class _NotAMessage(ValueError):
+    """What ``_pg_message`` raises for bytes that cannot begin a PostgreSQL protocol message."""
+
+
 def _pg_message(sock: socket.socket, deadline: float) -> tuple[bytes, bytes]:
     """One backend message: its type byte and its payload (``ValueError`` for what is none,
     ``TimeoutError`` past the monotonic ``deadline``)."""
     head = _recv_exactly(sock, 5, deadline)
     (length,) = struct.unpack("!i", head[1:])
     if not 4 <= length <= 65536:
-        raise ValueError("not a PostgreSQL protocol message")
+        raise _NotAMessage("not a PostgreSQL protocol message")
     return head[:1], _recv_exactly(sock, length - 4, deadline)
 
 

@@ -895,9 +895,11 @@ class Database:
         return f"no schema {self.schema} at {self.where}"
 
     def connect_problem(self) -> ConnectProblem | None:
-        """Connect once, without retrying: ``None`` when it connects, else why not (``ConnectProblem``)."""
+        """Connect once, without retrying: ``None`` when it connects, else why not (``ConnectProblem``).
+        The connection is checked out as every call's is (``_checkout``): straight from the pool, a
+        small one whose connections idle threads keep would wait out the pool's own timeout."""
         try:
-            self.engine.connect().close()
+            self._checkout().close()
         except DBAPIError as exc:
             _category, code = self.backend.classify(exc)
             problem, note = self.backend.open_problem(code), None
@@ -1409,6 +1411,9 @@ def open_detail(problem: str, where: str, *, mode: str = "writing", sqlite: bool
     detail = _OPEN_DETAILS.get(problem, _OPEN_DETAILS["open_failed"]).format(where=where, mode=mode, why=why)
     if problem == "database_missing" and (sqlite if sqlite is not None else "://" not in where):
         detail += "; create it with `fencepost init`"
+    elif problem == "database_missing" and "://" in where:
+        # Never `fencepost init`: it creates a schema and its tables, not a database.
+        detail += "; create the database first (CREATE DATABASE ... ENCODING 'UTF8'), fencepost creates none"
     if note and problem != "cannot_connect":
         detail += f"; {note}"
     return detail
