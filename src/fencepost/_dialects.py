@@ -812,8 +812,8 @@ class PostgresBackend(Backend):
         self.busy_wait_s = busy_ms / 1000
         # The write lock's own wait is bounded by SET LOCAL lock_timeout around it alone (0 would be
         # no limit to the server: 1 ms is "do not wait"); the rest of the transaction keeps the
-        # session's setting (TO DEFAULT), so a caller's statement waiting for a row is not cut short.
-        # The session's value is kept aside first and put back after, exactly (TO DEFAULT would give
+        # session's setting, so a caller's statement waiting for a row is not cut short. The
+        # session's value is kept aside first and put back after, exactly (TO DEFAULT would give
         # the session's startup value, losing a SET made on the connection since).
         bounded = Sql(text(
             f"BEGIN; SELECT set_config('fencepost.lock_timeout', current_setting('lock_timeout'), true); "
