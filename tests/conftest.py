@@ -453,7 +453,11 @@ class SilentServer:
             except OSError:
                 return
             self.held.append(conn)
+            self._took(conn)
             self.reached.set()
+
+    def _took(self, conn: socket.socket) -> None:
+        """What is done with a connection taken (here: nothing, it stays silent)."""
 
     def still_held(self, index: int = 0) -> bool:
         """Whether connection ``index`` (the first by default) is still open at the client's end: what

@@ -157,6 +157,7 @@ def test_busy_timeout_ms_bounds_the_whole_wait_for_a_held_write_lock(db_url: str
                                  group_commit=group_commit)
 
 
+
 def _a_blocked_write_fails_after(db_url: str, backend: str, url: str, bounds: tuple[float, float], *,
                                  group_commit: bool = True) -> None:
     """A store on ``url`` writes while another process holds the write lock of ``db_url``: the write
@@ -194,28 +195,12 @@ def test_busy_timeout_ms_bounds_the_wait_of_every_concurrent_write_of_a_group(db
     failure after the whole wait answers the calls queued behind it as well (nothing of them ran),
     so no call waits much past one budget (the same queue behind a PostgreSQL connect timeout is
     tested in test_silent_server.py)."""
-    import time
 
     store = fencepost.open(_with_option(db_url, "busy_timeout_ms=1000"))
     holder = Holder(db_url, "held")
-    waited: dict[int, float] = {}
-    failures: dict[int, BaseException] = {}
-
-    def write(i: int) -> None:
-        started = time.monotonic()
-        try:
-            store.runs.create(f"blocked-{i}", "{}")
-        except fencepost.RunStoreError as exc:
-            failures[i] = exc
-        waited[i] = time.monotonic() - started
-
     try:
         assert holder.line().startswith("holding")
-        threads = [threading.Thread(target=write, args=(i,)) for i in range(5)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(30)
+        failures, waited = _concurrent_blocked_writes(store, 5)
         assert sorted(failures) == list(range(5)), (failures, waited)
         for exc in failures.values():
             assert (exc.db_code, exc.transient) == (BUSY_CODE[backend], True), exc  # type: ignore[attr-defined]
@@ -232,6 +217,32 @@ def test_busy_timeout_ms_bounds_the_wait_of_every_concurrent_write_of_a_group(db
     finally:
         holder.close()
         store.close()
+
+
+def _concurrent_blocked_writes(store: fencepost.Store, n: int, *, stagger_s: float = 0.0
+                               ) -> tuple[dict[int, BaseException], dict[int, float]]:
+    """``n`` threads each creating run ``blocked-<i>`` at once (``stagger_s`` apart): the
+    ``RunStoreError`` each raised, and how long each call took, by thread."""
+    import time
+
+    waited: dict[int, float] = {}
+    failures: dict[int, BaseException] = {}
+
+    def write(i: int) -> None:
+        started = time.monotonic()
+        try:
+            store.runs.create(f"blocked-{i}", "{}")
+        except fencepost.RunStoreError as exc:
+            failures[i] = exc
+        waited[i] = time.monotonic() - started
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(n)]
+    for thread in threads:
+        thread.start()
+        time.sleep(stagger_s)
+    for thread in threads:
+        thread.join(60)
+    return failures, waited
 
 
 def test_a_write_lock_held_by_another_writer_is_waited_for_ten_seconds_by_default(db_url: str, backend: str) -> None:
@@ -290,7 +301,6 @@ def test_a_session_lock_timeout_shorter_than_busy_timeout_ms_still_bounds_the_wh
 
     The session's setting is 1 s; ``busy_timeout_ms`` must not be in the URL (it would replace
     the session's setting for the write lock), so its default is shortened to 3 s instead."""
-    import time
 
     import fencepost._dialects as dialects
 
@@ -298,25 +308,9 @@ def test_a_session_lock_timeout_shorter_than_busy_timeout_ms_still_bounds_the_wh
     store = fencepost.open(_with_option(db_url, "options=-c%20lock_timeout%3D1000"), group_commit=group_commit)
     assert store.db.backend.busy_wait_s == 3.0  # type: ignore[attr-defined]
     holder = Holder(db_url, "held")
-    waited: dict[int, float] = {}
-    failures: dict[int, BaseException] = {}
-
-    def write(i: int) -> None:
-        started = time.monotonic()
-        try:
-            store.runs.create(f"blocked-{i}", "{}")
-        except fencepost.RunStoreError as exc:
-            failures[i] = exc
-        waited[i] = time.monotonic() - started
-
     try:
         assert holder.line().startswith("holding")
-        threads = [threading.Thread(target=write, args=(i,)) for i in range(4)]
-        for thread in threads:
-            thread.start()
-            time.sleep(0.02)
-        for thread in threads:
-            thread.join(60)
+        failures, waited = _concurrent_blocked_writes(store, 4, stagger_s=0.02)
         assert sorted(failures) == list(range(4)), (failures, waited)
         for exc in failures.values():
             assert (exc.db_code, exc.transient) == ("55P03", True), exc  # type: ignore[attr-defined]

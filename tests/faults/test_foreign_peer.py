@@ -21,6 +21,7 @@ import fencepost
 from fencepost import OpenError
 from fencepost._dialects import _pg_startup_refusal
 from tests.cli.conftest import assert_one_line_error
+from tests.conftest import SilentServer
 from tests.faults.conftest import assert_value_free
 
 SECRET = "pw-Foreign-47"
@@ -32,28 +33,17 @@ GREETINGS = {
 }
 
 
-class ForeignListener:
+class ForeignListener(SilentServer):
     """A TCP port whose every connection gets ``greeting`` at once; what the client sends next is
     read, and the connection closed, as those services do with a request they cannot parse."""
 
     def __init__(self, greeting: bytes) -> None:
+        super().__init__()
         self.greeting = greeting
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.port = int(self.sock.getsockname()[1])
-        self.held: list[socket.socket] = []
-        self.thread = threading.Thread(target=self._accept, daemon=True)
-        self.thread.start()
+        self.listen()
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.held.append(conn)
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+    def _took(self, conn: socket.socket) -> None:
+        threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
         try:
@@ -66,12 +56,6 @@ class ForeignListener:
 
     def url(self) -> str:
         return f"postgresql://app:{SECRET}@127.0.0.1:{self.port}/app?connect_timeout=2"
-
-    def close(self) -> None:
-        self.sock.close()
-        self.thread.join(5)
-        for conn in self.held:
-            conn.close()
 
 
 @pytest.fixture(params=sorted(GREETINGS))
