@@ -158,6 +158,11 @@ def test_busy_timeout_ms_bounds_the_whole_wait_for_a_held_write_lock(db_url: str
 
 
 
+def test_busy_timeout_ms_0_does_not_wait_for_a_held_write_lock(db_url: str, backend: str) -> None:
+    """``busy_timeout_ms=0``: a write the lock blocks fails at once, on both backends (PostgreSQL's
+    ``lock_timeout`` of 0 would mean no limit at all, so the write lock's wait there is 1 ms)."""
+    _a_blocked_write_fails_after(db_url, backend, _with_option(db_url, "busy_timeout_ms=0"), (0.0, 1.0))
+
 def _a_blocked_write_fails_after(db_url: str, backend: str, url: str, bounds: tuple[float, float], *,
                                  group_commit: bool = True) -> None:
     """A store on ``url`` writes while another process holds the write lock of ``db_url``: the write
