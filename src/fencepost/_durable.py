@@ -640,7 +640,8 @@ def _check_hosts_and_ports(query: dict[str, Any], authority_port: int | None) ->
         if any("," in h for h in hosts):
             raise ValueError("several host options name one host each (host=H1:P1&host=H2:P2); "
                              "or name all the hosts in one (host=H1,H2)")
-        named = [h.split(":")[1] if h.count(":") == 1 else "" for h in hosts]
+        # Several hosts, one of which has no port of its own.
+        unported = any(h.count(":") != 1 or not h.split(":")[1] for h in hosts)
     else:
         names = hosts[0].split(",") if hosts else [""]
         if len(names) == 1 and not ports and _LOOKS_LIKE_HOST_AND_PORT.match(names[0]) \
@@ -663,8 +664,8 @@ def _check_hosts_and_ports(query: dict[str, Any], authority_port: int | None) ->
             n, m = len(names), len(given)
             raise ValueError(f"{n} host{'s' * (n > 1)} and {m} port{'s' * (m > 1)}: give one port per host, "
                              "in the order of the hosts (host=H1,H2&port=P1,P2)")
-        named = ["x" if ports else ""] * len(names)
-    if authority_port is not None and len(named) > 1 and not all(named):
+        unported = len(names) > 1 and not ports
+    if authority_port is not None and unported:
         raise ValueError("the URL's host:port gives a port that several hosts in host options would not "
                          f"use: give their ports {_ONE_WAY}")
 
