@@ -411,6 +411,10 @@ def test_a_real_deadlock_with_another_session_reruns_the_whole_write(store: fenc
 
     def body(conn) -> None:
         calls.append(1)
+        if len(calls) > 1:
+            # The re-run waits for the other session to commit: were it to take row 1 again before the
+            # other session's waiting UPDATE wakes, the two would deadlock a second time (a third run).
+            assert other_done.wait(30)
         conn.exec_driver_sql("SET LOCAL deadlock_timeout = '100ms'")
         conn.exec_driver_sql("UPDATE locked SET v = v + 1 WHERE k = 1")
         if len(calls) == 1:
