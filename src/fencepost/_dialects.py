@@ -991,6 +991,9 @@ class PostgresBackend(Backend):
         if refused == _PG_FOREIGN:
             # No credentials are at fault, and waiting cures no wrong port.
             return "open_failed", _PG_FOREIGN_NOTE, None
+        if refused == _PG_CLOSED:
+            # No login was even asked for; what is behind the address may come back.
+            return "cannot_connect", _PG_CLOSED_NOTE, None
         if refused in _PG_REFUSALS:
             return "cannot_connect", _PG_REFUSALS[refused], refused
         options = sorted(k for k in url.query if k not in _PG_IDENTITY)
@@ -1019,6 +1022,8 @@ class PostgresBackend(Backend):
             return None, _pg_no_answer_note(_pg_probe_timeout(kwargs))
         if refused == _PG_FOREIGN:
             return None, "what answers at the store's address is not a PostgreSQL server"
+        if refused == _PG_CLOSED:
+            return None, _PG_CLOSED_NOTE
         if refused in _PG_REFUSALS:
             return refused, _PG_REFUSALS[refused]
         return None, None
@@ -1186,6 +1191,10 @@ _PG_SILENT = "no answer"
 # server or proxy, a MySQL server: a wrong port), and what the open then says.
 _PG_FOREIGN = "not postgresql"
 _PG_FOREIGN_NOTE = "what answers at its host and port is not a PostgreSQL server; check the port"
+# What it returns for a peer that takes the connection and closes it without a word (a proxy or load
+# balancer with no server behind it, a connection limiter, a server going down), and what is said.
+_PG_CLOSED = "closed"
+_PG_CLOSED_NOTE = "the server closed the connection without answering; retry once it serves again"
 # The messages a server may answer a startup message with first: an authentication request, an
 # error, a notice, or a protocol version negotiation.
 _PG_FIRST_KINDS = frozenset(b"REN" b"v")
@@ -1305,8 +1314,9 @@ def _pg_startup_refusal(sock: socket.socket, user: str, database: str, *,
                         timeout: float = _PROBE_TIMEOUT_S) -> str | None:
     """The SQLSTATE with which the server on ``sock`` refuses a session of ``user`` on
     ``database`` at startup, ``_PG_SILENT`` when it sends nothing at all within ``timeout``
-    seconds, else None (it asks for a password, or lets the session in: the probe then ends it,
-    having learnt what it came for; or the peer does not speak the protocol).
+    seconds, ``_PG_CLOSED`` when it closes the connection without sending a byte, else None (it
+    asks for a password, or lets the session in: the probe then ends it, having learnt what it came
+    for; or the peer does not speak the protocol).
 
     The code field of the server's ErrorResponse, which libpq keeps to itself when a connection
     fails; no message text is read. No password is sent, and no TLS is negotiated: the refusals
@@ -1319,14 +1329,16 @@ def _pg_startup_refusal(sock: socket.socket, user: str, database: str, *,
     # proxy, something else listening on the port) would otherwise keep the probe for hours.
     deadline = time.monotonic() + timeout
     try:
-        sock.sendall(struct.pack("!i", len(body) + 4) + body)
-        sock.settimeout(timeout)
         try:
+            sock.sendall(struct.pack("!i", len(body) + 4) + body)
+            sock.settimeout(timeout)
             first = sock.recv(1, socket.MSG_PEEK)
-            if not first:
-                return None  # closed without a word
         except TimeoutError:
             return _PG_SILENT  # not one byte: nothing there is serving (a stopped server, a dead proxy)
+        except (BrokenPipeError, ConnectionResetError):
+            first = b""  # closed before (or while) our message reached it
+        if not first:
+            return _PG_CLOSED  # closed without a word
         if first[0] not in _PG_FIRST_KINDS:
             return _PG_FOREIGN  # another service's greeting or answer ("SSH-2.0-...", "HTTP/1.1 ...")
         try:
