@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -75,3 +76,60 @@ def restore_older_copy(store, raw, backend, tmp_path, write_more) -> None:
 def origin(store: fencepost.Store) -> fencepost.Position:
     """Revision 0 of the store's current source."""
     return fencepost.Position(store.feed.position().source, 0)
+
+
+class IdleFollower:
+    """Whether this process's follower is caught up and idle: waiting, with nothing left that makes
+    it page again on its own. What a test that counts the queries of an idle follower, or times
+    how fast an idle follower stops, must wait for, not a sleep.
+
+    The follower's hint source starts beside its first page, on a thread of its own, and may be
+    ready long after that page on a busy machine. On PostgreSQL the listener's connect is a hint
+    (notifications sent before it listened are lost) and costs one more page: idle means a wait
+    entered with no hint pending after that hint. On SQLite the file watch's first event costs one
+    ``PRAGMA data_version`` and no page: idle means in a wait, the first page done, and the watch
+    registered (so a commit of another process is noticed). One follower at a time."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from fencepost.changefeed import follow
+
+        # The waiter in its wait: (it, hints it had taken at entry, a hint pending then).
+        self._waiting: tuple[Any, int, bool] | None = None
+        real_wait, real_note = follow._Waiter.wait, follow._Waiter.note_hint
+        self._sqlite = follow._SqliteWaiter
+
+        def note_hint(waiter: Any) -> None:
+            real_note(waiter)
+            # Counted after the hint is set: a count seen means its hint was set before.
+            waiter.idle_test_hints = getattr(waiter, "idle_test_hints", 0) + 1
+
+        def wait(waiter: Any, stop: Any, poll_interval: float) -> None:
+            hints = getattr(waiter, "idle_test_hints", 0)
+            self._waiting = (waiter, hints, waiter.hint.is_set())
+            try:
+                real_wait(waiter, stop, poll_interval)
+            finally:
+                self._waiting = None
+
+        monkeypatch.setattr(follow._Waiter, "note_hint", note_hint)
+        monkeypatch.setattr(follow._Waiter, "wait", wait)
+
+    def now(self) -> bool:
+        waiting = self._waiting
+        if waiting is None:
+            return False
+        waiter, hints, pending = waiting
+        if isinstance(waiter, self._sqlite):
+            return getattr(waiter, "idle_test_hints", 0) >= 1
+        return hints >= 1 and not pending
+
+    def wait(self, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.now():
+            assert time.monotonic() < deadline, f"the follower was not idle within {timeout} s"
+            time.sleep(0.01)
+
+
+@pytest.fixture
+def idle_follower(monkeypatch: pytest.MonkeyPatch) -> IdleFollower:
+    return IdleFollower(monkeypatch)

@@ -176,7 +176,7 @@ def test_leaving_an_afollow_blocks_no_loop_and_returns_its_connections(store, ra
     assert listeners == 0
 
 
-def test_a_store_closed_under_an_afollow_ends_it_within_moments_not_the_poll_interval(db_url):
+def test_a_store_closed_under_an_afollow_ends_it_within_moments_not_the_poll_interval(db_url, idle_follower):
     """On PostgreSQL a follower whose store was closed kept waiting (and kept its LISTEN connection
     open) until its next poll, up to ``poll_interval`` (an hour at most) after ``close()``; on
     SQLite only the file events of the close happened to wake it. Here the poll is an hour away,
@@ -200,7 +200,9 @@ def test_a_store_closed_under_an_afollow_ends_it_within_moments_not_the_poll_int
 
         task = asyncio.create_task(consume())
         assert await _until(lambda: polls >= 1, 20), "the follower never queried"
-        await asyncio.sleep(0.3)  # caught up and waiting: the next poll is an hour away
+        # Caught up and waiting (PostgreSQL: its listener's connect paged once more): the next poll
+        # is an hour away.
+        assert await _until(idle_follower.now, 20), "the follower never settled"
         before = polls
         await asyncio.to_thread(store.close)
         try:
@@ -257,13 +259,14 @@ def _follow_threads() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith("fencepost-") and "follow" in t.name]
 
 
-def test_a_cancelled_afollow_stops_its_threads_within_moments(store):
+def test_a_cancelled_afollow_stops_its_threads_within_moments(store, idle_follower):
     """The change feed page says leaving an ``async for`` stops the follower's thread "within a
     tenth of a second". On PostgreSQL it took half a second every time: the listener thread waited
     for notifications in slices of 0.5 s and the follower's close joined it, so the thread and the
     LISTEN connection outlived the cancel by 0.5 s (and ``store.close()`` or a projection builder's
     ``close()`` under a follower waited as long). Three cancels; the median must be well under
-    half a second (the median, so that one slow scheduling on a busy machine does not decide)."""
+    half a second (the median, so that one slow scheduling on a busy machine does not decide). Each
+    cancel comes once the follower is idle: a listener still connecting is not what is timed."""
 
     async def one() -> float:
         async def consume() -> None:
@@ -272,7 +275,7 @@ def test_a_cancelled_afollow_stops_its_threads_within_moments(store):
 
         task = asyncio.create_task(consume())
         assert await _until(lambda: len(_follow_threads()) >= 2, 5)
-        await asyncio.sleep(0.05)
+        assert await _until(idle_follower.now, 20), "the follower never settled"
         started = time.monotonic()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -285,7 +288,7 @@ def test_a_cancelled_afollow_stops_its_threads_within_moments(store):
     assert _listeners(store) == 0
 
 
-def test_a_stopped_follow_returns_within_moments(store):
+def test_a_stopped_follow_returns_within_moments(store, idle_follower):
     """The synchronous twin: ``stop.set()`` under a waiting ``follow`` ended the loop only after the
     PostgreSQL listener's 0.5 s slice ran out."""
     took = []
@@ -300,10 +303,7 @@ def test_a_stopped_follow_returns_within_moments(store):
 
         thread = threading.Thread(target=follow, args=(stop, ended))
         thread.start()
-        deadline = time.monotonic() + 5
-        while len(_follow_threads()) < 1 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(0.05)
+        idle_follower.wait()  # caught up, its listener or file watch up: what stops is an idle follower
         started = time.monotonic()
         stop.set()
         thread.join(5)

@@ -116,12 +116,12 @@ def test_follow_resumes_after_a_given_position(store, raw):
     assert follower.ids() == ["c"]
 
 
-def test_follow_wakes_on_a_commit_from_another_process_without_polling(store, db_url):
+def test_follow_wakes_on_a_commit_from_another_process_without_polling(store, db_url, idle_follower):
     """Idle, the follower issues (almost) no queries; a commit in another process wakes it at once."""
     follower = Follower(store, poll_interval=60)
     counter = QueryCounter(store.db.engine)
     try:
-        time.sleep(0.5)  # the initial page and, on PostgreSQL, the post-LISTEN re-query
+        idle_follower.wait()  # the initial page and, on PostgreSQL, the post-LISTEN re-query are done
         counter.reset()
         time.sleep(2.0)
         idle, idle_pages = counter.count, counter.pages
@@ -161,7 +161,7 @@ def test_a_url_option_holding_a_space_still_lets_the_follower_listen(db_url):
             assert follower.close()
 
 
-def test_commits_to_another_store_do_not_wake_the_follower(store, make_db_url, clock):
+def test_commits_to_another_store_do_not_wake_the_follower(store, make_db_url, clock, idle_follower):
     """Another database beside ours (SQLite: another file in the same directory; PostgreSQL: another
     schema, same channel) takes commits: our follower issues no page query for them."""
     if store.db.name == "sqlite":
@@ -172,7 +172,7 @@ def test_commits_to_another_store_do_not_wake_the_follower(store, make_db_url, c
         follower = Follower(store, poll_interval=60)
         counter = QueryCounter(store.db.engine)
         try:
-            time.sleep(0.5)
+            idle_follower.wait()
             counter.reset()
             for i in range(5):
                 other.db.write(lambda conn, i=i: insert_run(conn, f"elsewhere-{i}"))
@@ -365,14 +365,18 @@ def test_follow_resumes_after_its_postgresql_connections_are_killed(store, db_ur
                     text("SELECT count(*) FROM pg_stat_activity WHERE application_name = :a"), {"a": app}
                 ).scalar()))
 
+            def listener_up() -> None:
+                # The listener connects on a thread of its own, beside the follower's reads: a
+                # loaded machine delivers a change before the listener is (back) up. Wait for it.
+                deadline = time.monotonic() + 20
+                while not listening() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+
+            listener_up()
             assert kill() == 1
             commit("during")  # sent while the listener is gone: its NOTIFY is lost
             assert follower.wait_for(lambda c: c[-1].run_id == "during", timeout=20)
-            # The follower may deliver "during" from a read before its listener has reconnected
-            # (a loaded machine): wait for the listener to come back, then kill it again.
-            deadline = time.monotonic() + 20
-            while not listening() and time.monotonic() < deadline:
-                time.sleep(0.05)
+            listener_up()
             assert kill() == 1  # the listener came back
             time.sleep(0.3)
             commit("after")

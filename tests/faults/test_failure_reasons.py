@@ -278,8 +278,8 @@ def test_busy_timeout_ms_bounds_only_the_write_lock_not_a_row_lock_inside_the_tr
     try:
         other.execute(f'UPDATE "{schema}".app_rows SET n = 1 WHERE id = 1')  # holds the row lock
         releaser = threading.Timer(1.5, other.commit)
+        started = time.monotonic()  # before the timer starts: the row is held 1.5 s past this, at least
         releaser.start()
-        started = time.monotonic()
         store.journal.transact(lambda tx: tx.conn.exec_driver_sql("UPDATE app_rows SET n = n + 10 WHERE id = 1"))
         waited = time.monotonic() - started
         releaser.join()
