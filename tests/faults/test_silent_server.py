@@ -174,7 +174,7 @@ def test_an_open_store_whose_server_stops_answering_fails_new_connections_as_tra
             assert (err.value.code, err.value.transient) == ("persistence_failed", True), err.value
             assert ANSWER in str(err.value) and SECRET not in str(err.value), err.value
             assert_value_free(err.value)
-            assert elapsed < 1.6 * TIMEOUT_S, elapsed  # one connect_timeout, not two
+            assert elapsed < 1.9 * TIMEOUT_S, elapsed  # one connect_timeout (2 s), not two (4 s)
         finally:
             stoppable.thaw()
         store.runs.create("r1", "{}")
@@ -213,7 +213,7 @@ def test_concurrent_writes_of_an_open_store_whose_server_stops_answering_wait_on
                 assert (exc.code, exc.transient) == ("persistence_failed", True), exc  # type: ignore[attr-defined]
                 assert ANSWER in str(exc) and SECRET not in str(exc), exc
                 assert_value_free(exc)
-            assert max(waited.values()) < 1.6 * TIMEOUT_S, waited  # one connect_timeout, not four
+            assert max(waited.values()) < 1.9 * TIMEOUT_S, waited  # one connect_timeout (2 s), not four (8 s)
         finally:
             stoppable.thaw()
         store.runs.create("r1", "{}")
