@@ -23,18 +23,30 @@ def test_manual_clock_floors_and_moves_only_when_told() -> None:
 def test_manual_sleep_returns_when_advanced_past_deadline() -> None:
     clock = ManualClock(0)
     woke = threading.Event()
+    waiting = threading.Event()
+
+    class _Watched(threading.Condition):
+        """The clock's condition, telling when the sleeper waits on it (its deadline is set by then:
+        advanced before the call, the clock would put the deadline 1 s past the advanced time)."""
+
+        def wait(self, timeout: float | None = None) -> bool:
+            waiting.set()
+            return super().wait(timeout)
+
+    clock._cond = _Watched()
 
     def sleeper() -> None:
         clock.sleep(1.0)
         woke.set()
 
-    t = threading.Thread(target=sleeper)
+    t = threading.Thread(target=sleeper, daemon=True)
     t.start()
+    assert waiting.wait(10)
     clock.advance(999)
     assert not woke.wait(0.05)
     clock.advance(1)
-    assert woke.wait(2)
-    t.join()
+    assert woke.wait(10)
+    t.join(10)
 
 
 def test_system_clock_reads_integer_milliseconds() -> None:

@@ -20,6 +20,18 @@ from tests.conftest import race_threads
 from tests.runstore.conftest import A, B, activate_new
 
 
+def _eventually(pred, timeout: float = 10.0) -> bool:
+    """Whether ``pred()`` became true within ``timeout`` s: ``settle()`` stops waiting for a pulse in
+    flight after a short grace (it takes it for hung), so on a loaded machine a pulse's outcome may
+    come a little later."""
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def _steal(store: fencepost.Store, run_id: str) -> None:
     """The store's clock passes STALE_AFTER; B steals ``run_id`` from A and activates it."""
     store.clock.set(store.clock.now_ms() + 35_001)
@@ -30,16 +42,23 @@ def _steal(store: fencepost.Store, run_id: str) -> None:
     assert type(store.runs.activate(run_id, B, claimed.claimed_at_ms, row)).__name__ == "Activated"
 
 
-def _stopping_in_on_lost(store: fencepost.Store, pause: float) -> Supervisor:
+# How long the ``on_lost`` hook below waits to be let go: past every wait of the tests using it, so
+# a hook that had to wait this long was not let go by the test.
+HOOK_S = 20.0
+
+
+def _stopping_in_on_lost(store: fencepost.Store, let_go: threading.Event,
+                         ended: list[bool]) -> Supervisor:
     """A supervisor of A (own clock) that holds the running run ``r1``, loses it (settled behind its
-    back), and is told to stop while its loop thread sits ``pause`` seconds in the ``on_lost`` hook."""
+    back), and is told to stop while its loop thread sits in the ``on_lost`` hook until ``let_go`` is
+    set (``HOOK_S`` at most). ``ended`` gets True when the hook was let go, False when it gave up."""
     owner_clock = ManualClock(0)
     sup = Supervisor(store, A, clock=owner_clock)
     in_hook = threading.Event()
 
     def slow_on_lost(lease: object) -> None:
         in_hook.set()
-        time.sleep(pause)
+        ended.append(let_go.wait(HOOK_S))
 
     sup.hold("r1", on_lost=slow_on_lost)
     store.runs.transition_owned("r1", A, "completed")  # the next pulse answers FenceLost
@@ -65,6 +84,7 @@ def test_a_second_hold_of_a_held_run_is_refused_and_the_first_lease_still_fences
         _steal(store, "r1")
         owner_clock.set(1000)  # the next pulse finds the run taken
         sup.settle()
+        assert _eventually(lambda: first.lost)  # (a slow pulse may outlast settle()'s grace)
         with pytest.raises(LeaseLost) as lost:
             first.check()
         assert lost.value.reason == "FenceLost"
@@ -86,7 +106,7 @@ def test_a_run_held_again_after_release_or_loss_gets_a_new_lease_and_the_old_one
         _steal(store, "r1")
         owner_clock.set(1000)
         sup.settle()
-        assert second.lost
+        assert _eventually(lambda: second.lost)  # (a slow pulse may outlast settle()'s grace)
         # B's lease expires, A steals the run back and holds it again: a new, live lease.
         store.clock.set(store.clock.now_ms() + 35_001)
         now = store.clock.now_ms()
@@ -162,36 +182,34 @@ def test_entering_supervision_of_a_run_not_owned_fails_at_once(store, case, fron
 def test_supervise_on_a_stopping_shared_supervisor_does_not_block_the_event_loop(store):
     """``supervise`` with a shared supervisor that was stopping joined the old loop thread inside
     ``hold`` on the event loop: while that thread finished (here: a slow ``on_lost`` hook), every
-    other coroutine on the loop stood still."""
+    other coroutine on the loop stood still.
+
+    Told by what ends the hook, not by a wall-clock bound on the loop's stall: only a coroutine on
+    the event loop lets the hook go, and the hold cannot end before the hook has (it waits for the
+    old loop thread). A loop blocked by the hold would run that coroutine only after the hook gave up
+    on its own (``HOOK_S``)."""
     activate_new(store, "r2", A)
     activate_new(store, "r1", A)
-    sup = _stopping_in_on_lost(store, 0.6)
+    let_go = threading.Event()
+    ended: list[bool] = []
+    sup = _stopping_in_on_lost(store, let_go, ended)
 
-    async def main() -> float:
-        late = 0.0
-        stop = False
+    async def main() -> None:
+        async def release_the_hook() -> None:
+            await asyncio.sleep(0.05)  # runs while the block below is entering, if the loop runs at all
+            let_go.set()
 
-        async def ticker() -> None:
-            nonlocal late
-            while not stop:
-                t = time.monotonic()
-                await asyncio.sleep(0.01)
-                late = max(late, time.monotonic() - t - 0.01)
-
-        tick = asyncio.create_task(ticker())
-        await asyncio.sleep(0.02)
+        releaser = asyncio.create_task(release_the_hook())
         async with supervise(store, "r2", A, supervisor=sup) as lease:
             assert not lease.lost
-        await asyncio.sleep(0.02)
-        stop = True
-        await tick
-        return late
+        await releaser
 
     try:
-        late = asyncio.run(asyncio.wait_for(main(), 10))
+        asyncio.run(asyncio.wait_for(main(), 2 * HOOK_S))
     finally:
+        let_go.set()
         sup.stop()
-    assert late < 0.3, f"the event loop stood still for {late:.2f} s"
+    assert ended == [True], "the event loop stood still while supervise waited for the old loop thread"
 
 
 def test_threads_holding_runs_at_once_on_a_new_supervisor_start_one_loop(store, monkeypatch):
@@ -229,7 +247,9 @@ def test_a_task_cancelled_while_entering_supervise_leaves_no_lease_behind(store)
     is still in flight must not leave the run held (pulsed forever by the shared supervisor)."""
     activate_new(store, "r1", A)
     activate_new(store, "r2", A)
-    sup = _stopping_in_on_lost(store, 0.3)
+    let_go = threading.Event()
+    ended: list[bool] = []
+    sup = _stopping_in_on_lost(store, let_go, ended)
     body: list[str] = []
 
     async def owned() -> None:
@@ -238,18 +258,23 @@ def test_a_task_cancelled_while_entering_supervise_leaves_no_lease_behind(store)
 
     async def main() -> None:
         task = asyncio.create_task(owned())
-        await asyncio.sleep(0.05)  # inside the hold: waiting for the old loop to end
+        # Inside the hold: it waits for the old loop to end, which waits for the hook, held until
+        # after the cancellation (however long this takes on a loaded machine).
+        await asyncio.sleep(0.05)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+        let_go.set()  # the hold now ends, after its block was cancelled
 
     try:
         asyncio.run(asyncio.wait_for(main(), 10))
+        assert ended == [True]
         deadline = time.monotonic() + 5
         while sup.held() and time.monotonic() < deadline:
             time.sleep(0.01)
         assert body == [] and sup.held() == []
     finally:
+        let_go.set()
         sup.stop()
 
 

@@ -16,6 +16,15 @@ from fencepost.runstore.ownership import LeaseKeeper, LeaseLost, Supervisor
 from tests.runstore.conftest import A, activate_new
 
 
+def _eventually(pred, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def test_check_on_a_keeper_never_started_raises_instead_of_passing(store):
     """``check()`` before ``start()`` returned quietly: a caller who forgot to enter the keeper
     believed every unit of work ran under a kept lease, while nothing pulsed and no steal could ever
@@ -39,6 +48,10 @@ def test_check_after_stop_raises_and_a_lease_lost_before_stop_stays_lost(store):
     keeper = LeaseKeeper(store, "r1", A, clock=clock)
     with keeper:
         clock.set(1000)
+        # The renewal itself, then settle(): settle() alone stops waiting for a pulse in flight after a
+        # short grace, and a pulse taken in only after the clock moved to 2000 below would put the
+        # next one at 3000 (one interval after the reading it was taken in at).
+        assert _eventually(lambda: store.runs.get("r1").heartbeat_at_ms == 1000)
         keeper.settle()
         keeper.check()
     with pytest.raises(fencepost.RunStoreError) as info:
@@ -49,6 +62,9 @@ def test_check_after_stop_raises_and_a_lease_lost_before_stop_stays_lost(store):
         store.runs.transition_owned("r1", A, "completed")
         clock.set(2000)
         keeper.settle()
+        # settle() stops waiting for a pulse in flight after a short grace: on a loaded machine the
+        # pulse that finds the fence gone may still be on its way.
+        assert _eventually(lambda: keeper.lost)
         with pytest.raises(LeaseLost):
             keeper.check()
     with pytest.raises(LeaseLost):

@@ -51,6 +51,17 @@ def _wait_for(pred, timeout: float = 10.0) -> None:
         time.sleep(0.01)
 
 
+def _renewed(store, run_ids: list[str], now_ms: int, supervisor) -> None:
+    """The clock was just set to ``now_ms``: wait until every run's heartbeat is ``now_ms``, then
+    until the supervisor has taken in that pulse's answer.
+
+    ``settle()`` alone stops waiting for a pulse in flight after a short grace (it takes it for
+    hung); on a loaded machine the heartbeat write can take longer, and a clock moved on before the
+    loop took the answer in would put the next pulse one interval after the new reading."""
+    _wait_for(lambda: [store.runs.get(r).heartbeat_at_ms for r in run_ids] == [now_ms] * len(run_ids))
+    supervisor.settle()
+
+
 def test_worker_completes_pending_runs_with_the_two_phase_claim(store):
     ids = _create(store, 5)
 
@@ -242,14 +253,15 @@ def test_held_runs_are_renewed_together_by_one_heartbeat_many(store, clock):
     store.runs.heartbeat_many = counting
     t = threading.Thread(target=worker.run, kwargs={"until_idle": True})
     t.start()
+    def renewed_at(now_ms: int) -> None:
+        clock.set(now_ms)
+        _renewed(store, sorted(running), now_ms, worker.supervisor)
+
     try:
         _wait_for(lambda: len(running) == 3)
-        clock.set(1000)
-        worker.supervisor.settle()
-        clock.set(2000)
-        worker.supervisor.settle()
+        renewed_at(1000)
+        renewed_at(2000)
         assert calls and all(n == 3 for n in calls)
-        assert [store.runs.get(r).heartbeat_at_ms for r in sorted(running)] == [2000, 2000, 2000]
     finally:
         release.set()
         t.join(10)
@@ -278,11 +290,9 @@ def test_a_worker_run_again_after_it_returned_still_renews_its_leases(store, clo
     try:
         assert inside.wait(10)
         clock.set(1000)
-        worker.supervisor.settle()
-        assert store.runs.get("second000").heartbeat_at_ms == 1000
+        _renewed(store, ["second000"], 1000, worker.supervisor)
         clock.set(2000)
-        worker.supervisor.settle()
-        assert store.runs.get("second000").heartbeat_at_ms == 2000
+        _renewed(store, ["second000"], 2000, worker.supervisor)
     finally:
         release.set()
         t.join(10)
