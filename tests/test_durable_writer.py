@@ -426,6 +426,8 @@ def test_a_real_deadlock_with_another_session_reruns_the_whole_write(store: fenc
                 if waiting and waiting[0] == "Lock":
                     break
                 time.sleep(0.01)
+            else:
+                raise AssertionError("the other session never waited for row 1")
         conn.exec_driver_sql("UPDATE locked SET v = v + 1 WHERE k = 2")  # first time: a deadlock
 
     try:
