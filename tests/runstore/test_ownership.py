@@ -182,6 +182,27 @@ def test_write_failures_are_tolerated_until_the_budget_then_lapse_at_19000(fake,
     assert messages == ["run r1: heartbeat write failed", "run r1: lease lapsed; interrupting owned work"]
 
 
+def test_settle_waits_for_a_slow_heartbeat_rather_than_taking_it_for_hung(fake, clock):
+    """A heartbeat answering after 0.5 s (a real write on a loaded machine) is waited for: settle()
+    returned after 0.2 s while it was in flight, the clock moved on to 2 000 before its answer was
+    in, the next heartbeat was put one interval after that (3 000) and the one due at 2 000 never
+    came. Only a heartbeat unanswered for a second is taken for hung."""
+    gate = threading.Event()
+    fake.runs.delay_until[1] = gate
+    timer = threading.Timer(0.5, gate.set)
+    try:
+        with LeaseKeeper(fake, "r1", A) as keeper:
+            clock.set(1000)
+            timer.start()
+            keeper.settle()
+            assert gate.is_set(), "settle() returned before the heartbeat in flight answered"
+            advance_to(keeper, clock, 2000)
+            assert [t for _, t in fake.runs.calls] == [1000, 2000]
+    finally:
+        timer.cancel()
+        gate.set()
+
+
 def test_hung_heartbeat_write_cannot_hold_the_deadline_back(fake, clock):
     """OW-16: the first write never completes; alive at 18 999 with one call, interrupted at 19 000."""
     fake.runs.heartbeat_mode = "hang"

@@ -69,7 +69,10 @@ RUN_DECISION = "flows.engine.run-decision"
 # How often a wait re-reads the clock. A ManualClock cannot wake a waiter, so waits poll it; this
 # is the only wall-clock constant in the loop and it bounds reaction latency, never a lease.
 _POLL_S = 0.005
-_HUNG_S = 0.2
+# How long ``settle()`` waits for a heartbeat in flight before it takes it for hung (a test's store
+# that never answers). Long enough for a real write on a loaded machine, where 0.2 s was not: the
+# test moved its clock on before the answer was in, and the renewal it expected never came.
+_HUNG_S = 1.0
 
 LapseCallback = Callable[[int], Any]
 
@@ -356,6 +359,8 @@ class Supervisor:
         """Block until the loop has handled everything due at the clock's current reading.
 
         For tests driving a ``ManualClock``: advance the clock, then ``settle()`` before asserting.
+        A heartbeat still unanswered after a second is taken for hung (a test's store that never
+        answers), and no longer waited for.
         """
         if self._thread is None:  # never started: no loop, nothing to settle
             return
