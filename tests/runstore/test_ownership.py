@@ -359,6 +359,15 @@ def _wait_for(pred, timeout: float = 5.0) -> None:
         time.sleep(0.005)
 
 
+async def _until(pred, timeout: float = 10.0) -> None:
+    """``_wait_for`` on an event loop: poll ``pred()`` between short sleeps, so the loop runs on."""
+    end = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > end:
+            raise AssertionError("condition not reached")
+        await asyncio.sleep(0.005)
+
+
 # ------------------------------------------------------------------------------------------- asyncio
 def test_supervise_cancels_the_owned_task_on_a_lost_fence(fake, clock):
     fake.runs.heartbeat_mode = "lost"
@@ -372,7 +381,9 @@ def test_supervise_cancels_the_owned_task_on_a_lost_fence(fake, clock):
 
     async def main():
         task = asyncio.create_task(owned())
-        await asyncio.sleep(0.02)
+        # The lease is held (off the loop, in a thread) before the body runs: a clock moved on
+        # before the hold would start the lease at 1 000, and no pulse would come at 1 000.
+        await _until(lambda: reached)
         clock.set(1000)
         with pytest.raises(LeaseLost) as info:
             await asyncio.wait_for(task, 5)
@@ -419,7 +430,8 @@ def test_a_shared_supervisor_cancels_only_the_task_whose_fence_was_lost(fake, cl
     async def main():
         t1 = asyncio.create_task(owned("r1", 100))
         t2 = asyncio.create_task(owned("r2", 10_000))
-        await asyncio.sleep(0.05)
+        # Both runs held before the clock moves: a run held only afterwards is first pulsed at 2 000.
+        await _until(lambda: sorted(sup.held()) == ["r1", "r2"])
         clock.set(1000)
         results = await asyncio.wait_for(asyncio.gather(t1, t2, return_exceptions=True), 10)
         return results
