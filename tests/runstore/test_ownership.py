@@ -508,16 +508,24 @@ def test_reconfirm_on_a_real_store_journals_on_the_runs_own_stream(store, clock)
         raise fencepost.RunStoreError("persistence_failed", "heartbeat", "run persistence failed")
 
     store.runs.heartbeat = failing
+
+    def decisions() -> list:
+        page = store.journal.entries("r1")
+        return [e.payload for e in page.entries if e.event_type == "flows.engine.run-decision"]
+
     try:
         with sup:
             advance_to(sup, clock, 19_000)
+            # The receipt (the journal entry) is written beside the loop after the reconfirm, and
+            # settle() stops waiting for it after a short grace: on a loaded machine it is still on
+            # its way. Wait for it, then settle() so the loop has taken in how it went.
+            _wait_for(lambda: decisions() != [], timeout=10)
+            sup.settle()
             lease.check()
     finally:
         store.runs.heartbeat = real
     assert store.runs.get("r1").heartbeat_at_ms == 19_000
-    page = store.journal.entries("r1")
-    decisions = [e.payload for e in page.entries if e.event_type == "flows.engine.run-decision"]
-    assert decisions == [{"decision": "lease-reconfirmed", "detail": {"unconfirmedMs": 19_000}}]
+    assert decisions() == [{"decision": "lease-reconfirmed", "detail": {"unconfirmedMs": 19_000}}]
 
 
 def test_settle_on_a_supervisor_never_started_returns_at_once(fake, clock):
