@@ -380,6 +380,15 @@ def _wait_for(pred, timeout: float = 5.0) -> None:
         time.sleep(0.005)
 
 
+async def _until(pred, timeout: float = 10.0) -> None:
+    """``_wait_for`` on an event loop: poll ``pred()`` between short sleeps, so the loop runs on."""
+    end = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > end:
+            raise AssertionError("condition not reached")
+        await asyncio.sleep(0.005)
+
+
 # ------------------------------------------------------------------------------------------- asyncio
 def test_supervise_cancels_the_owned_task_on_a_lost_fence(fake, clock):
     fake.runs.heartbeat_mode = "lost"
@@ -393,7 +402,9 @@ def test_supervise_cancels_the_owned_task_on_a_lost_fence(fake, clock):
 
     async def main():
         task = asyncio.create_task(owned())
-        await asyncio.sleep(0.02)
+        # The lease is held (off the loop, in a thread) before the body runs: a clock moved on
+        # before the hold would start the lease at 1 000, and no pulse would come at 1 000.
+        await _until(lambda: reached)
         clock.set(1000)
         with pytest.raises(LeaseLost) as info:
             await asyncio.wait_for(task, 5)
@@ -440,7 +451,8 @@ def test_a_shared_supervisor_cancels_only_the_task_whose_fence_was_lost(fake, cl
     async def main():
         t1 = asyncio.create_task(owned("r1", 100))
         t2 = asyncio.create_task(owned("r2", 10_000))
-        await asyncio.sleep(0.05)
+        # Both runs held before the clock moves: a run held only afterwards is first pulsed at 2 000.
+        await _until(lambda: sorted(sup.held()) == ["r1", "r2"])
         clock.set(1000)
         results = await asyncio.wait_for(asyncio.gather(t1, t2, return_exceptions=True), 10)
         return results
@@ -517,16 +529,24 @@ def test_reconfirm_on_a_real_store_journals_on_the_runs_own_stream(store, clock)
         raise fencepost.RunStoreError("persistence_failed", "heartbeat", "run persistence failed")
 
     store.runs.heartbeat = failing
+
+    def decisions() -> list:
+        page = store.journal.entries("r1")
+        return [e.payload for e in page.entries if e.event_type == "flows.engine.run-decision"]
+
     try:
         with sup:
             advance_to(sup, clock, 19_000)
+            # The receipt (the journal entry) is written beside the loop after the reconfirm, and
+            # settle() stops waiting for it after a short grace: on a loaded machine it is still on
+            # its way. Wait for it, then settle() so the loop has taken in how it went.
+            _wait_for(lambda: decisions() != [], timeout=10)
+            sup.settle()
             lease.check()
     finally:
         store.runs.heartbeat = real
     assert store.runs.get("r1").heartbeat_at_ms == 19_000
-    page = store.journal.entries("r1")
-    decisions = [e.payload for e in page.entries if e.event_type == "flows.engine.run-decision"]
-    assert decisions == [{"decision": "lease-reconfirmed", "detail": {"unconfirmedMs": 19_000}}]
+    assert decisions() == [{"decision": "lease-reconfirmed", "detail": {"unconfirmedMs": 19_000}}]
 
 
 def test_settle_on_a_supervisor_never_started_returns_at_once(fake, clock):
