@@ -174,12 +174,22 @@ def test_second_builder_with_a_lock_timeout_waits_for_the_first_to_close(store, 
     first = ProjectionBuilder(store, target_url, RunsByStatus())
     first.catch_up()
     second = ProjectionBuilder(store, target_url, RunsByStatus(), lock_timeout=30)
-    closer = threading.Timer(0.3, first.close)
+    closing = threading.Event()
+
+    def close_first() -> None:
+        closing.set()  # before the close releases the name: the second may take it from then on
+        first.close()
+
+    # Timed from before the timer starts: the test's own thread may be descheduled right after
+    # ``start()``, which must not shorten what the second builder is seen to wait.
+    started = time.monotonic()
+    closer = threading.Timer(0.3, close_first)
     closer.start()
     try:
-        started = time.monotonic()
         result = second.catch_up()
-        assert time.monotonic() - started >= 0.2
+        waited = time.monotonic() - started
+        assert closing.is_set(), "the second builder applied while the first still held the name"
+        assert waited >= 0.2, waited
         assert result.applied == 0
     finally:
         closer.join()

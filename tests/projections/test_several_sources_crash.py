@@ -31,8 +31,10 @@ ROTATE_AT = 2  # the kill before which ``edge-2`` rotates its source
 pytestmark = pytest.mark.usefixtures("no_child_outlives_its_test")
 
 
-def _spawn(target_url: str, urls: dict[str, str]) -> subprocess.Popen[str]:
+def _spawn(target_url: str, urls: dict[str, str], *, hang_in_rebuild: bool = False) -> subprocess.Popen[str]:
+    """A builder child; ``hang_in_rebuild``: it stops inside its second shadow page until killed."""
     return spawn_child("tests.projections._several_crash_child", target_url, "7",
+                       *(["hang-in-rebuild"] if hang_in_rebuild else []),
                        *(f"{name}={url}" for name, url in urls.items()))
 
 
@@ -76,7 +78,7 @@ def test_builder_of_several_sources_killed_repeatedly_applies_each_change_once_p
             seed(store, ids[name], "seed", 80)
         killed_mid_rebuild = False
         with Writers(stores, ids, pause=0.02) as writers:
-            proc = _spawn(target_url, urls)
+            proc = _spawn(target_url, urls, hang_in_rebuild=ROTATE_AT == 0)
             _wait_for(proc, "started")
             _wait_for(proc, "ready")
             deadline = time.monotonic() + 60
@@ -86,13 +88,17 @@ def test_builder_of_several_sources_killed_repeatedly_applies_each_change_once_p
             for kill in range(KILLS):
                 # The successor starts while its predecessor works, and waits on the builder lock:
                 # two builders of one name on one target never apply at the same time.
-                successor = _spawn(target_url, urls) if kill < KILLS - 1 else None
+                # The builder that is running at kill ROTATE_AT stops inside edge-2's rebuild once
+                # its first shadow page is committed: the kill lands there however slow this
+                # process is to send it (a rebuild left to run finished first on a loaded machine).
+                successor = (_spawn(target_url, urls, hang_in_rebuild=kill + 1 == ROTATE_AT)
+                             if kill < KILLS - 1 else None)
                 if successor is not None:
                     _wait_for(successor, "started")
                 if kill == ROTATE_AT:
                     stores["edge-2"].feed.rotate_source()
                     deadline = time.monotonic() + 60
-                    while _count(target, "WHERE shadow = 1") == 0:  # kill it inside edge-2's rebuild
+                    while _count(target, "WHERE shadow = 1") == 0:  # its first shadow page committed
                         assert time.monotonic() < deadline, "edge-2's rebuild did not start in 60 s"
                         time.sleep(0.01)
                 else:
