@@ -207,7 +207,7 @@ def test_closing_a_store_whose_server_never_answers_returns_at_once_and_leaves_n
         started = time.monotonic()
         store.close()
         took = time.monotonic() - started
-        assert took < 1.0, f"close took {took:.2f} s"
+        assert took < 2.0, f"close took {took:.2f} s"  # it would wait the 3 s connect timeout
         attempt.join(3 + 5)  # the driver gives up after connect_timeout
         assert not attempt.is_alive(), "the open attempt outlived its connect timeout"
         assert len(silent.held) == 1 and not silent.still_held(), "the attempt's connection stayed open"

@@ -244,7 +244,7 @@ def test_the_hub_says_unavailable_soon_after_its_follower_fails(db_url: str) -> 
         try:
             until("stats", 5.0)  # the first statistics, before the outage
             with database_gone(store):
-                until("unavailable", 3.0)  # well before the statistics are next due (60 s)
+                until("unavailable", 10.0)  # well before the statistics are next due (60 s)
         finally:
             hub.close()
             reader.close()
