@@ -478,3 +478,15 @@ class SilentServer:
             self.thread.join(5)
         for conn in self.held:
             conn.close()
+
+
+def eventually(predicate: Callable[[], object], timeout: float = 10.0) -> bool:
+    """Whether ``predicate()`` became true within ``timeout`` seconds (polled every 10 ms): what a
+    test waits on instead of a sleep, for something a background thread or process does."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+

@@ -11,14 +11,13 @@ import shutil
 import sqlite3
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 import fencepost
 from fencepost import _checkpoint, _dialects
-from tests.conftest import run_forked
+from tests.conftest import eventually, run_forked
 
 
 def in_database_file(path: Path, run_id: str) -> bool:
@@ -37,15 +36,6 @@ def in_database_file(path: Path, run_id: str) -> bool:
             conn.close()
 
 
-def wait_for(predicate, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
-
-
 def test_a_commit_reaches_the_database_file_through_the_store_s_thread(tmp_path: Path) -> None:
     path = tmp_path / "flows.db"
     with fencepost.open(f"sqlite:///{path}") as store:
@@ -54,7 +44,7 @@ def test_a_commit_reaches_the_database_file_through_the_store_s_thread(tmp_path:
         store.runs.create("ck-1", '{"n": 1}')  # committed to the log; copied later, off the write path
         # Waited for in the file itself: a pass the migrations' commits asked for may run while this
         # write commits, and count without having copied it (the pass after it copies it).
-        assert wait_for(lambda: checkpointer.passes > before and in_database_file(path, "ck-1"))
+        assert eventually(lambda: checkpointer.passes > before and in_database_file(path, "ck-1"))
         thread = checkpointer._thread
         assert thread is not None and thread.is_alive() and thread.name == "fencepost-checkpoint"
 
@@ -77,7 +67,7 @@ def test_a_disposed_database_that_writes_again_checkpoints_again(tmp_path: Path)
         passes = checkpointer.passes
         store.runs.create("after-close", '{"n": 1}')  # a disposed database reconnects when used again
         assert checkpointer.running
-        assert wait_for(lambda: checkpointer.passes > passes and in_database_file(path, "after-close"))
+        assert eventually(lambda: checkpointer.passes > passes and in_database_file(path, "after-close"))
     finally:
         store.close()
 
@@ -97,7 +87,7 @@ def test_a_store_dropped_without_close_stops_its_thread(tmp_path: Path) -> None:
     assert held is None, [repr(r)[:300] for r in gc.get_referrers(held)]
     # A pass under way finishes first; on a loaded machine its first statement can wait out the
     # busy timeout (5 s) while the collected store's last connection checkpoints and resets the log.
-    assert wait_for(lambda: not thread.is_alive(), timeout=20)
+    assert eventually(lambda: not thread.is_alive(), timeout=20)
 
 
 def test_the_writer_still_checkpoints_when_the_thread_cannot_keep_up(tmp_path: Path, monkeypatch) -> None:
@@ -131,7 +121,7 @@ def test_a_forked_child_checkpoints_its_own_writes(tmp_path: Path) -> None:
             store.runs.create("child", '{"n": 1}')
             assert checkpointer.running
             # The child leaves by os._exit, without closing: only its own thread copies its write.
-            assert wait_for(lambda: checkpointer.passes > before and in_database_file(path, "child"))
+            assert eventually(lambda: checkpointer.passes > before and in_database_file(path, "child"))
 
         released: list[bool] = []
 
@@ -207,7 +197,7 @@ def _writer_process(url: str, k: int, barrier, out) -> None:
                 store.runs.create(run_id, '{"blob": "' + "x" * 3000 + '"}')  # pages enough to copy
                 store.journal.append_unfenced(run_id, "made", {"i": i}, source_id=f"proc-{k}")
             checkpointer = store.db.backend.checkpointer
-            wait_for(lambda: checkpointer.passes > 0)
+            eventually(lambda: checkpointer.passes > 0)
             out.put((k, checkpointer.passes, None))
     except BaseException as exc:  # reported, so the parent shows why instead of a bare exit code
         out.put((k, 0, repr(exc)))

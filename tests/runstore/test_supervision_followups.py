@@ -5,7 +5,6 @@ says what was wrong.
 from __future__ import annotations
 
 import logging
-import time
 
 import pytest
 
@@ -13,19 +12,8 @@ import fencepost
 from fencepost import LivenessEvidence
 from fencepost.clock import ManualClock
 from fencepost.runstore.ownership import LeaseKeeper, LeaseLost, Supervisor
+from tests.conftest import eventually
 from tests.runstore.conftest import A, B, activate_new
-
-
-def _eventually(pred, timeout: float = 10.0) -> bool:
-    """Whether ``pred()`` became true within ``timeout`` s. ``settle()`` stops waiting for a pulse in
-    flight after a short grace (it takes it for hung): on a loaded machine a real heartbeat write
-    can take longer, and its answer comes after ``settle()`` returned."""
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 def test_lease_check_after_release_raises_like_the_keeper(store):
@@ -62,7 +50,7 @@ def test_a_lease_lost_before_release_keeps_raising_lease_lost(store):
         store.runs.transition_owned("r1", A, "completed")
         clock.set(1000)
         sup.settle()
-        assert _eventually(lambda: lease.lost)  # (a slow pulse may outlast settle()'s grace)
+        assert eventually(lambda: lease.lost)  # (a slow pulse may outlast settle()'s grace)
         lease.release()
         with pytest.raises(LeaseLost):
             lease.check()
@@ -82,7 +70,7 @@ def test_a_frozen_owner_that_resumes_past_its_lease_logs_that_another_owner_took
         # The renewal itself, then settle(): settle() alone stops waiting for a pulse in flight after
         # a short grace, and a renewal still on its way when the steal below happens would answer
         # FenceLost instead (the loss this test wants found by the reconfirm at 31 001).
-        assert _eventually(lambda: store.runs.get("r1").heartbeat_at_ms == 1000)
+        assert eventually(lambda: store.runs.get("r1").heartbeat_at_ms == 1000)
         keeper.settle()
         # Frozen: the store's clock goes on, the lease goes stale, a peer steals and activates.
         store.clock.set(31_001)

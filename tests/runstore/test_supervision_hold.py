@@ -16,20 +16,8 @@ import fencepost
 from fencepost.clock import ManualClock
 from fencepost.runstore.ownership import LeaseKeeper, LeaseLost, Supervisor, supervise
 from fencepost.runstore.rows import LivenessEvidence
-from tests.conftest import race_threads
+from tests.conftest import eventually, race_threads
 from tests.runstore.conftest import A, B, activate_new
-
-
-def _eventually(pred, timeout: float = 10.0) -> bool:
-    """Whether ``pred()`` became true within ``timeout`` s: ``settle()`` stops waiting for a pulse in
-    flight after a short grace (it takes it for hung), so on a loaded machine a pulse's outcome may
-    come a little later."""
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 def _steal(store: fencepost.Store, run_id: str) -> None:
@@ -84,7 +72,7 @@ def test_a_second_hold_of_a_held_run_is_refused_and_the_first_lease_still_fences
         _steal(store, "r1")
         owner_clock.set(1000)  # the next pulse finds the run taken
         sup.settle()
-        assert _eventually(lambda: first.lost)  # (a slow pulse may outlast settle()'s grace)
+        assert eventually(lambda: first.lost)  # (a slow pulse may outlast settle()'s grace)
         with pytest.raises(LeaseLost) as lost:
             first.check()
         assert lost.value.reason == "FenceLost"
@@ -106,7 +94,7 @@ def test_a_run_held_again_after_release_or_loss_gets_a_new_lease_and_the_old_one
         _steal(store, "r1")
         owner_clock.set(1000)
         sup.settle()
-        assert _eventually(lambda: second.lost)  # (a slow pulse may outlast settle()'s grace)
+        assert eventually(lambda: second.lost)  # (a slow pulse may outlast settle()'s grace)
         # B's lease expires, A steals the run back and holds it again: a new, live lease.
         store.clock.set(store.clock.now_ms() + 35_001)
         now = store.clock.now_ms()

@@ -13,16 +13,8 @@ import pytest
 import fencepost
 from fencepost.clock import ManualClock
 from fencepost.runstore.ownership import LeaseKeeper, LeaseLost, Supervisor
+from tests.conftest import eventually
 from tests.runstore.conftest import A, activate_new
-
-
-def _eventually(pred, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 def test_check_on_a_keeper_never_started_raises_instead_of_passing(store):
@@ -51,7 +43,7 @@ def test_check_after_stop_raises_and_a_lease_lost_before_stop_stays_lost(store):
         # The renewal itself, then settle(): settle() alone stops waiting for a pulse in flight after a
         # short grace, and a pulse taken in only after the clock moved to 2000 below would put the
         # next one at 3000 (one interval after the reading it was taken in at).
-        assert _eventually(lambda: store.runs.get("r1").heartbeat_at_ms == 1000)
+        assert eventually(lambda: store.runs.get("r1").heartbeat_at_ms == 1000)
         keeper.settle()
         keeper.check()
     with pytest.raises(fencepost.RunStoreError) as info:
@@ -64,7 +56,7 @@ def test_check_after_stop_raises_and_a_lease_lost_before_stop_stays_lost(store):
         keeper.settle()
         # settle() stops waiting for a pulse in flight after a short grace: on a loaded machine the
         # pulse that finds the fence gone may still be on its way.
-        assert _eventually(lambda: keeper.lost)
+        assert eventually(lambda: keeper.lost)
         with pytest.raises(LeaseLost):
             keeper.check()
     with pytest.raises(LeaseLost):
