@@ -187,20 +187,33 @@ def test_settle_waits_for_a_slow_heartbeat_rather_than_taking_it_for_hung(fake, 
     returned after 0.2 s while it was in flight, the clock moved on to 2 000 before its answer was
     in, the next heartbeat was put one interval after that (3 000) and the one due at 2 000 never
     came. Only a heartbeat unanswered for a second is taken for hung."""
-    gate = threading.Event()
+    # The 0.5 s count from the call's arrival, on the thread making it: a timer started by this
+    # thread after ``clock.set`` let a stall between the two lines make the answer come more than
+    # a second after the call began, and settle() then rightly took it for hung.
+    gate = _AnswersAfter(0.5)
     fake.runs.delay_until[1] = gate
-    timer = threading.Timer(0.5, gate.set)
     try:
         with LeaseKeeper(fake, "r1", A) as keeper:
             clock.set(1000)
-            timer.start()
             keeper.settle()
             assert gate.is_set(), "settle() returned before the heartbeat in flight answered"
             advance_to(keeper, clock, 2000)
             assert [t for _, t in fake.runs.calls] == [1000, 2000]
     finally:
-        timer.cancel()
         gate.set()
+
+
+class _AnswersAfter(threading.Event):
+    """A ``delay_until`` gate that opens ``delay`` seconds after the call waiting on it arrived."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__()
+        self.delay = delay
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if not super().wait(self.delay):
+            self.set()
+        return True
 
 
 def test_hung_heartbeat_write_cannot_hold_the_deadline_back(fake, clock):
