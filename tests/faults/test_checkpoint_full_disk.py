@@ -8,8 +8,9 @@ import pytest
 
 import fencepost
 from fencepost import _checkpoint
+from tests.conftest import eventually
 from tests.runstore.test_metrics import value
-from tests.test_checkpoint import in_database_file, wait_for
+from tests.test_checkpoint import in_database_file
 
 from .conftest import BIG_STATE
 
@@ -27,15 +28,15 @@ def test_a_checkpoint_that_meets_a_full_disk_leaves_the_write_durable_and_resume
         # Grow the log (its file keeps its size once written), let it be copied and start over.
         for i in range(8):
             store.runs.create(f"big-{i}", BIG_STATE)
-        assert wait_for(lambda: in_database_file(path, "big-7"))
+        assert eventually(lambda: in_database_file(path, "big-7"))
         store.runs.create("restart", '{"n": 1}')  # the first write after a full copy starts the log over
-        assert wait_for(lambda: in_database_file(path, "restart"))
+        assert eventually(lambda: in_database_file(path, "restart"))
         # Fill the disk: the log's file has room, the database file cannot grow.
         small_disk.fill(store, keep_log=True)
         failures = checkpointer.failures
         failed = value(otel, "flows_sqlite_checkpoints", outcome="failed")
         store.runs.create("on-full-disk", BIG_STATE)  # new pages: copying it needs space
-        assert wait_for(lambda: checkpointer.failures > failures)
+        assert eventually(lambda: checkpointer.failures > failures)
         assert value(otel, "flows_sqlite_checkpoints", outcome="failed") > failed  # what an operator sees
         # Committed: read back through the log, by the store and by a connection of its own. (The
         # file alone is not consistent after a checkpoint that stopped half way: the log completes it.)
@@ -46,6 +47,6 @@ def test_a_checkpoint_that_meets_a_full_disk_leaves_the_write_durable_and_resume
         small_disk.free()
         done = value(otel, "flows_sqlite_checkpoints", outcome="done")
         store.runs.create("after", '{"n": 1}')
-        assert wait_for(lambda: in_database_file(path, "after"))
+        assert eventually(lambda: in_database_file(path, "after"))
         assert in_database_file(path, "on-full-disk") and in_database_file(path, "still-writes")
         assert checkpointer.running and value(otel, "flows_sqlite_checkpoints", outcome="done") > done

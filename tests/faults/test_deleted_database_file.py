@@ -121,9 +121,9 @@ def test_the_checkpoint_thread_does_not_create_a_database_where_the_file_was_del
         store.runs.create("before", "{}")  # starts the thread; its first pass comes 0.5 s later
         assert checkpointer.passes == 0 and checkpointer.failures == 0
         _remove_database(path)
-        from tests.test_checkpoint import wait_for
+        from tests.conftest import eventually
 
-        assert wait_for(lambda: checkpointer.passes + checkpointer.failures > 0, timeout=10)
+        assert eventually(lambda: checkpointer.passes + checkpointer.failures > 0, timeout=10)
         assert checkpointer.failures == 1 and checkpointer.passes == 0
         assert not path.exists()
     finally:
