@@ -25,16 +25,18 @@ BOUND_S = 30
 
 
 class _Lines:
-    """The command's stdout lines, read by a thread so a wait never blocks on a silent pipe."""
+    """The command's stdout lines (or its stderr's, ``stream="stderr"``), read by a thread so a wait
+    never blocks on a silent pipe."""
 
-    def __init__(self, proc) -> None:
+    def __init__(self, proc, stream: str = "stdout") -> None:
         self.lines: list[str] = []
         self._cond = threading.Condition()
-        self._thread = threading.Thread(target=self._read, args=(proc,), daemon=True)
+        self._thread = threading.Thread(target=self._read, args=(getattr(proc, stream),), daemon=True)
         self._thread.start()
 
-    def stop(self, proc) -> tuple[int, str]:
-        """SIGTERM, then the exit code and stderr (stdout stays this reader's)."""
+    def stop(self, proc, errors: _Lines | None = None) -> tuple[int, str]:
+        """SIGTERM, then the exit code and stderr: read here, or, when a reader ``errors`` has it,
+        all of that reader's lines."""
         proc.send_signal(signal.SIGTERM)
         try:
             code = proc.wait(timeout=BOUND_S)
@@ -42,10 +44,13 @@ class _Lines:
             if proc.poll() is None:
                 proc.kill()
         self._thread.join(timeout=BOUND_S)
-        return code, proc.stderr.read()
+        if errors is None:
+            return code, proc.stderr.read()
+        errors._thread.join(timeout=BOUND_S)
+        return code, "".join(line + "\n" for line in errors.lines)
 
-    def _read(self, proc) -> None:
-        for line in proc.stdout:
+    def _read(self, pipe) -> None:
+        for line in pipe:
             with self._cond:
                 self.lines.append(line.rstrip("\n"))
                 self._cond.notify_all()

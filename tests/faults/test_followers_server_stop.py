@@ -17,14 +17,13 @@ faults a SQLite file meets (a full disk, a file made read-only), which the write
 from __future__ import annotations
 
 import json
-import signal
 import time
 
 import pytest
 
 import fencepost
 from tests.cli.test_followers import _start
-from tests.cli.test_projection_follow_rebuilds import BOUND_S, _Lines
+from tests.cli.test_projection_follow_rebuilds import _Lines
 from tests.faults.conftest import private_server  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.slow
@@ -38,7 +37,7 @@ def test_projection_and_feed_followers_outlive_a_server_stop(private_server) -> 
         store.runs.create("before", "{}")
     projection = _start("--db", url, "projection", "run", "--follow", "--interval", "0.2")
     feed = _start("--db", url, "feed", "tail", "--follow", "--format", "jsonl")
-    p_lines, f_lines, p_errs = _Lines(projection), _Lines(feed), _ErrLines(projection)
+    p_lines, f_lines, p_errs = _Lines(projection), _Lines(feed), _Lines(projection, "stderr")
     try:
         p_lines.wait_for(lambda line: "position" in line and "lag 0" in line)
         f_lines.wait_for(lambda line: '"before"' in line)
@@ -56,7 +55,7 @@ def test_projection_and_feed_followers_outlive_a_server_stop(private_server) -> 
         f_lines.wait_for(lambda line: '"after"' in line)
         p_lines.wait_for(lambda line: f":{head}  lag 0" in line)
     finally:
-        p_code, p_err = _stop(projection, p_lines, p_errs)
+        p_code, p_err = p_lines.stop(projection, p_errs)
         f_code, f_err = f_lines.stop(feed)
     assert (p_code, f_code) == (0, 0), (p_err, f_err)
     assert "projection runs_by_status: status unavailable (" in p_err \
@@ -66,25 +65,3 @@ def test_projection_and_feed_followers_outlive_a_server_stop(private_server) -> 
         assert "Traceback" not in text
     assert [json.loads(line)["run_id"] for line in f_lines.lines] == ["before", "after"]
 
-
-class _ErrLines(_Lines):
-    """The command's stderr lines, read as they come (``_Lines`` reads its stdout)."""
-
-    def _read(self, proc) -> None:
-        for line in proc.stderr:
-            with self._cond:
-                self.lines.append(line.rstrip("\n"))
-                self._cond.notify_all()
-
-
-def _stop(proc, out: _Lines, err: _ErrLines) -> tuple[int, str]:
-    """SIGTERM, then the exit code and the whole of stderr (both pipes read by their threads)."""
-    proc.send_signal(signal.SIGTERM)
-    try:
-        code = proc.wait(timeout=BOUND_S)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    out._thread.join(timeout=BOUND_S)
-    err._thread.join(timeout=BOUND_S)
-    return code, "".join(line + "\n" for line in err.lines)
