@@ -124,6 +124,31 @@ def record(path: str, backend: str, unit: str, ours: list[Sample], base: list[Sa
           f"(reps {' '.join(f'{x:.2f}' for x in ratios)}); CPU-time ratio {cpu:.2f}x", flush=True)
 
 
+def copy_log(store: fencepost.Store) -> None:
+    """Timed, at the end of a section: copy what is left of a SQLite store's log into its database
+    file now. The peer and the raw driver copy their logs inside their own commits; the store's
+    thread copies a tenth of a second after writes, so without this the copy of a section's last
+    writes would run on the clock of whatever is timed next."""
+    checkpointer = getattr(store.db.backend, "checkpointer", None)
+    if checkpointer is None:
+        return
+    conn = sqlite3.connect(store.db.path, isolation_level=None)
+    try:
+        conn.execute(f"PRAGMA synchronous = {checkpointer._synchronous}")
+        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+    finally:
+        conn.close()
+
+
+def quiet(*stores: fencepost.Store) -> None:
+    """Untimed: wait until each SQLite store's checkpoint thread has nothing left to do (after
+    ``copy_log``, or after writes that are not timed, such as seeding)."""
+    for store in stores:
+        checkpointer = getattr(store.db.backend, "checkpointer", None)
+        if checkpointer is not None:
+            checkpointer.idle(10)
+
+
 # --------------------------------------------------------------------------- journal appends
 class FencepostAppends:
     """Fenced single-entry appends on one store; ``threads`` writers each on its own run."""
@@ -152,6 +177,8 @@ class FencepostAppends:
             for _ in range(n):
                 self.i += 1
                 self._append(f"run-fenced-{THREADS}", self.i)
+            copy_log(self.store)
+        quiet(self.store)
         return t.rate(n)
 
     def threaded(self, n: int) -> Sample:
@@ -160,13 +187,15 @@ class FencepostAppends:
             for i in range(n):
                 self._append(f"run-fenced-{k}", i)
 
-        return _run_threads(work, n)
+        sample = _run_threads(work, n, after=lambda: copy_log(self.store))
+        quiet(self.store)
+        return sample
 
     def close(self) -> None:
         self.store.close()
 
 
-def _run_threads(work: Callable[[int], None], n: int) -> Sample:
+def _run_threads(work: Callable[[int], None], n: int, after: Callable[[], None] | None = None) -> Sample:
     global barrier
     barrier = threading.Barrier(THREADS + 1)
     errors: list[BaseException] = []
@@ -185,6 +214,8 @@ def _run_threads(work: Callable[[int], None], n: int) -> Sample:
         barrier.wait()
         for t in threads:
             t.join()
+        if after is not None:
+            after()
     if errors:
         raise errors[0]
     return timer.rate(THREADS * n)
@@ -338,14 +369,18 @@ def runstore_rows(tmp: Path, pg: ScratchSchemas | None, reps: int, runs: int) ->
         def run_ours() -> Sample:
             counter[0] += 1
             ids = rs_bench.seed(ours, f"o{counter[0]}", runs)
+            quiet(ours)
             with Timer() as t:
                 for rid in ids:
                     rs_bench.ours_one_run(ours, rid, 0)
+                copy_log(ours)
+            quiet(ours)
             return t.rate(runs)
 
         def run_raw() -> Sample:
             counter[0] += 1
             ids = rs_bench.seed(raw_store, f"r{counter[0]}", runs)
+            quiet(raw_store)
             with Timer() as t:
                 for rid in ids:
                     raw.one_run(rid, 0)

@@ -22,6 +22,7 @@ import logging
 import os
 import sqlite3
 import threading
+import time
 from pathlib import Path
 
 from opentelemetry import metrics
@@ -57,6 +58,8 @@ class Checkpointer:
         #: Checkpoints run and failed (read by tests and diagnostics).
         self.passes = 0
         self.failures = 0
+        #: Set by the thread from taking a request to the end of the pass it asked for.
+        self._in_pass = False
 
     def wrote(self) -> None:
         """A write committed: checkpoint soon. Called on every commit, so the usual case is one check."""
@@ -103,6 +106,17 @@ class Checkpointer:
         if wait and thread is not threading.current_thread():
             thread.join(10)
 
+    def idle(self, timeout: float) -> bool:
+        """Wait until no checkpoint is asked for or under way (at most ``timeout`` seconds); whether
+        it is so. For a benchmark, so that the copy of writes it timed is not done on the clock of
+        what it times next; and for tests."""
+        deadline = time.monotonic() + timeout
+        while self.running and (self._wake.is_set() or self._in_pass):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
+        return True
+
     @property
     def running(self) -> bool:
         thread = self._thread
@@ -115,6 +129,7 @@ class Checkpointer:
                 wake.wait()
                 if stop.wait(INTERVAL_S):
                     return
+                self._in_pass = True  # before the request is cleared: ``idle`` sees one or the other
                 wake.clear()  # before the checkpoint: a commit during it asks for the next one
                 try:
                     if conn is None:
@@ -135,6 +150,8 @@ class Checkpointer:
                     if conn is not None:
                         conn.close()
                         conn = None
+                finally:
+                    self._in_pass = False
         finally:
             if conn is not None:
                 conn.close()
