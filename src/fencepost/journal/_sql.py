@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import BindParameter, Select, bindparam, func, insert, select
+from sqlalchemy import BindParameter, Select, bindparam, insert, select
 
 from fencepost._schema import flows_journal_events as ev
 from fencepost._statements import Sql
@@ -20,7 +20,8 @@ _run: BindParameter[str] = bindparam("run_id")
 _source: BindParameter[str] = bindparam("source_id")
 
 # Every head the allocator needs, in one round trip: the stream's last (seq, hash), the log's last
-# (position, hash) and the producer's highest source_seq. All are index lookups.
+# (position, hash) and the producer's highest source_seq. Each reads one index entry, written as
+# "the last in index order" so no planner can turn one into a scan of the stream.
 def heads_select(*extra: Any) -> Select[Any]:
     """The head lookup as a Core select, with ``extra`` columns after the five heads."""
     return select(
@@ -28,7 +29,11 @@ def heads_select(*extra: Any) -> Select[Any]:
         select(ev.c.entry_hash).where(ev.c.run_id == _run).order_by(ev.c.seq.desc()).limit(1).scalar_subquery(),
         select(ev.c.position).order_by(ev.c.position.desc()).limit(1).scalar_subquery(),
         select(ev.c.entry_hash).order_by(ev.c.position.desc()).limit(1).scalar_subquery(),
-        select(func.max(ev.c.source_seq)).where(ev.c.run_id == _run, ev.c.source_id == _source).scalar_subquery(),
+        # Not ``max()``: PostgreSQL's planner, without statistics for the table (one written faster
+        # than autovacuum analyses it), ran that aggregate over every entry of the producer on the
+        # run. ``source_seq`` is NOT NULL, so the last in index order is the highest.
+        select(ev.c.source_seq).where(ev.c.run_id == _run, ev.c.source_id == _source)
+        .order_by(ev.c.source_seq.desc()).limit(1).scalar_subquery(),
         *extra,
     )
 

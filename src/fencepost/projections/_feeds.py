@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
-from sqlalchemy import bindparam, func, select
+from sqlalchemy import bindparam, select
 from sqlalchemy.engine import Connection
 
 from fencepost._schema import flows_journal_events as ev
@@ -59,7 +59,9 @@ _FACT_PREFIX = "flows.consensus."
 # ``flows.consensus.*``, on any stream, but only these are transitions the strategy granted.
 _FACT_SOURCE = "flows.run-store"
 _source_row = select(src.c.source).where(src.c.singleton == 1)
-_journal_head = select(func.max(ev.c.position))
+# The last position in index order, as the journal's own head lookup reads it (never an aggregate a
+# planner without the table's statistics might run over the whole log).
+_journal_head = select(ev.c.position).order_by(ev.c.position.desc()).limit(1)
 _facts_after = (
     select(ev.c.position, ev.c.event_type, ev.c.payload_json, ev.c.emitted_at_ms, ev.c.run_id)
     .where(
