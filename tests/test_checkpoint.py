@@ -244,14 +244,16 @@ def test_processes_checkpointing_one_file_while_writing_and_reading_lose_nothing
     assert all(in_database_file(path, f"p{k}-{RUNS_EACH - 1}") for k in range(PROCS))
 
 
-def test_idle_waits_for_the_pass_a_write_asked_for(tmp_path: Path) -> None:
+def test_idle_waits_for_the_pass_a_write_asked_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``idle`` returns once the copy of the writes so far is done: the row is in the database file
     itself at that moment, not later. Right after a write the thread is still letting writes
-    gather (a tenth of a second), so a zero timeout answers False."""
+    gather (here a second, so no stall of this thread lets it finish first), so a zero timeout
+    answers False."""
+    monkeypatch.setattr(_checkpoint, "INTERVAL_S", 1.0)
     path = tmp_path / "flows.db"
     with fencepost.open(f"sqlite:///{path}") as store:
         checkpointer = store.db.backend.checkpointer
-        for i in range(3):
+        for i in range(2):
             run_id = f"idle-{i}"
             store.runs.create(run_id, '{"n": 1}')
             assert checkpointer.idle(0) is False  # asked for, not done yet
