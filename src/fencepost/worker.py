@@ -463,19 +463,30 @@ class Worker:
         cutoff = now - STALE_MS
 
         def read(conn):
-            claimable = and_(runs_t.c.status.in_(("pending", "suspended")), runs_t.c.claim_host_id.is_(None))
-            expired = and_(runs_t.c.status == "running", runs_t.c.heartbeat_at_ms < cutoff,
-                           runs_t.c.claim_host_id.is_(None))
-            stale_claim = and_(runs_t.c.claim_host_id.is_not(None), runs_t.c.claimed_at_ms < cutoff)
-            where = claimable | expired | stale_claim
+            # One statement per kind of candidate, each answered from an index in the sweep's order
+            # (the status index; for claims, the partial index of the rows that have one), merged
+            # here: a single OR of them left the claims' branch without an index, and every sweep
+            # read the whole table, settled runs included. All in one read transaction: one snapshot.
+            unclaimed = runs_t.c.claim_host_id.is_(None)
+            claimed = runs_t.c.claim_host_id.is_not(None)
+            kinds = [and_(runs_t.c.status == "pending", unclaimed), and_(runs_t.c.status == "suspended", unclaimed)]
             if include_live:
-                where = where | (runs_t.c.status == "running") | runs_t.c.claim_host_id.is_not(None)
-            if self.run_prefix is not None:
-                where = and_(where, runs_t.c.run_id.startswith(self.run_prefix, autoescape=True))
-            stmt = select(*_CANDIDATE_COLUMNS).where(where).order_by(runs_t.c.created_at_ms, runs_t.c.run_id)
+                kinds += [runs_t.c.status == "running", claimed]
+            else:
+                kinds += [and_(runs_t.c.status == "running", runs_t.c.heartbeat_at_ms < cutoff, unclaimed),
+                          and_(claimed, runs_t.c.claimed_at_ms < cutoff)]
             # ``limit`` may be any int >= 1 (``take``'s, or ``concurrency`` times four); the SQL LIMIT is
             # a 64-bit integer, and no table holds more than 2**53 rows anyway.
-            return [dict(r._mapping) for r in conn.execute(stmt.limit(min(limit, SAFE_MAX)))]
+            n = min(limit, SAFE_MAX)
+            found: dict[str, dict[str, Any]] = {}
+            for kind in kinds:
+                if self.run_prefix is not None:
+                    kind = and_(kind, runs_t.c.run_id.startswith(self.run_prefix, autoescape=True))
+                stmt = (select(*_CANDIDATE_COLUMNS).where(kind)
+                        .order_by(runs_t.c.created_at_ms, runs_t.c.run_id).limit(n))
+                for r in conn.execute(stmt):
+                    found.setdefault(r.run_id, dict(r._mapping))  # a live run may also hold a claim
+            return sorted(found.values(), key=lambda c: (c["created_at_ms"], c["run_id"]))[:n]
 
         found = [c for member in _members(self.store) for c in _read(member, read, "worker_candidates")]
         if len(found) > limit:  # several shards: the oldest ``limit`` of them all
