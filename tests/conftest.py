@@ -18,6 +18,7 @@ import traceback
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -484,6 +485,29 @@ class SilentServer:
             self.thread.join(5)
         for conn in self.held:
             conn.close()
+
+
+def sqlite_instructions(store: fencepost.Store, work: Callable[[Any], object]) -> int:
+    """SQLite: the virtual machine instructions ``work(raw sqlite3 connection)`` executes, counted by
+    a progress handler on a connection of ``store``: a measure of how much a statement reads that
+    no clock and no machine load moves."""
+
+    def count(conn: Any) -> int:
+        raw = conn.connection.dbapi_connection
+        steps = [0]
+
+        def tick() -> int:
+            steps[0] += 1
+            return 0
+
+        raw.set_progress_handler(tick, 1)
+        try:
+            work(raw)
+        finally:
+            raw.set_progress_handler(None, 1)
+        return steps[0]
+
+    return store.db.read(count)
 
 
 def eventually(predicate: Callable[[], object], timeout: float = 10.0) -> bool:

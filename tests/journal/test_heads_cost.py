@@ -18,6 +18,7 @@ from typing import Any
 
 import fencepost
 from fencepost.journal._sql import HEADS
+from tests.conftest import sqlite_instructions
 from tests.journal.conftest import A, hold, rows
 
 RUN = "run-long-stream"
@@ -56,23 +57,7 @@ def _rows_read(store: fencepost.Store) -> list[tuple[str, int]]:
 def _instructions(store: fencepost.Store) -> int:
     """SQLite: the virtual machine instructions one head lookup executes."""
     text_, params = _heads_params("sqlite")
-
-    def count(conn) -> int:
-        raw = conn.connection.dbapi_connection
-        steps = [0]
-
-        def tick() -> int:
-            steps[0] += 1
-            return 0
-
-        raw.set_progress_handler(tick, 1)
-        try:
-            assert raw.execute(text_, params).fetchone()[0] is not None
-        finally:
-            raw.set_progress_handler(None, 1)
-        return steps[0]
-
-    return store.db.read(count)
+    return sqlite_instructions(store, lambda raw: raw.execute(text_, params).fetchone())
 
 
 def test_the_head_lookup_reads_one_entry_per_head_however_long_the_stream(store: fencepost.Store,

@@ -23,6 +23,7 @@ import fencepost
 from fencepost.journal import OwnerId
 from fencepost.runstore.rows import RunSnapshot
 from fencepost.worker import Worker
+from tests.conftest import sqlite_instructions
 
 LIMIT = 16
 PENDING = RunSnapshot("pending", None, None)
@@ -67,23 +68,7 @@ def _captured(store: fencepost.Store, worker: Worker) -> tuple[list[tuple[str, A
 
 
 def _instructions(store: fencepost.Store, statements: list[tuple[str, Any]]) -> int:
-    def count(conn) -> int:
-        raw = conn.connection.dbapi_connection
-        steps = [0]
-
-        def tick() -> int:
-            steps[0] += 1
-            return 0
-
-        raw.set_progress_handler(tick, 1)
-        try:
-            for sql, params in statements:
-                raw.execute(sql, params).fetchall()
-        finally:
-            raw.set_progress_handler(None, 1)
-        return steps[0]
-
-    return store.db.read(count)
+    return sqlite_instructions(store, lambda raw: [raw.execute(sql, params).fetchall() for sql, params in statements])
 
 
 def _rows_read(store: fencepost.Store, statements: list[tuple[str, Any]]) -> int:
