@@ -510,6 +510,25 @@ def sqlite_instructions(store: fencepost.Store, work: Callable[[Any], object]) -
     return store.db.read(count)
 
 
+def pg_plan_nodes(store: fencepost.Store, sql: str, params: Any) -> list[dict[str, Any]]:
+    """PostgreSQL: every node of the plan ``EXPLAIN (ANALYZE)`` ran for ``sql`` with ``params`` on a
+    connection of ``store``, each with its "Node Type", "Actual Rows" and the rest: how many rows a
+    statement read, counted rather than timed."""
+
+    def explain(conn: Any) -> Any:
+        cur = conn.connection.dbapi_connection.cursor()
+        cur.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params)
+        return cur.fetchone()[0]
+
+    nodes: list[dict[str, Any]] = []
+    stack = [store.db.read(explain)[0]["Plan"]]
+    while stack:
+        node = stack.pop()
+        nodes.append(node)
+        stack.extend(node.get("Plans", []))
+    return nodes
+
+
 def eventually(predicate: Callable[[], object], timeout: float = 10.0) -> bool:
     """Whether ``predicate()`` became true within ``timeout`` seconds (polled every 10 ms): what a
     test waits on instead of a sleep, for something a background thread or process does."""

@@ -18,7 +18,7 @@ from typing import Any
 
 import fencepost
 from fencepost.journal._sql import HEADS
-from tests.conftest import sqlite_instructions
+from tests.conftest import pg_plan_nodes, sqlite_instructions
 from tests.journal.conftest import A, hold, rows
 
 RUN = "run-long-stream"
@@ -38,20 +38,7 @@ def _heads_params(dialect: str) -> tuple[str, dict[str, Any]]:
 def _rows_read(store: fencepost.Store) -> list[tuple[str, int]]:
     """PostgreSQL: each plan node of the head lookup with the rows it actually produced."""
     text_, params = _heads_params("postgresql")
-
-    def explain(conn) -> Any:
-        cur = conn.connection.dbapi_connection.cursor()
-        cur.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + text_, params)
-        return cur.fetchone()[0]
-
-    plan = store.db.read(explain)[0]["Plan"]
-    found: list[tuple[str, int]] = []
-    stack = [plan]
-    while stack:
-        node = stack.pop()
-        found.append((node["Node Type"], int(node["Actual Rows"])))
-        stack.extend(node.get("Plans", []))
-    return found
+    return [(node["Node Type"], int(node["Actual Rows"])) for node in pg_plan_nodes(store, text_, params)]
 
 
 def _instructions(store: fencepost.Store) -> int:

@@ -23,7 +23,7 @@ import fencepost
 from fencepost.journal import OwnerId
 from fencepost.runstore.rows import RunSnapshot
 from fencepost.worker import Worker
-from tests.conftest import sqlite_instructions
+from tests.conftest import pg_plan_nodes, sqlite_instructions
 
 LIMIT = 16
 PENDING = RunSnapshot("pending", None, None)
@@ -72,20 +72,10 @@ def _instructions(store: fencepost.Store, statements: list[tuple[str, Any]]) -> 
 
 
 def _rows_read(store: fencepost.Store, statements: list[tuple[str, Any]]) -> int:
-    def explain(conn) -> int:
-        cur = conn.connection.dbapi_connection.cursor()
-        total = 0
-        for sql, params in statements:
-            cur.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params)
-            stack = [cur.fetchone()[0][0]["Plan"]]
-            while stack:
-                node = stack.pop()
-                if "Scan" in node["Node Type"]:
-                    total += int(node["Actual Rows"]) + int(node.get("Rows Removed by Filter", 0))
-                stack.extend(node.get("Plans", []))
-        return total
-
-    return store.db.read(explain)
+    """PostgreSQL: the rows the plans' scans produced or filtered out, over every statement."""
+    return sum(int(node["Actual Rows"]) + int(node.get("Rows Removed by Filter", 0))
+               for sql, params in statements for node in pg_plan_nodes(store, sql, params)
+               if "Scan" in node["Node Type"])
 
 
 @pytest.fixture
