@@ -299,6 +299,57 @@ def test_a_libpq_number_is_still_accepted(pg_url: str, query: str) -> None:
         store.close()
 
 
+# ------------------------------------------------------------------ libpq's word options
+LIBPQ_CHOICES = {"sslmode": "require", "gssencmode": "prefer", "channel_binding": "disable",
+                 "sslnegotiation": "postgres", "sslcertmode": "allow", "target_session_attrs": "read-write",
+                 "load_balance_hosts": "random"}
+
+
+@pytest.mark.parametrize("name", sorted(LIBPQ_CHOICES))
+@pytest.mark.parametrize("value", ["bogus", "REQUIRE", "Read-Write", "disable ", SECRET])
+def test_a_libpq_word_option_given_another_word_is_refused_by_name_before_connecting(name: str, value: str) -> None:
+    """``sslmode=bogus`` reached libpq and failed as ``open_failed`` after a connection attempt
+    (exit 1 from the CLI, as if the server had refused), where every other bad option is a
+    ``ValueError`` naming it before anything connects or is created. libpq compares these words
+    case-sensitively, so ``REQUIRE`` is refused too; the value is never repeated."""
+    base = require_postgres().split("?")[0].replace("postgres@", f"postgres:{SECRET}@", 1)
+    url = f"{base}?schema=t_{uuid.uuid4().hex[:16]}&{name}={value}"
+    message = _refused(url)
+    assert message.startswith(f"{name} must be one of ") and LIBPQ_CHOICES[name] in message, message
+    assert value not in message, message
+    from tests.conftest import store_exists
+    assert not store_exists(url)
+
+
+@pytest.mark.parametrize("query", ["sslmode=disable", "sslmode=prefer&gssencmode=disable",
+                                   "channel_binding=prefer", "target_session_attrs=any",
+                                   "target_session_attrs=read-write&load_balance_hosts=random",
+                                   "sslnegotiation=postgres&sslcertmode=allow"])
+def test_a_libpq_word_option_libpq_takes_is_still_accepted(pg_url: str, query: str) -> None:
+    store = fencepost.open(f"{pg_url}&{query}")
+    try:
+        store.db.write(lambda conn: None)
+    finally:
+        store.close()
+
+
+def test_the_cli_refuses_a_bad_sslmode_as_a_usage_error() -> None:
+    """Seen by a new user: ``--db '...?sslmode=bogus'`` exited 1 with ``open_failed`` after trying to
+    connect; it is a usage error (exit 2) naming the option and the words it takes."""
+    import os
+    import subprocess
+
+    from tests.cli.conftest import fencepost_exe
+
+    env = {k: v for k, v in os.environ.items() if k != "FENCEPOST_DB"}
+    url = f"{require_postgres().split('?')[0]}?sslmode=bogus"
+    done = subprocess.run([fencepost_exe(), "--db", url, "runs", "list"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done
+    assert done.stderr == ("Error: --db: sslmode must be one of disable, allow, prefer, require, "
+                           "verify-ca, verify-full\n"), done.stderr
+
+
 def test_ports_in_the_query_are_checked_each() -> None:
     parse_url("postgresql+psycopg://u@/db?host=a,b&port=5432,5433")
     parse_url("postgresql+psycopg://u@/db?host=a&port=5432")

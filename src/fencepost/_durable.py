@@ -405,6 +405,7 @@ def parse_url(url: str) -> tuple[URL, dict[str, str]]:
         _refuse_repeated_driver_options(query)
         _refuse_ipv6_host_option(query)
         _check_libpq_numbers(query)
+        _check_libpq_choices(query)
         _check_hosts_and_ports(query, parsed.port)
         _refuse_search_path(query)
     timeout = options.get("busy_timeout_ms", "0")
@@ -571,6 +572,27 @@ def _check_libpq_numbers(query: dict[str, Any]) -> None:
         # port no server has, a transient ``cannot_connect`` that the worker and console wait on.
         if port and not (ascii_digits(port, 5) and 1 <= int(port) <= 65535):
             raise ValueError("port must be an integer in 1..65535 (the URL's host=HOST:PORT option)")
+
+
+# libpq's options that take one of a few words (compared case-sensitively, as libpq does): any
+# other value failed only when libpq came to connect, as ``open_failed`` after a connection attempt.
+_LIBPQ_CHOICES = {
+    "sslmode": ("disable", "allow", "prefer", "require", "verify-ca", "verify-full"),
+    "gssencmode": ("disable", "prefer", "require"),
+    "channel_binding": ("disable", "prefer", "require"),
+    "sslnegotiation": ("postgres", "direct"),
+    "sslcertmode": ("disable", "allow", "require"),
+    "target_session_attrs": ("any", "read-write", "read-only", "primary", "standby", "prefer-standby"),
+    "load_balance_hosts": ("disable", "random"),
+}
+
+
+def _check_libpq_choices(query: dict[str, Any]) -> None:
+    """Refuse a libpq option that takes one of a few words when it is given another, by name (the
+    value is never repeated: it may have been meant for another option, a password say)."""
+    for key, words in _LIBPQ_CHOICES.items():
+        if any(value not in words for value in _values(query.get(key))):
+            raise ValueError(f"{key} must be one of {', '.join(words)}")
 
 
 # The libpq keywords the PostgreSQL dialect hands over as one list when given more than once:
