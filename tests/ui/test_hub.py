@@ -30,3 +30,49 @@ def test_sse_frames_are_one_event_with_one_data_line():
     frame = sse("run", {"run_id": "a\nb", "x": "</script>"}, "7")
     assert frame == b'event: run\nid: 7\ndata: {"run_id":"a\\nb","x":"</script>"}\n\n'
     assert frame.count(b"\n\n") == 1
+
+
+def test_costly_stats_are_taken_less_often_however_busy_the_store(store) -> None:
+    """Found timing the console against a large store: its stats count runs by status, a read of
+    the whole run table (15 ms on SQLite, 38 ms on PostgreSQL at 400,000 runs, growing with the
+    table), and while anything moved the ticker took them every second. Stats that take T seconds
+    are now not taken again before T / STATS_SHARE seconds, however busy the store: here each takes
+    at least 0.1 s (a sleep standing in for a large table), the ticker ticks every 0.02 s and the
+    store is kept busy, so the next stats come at least 2 s later instead of at the next tick."""
+    import threading
+    import time
+
+    from fencepost.ui import views
+    from fencepost.ui.hub import STATS_SHARE, FeedHub
+    from tests.conftest import eventually
+
+    taken: list[float] = []
+
+    def stats(hub: FeedHub) -> object:
+        started = time.monotonic()
+        out = views.stats(hub.store, hub)
+        time.sleep(0.1)
+        taken.append(started)
+        return out
+
+    hub = FeedHub(store, stats=stats, poll_interval=0.05, tick=0.02, stats_every=0.0)
+    busy = threading.Event()
+
+    def writer() -> None:
+        i = 0
+        while not busy.is_set():
+            store.runs.create(f"busy-{i}", "{}")
+            i += 1
+            time.sleep(0.05)
+
+    hub.start()
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        assert eventually(lambda: len(taken) >= 2, timeout=10), taken
+    finally:
+        busy.set()
+        thread.join()
+        hub.close()
+    assert taken[1] - taken[0] >= 0.1 / STATS_SHARE * 0.95, taken
+    assert hub.last_stats is not None and sum(hub.last_stats["counts"].values()) >= 1

@@ -36,6 +36,11 @@ QUEUE_LIMIT = 1000
 CATCH_UP_LIMIT = 1000
 #: Seconds of head samples kept for the writes/s figure.
 WINDOW_S = 60.0
+#: The share of the time the stats may take: after stats that took T seconds, the next are not
+#: taken before T / STATS_SHARE seconds have passed, even when something moved. Counting runs by
+#: status reads the whole run table (40 ms at 400,000 runs on PostgreSQL): a console over a large
+#: store must not keep its database busy with it every second.
+STATS_SHARE = 0.05
 _encoder = msgspec.json.Encoder()
 
 
@@ -113,6 +118,7 @@ class FeedHub:
         self._subscribers: set[Subscriber] = set()
         self._threads: list[threading.Thread] = []
         self._dirty = threading.Event()
+        self._urgent = threading.Event()  # stats at the next tick, whatever they cost (see _stats_now)
         self._samples: collections.deque[tuple[float, str, int, int]] = collections.deque()
         self.followers_started = 0  # how many follow() iterators this hub opened (tests assert one)
         self.position: Any = None
@@ -248,10 +254,15 @@ class FeedHub:
         if logged is None or code != logged[0] or now - logged[1] >= 60.0:
             log.warning("console feed follower%s: %s; retrying", f" of store {name}" if name else "", code)
             self._logged[name] = (code, now)
-        self.errors[name] = code
         # Have the statistics taken again at the next tick: their failure is what tells the pages
-        # the database is unavailable, and they are otherwise due only every few seconds.
-        self._dirty.set()
+        # the database is unavailable, and they are otherwise due only every few seconds. (At once,
+        # however costly, only when the follower newly fails: it retries every second, and costly
+        # stats of every store every second while one is down are what STATS_SHARE prevents.)
+        if self.errors.get(name) != code:
+            self._stats_now()
+        else:
+            self._dirty.set()
+        self.errors[name] = code
         self._stop.wait(1.0)
 
     # ------------------------------------------------------------------ ticker
@@ -262,7 +273,7 @@ class FeedHub:
             pos = self.store.feed.position()
             h = head(self.store)
         except FencepostError:
-            self._dirty.set()  # statistics at once: their failure tells the pages (an idle follower may not notice)
+            self._stats_now()  # statistics at once: their failure tells the pages (an idle follower may not notice)
             return
         now = time.monotonic()
         with self._lock:
@@ -279,24 +290,34 @@ class FeedHub:
     def _stats_taken(self, stats: Any) -> None:
         """Run on the ticker thread after each stats taken, before they are sent (a hook)."""
 
+    def _stats_now(self) -> None:
+        """Have the stats taken at the next tick, however recently costly ones were: a store stopped
+        or started answering, which the pages learn from the stats (within about a second)."""
+        self._dirty.set()
+        self._urgent.set()
+
     def _ticker(self) -> None:
         last_stats = 0.0
+        earliest = 0.0  # no stats before then (STATS_SHARE)
         while not self._stop.wait(self._tick):
             self._sample()
             now = time.monotonic()
-            if self._stats_fn is None or not (self._dirty.is_set() or now - last_stats >= self._stats_every):
+            if self._stats_fn is None or (now < earliest and not self._urgent.is_set()) or not (
+                    self._dirty.is_set() or now - last_stats >= self._stats_every):
                 continue
             self._dirty.clear()
+            self._urgent.clear()
             last_stats = now
             try:
                 self.last_stats = self._stats_fn(self)
+                earliest = now + (time.monotonic() - now) / STATS_SHARE
             except Exception as exc:
                 code = exc.code if isinstance(exc, FencepostError) else type(exc).__name__
                 if self.unavailable is None:  # once per outage, to the log and to every page
                     log.warning("console stats failed (%s)", code)
                     self.unavailable = code
                     self.publish("unavailable", {"error": code})
-                last_stats = 0.0  # try again next tick: pages learn within a second that it is back
+                last_stats = earliest = 0.0  # try again next tick: pages learn within a second that it is back
                 continue
             self.unavailable = None
             self._stats_taken(self.last_stats)
@@ -448,13 +469,14 @@ class MultiFeedHub(FeedHub):
                 pos = store.feed.position()
                 h = head(store)
             except FencepostError:
-                self._dirty.set()  # as for one store: statistics at once
+                if name not in self.down:  # as for one store: statistics at once
+                    self._stats_now()
                 continue
             now = time.monotonic()
             self.answered_at[name] = now
             if name in self.down:  # it answers again: read by the statistics (at once) and the pages
                 self.down = {n: code for n, code in self.down.items() if n != name}
-                self._dirty.set()
+                self._stats_now()
             with self._lock:
                 samples = self._store_samples[name]
                 samples.append((now, pos.source, pos.revision, h.position if h else 0))
