@@ -1,6 +1,6 @@
 """A PostgreSQL URL whose libpq option VALUES make the connection fail is reported honestly.
 
-libpq reports these failures (a bad ``sslmode``, SSL required from a server
+libpq reports these failures (an authentication method ``require_auth`` does not know, SSL required from a server
 without it, a session attribute the server lacks, a server setting it does not know) without a
 SQLSTATE, like a refused role. The open must not blame credentials or rights the server accepts:
 the code is ``open_failed`` and the diagnosis names the option names the failure depends on,
@@ -48,9 +48,10 @@ def _server_has_ssl() -> bool:
 
 
 # Each query makes libpq fail although the server accepts the same URL without it. (A numeric
-# option that is no number, ``connect_timeout=abc``, never gets this far: tests/test_url_options.py.)
+# option that is no number, ``connect_timeout=abc``, or a word option given another word,
+# ``sslmode=bogus``, never gets this far: tests/test_url_options.py.)
 BAD_VALUES = {
-    "sslmode-bogus": ("sslmode=bogus", ["sslmode"]),
+    "require_auth-bogus": ("require_auth=bogus", ["require_auth"]),
     "target_session_attrs-standby": ("target_session_attrs=standby", ["target_session_attrs"]),
     "options-unknown-setting": ("options=-c%20fencepost_no_such_setting%3D1", ["options"]),
 }
@@ -77,7 +78,7 @@ def test_a_bad_option_value_is_not_transient(case: str, readonly: bool) -> None:
     assert (exc.code, exc.transient) == ("open_failed", False), str(exc)
 
 
-@pytest.mark.parametrize("query", ["", "sslmode=bogus"])
+@pytest.mark.parametrize("query", ["", "require_auth=bogus"])
 def test_nothing_listening_stays_cannot_connect_and_transient(query: str) -> None:
     """The transient kind stays transient, a bad option beside it or not: nothing listens on port 1
     (the server may come up). The other transient refusals (no free slot, starting up or shutting
@@ -94,14 +95,14 @@ def test_ssl_required_from_a_server_without_ssl_is_open_failed() -> None:
 
 
 def test_the_diagnosis_names_the_options_the_failure_depends_on_never_their_values() -> None:
-    url = _url("application_name=innocent-app&sslmode=bogus&target_session_attrs=standby&keepalives=1")
+    url = _url("application_name=innocent-app&require_auth=bogus&target_session_attrs=standby&keepalives=1")
     db = Database(url)
     try:
         code, note, _ = db.backend.explain_connect(db.engine)
     finally:
         db.dispose()
     assert code == "open_failed"
-    assert note is not None and "sslmode" in note and "target_session_attrs" in note
+    assert note is not None and "require_auth" in note and "target_session_attrs" in note
     assert "application_name" not in note and "keepalives" not in note  # they do not matter
     for value in ("bogus", "standby", "innocent-app", SECRET):
         assert value not in note
@@ -121,7 +122,7 @@ def test_each_diagnosis_names_its_option(case: str) -> None:
 
 def test_an_unknown_role_is_still_auth_failed_with_a_bad_option_beside_it() -> None:
     # Credentials are a problem here: the server refuses the role with or without the option.
-    exc = _open_fails(_url("sslmode=bogus", username="fencepost_no_such_role"))
+    exc = _open_fails(_url("require_auth=bogus", username="fencepost_no_such_role"))
     assert exc.code == "auth_failed"
 
 
@@ -134,11 +135,11 @@ def test_good_options_do_not_hide_a_missing_database_or_an_unknown_role() -> Non
 
 
 def test_a_refused_port_with_a_bad_option_is_still_cannot_connect() -> None:
-    exc = _open_fails(_url("sslmode=bogus", port="1"))
+    exc = _open_fails(_url("require_auth=bogus", port="1"))
     assert exc.code == "cannot_connect"
 
 
-@pytest.mark.parametrize("query", ["sslmode=bogus", "target_session_attrs=standby"])
+@pytest.mark.parametrize("query", ["require_auth=bogus", "target_session_attrs=standby"])
 def test_the_cli_reports_a_bad_option_value_on_one_line(query: str) -> None:
     url = _url(query)
     env = {k: v for k, v in os.environ.items() if k != "FENCEPOST_DB"}
