@@ -168,6 +168,19 @@ def _run_observed(conn: Connection, raw: Any, text_: str, params: Any, *, many: 
     return cursor
 
 
+class OnPostgres(Sql):
+    """A statement PostgreSQL is sent in another form than SQLite (where it is built says why)."""
+
+    __slots__ = ("_postgresql",)
+
+    def __init__(self, stmt: Any, postgresql: Any) -> None:
+        super().__init__(stmt)
+        self._postgresql = postgresql
+
+    def _statement(self, dialect_name: str) -> Any:
+        return self._postgresql if dialect_name == "postgresql" else self.stmt
+
+
 class PerDialect(Sql):
     """A statement whose Core object differs per dialect (the ON CONFLICT insert)."""
 

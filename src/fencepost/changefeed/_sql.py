@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import LargeBinary, and_, bindparam, cast, func, or_, select, update
+from sqlalchemy import LargeBinary, and_, bindparam, cast, func, or_, select, true, update
 
 from fencepost._schema import flows_run_changes, flows_run_source, flows_runs
-from fencepost._statements import Sql
+from fencepost._statements import OnPostgres, Sql
 from fencepost.runstore._sql import RUN_COLUMNS as STORED_RUN_COLUMNS
 
 runs = flows_runs.c
@@ -23,11 +23,29 @@ POSITION = Sql(select(flows_run_source.c.source, flows_run_source.c.revision).wh
 
 # Bounded by the watermark read in the same snapshot: nothing committed later can show up
 # inside a range already handed out (REFERENCE 4, "why no change is missed").
-CHANGES_SINCE = Sql(
+#
+# PostgreSQL is sent the page as the first ``n`` changes after the position (in the revision
+# index's order, cut by the LIMIT), then cut at the watermark outside that subquery, which is the
+# same page: the changes are in revision order, so those up to the watermark are a prefix. Written
+# with both bounds in one range, a table without statistics (freshly loaded, restored, or written
+# faster than autovacuum analyses it) had the planner guess the range's size and scan and sort the
+# whole change table for every page. A LIMIT in a subquery also keeps the outer bound from being
+# pushed back into it.
+_NEXT_CHANGES = (
+    select(changes.run_id, changes.revision, changes.deleted)
+    .where(changes.revision > bindparam("after"))
+    .order_by(changes.revision)
+    .limit(bindparam("n"))
+    .subquery("c")
+)
+CHANGES_SINCE = OnPostgres(
     select(changes.run_id, changes.revision, changes.deleted)
     .where(changes.revision > bindparam("after"), changes.revision <= bindparam("watermark"))
     .order_by(changes.revision)
-    .limit(bindparam("n"))
+    .limit(bindparam("n")),
+    select(_NEXT_CHANGES.c.run_id, _NEXT_CHANGES.c.revision, _NEXT_CHANGES.c.deleted)
+    .where(_NEXT_CHANGES.c.revision <= bindparam("watermark"))
+    .order_by(_NEXT_CHANGES.c.revision),
 )
 
 ROTATE = (
@@ -71,12 +89,23 @@ def read_statements(backend: Any) -> tuple[Any, Any]:
 # One page of changes with the run row of each (NULL for a tombstone), in revision order: the
 # snapshots of a page in the same statement as the page (columns as ``decode_run`` reads them,
 # then the change's own run id).
-CHANGES_WITH_RUNS = Sql(
+#
+# PostgreSQL: the page of changes as ``CHANGES_SINCE`` has it, and each change's run row looked up
+# by its key (a LATERAL subquery with a LIMIT, which the planner cannot turn into a join of the
+# two tables). As one join, a table without statistics had the planner hash the whole runs table
+# for every page, however few changes the page held.
+_RUN_OF_CHANGE = select(*RUN_COLUMNS).where(runs.run_id == _NEXT_CHANGES.c.run_id).limit(1).lateral("r")
+CHANGES_WITH_RUNS = OnPostgres(
     select(*RUN_COLUMNS, changes.revision, changes.deleted, changes.run_id.label("change_run_id"))
     .select_from(flows_run_changes.outerjoin(flows_runs, runs.run_id == changes.run_id))
     .where(changes.revision > bindparam("after"), changes.revision <= bindparam("watermark"))
     .order_by(changes.revision)
-    .limit(bindparam("n"))
+    .limit(bindparam("n")),
+    select(*(_RUN_OF_CHANGE.c[c.name] for c in RUN_COLUMNS), _NEXT_CHANGES.c.revision, _NEXT_CHANGES.c.deleted,
+           _NEXT_CHANGES.c.run_id.label("change_run_id"))
+    .select_from(_NEXT_CHANGES.outerjoin(_RUN_OF_CHANGE, true()))
+    .where(_NEXT_CHANGES.c.revision <= bindparam("watermark"))
+    .order_by(_NEXT_CHANGES.c.revision),
 )
 
 # SQLite: the same page as ONE value, the JSON array of its rows (``json_array`` of the columns
