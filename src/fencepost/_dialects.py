@@ -1006,6 +1006,16 @@ class PostgresBackend(Backend):
                 return ("permission_denied" if found else "database_missing"), None, None
             if options and _pg_let_in(engine, (), maintenance, None) is not None:
                 return "open_failed", _pg_options_note(_pg_blamed(engine, options, maintenance)), None
+        # Let in nowhere. A server that was taking sessions when first asked may have filled up
+        # since (connection slots come and go): only a server that still takes them refused the login.
+        try:
+            refused = _pg_refusal(kwargs)
+        except OSError:
+            return "cannot_connect", None, None
+        if refused in _PG_REFUSALS:
+            return "cannot_connect", _PG_REFUSALS[refused], refused
+        if refused == _PG_SILENT or refused == _PG_CLOSED:  # it stopped answering meanwhile
+            return "cannot_connect", None, None
         return "auth_failed", None, None
 
     def connect_refusal(self, engine: Engine) -> tuple[str | None, str | None]:

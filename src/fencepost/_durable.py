@@ -937,6 +937,11 @@ class Database:
                 # diagnosis decides, and only a server that cannot take the connection now
                 # (``cannot_connect``) is worth waiting for.
                 problem, note, code = self.backend.explain_connect(self.engine)
+                if problem != "cannot_connect" and self._connects():
+                    # What refused the connection had ended by the time the diagnosis asked the
+                    # server (a full server's session ended, say), which then saw only credentials
+                    # that work elsewhere. Trust the connection, not a verdict about a moment past.
+                    return None
                 return ConnectProblem(problem, code, note, problem == "cannot_connect")
             if problem is None:
                 note = self.backend.reason(exc, code)  # another writer's lock, a timeout ...
@@ -944,6 +949,13 @@ class Database:
             transient = problem in ("cannot_connect", "open_failed") and self.backend.is_transient(exc)
             return ConnectProblem(problem, code, note, transient)
         return None
+
+    def _connects(self) -> bool:
+        try:
+            self._checkout().close()
+        except DBAPIError:
+            return False
+        return True
 
     def open_error(self, exc: DbFailure) -> OpenError:
         """The public error for a database failure while opening the store (an ``open_failed``

@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -85,6 +86,75 @@ def test_a_server_with_no_free_slot_is_cannot_connect_53300_and_transient(small_
     finally:
         _release(held)
     fencepost.open(_url(small_server, "app")).close()  # the same URL opens once a slot is free
+
+
+def _connects_as(server: SmallServer, user: str) -> bool:
+    try:
+        psycopg.connect(f"host=127.0.0.1 port={server.port} user={user} dbname=postgres", connect_timeout=5).close()
+    except psycopg.OperationalError:
+        return False
+    return True
+
+
+def test_a_slot_freed_while_the_refusal_is_diagnosed_lets_the_open_through(small_server: SmallServer,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seen in a CI run: every slot was taken when the open first connected, and a session ended
+    before the diagnosis asked the server why. The diagnosis then found the credentials let into
+    a maintenance database and the named database there, and concluded ``permission_denied``
+    (not transient: a worker host gives up) for a database the role may use. Now the open connects
+    again after such a diagnosis and goes on when it can. The race is made certain: the slots are
+    released just before the diagnosis runs, and the diagnosis waits until a plain role gets in."""
+    from fencepost._dialects import PostgresBackend
+    from tests.conftest import eventually
+
+    fencepost.open(_url(small_server, "app")).close()  # the store exists: only connecting is at stake
+    held = _hold(small_server, MAX_CONNECTIONS)
+    diagnosed = []
+    explain = PostgresBackend.explain_connect
+
+    def freed_first(self: PostgresBackend, engine: Any) -> Any:
+        _release(held)
+        assert eventually(lambda: _connects_as(small_server, "app"), timeout=10)
+        diagnosed.append(True)
+        return explain(self, engine)
+
+    monkeypatch.setattr(PostgresBackend, "explain_connect", freed_first)
+    try:
+        store = fencepost.open(_url(small_server, "app"))
+    finally:
+        _release(held)
+    try:
+        assert diagnosed, "the open's first connection was not refused: nothing was diagnosed"
+        store.runs.create("after-the-race", "{}")
+        assert store.runs.get("after-the-race").status == "pending"
+    finally:
+        store.close()
+
+
+def test_slots_taken_again_while_the_refusal_is_diagnosed_stay_cannot_connect(small_server: SmallServer,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The other way round: the server had a free slot when the diagnosis first asked it, and none
+    by the time the diagnosis tried the credentials, which then got in nowhere. That read as
+    ``auth_failed`` (not transient) for a role that may log in; the diagnosis now asks the server
+    once more before blaming the credentials. Made certain: the slots stay taken, and the first
+    startup probe is answered as if one were free."""
+    import fencepost._dialects as dialects
+
+    fencepost.open(_url(small_server, "app")).close()
+    probe, probes = dialects._pg_refusal, []
+
+    def free_at_first(kwargs: Any) -> Any:
+        probes.append(True)
+        return None if len(probes) == 1 else probe(kwargs)
+
+    monkeypatch.setattr(dialects, "_pg_refusal", free_at_first)
+    held = _hold(small_server, MAX_CONNECTIONS)
+    try:
+        exc = _open_fails(_url(small_server, "app"))
+    finally:
+        _release(held)
+    assert (exc.code, exc.db_code, exc.transient) == ("cannot_connect", "53300", True), exc
+    assert len(probes) >= 2, probes
 
 
 def test_the_slots_kept_for_superusers_refuse_a_plain_role_as_53300(small_server: SmallServer) -> None:
