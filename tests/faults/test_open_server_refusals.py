@@ -85,7 +85,11 @@ def test_a_server_with_no_free_slot_is_cannot_connect_53300_and_transient(small_
             assert "no free connection slot" in str(exc) and "retry" in str(exc), exc
     finally:
         _release(held)
-    fencepost.open(_url(small_server, "app")).close()  # the same URL opens once a slot is free
+    # The same URL opens once a slot is free (a closed session's slot is free once its server
+    # process has exited, a moment after the close).
+    from tests.conftest import eventually
+    assert eventually(lambda: _connects_as(small_server, "app"), timeout=10)
+    fencepost.open(_url(small_server, "app")).close()
 
 
 def _connects_as(server: SmallServer, user: str) -> bool:
