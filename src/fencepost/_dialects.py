@@ -264,6 +264,11 @@ class Backend:
         """Upsert ``rows`` in one statement if this backend has a faster way; False: do it the portable way."""
         return False
 
+    def bulk_upsert_values(self, conn: Connection, table: Table, conflict: tuple[str, ...],
+                           rows: list[tuple[Any, ...]]) -> bool:
+        """``bulk_upsert`` for rows given as tuples of every column of ``table``, in its column order."""
+        return False
+
     def prepare_schema(self, conn: Connection) -> None:
         """Create the namespace the store's tables live in, if the backend has one (first migration)."""
 
@@ -1053,13 +1058,10 @@ class PostgresBackend(Backend):
         # One INSERT ... SELECT FROM json_populate_recordset(the page as one JSON text): one round
         # trip for the page instead of one pipelined statement per row, and the page is encoded by
         # msgspec in one call instead of being dumped array element by array element.
-        cache = statement_cache(table)
-        key = ("json_upsert", conflict)
-        sql = cache.get(key, "")
-        if sql == "":
-            sql = cache[key] = _json_upsert(conn, table, conflict)
+        sql = _json_upsert_of(conn, table, conflict)
         if sql is None:
             return False
+        cache = statement_cache(table)
         # A JSON member that is missing would be stored as NULL: refuse the page, as the
         # row-by-row path does (KeyError), before anything is sent.
         names = cache.get("column names")
@@ -1069,6 +1071,23 @@ class PostgresBackend(Backend):
             if not row.keys() >= names:
                 raise KeyError(sorted(names - row.keys())[0])
         conn.exec_driver_sql(sql, {"rows": _encode_rows(rows).decode()})
+        return True
+
+    def bulk_upsert_values(self, conn: Connection, table: Table, conflict: tuple[str, ...],
+                           rows: list[tuple[Any, ...]]) -> bool:
+        # The same statement, each tuple encoded as the JSON object of its columns through a struct
+        # type made once per table: about eight times faster than building a dict per row first.
+        sql = _json_upsert_of(conn, table, conflict)
+        if sql is None:
+            return False
+        cache = statement_cache(table)
+        row_type = cache.get("json row")
+        if row_type is None:
+            names = [str(c.name) for c in table.columns]
+            fields = [f"c{i}" for i in range(len(names))]
+            row_type = cache["json row"] = msgspec.defstruct(
+                "JsonRow", fields, rename=dict(zip(fields, names, strict=True)))
+        conn.exec_driver_sql(sql, {"rows": _encode_rows([row_type(*row) for row in rows]).decode()})
         return True
 
     def prepare_schema(self, conn: Connection) -> None:
@@ -1411,6 +1430,16 @@ def _pg_error_code(payload: bytes) -> str | None:
 # Column types a JSON value carries exactly (a JSON string into text, a JSON integer into bigint).
 _JSON_TYPES = frozenset({"TEXT", "BIGINT", "INTEGER"})
 _encode_rows = msgspec.json.Encoder().encode
+
+
+def _json_upsert_of(conn: Connection, table: Table, conflict: tuple[str, ...]) -> str | None:
+    """``_json_upsert``, built once per table and conflict key."""
+    cache = statement_cache(table)
+    key = ("json_upsert", conflict)
+    sql = cache.get(key, "")
+    if sql == "":
+        sql = cache[key] = _json_upsert(conn, table, conflict)
+    return sql
 
 
 def _json_upsert(conn: Connection, table: Table, conflict: tuple[str, ...]) -> str | None:

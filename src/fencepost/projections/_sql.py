@@ -255,7 +255,8 @@ def upsert_values(conn: Connection, backend: Any, table: Table, conflict: tuple[
         if len(row) != len(names):
             raise ValueError(f"a row of {table.name} has {len(row)} values for {len(names)} columns")
     if type(backend).bulk_upsert is not Backend.bulk_upsert:
-        upsert_many(conn, backend, table, conflict, [dict(zip(names, row, strict=True)) for row in rows])
+        if not backend.bulk_upsert_values(conn, table, conflict, rows):
+            upsert_many(conn, backend, table, conflict, [dict(zip(names, row, strict=True)) for row in rows])
         return
     cache = statement_cache(table)
     key = ("upsert values", conflict, conn.dialect.name)
