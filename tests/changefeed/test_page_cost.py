@@ -23,17 +23,9 @@ from sqlalchemy import event
 
 import fencepost
 from fencepost.changefeed.types import Position
-from tests.conftest import pg_plan_nodes, sqlite_instructions
+from tests.conftest import pg_plan_nodes, settle_many, sqlite_instructions
 
 LIMIT = 50
-
-
-def _settle_many(store: fencepost.Store, start: int, n: int) -> None:
-    marker = "?" if store.db.name == "sqlite" else "%s"
-    store.db.write(lambda conn: conn.exec_driver_sql(
-        "INSERT INTO flows_runs (run_id, status, state_json, created_at_ms, finished_at_ms) "
-        f"VALUES ({marker}, 'completed', '{{}}', {marker}, {marker})",
-        [(f"done-{i:06d}", i, i + 1) for i in range(start, start + n)]))
 
 
 def _pages(store: fencepost.Store) -> tuple[list[tuple[str, Any]], list[Any]]:
@@ -80,18 +72,18 @@ def test_feed_pages_read_what_they_return_not_every_run(store: fencepost.Store, 
         for table in ("flows_runs", "flows_run_changes"):
             store.db.write(lambda conn, t=table: conn.exec_driver_sql(
                 f"ALTER TABLE {t} SET (autovacuum_enabled = off)"))
-    _settle_many(store, 0, 200)
+    settle_many(store, 0, 200)
     statements, got = _pages(store)
     _check_answers(store, got)
     if backend == "sqlite":
         few = sqlite_instructions(store, lambda raw: [raw.execute(s, p).fetchall() for s, p in statements])
-        _settle_many(store, 200, 2000)
+        settle_many(store, 200, 2000)
         statements, got = _pages(store)
         _check_answers(store, got)
         many = sqlite_instructions(store, lambda raw: [raw.execute(s, p).fetchall() for s, p in statements])
         assert many <= few * 1.5, (few, many)
     else:
-        _settle_many(store, 200, 2800)
+        settle_many(store, 200, 2800)
         statements, got = _pages(store)
         _check_answers(store, got)
         # Four pages of at most LIMIT + 1 changes (the watermark reads no change): a change and its

@@ -23,19 +23,11 @@ import fencepost
 from fencepost.journal import OwnerId
 from fencepost.runstore.rows import RunSnapshot
 from fencepost.worker import Worker
-from tests.conftest import pg_plan_nodes, sqlite_instructions
+from tests.conftest import pg_plan_nodes, settle_many, sqlite_instructions
 
 LIMIT = 16
 PENDING = RunSnapshot("pending", None, None)
 STALE = 10**9  # far past every lease and claim cutoff
-
-
-def _settle_many(store: fencepost.Store, start: int, n: int) -> None:
-    marker = "?" if store.db.name == "sqlite" else "%s"
-    store.db.write(lambda conn: conn.exec_driver_sql(
-        "INSERT INTO flows_runs (run_id, status, state_json, created_at_ms, finished_at_ms) "
-        f"VALUES ({marker}, 'completed', '{{}}', {marker}, {marker})",
-        [(f"done-{i:06d}", i, i + 1) for i in range(start, start + n)]))
 
 
 def _mixed(store: fencepost.Store) -> None:
@@ -89,19 +81,19 @@ def test_a_sweep_reads_what_it_can_take_not_every_settled_run(store: fencepost.S
     if backend == "postgresql":
         store.db.write(lambda conn: conn.exec_driver_sql(
             "ALTER TABLE flows_runs SET (autovacuum_enabled = off)"))
-    _settle_many(store, 0, 200)
+    settle_many(store, 0, 200)
     _mixed(store)
     statements, found = _captured(store, worker)
     assert set(found) == {*(f"pending-{i}" for i in range(5)), "claimed-stale"}, found
     if backend == "sqlite":
         few = _instructions(store, statements)
-        _settle_many(store, 200, 2000)
+        settle_many(store, 200, 2000)
         statements, found_later = _captured(store, worker)
         many = _instructions(store, statements)
         assert found_later == found
         assert many <= few * 1.5, (few, many)
     else:
-        _settle_many(store, 200, 2000)
+        settle_many(store, 200, 2000)
         statements, found_later = _captured(store, worker)
         assert found_later == found
         read = _rows_read(store, statements)
