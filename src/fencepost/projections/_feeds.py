@@ -7,6 +7,7 @@ journal, whether the entry at a checkpoint is still the one that was applied (``
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
@@ -113,7 +114,7 @@ class ConsensusFeed:
         return self._store.db.read(body)
 
 
-def _facts(conn: Connection, params: dict[str, int]) -> list[Any]:
+def _facts(conn: Connection, params: dict[str, int]) -> Sequence[Any]:
     """The facts after a position, in position order, read along the journal's position index.
 
     PostgreSQL without statistics for the journal (a store just filled, restored, or written faster
