@@ -520,6 +520,29 @@ def sqlite_instructions(store: fencepost.Store, work: Callable[[Any], object]) -
     return store.db.read(count)
 
 
+def replayed_instructions(store: fencepost.Store, statements: list[tuple[str, Any]]) -> int:
+    """SQLite: ``sqlite_instructions`` of the captured ``(sql, params)`` SELECTs of ``statements``, run again."""
+    return sqlite_instructions(store, lambda raw: [raw.execute(sql, params).fetchall() for sql, params in statements
+                                                   if sql.lstrip().upper().startswith("SELECT")])
+
+
+def plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every node of a PostgreSQL ``EXPLAIN (FORMAT JSON)`` plan, the root first."""
+    nodes: list[dict[str, Any]] = []
+    stack = [plan]
+    while stack:
+        node = stack.pop()
+        nodes.append(node)
+        stack.extend(node.get("Plans", []))
+    return nodes
+
+
+def scanned_rows(nodes: list[dict[str, Any]]) -> int:
+    """The rows a plan's scans produced or filtered out: how much a statement read."""
+    return sum(int(node["Actual Rows"]) + int(node.get("Rows Removed by Filter", 0))
+               for node in nodes if "Scan" in node["Node Type"])
+
+
 def pg_plan_nodes(store: fencepost.Store, sql: str, params: Any) -> list[dict[str, Any]]:
     """PostgreSQL: every node of the plan ``EXPLAIN (ANALYZE)`` ran for ``sql`` with ``params`` on a
     connection of ``store``, each with its "Node Type", "Actual Rows" and the rest: how many rows a
@@ -530,13 +553,12 @@ def pg_plan_nodes(store: fencepost.Store, sql: str, params: Any) -> list[dict[st
         cur.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params)
         return cur.fetchone()[0]
 
-    nodes: list[dict[str, Any]] = []
-    stack = [store.db.read(explain)[0]["Plan"]]
-    while stack:
-        node = stack.pop()
-        nodes.append(node)
-        stack.extend(node.get("Plans", []))
-    return nodes
+    return plan_nodes(store.db.read(explain)[0]["Plan"])
+
+
+def pg_rows_read(store: fencepost.Store, statements: list[tuple[str, Any]]) -> int:
+    """PostgreSQL: ``scanned_rows`` over the plans of every captured ``(sql, params)``, each explained alone."""
+    return sum(scanned_rows(pg_plan_nodes(store, sql, params)) for sql, params in statements)
 
 
 def eventually(predicate: Callable[[], object], timeout: float = 10.0) -> bool:

@@ -23,7 +23,7 @@ from sqlalchemy import event
 
 import fencepost
 from fencepost.changefeed.types import Position
-from tests.conftest import pg_plan_nodes, settle_many, sqlite_instructions
+from tests.conftest import pg_rows_read, replayed_instructions, settle_many
 
 LIMIT = 50
 
@@ -60,13 +60,6 @@ def _check_answers(store: fencepost.Store, got: list[Any]) -> None:
         assert [(s.run_id, s.revision) for s in page.snapshots] == [(c.run_id, c.revision) for c in page.changes]
 
 
-def _rows_read(store: fencepost.Store, statements: list[tuple[str, Any]]) -> int:
-    """PostgreSQL: the rows the plans' scans produced or filtered out, over every statement."""
-    return sum(int(node["Actual Rows"]) + int(node.get("Rows Removed by Filter", 0))
-               for sql, params in statements for node in pg_plan_nodes(store, sql, params)
-               if "Scan" in node["Node Type"])
-
-
 def test_feed_pages_read_what_they_return_not_every_run(store: fencepost.Store, backend: str) -> None:
     if backend == "postgresql":
         for table in ("flows_runs", "flows_run_changes"):
@@ -76,11 +69,11 @@ def test_feed_pages_read_what_they_return_not_every_run(store: fencepost.Store, 
     statements, got = _pages(store)
     _check_answers(store, got)
     if backend == "sqlite":
-        few = sqlite_instructions(store, lambda raw: [raw.execute(s, p).fetchall() for s, p in statements])
+        few = replayed_instructions(store, statements)
         settle_many(store, 200, 2000)
         statements, got = _pages(store)
         _check_answers(store, got)
-        many = sqlite_instructions(store, lambda raw: [raw.execute(s, p).fetchall() for s, p in statements])
+        many = replayed_instructions(store, statements)
         assert many <= few * 1.5, (few, many)
     else:
         settle_many(store, 200, 2800)
@@ -88,7 +81,7 @@ def test_feed_pages_read_what_they_return_not_every_run(store: fencepost.Store, 
         _check_answers(store, got)
         # Four pages of at most LIMIT + 1 changes (the watermark reads no change): a change and its
         # run row each, with room for an index's look past the last row.
-        read = _rows_read(store, statements)
+        read = pg_rows_read(store, statements)
         assert read <= 4 * 2 * (LIMIT + 1) + 40, read
 
 

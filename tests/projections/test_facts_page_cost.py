@@ -22,7 +22,7 @@ import fencepost
 from fencepost.journal import OwnerId
 from fencepost.projections._feeds import ConsensusFeed
 from fencepost.runstore.rows import RunSnapshot
-from tests.conftest import sqlite_instructions
+from tests.conftest import plan_nodes, replayed_instructions, scanned_rows
 
 LIMIT = 50
 PENDING = RunSnapshot("pending", None, None)
@@ -63,12 +63,7 @@ def _facts_rows_read(store: fencepost.Store, statements: list[tuple[str, Any]]) 
         for sql, params in statements:
             if "LIKE" in sql and "flows_journal_events" in sql:
                 cur.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params)
-                stack, read = [cur.fetchone()[0][0]["Plan"]], 0
-                while stack:
-                    node = stack.pop()
-                    if "Scan" in node["Node Type"]:
-                        read += int(node["Actual Rows"]) + int(node.get("Rows Removed by Filter", 0))
-                    stack.extend(node.get("Plans", []))
+                read = scanned_rows(plan_nodes(cur.fetchone()[0][0]["Plan"]))
             elif sql.lstrip().upper().startswith("SELECT"):
                 cur.execute(sql, params)
                 cur.fetchall()
@@ -85,12 +80,10 @@ def test_a_facts_page_reads_its_own_facts_not_the_whole_journal(store: fencepost
     _facts(store, 0, 60)
     statements, first = _page(store)
     if backend == "sqlite":
-        few = sqlite_instructions(store, lambda raw: [raw.execute(s, p).fetchall() for s, p in statements
-                                                      if s.lstrip().upper().startswith("SELECT")])
+        few = replayed_instructions(store, statements)
         _facts(store, 60, 600)
         statements, again = _page(store)
-        many = sqlite_instructions(store, lambda raw: [raw.execute(s, p).fetchall() for s, p in statements
-                                                       if s.lstrip().upper().startswith("SELECT")])
+        many = replayed_instructions(store, statements)
         assert many <= few * 1.5, (few, many)
     else:
         _facts(store, 60, 600)

@@ -23,7 +23,7 @@ import fencepost
 from fencepost.journal import OwnerId
 from fencepost.runstore.rows import RunSnapshot
 from fencepost.worker import Worker
-from tests.conftest import pg_plan_nodes, settle_many, sqlite_instructions
+from tests.conftest import pg_rows_read, replayed_instructions, settle_many
 
 LIMIT = 16
 PENDING = RunSnapshot("pending", None, None)
@@ -59,17 +59,6 @@ def _captured(store: fencepost.Store, worker: Worker) -> tuple[list[tuple[str, A
     return seen, [c["run_id"] for c in found]
 
 
-def _instructions(store: fencepost.Store, statements: list[tuple[str, Any]]) -> int:
-    return sqlite_instructions(store, lambda raw: [raw.execute(sql, params).fetchall() for sql, params in statements])
-
-
-def _rows_read(store: fencepost.Store, statements: list[tuple[str, Any]]) -> int:
-    """PostgreSQL: the rows the plans' scans produced or filtered out, over every statement."""
-    return sum(int(node["Actual Rows"]) + int(node.get("Rows Removed by Filter", 0))
-               for sql, params in statements for node in pg_plan_nodes(store, sql, params)
-               if "Scan" in node["Node Type"])
-
-
 @pytest.fixture
 def worker(store: fencepost.Store) -> Worker:
     return Worker(store, lambda ctx: None, owner=OwnerId("host-sweep", 9, "sweep-nonce"))
@@ -86,15 +75,15 @@ def test_a_sweep_reads_what_it_can_take_not_every_settled_run(store: fencepost.S
     statements, found = _captured(store, worker)
     assert set(found) == {*(f"pending-{i}" for i in range(5)), "claimed-stale"}, found
     if backend == "sqlite":
-        few = _instructions(store, statements)
+        few = replayed_instructions(store, statements)
         settle_many(store, 200, 2000)
         statements, found_later = _captured(store, worker)
-        many = _instructions(store, statements)
+        many = replayed_instructions(store, statements)
         assert found_later == found
         assert many <= few * 1.5, (few, many)
     else:
         settle_many(store, 200, 2000)
         statements, found_later = _captured(store, worker)
         assert found_later == found
-        read = _rows_read(store, statements)
+        read = pg_rows_read(store, statements)
         assert read <= 8 * LIMIT, read
