@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import bindparam, func, select
+from sqlalchemy import and_, bindparam, func, or_, select
 from sqlalchemy.engine import Connection
 
 from fencepost._durable import DbFailure, carry_failure
@@ -49,7 +49,11 @@ def _filtered(store: Store, stmt: Any, filters: ListFilters) -> Any:
         else:
             stmt = stmt.where(runs.parent_run_id == bindparam("f_parent"))
     if filters.lineage_id is not None:
-        stmt = stmt.where(func.coalesce(runs.lineage_id, runs.run_id) == bindparam("f_lineage"))
+        # ``coalesce(lineage_id, run_id) = L`` as its two cases, each of which an index answers (the
+        # lineage's, the key): a run naming the lineage, or its first run, which names none. The
+        # expression itself is in no index: it read every run.
+        stmt = stmt.where(or_(runs.lineage_id == bindparam("f_lineage"),
+                              and_(runs.lineage_id.is_(None), runs.run_id == bindparam("f_lineage"))))
     if filters.waiting_reason:
         if filters.waiting_reason[0] is None:
             stmt = stmt.where(runs.waiting_reason.is_(None))
