@@ -275,6 +275,10 @@ def _rows(store: Any, run_ids: list[str]) -> list[Any]:
     return rows
 
 
+#: The formats that print the number of matching runs ("showing N of M", json's "total").
+_COUNTED = frozenset({"table", "json"})
+
+
 @runs.command("list")
 @click.option("--status", "statuses", multiple=True, type=click.Choice(STATUSES),
               help="Only runs in this status (repeatable: any of them).")
@@ -311,7 +315,8 @@ def runs_list(statuses: tuple[str, ...], flow: str | None, after: int | None, be
         return
     store = read_store()
     rows, next_cursor = list_page(store, filters, cursor, limit, descending)
-    total = store.feed.count_runs(filters)
+    # Only the table and the json document print the total: counting reads every matching run.
+    total = store.feed.count_runs(filters) if out.format in _COUNTED else None
     records = [run_record(r) for r in rows]
     footer = [f"showing {len(records)} of {total}"]
     if next_cursor is not None:
@@ -327,7 +332,7 @@ def _list_across(stores: dict[str, Any], filters: dict[str, Any], cursor: str | 
                  descending: bool, out: Output) -> None:
     """One page of runs merged from several stores by (created, run id), each labelled with its store."""
     shown, next_cursor = merged_page(stores, filters, cursor, limit, descending, page=list_page)
-    total = sum(store.feed.count_runs(filters) for store in stores.values())
+    total = sum(store.feed.count_runs(filters) for store in stores.values()) if out.format in _COUNTED else None
     records = [{"store": name, **run_record(row)} for name, row in shown]
     footer = [f"showing {len(records)} of {total} in {len(stores)} stores"]
     if next_cursor is not None:
