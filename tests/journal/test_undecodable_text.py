@@ -109,3 +109,33 @@ def test_replay_reports_an_undecodable_fact_as_chain_broken_naming_the_column(sp
     summary = replay_all(spoiled_fact)
     assert (summary.runs, summary.violations, summary.unattributed_streams) == (2, {"chain_broken": 1}, [])
     assert [h.ok for h in summary.histories] == [True, False]  # other, run
+
+
+def test_a_resumed_verification_over_an_unreadable_stream_end_checks_everything(store, raw):
+    """The console's verification goes on from its last entry by reading each stream's end; a
+    stream whose end holds a hash that is not UTF-8 cannot be read so: it checks the whole journal
+    instead, and reports what ``verify`` does."""
+    from fencepost.journal.verify import Resumable
+
+    for i in range(9):
+        store.journal.append_unfenced(f"run-{i % 3}", "step", {"i": i}, source_id="w")
+    kept = Resumable(store)
+    assert kept.report().ok
+    raw.exec_driver_sql("DROP TRIGGER flows_journal_events_no_update_v1")
+    raw.exec_driver_sql("PRAGMA ignore_check_constraints = ON")
+    # run-2's last entry (position 9, the mark itself) keeps its hash; run-1's (position 8) does not.
+    raw.exec_driver_sql("UPDATE flows_journal_events SET entry_hash = CAST(x'ff' AS TEXT) WHERE position = 8")
+    raw.commit()
+    # An entry after it in run-1 (its head cannot be read, so not through the journal's append).
+    raw.exec_driver_sql(
+        "INSERT INTO flows_journal_events (run_id, seq, event_id, source_id, source_seq, emitted_at_ms, event_type,"
+        " payload_json, meta_json, content_hash, position, stream_prev_hash, log_prev_hash, entry_hash)"
+        " SELECT run_id, seq + 1, event_id || 'x', source_id, source_seq + 10, emitted_at_ms, event_type,"
+        " payload_json, meta_json, content_hash, 10, stream_prev_hash, log_prev_hash, entry_hash"
+        " FROM flows_journal_events WHERE position = 8")
+    raw.commit()
+    whole_before = kept.checked_from_start_at
+    report = kept.report()
+    assert report == verify(store) and not report.ok
+    assert kept.checked_from_start_at is not None and whole_before is not None
+    assert kept.checked_from_start_at > whole_before

@@ -12,8 +12,10 @@ ticket, another database) and pass it back as ``anchor``: the chain then proves 
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 from sqlalchemy import LargeBinary, String, bindparam, cast, func, select
@@ -28,6 +30,8 @@ from fencepost.journal._append import ZERO_HASH, content_hash, entry_hash, event
 
 if TYPE_CHECKING:
     from fencepost._store import Store
+
+T = TypeVar("T")
 
 PAGE = 2000
 MAX_LISTED = 100  # breaks a report lists (``first_breaks``); ``breaks`` counts every one
@@ -298,11 +302,40 @@ class _Checker:
     def __init__(self) -> None:
         self.expected_position = 1
         self.log_prev = ZERO_HASH
+        #: ``(seq, entry_hash)`` of each stream's latest entry checked (by this pass).
         self.streams: dict[str, tuple[int, str]] = {}
+        #: Where a stream this pass has not met yet ends, for a pass that goes on from an earlier one.
+        self.earlier: Callable[[str], tuple[int, str] | None] | None = None
+        self.stream_count = 0
         self.count = 0
         self.breaks = 0
         self.listed: list[Break] = []
         self.last: Head | None = None
+
+    def going_on(self, earlier: Callable[[str], tuple[int, str] | None]) -> _Checker:
+        """A checker that goes on from where this one stands (this one is left as it is), asking
+        ``earlier`` where each stream it meets stood, instead of holding every stream."""
+        other = _Checker()
+        other.__dict__.update(self.__dict__)
+        other.streams = {}
+        other.earlier = earlier
+        other.listed = list(self.listed)
+        return other
+
+    def kept(self) -> _Checker:
+        """What is worth keeping for a later pass: all but the streams (one entry for each)."""
+        self.streams = {}
+        self.earlier = None
+        return self
+
+    def _previous(self, stream: str) -> tuple[int, str] | None:
+        prev = self.streams.get(stream)
+        if prev is None:
+            if self.earlier is not None:
+                prev = self.earlier(stream)
+            if prev is None:
+                self.stream_count += 1
+        return prev
 
     def fail(self, row: Any, what: str, detail: str) -> None:
         self.breaks += 1
@@ -319,7 +352,7 @@ class _Checker:
         position = int(row.position)
         self.expected_position = position + 1
         self.log_prev = row.entry_hash
-        self.streams[row.run_id] = (_chain_seq(row, self.streams.get(row.run_id)), row.entry_hash)
+        self.streams[row.run_id] = (_chain_seq(row, self._previous(row.run_id)), row.entry_hash)
         self.last = Head(position=position, entry_hash=row.entry_hash)
 
     def check(self, row: Any) -> None:
@@ -329,7 +362,7 @@ class _Checker:
             self.fail(row, "position", f"expected position {self.expected_position}, found {position}")
         if row.log_prev_hash != self.log_prev:
             self.fail(row, "log_link", "log_prev_hash does not match the previous entry in the log")
-        for what, detail in entry_problems(row, self.streams.get(row.run_id)):
+        for what, detail in entry_problems(row, self._previous(row.run_id)):
             self.fail(row, what, detail)
         # Continue from what is stored, so one break is reported once, not at every later entry.
         self.expected_position = position + 1
@@ -419,48 +452,138 @@ def verify(store: Store, *, anchor: Head | None = None,
         # Everything a pass learns is made here: the store retries this whole read after a
         # transient failure (a dropped connection), and a retry must start from a clean checker.
         checker = _Checker()
-        after = 0
-        anchor_hash: str | None = None
         total = 0
         if on_progress is not None:
             total = int(conn.execute(_COUNT).scalar_one())
             on_progress(0, total)
-        while True:
-            # An entry holding text that is not UTF-8, or an integer column holding something else
-            # (SQLite), is reported as a break, not the whole verify.
-            rows = _page(store, conn, _PAGE, _BYTES_PAGE, {"after": after, "n": PAGE})
-            for row in rows:
-                if type(row) is Undecodable:
-                    checker.undecodable(row)
-                else:
-                    checker.check(row)
-                if anchor is not None and int(row.position) == anchor.position:
-                    anchor_hash = row.entry_hash
-            if on_progress is not None and rows:
-                on_progress(checker.count, total)
-            if len(rows) < PAGE:
-                return checker, anchor_hash
-            after = int(rows[-1].position)
+        anchor_hash = _check_from(store, conn, checker, anchor, on_progress, total)
+        return checker, anchor_hash
 
-    try:
-        checker, anchor_hash = store.db.read(run)
-    except DbFailure as exc:
-        raise carry_failure(JournalError(failure_code(exc, "read_failed", closed="journal_closed"), "verify",
-                                         failure_detail("journal read", exc)), exc) from None
+    checker, anchor_hash = _read(store, run)
     if anchor is not None and anchor_hash != anchor.entry_hash:
         checker.breaks += 1
         if len(checker.listed) < MAX_LISTED:
             detail = "the anchored entry is missing" if anchor_hash is None else "the anchored entry has another hash"
             checker.listed.append(Break(stream="", seq=-1, position=anchor.position, what="anchor", detail=detail))
+    return _report(checker)
+
+
+def _check_from(store: Store, conn: Connection, checker: _Checker, anchor: Head | None,
+                on_progress: Callable[[int, int], None] | None, total: int) -> str | None:
+    """Check every entry after the last one ``checker`` saw (all of them for a new checker), in
+    position order; the stored hash of the ``anchor``'s entry when the pass met it."""
+    after = 0 if checker.last is None else checker.last.position
+    anchor_hash: str | None = None
+    while True:
+        # An entry holding text that is not UTF-8, or an integer column holding something else
+        # (SQLite), is reported as a break, not the whole verify.
+        rows = _page(store, conn, _PAGE, _BYTES_PAGE, {"after": after, "n": PAGE})
+        for row in rows:
+            if type(row) is Undecodable:
+                checker.undecodable(row)
+            else:
+                checker.check(row)
+            if anchor is not None and int(row.position) == anchor.position:
+                anchor_hash = row.entry_hash
+        if on_progress is not None and rows:
+            on_progress(checker.count, total)
+        if len(rows) < PAGE:
+            return anchor_hash
+        after = int(rows[-1].position)
+
+
+def _read(store: Store, body: Callable[[Connection], T]) -> T:
+    try:
+        return store.db.read(body)
+    except DbFailure as exc:
+        raise carry_failure(JournalError(failure_code(exc, "read_failed", closed="journal_closed"), "verify",
+                                         failure_detail("journal read", exc)), exc) from None
+
+
+def _report(checker: _Checker) -> VerifyReport:
     return VerifyReport(
         ok=checker.breaks == 0,
         entries_checked=checker.count,
-        streams_checked=len(checker.streams),
+        streams_checked=checker.stream_count,
         breaks=checker.breaks,
         first_break=checker.listed[0] if checker.listed else None,
         head=checker.last,
         first_breaks=tuple(checker.listed),
     )
+
+
+class _StartOver(Exception):
+    """A stream's earlier end cannot be read as it should be: check the whole journal instead."""
+
+
+_STREAM_END = (
+    select(ev.c.seq, ev.c.entry_hash)
+    .where(ev.c.run_id == bindparam("stream"), ev.c.position <= bindparam("upto"))
+    .order_by(ev.c.seq.desc())
+    .limit(1)
+)
+
+
+class Resumable:
+    """A verification kept between calls that checks only the entries appended since the last
+    one (the console's journal page, shown again and again while the journal grows).
+
+    ``report()`` goes on from the last entry it checked when that entry still stands where it
+    was with the hash it had (read in the same snapshot as the new entries); otherwise (the
+    journal was rewritten, rolled back or replaced), and with ``from_start=True``, it checks the
+    whole journal again. What it cannot see is an older entry altered later without its hash: a
+    whole verification finds that, which is why a caller passes ``from_start`` now and then.
+    ``checked_from_start_at``: ``time.monotonic()`` of the last whole pass (None before one).
+    """
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._checker: _Checker | None = None
+        self._lock = threading.Lock()
+        self.checked_from_start_at: float | None = None
+
+    def report(self, *, from_start: bool = False) -> VerifyReport:
+        checked_store(self._store, "verify")
+        with self._lock:
+            base = None if from_start else self._checker
+
+        def run(conn: Connection) -> tuple[_Checker, bool]:
+            if base is not None and base.last is not None:
+                mark = base.last
+                rows = _page(self._store, conn, _PAGE, _BYTES_PAGE, {"after": mark.position - 1, "n": 1})
+                if rows and int(rows[0].position) == mark.position and rows[0].entry_hash == mark.entry_hash:
+
+                    def earlier(stream: str) -> tuple[int, str] | None:
+                        # The stream's last entry up to the mark, as stored (the pass that checked it
+                        # went on from what is stored too). Not readable as such: check everything.
+                        try:
+                            row = conn.execute(_STREAM_END, {"stream": stream, "upto": mark.position}).first()
+                        except (DBAPIError, UnicodeDecodeError):
+                            raise _StartOver from None
+                        if row is None:
+                            return None
+                        if type(row[0]) is not int or type(row[1]) is not str:
+                            raise _StartOver
+                        return row[0], row[1]
+
+                    # A new checker: the base stays as it was if this read is retried.
+                    checker = base.going_on(earlier)
+                    try:
+                        _check_from(self._store, conn, checker, None, None, 0)
+                        return checker, False
+                    except _StartOver:
+                        pass
+            checker = _Checker()
+            _check_from(self._store, conn, checker, None, None, 0)
+            return checker, True
+
+        started = time.monotonic()
+        checker, whole = _read(self._store, run)
+        with self._lock:
+            self._checker = checker.kept()
+            if whole:
+                self.checked_from_start_at = started
+        return _report(checker)
 
 
 def head(store: Store) -> Head | None:

@@ -504,7 +504,8 @@ def create_app(url: str | Mapping[str, str] | None = None, *, store: Any = None,
 
     async def journal(request: Request) -> Response:
         sections, down = await sections_of(lambda _, s: views.journal_overview(s))
-        return page(request, "journal.html", page="journal", sections=sections, down=down)
+        return page(request, "journal.html", page="journal", sections=sections, down=down,
+                    verify_every_s=round(views.VERIFY_FROM_START_S))
 
     async def projections(request: Request) -> Response:
         sections, down = await sections_of(lambda _, s: views.projections(s), "projections")

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import re
+import threading
+import time
+import weakref
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlencode
 
 import msgspec
@@ -24,6 +27,7 @@ from fencepost._schema import flows_runs
 from fencepost._values import SAFE_MAX, ascii_digits, is_safe_int
 from fencepost.errors import FencepostError, PersistenceError, RunStoreError
 from fencepost.journal.redaction import Redaction, RedactionError
+from fencepost.journal.verify import Resumable
 
 if TYPE_CHECKING:
     from fencepost._store import Store
@@ -450,23 +454,28 @@ def run_detail(store: Store, run_id: str) -> dict[str, Any] | None:
 
 
 # ----------------------------------------------------------------------------- journal
-#: The last verification of each store (by ``id``), with the head it was computed at.
-_verify_cache: dict[int, tuple[tuple[int, str], Any]] = {}
+#: Each store's verification, kept between loads of the journal page: a load checks the entries
+#: appended since the last one, and the whole journal again when its last whole pass is older than
+#: ``VERIFY_FROM_START_S`` (a whole pass reads every entry: seconds for a journal of a few hundred
+#: thousand).
+_verifications: weakref.WeakKeyDictionary[Store, Resumable] = weakref.WeakKeyDictionary()
+_verifications_lock = threading.Lock()
+VERIFY_FROM_START_S = 600.0
 
 
 def journal_overview(store: Store, per_stream: int = 5, streams: int = 20) -> dict[str, Any]:
-    """The hash chain's verification (cached per head) and the latest entries of the busiest recent streams."""
-    from fencepost.journal import head, verify
+    """The hash chain's verification and the latest entries of the busiest recent streams."""
+    from fencepost.journal import head
 
+    with _verifications_lock:
+        kept = _verifications.get(store)
+        if kept is None:
+            kept = _verifications[store] = Resumable(store)
+    last_whole = kept.checked_from_start_at
+    report = kept.report(from_start=last_whole is not None
+                         and time.monotonic() - last_whole >= VERIFY_FROM_START_S)
+    whole_age_s = time.monotonic() - cast(float, kept.checked_from_start_at)
     h = head(store)
-    key = (h.position, h.entry_hash) if h else (0, "")
-    cached = _verify_cache.get(id(store))
-    report = cached[1] if cached is not None and cached[0] == key else None
-    if report is None:
-        report = verify(store)
-        if len(_verify_cache) > 64:
-            _verify_cache.clear()
-        _verify_cache[id(store)] = (key, report)
     recent: dict[str, list[Any]] = {}
     if h is not None:
         for e in store.journal.log(after=max(0, h.position - 500), page_size=500):
@@ -479,7 +488,7 @@ def journal_overview(store: Store, per_stream: int = 5, streams: int = 20) -> di
             "source": e.source_id, "payload": _short(redacted(e.payload)),
         } for e in reversed(entries[-per_stream:])],
     } for stream, entries in ordered]
-    return {"report": report, "head": h, "latest": latest}
+    return {"report": report, "head": h, "latest": latest, "checked_from_start_s": round(whole_age_s)}
 
 
 def _stream_label(stream: str, entries: list[Any]) -> str:
