@@ -119,8 +119,8 @@ def test_a_resumed_verification_over_an_unreadable_stream_end_checks_everything(
 
     for i in range(9):
         store.journal.append_unfenced(f"run-{i % 3}", "step", {"i": i}, source_id="w")
-    kept = Resumable(store)
-    assert kept.report().ok
+    kept = Resumable()
+    assert kept.report(store).ok
     raw.exec_driver_sql("DROP TRIGGER flows_journal_events_no_update_v1")
     raw.exec_driver_sql("PRAGMA ignore_check_constraints = ON")
     # run-2's last entry (position 9, the mark itself) keeps its hash; run-1's (position 8) does not.
@@ -135,7 +135,7 @@ def test_a_resumed_verification_over_an_unreadable_stream_end_checks_everything(
         " FROM flows_journal_events WHERE position = 8")
     raw.commit()
     whole_before = kept.checked_from_start_at
-    report = kept.report()
+    report = kept.report(store)
     assert report == verify(store) and not report.ok
     assert kept.checked_from_start_at is not None and whole_before is not None
     assert kept.checked_from_start_at > whole_before

@@ -10,6 +10,12 @@ entries a pass checks.
 
 from __future__ import annotations
 
+import gc
+import threading
+import time
+import weakref
+from typing import Any
+
 import pytest
 from sqlalchemy import text
 
@@ -39,19 +45,19 @@ def _append(store: fencepost.Store, n: int, tag: str) -> None:
 
 
 def test_each_report_checks_only_the_new_entries_and_equals_verify(store: fencepost.Store, checked) -> None:
-    kept = Resumable(store)
-    empty = kept.report()
+    kept = Resumable()
+    empty = kept.report(store)
     assert empty == verify(store) and empty.entries_checked == 0 and kept.checked_from_start_at is not None
     _append(store, 20, "a")
     checked.clear()
-    first = kept.report()
+    first = kept.report(store)
     assert checked == list(range(1, 21))  # nothing was checked before: all of them
     total = 20
     for round_ in range(3):
         _append(store, 5, f"r{round_}")
         total += 5
         checked.clear()
-        report = kept.report()
+        report = kept.report(store)
         assert checked == list(range(total - 4, total + 1)), round_
         checked.clear()
         assert report == verify(store) and report.entries_checked == total and report.ok
@@ -60,29 +66,29 @@ def test_each_report_checks_only_the_new_entries_and_equals_verify(store: fencep
 
 def test_nothing_new_checks_nothing(store: fencepost.Store, checked) -> None:
     _append(store, 6, "a")
-    kept = Resumable(store)
-    kept.report()
+    kept = Resumable()
+    kept.report(store)
     checked.clear()
-    again = kept.report()
+    again = kept.report(store)
     assert checked == [] and again == verify(store)
 
 
 def test_from_start_checks_everything_again_and_sees_an_older_entry_edited(store: fencepost.Store, raw,
                                                                              checked) -> None:
     _append(store, 9, "a")
-    kept = Resumable(store)
-    assert kept.report().ok
+    kept = Resumable()
+    assert kept.report(store).ok
     whole_at = kept.checked_from_start_at
     _drop_triggers(store, raw)
     raw.execute(text("UPDATE flows_journal_events SET payload_json = :p WHERE position = 4"), {"p": '{"x":1}'})
     raw.commit()
     _append(store, 2, "b")
     checked.clear()
-    resumed = kept.report()
+    resumed = kept.report(store)
     # Going on from the last checked entry, an older entry edited without its hash is not seen ...
     assert checked == [10, 11] and resumed.ok and kept.checked_from_start_at == whole_at
     checked.clear()
-    whole = kept.report(from_start=True)
+    whole = kept.report(store, from_start=True)
     # ... a whole pass sees it, as verify does.
     assert checked == list(range(1, 12)) and not whole.ok and whole == verify(store)
     assert whole.first_break is not None and (whole.first_break.position, whole.first_break.what) == (4, "content")
@@ -91,32 +97,32 @@ def test_from_start_checks_everything_again_and_sees_an_older_entry_edited(store
 
 def test_a_rewritten_last_entry_starts_over(store: fencepost.Store, raw, checked) -> None:
     _append(store, 9, "a")
-    kept = Resumable(store)
-    kept.report()
+    kept = Resumable()
+    kept.report(store)
     _drop_triggers(store, raw)
     raw.execute(text("UPDATE flows_journal_events SET entry_hash = :h WHERE position = 9"), {"h": "0" * 64})
     raw.commit()
     checked.clear()
-    report = kept.report()
+    report = kept.report(store)
     assert checked == list(range(1, 10))
     assert report == verify(store) and not report.ok
 
 
 def test_a_journal_rolled_back_past_the_last_entry_starts_over(store: fencepost.Store, raw, checked) -> None:
     _append(store, 9, "a")
-    kept = Resumable(store)
-    kept.report()
+    kept = Resumable()
+    kept.report(store)
     _drop_triggers(store, raw)
     raw.execute(text("DELETE FROM flows_journal_events WHERE position >= 8"))
     raw.commit()
     checked.clear()
-    report = kept.report()
+    report = kept.report(store)
     assert checked == list(range(1, 8))
     assert report == verify(store) and report.ok and report.entries_checked == 7
     # New entries after the rollback go on from there.
     store.journal.append_many_unfenced("run-x", [NewEntry("step", {"k": k}) for k in range(2)], source_id="z")
     checked.clear()
-    later = kept.report()
+    later = kept.report(store)
     assert checked == [8, 9] and later == verify(store) and later.entries_checked == 9
 
 
@@ -125,8 +131,8 @@ def test_new_streams_and_a_broken_link_to_an_earlier_entry_are_seen(store: fence
     """Going on, each stream's earlier end is read from the journal (nothing per stream is kept
     between reports): a new entry whose stream link does not match it is a break, as for verify."""
     _append(store, 9, "a")
-    kept = Resumable(store)
-    kept.report()
+    kept = Resumable()
+    kept.report(store)
     assert kept._checker is not None and kept._checker.streams == {}
     store.journal.append_unfenced("run-new", "step", {"k": 1}, source_id="n")
     store.journal.append_unfenced("run-1", "step", {"k": 2}, source_id="n")
@@ -134,8 +140,119 @@ def test_new_streams_and_a_broken_link_to_an_earlier_entry_are_seen(store: fence
     raw.execute(text("UPDATE flows_journal_events SET stream_prev_hash = :h WHERE position = 11"), {"h": "1" * 64})
     raw.commit()
     checked.clear()
-    report = kept.report()
+    report = kept.report(store)
     assert checked == [10, 11]
     checked.clear()
     assert report == verify(store) and report.streams_checked == 4 and not report.ok
     assert [(b.position, b.what) for b in report.first_breaks] == [(11, "stream_link"), (11, "entry_hash")]
+
+
+def test_a_journal_with_a_break_is_checked_whole_at_every_report(store: fencepost.Store, raw, checked) -> None:
+    """Going on relies on an intact chain (each stream's highest seq is then its latest entry); once
+    a break is known, every report checks the whole journal and says what verify says. Found by
+    review: an entry whose stored seq was raised out of order made a resumed report link the
+    stream's next entry to it, and miss the seq and link breaks verify reports there."""
+    _append(store, 9, "a")
+    _drop_triggers(store, raw)
+    raw.execute(text("UPDATE flows_journal_events SET seq = 7 WHERE position = 4"))
+    raw.commit()
+    kept = Resumable()
+    first = kept.report(store)
+    assert not first.ok and first == verify(store)
+    store.journal.append_unfenced("run-0", "step", {"k": 1}, source_id="z")
+    checked.clear()
+    report = kept.report(store)
+    assert checked == list(range(1, 11))
+    checked.clear()
+    assert report == verify(store)
+    assert (10, "stream_link") in [(b.position, b.what) for b in report.first_breaks]
+
+
+def test_reports_at_once_are_taken_one_at_a_time(store: fencepost.Store, raw) -> None:
+    """Found by review: a resumed report that ended after a whole one (``from_start``) put back its
+    older state, losing the break the whole pass had found while keeping its time. Calls now run one
+    after the other, each from what the last one left."""
+    _append(store, 9, "a")
+    kept = Resumable()
+    assert kept.report(store).ok
+    _drop_triggers(store, raw)
+    raw.execute(text("UPDATE flows_journal_events SET payload_json = :p WHERE position = 4"), {"p": '{"x":1}'})
+    raw.commit()
+    store.journal.append_unfenced("run-1", "step", {"k": 1}, source_id="z")
+    entered, release = threading.Event(), threading.Event()
+    check = _Checker.check
+
+    def slow(self, row) -> None:
+        if threading.current_thread().name == "resumed":
+            entered.set()
+            release.wait(10)
+        check(self, row)
+
+    out: dict[str, Any] = {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_Checker, "check", slow)
+        resumed = threading.Thread(target=lambda: out.setdefault("resumed", kept.report(store)), name="resumed")
+        resumed.start()
+        assert entered.wait(10)
+        whole = threading.Thread(target=lambda: out.setdefault("whole", kept.report(store, from_start=True)))
+        whole.start()
+        time.sleep(0.2)  # the whole pass waits for the resumed one
+        assert "whole" not in out
+        release.set()
+        resumed.join(10)
+        whole.join(10)
+    assert out["resumed"].ok and not out["whole"].ok
+    later = kept.report(store)
+    assert later == verify(store) and not later.ok
+
+
+def test_the_console_cache_lets_a_closed_store_go(tmp_path) -> None:
+    """Found by review: the console's verifications are kept per store in a weak mapping, but each
+    held its store, so no store the journal page had shown was ever freed."""
+    from fencepost.ui import views
+
+    gone = []
+    for i in range(3):
+        s = fencepost.open(f"sqlite:///{tmp_path / f'{i}.db'}")
+        s.journal.append_unfenced("run", "step", {"i": i}, source_id="w")
+        assert views.journal_overview(s)["report"].ok
+        gone.append(weakref.ref(s))
+        s.close()
+        del s
+    gc.collect()
+    assert [r() for r in gone] == [None, None, None]
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])
+def test_a_connection_lost_while_reading_a_stream_end_is_retried(store: fencepost.Store) -> None:
+    """Found by review: a failure while reading a stream's earlier end was taken for an unreadable
+    value and a whole pass followed on the dead connection, so a lost connection failed the report
+    (verify's read is retried) and a server error was reported as the aborted transaction's. Only
+    a value that cannot be decoded starts over now; anything else is the store's to handle. The
+    server ends the session at that statement (``pg_terminate_backend``)."""
+    from sqlalchemy import create_engine, event
+    from sqlalchemy.engine import Engine
+
+    from tests.conftest import require_postgres
+
+    _append(store, 9, "a")
+    kept = Resumable()
+    assert kept.report(store).ok
+    store.journal.append_unfenced("run-1", "step", {"k": 1}, source_id="z")
+    killer = create_engine(require_postgres())
+    fired: list[int] = []
+
+    def before(_conn, cursor, statement, _params, _context, _many) -> None:
+        if not fired and "position <=" in statement and "seq DESC" in statement:
+            fired.append(cursor.connection.info.backend_pid)
+            with killer.begin() as k:
+                k.execute(text("SELECT pg_terminate_backend(:p)"), {"p": fired[0]})
+
+    event.listen(Engine, "before_cursor_execute", before)
+    try:
+        report = kept.report(store)
+    finally:
+        event.remove(Engine, "before_cursor_execute", before)
+        killer.dispose()
+    assert fired, "the stream end was never read"
+    assert report == verify(store) and report.ok and report.entries_checked == 10

@@ -528,63 +528,68 @@ class Resumable:
     """A verification kept between calls that checks only the entries appended since the last
     one (the console's journal page, shown again and again while the journal grows).
 
-    ``report()`` goes on from the last entry it checked when that entry still stands where it
-    was with the hash it had (read in the same snapshot as the new entries); otherwise (the
-    journal was rewritten, rolled back or replaced), and with ``from_start=True``, it checks the
-    whole journal again. What it cannot see is an older entry altered later without its hash: a
-    whole verification finds that, which is why a caller passes ``from_start`` now and then.
-    ``checked_from_start_at``: ``time.monotonic()`` of the last whole pass (None before one).
+    ``report(store)`` goes on from the last entry it checked when everything it checked so far was
+    intact and that entry still stands where it was with the hash it had (read in the same snapshot
+    as the new entries); otherwise (a break was found, the journal was rewritten, rolled back or
+    replaced), and with ``from_start=True``, it checks the whole journal again. What it cannot see
+    is an older entry altered later without its hash: a whole verification finds that, which is why
+    a caller passes ``from_start`` now and then. ``checked_from_start_at``: ``time.monotonic()`` of
+    the last whole pass (None before one). Calls are taken one at a time. It holds no reference to
+    the store (a cache keyed by the store can let it go).
     """
 
-    def __init__(self, store: Store) -> None:
-        self._store = store
+    def __init__(self) -> None:
         self._checker: _Checker | None = None
         self._lock = threading.Lock()
         self.checked_from_start_at: float | None = None
 
-    def report(self, *, from_start: bool = False) -> VerifyReport:
-        checked_store(self._store, "verify")
+    def report(self, store: Store, *, from_start: bool = False) -> VerifyReport:
+        checked_store(store, "verify")
+        # One call at a time: a pass that ends later must not put back what an earlier one knew.
         with self._lock:
             base = None if from_start else self._checker
-
-        def run(conn: Connection) -> tuple[_Checker, bool]:
-            if base is not None and base.last is not None:
-                mark = base.last
-                rows = _page(self._store, conn, _PAGE, _BYTES_PAGE, {"after": mark.position - 1, "n": 1})
-                if rows and int(rows[0].position) == mark.position and rows[0].entry_hash == mark.entry_hash:
-
-                    def earlier(stream: str) -> tuple[int, str] | None:
-                        # The stream's last entry up to the mark, as stored (the pass that checked it
-                        # went on from what is stored too). Not readable as such: check everything.
-                        try:
-                            row = conn.execute(_STREAM_END, {"stream": stream, "upto": mark.position}).first()
-                        except (DBAPIError, UnicodeDecodeError):
-                            raise _StartOver from None
-                        if row is None:
-                            return None
-                        if type(row[0]) is not int or type(row[1]) is not str:
-                            raise _StartOver
-                        return row[0], row[1]
-
-                    # A new checker: the base stays as it was if this read is retried.
-                    checker = base.going_on(earlier)
-                    try:
-                        _check_from(self._store, conn, checker, None, None, 0)
-                        return checker, False
-                    except _StartOver:
-                        pass
-            checker = _Checker()
-            _check_from(self._store, conn, checker, None, None, 0)
-            return checker, True
-
-        started = time.monotonic()
-        checker, whole = _read(self._store, run)
-        with self._lock:
+            started = time.monotonic()
+            checker, whole = _read(store, lambda conn: _resume_or_start(store, conn, base))
             self._checker = checker.kept()
             if whole:
                 self.checked_from_start_at = started
-        return _report(checker)
+            return _report(checker)
 
+
+def _resume_or_start(store: Store, conn: Connection, base: _Checker | None) -> tuple[_Checker, bool]:
+    """``base`` carried on over the entries after its last one, or (None, a break already found,
+    its last entry changed or gone, a stream end not readable as stored) a whole pass; and which."""
+    # Only an intact chain: there each stream's entries have consecutive ``seq`` in position order,
+    # so the stream's highest ``seq`` up to the mark is its latest entry, the one a whole pass links to.
+    if base is not None and base.last is not None and base.breaks == 0:
+        mark = base.last
+        rows = _page(store, conn, _PAGE, _BYTES_PAGE, {"after": mark.position - 1, "n": 1})
+        if rows and int(rows[0].position) == mark.position and rows[0].entry_hash == mark.entry_hash:
+
+            def earlier(stream: str) -> tuple[int, str] | None:
+                # The stream's last entry up to the mark, as stored.
+                try:
+                    row = conn.execute(_STREAM_END, {"stream": stream, "upto": mark.position}).first()
+                except DBAPIError as exc:
+                    if store.db.backend.classify(exc)[0] != "decode_failed":
+                        raise  # the store's own handling (a lost connection is retried)
+                    raise _StartOver from None
+                if row is None:
+                    return None
+                if type(row[0]) is not int or type(row[1]) is not str:
+                    raise _StartOver
+                return row[0], row[1]
+
+            # A new checker: the base stays as it was if this read is retried.
+            checker = base.going_on(earlier)
+            try:
+                _check_from(store, conn, checker, None, None, 0)
+                return checker, False
+            except _StartOver:
+                pass  # a value that is not UTF-8 (SQLite) does not end the read: on to a whole pass
+    checker = _Checker()
+    _check_from(store, conn, checker, None, None, 0)
+    return checker, True
 
 def head(store: Store) -> Head | None:
     """The newest entry's position and hash (None for an empty journal): an anchor for ``verify``."""

@@ -470,9 +470,9 @@ def journal_overview(store: Store, per_stream: int = 5, streams: int = 20) -> di
     with _verifications_lock:
         kept = _verifications.get(store)
         if kept is None:
-            kept = _verifications[store] = Resumable(store)
+            kept = _verifications[store] = Resumable()
     last_whole = kept.checked_from_start_at
-    report = kept.report(from_start=last_whole is not None
+    report = kept.report(store, from_start=last_whole is not None
                          and time.monotonic() - last_whole >= VERIFY_FROM_START_S)
     whole_age_s = time.monotonic() - cast(float, kept.checked_from_start_at)
     h = head(store)
