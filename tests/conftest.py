@@ -571,3 +571,19 @@ def eventually(predicate: Callable[[], object], timeout: float = 10.0) -> bool:
         time.sleep(0.01)
     return True
 
+
+@pytest.fixture
+def verified_positions(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The positions of the journal entries a verification checks while the test runs (every
+    ``verify`` pass and the console's), in order: how much a pass read, counted."""
+    from fencepost.journal.verify import _Checker
+
+    seen: list[int] = []
+    check = _Checker.check
+
+    def counted(self: Any, row: Any) -> None:
+        seen.append(int(row.position))
+        check(self, row)
+
+    monkeypatch.setattr(_Checker, "check", counted)
+    return seen

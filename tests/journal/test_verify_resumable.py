@@ -26,17 +26,9 @@ from tests.journal.test_hash_chain import _drop_triggers
 
 
 @pytest.fixture
-def checked(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+def checked(verified_positions: list[int]) -> list[int]:
     """The positions of the entries each pass checks, in order (every pass of the test appends)."""
-    seen: list[int] = []
-    check = _Checker.check
-
-    def counted(self, row) -> None:
-        seen.append(int(row.position))
-        check(self, row)
-
-    monkeypatch.setattr(_Checker, "check", counted)
-    return seen
+    return verified_positions
 
 
 def _append(store: fencepost.Store, n: int, tag: str) -> None:

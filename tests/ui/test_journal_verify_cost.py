@@ -16,22 +16,13 @@ import pytest
 
 import fencepost
 from fencepost.journal import head, verify
-from fencepost.journal.verify import _Checker
 from fencepost.ui import views
 
 
 @pytest.fixture
-def checked(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+def checked(verified_positions: list[int]) -> list[int]:
     """The positions of the entries the console checks while the test runs."""
-    seen: list[int] = []
-    check = _Checker.check
-
-    def counted(self, row) -> None:
-        seen.append(int(row.position))
-        check(self, row)
-
-    monkeypatch.setattr(_Checker, "check", counted)
-    return seen
+    return verified_positions
 
 
 def _journal(console: Any) -> str:
