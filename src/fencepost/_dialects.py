@@ -25,7 +25,7 @@ from typing import Any
 from urllib.parse import quote
 
 import msgspec
-from sqlalchemy import Table, Text, bindparam, case, event, func, literal, text
+from sqlalchemy import Table, Text, bindparam, case, cast, event, func, literal, text
 from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.dialects.postgresql import psycopg as _pg_psycopg
@@ -325,8 +325,8 @@ class Backend:
         not say. Never a query's text or a user name. Empty where the backend cannot tell."""
         return []
 
-    def json_string(self, column: Any, key: str) -> Any:
-        """SQL for ``column``'s top-level ``key`` when it is a JSON string, else NULL (change-feed listing)."""
+    def json_string_is(self, column: Any, key: str, value: Any) -> Any:
+        """SQL true when ``column``'s top-level ``key`` is the JSON string ``value`` (change-feed listing)."""
         raise NotImplementedError
 
     def any_of(self, column: Any, name: str) -> Any:
@@ -729,9 +729,9 @@ class SqliteBackend(Backend):
     def any_of(self, column: Any, name: str) -> Any:
         return column.in_(bindparam(name, expanding=True))
 
-    def json_string(self, column: Any, key: str) -> Any:
+    def json_string_is(self, column: Any, key: str, value: Any) -> Any:
         path = literal("$." + key)
-        return case((func.json_type(column, path) == "text", func.json_extract(column, path)), else_=None)
+        return case((func.json_type(column, path) == "text", func.json_extract(column, path)), else_=None) == value
 
     def split_script(self, script: str) -> list[str]:
         # A statement can end only at a semicolon; ``complete_statement`` tells the ones that end it
@@ -1119,10 +1119,11 @@ class PostgresBackend(Backend):
         # One array parameter: PostgreSQL parses and plans `IN` with 200 parameters ~5x slower.
         return column == func.any(bindparam(name, type_=pg_dialect.ARRAY(Text())))
 
-    def json_string(self, column: Any, key: str) -> Any:
-        doc = column.cast(pg_dialect.JSONB)
-        field = doc.op("->")(literal(key))
-        return case((func.jsonb_typeof(field) == "string", doc.op("->>", return_type=Text())(literal(key))), else_=None)
+    def json_string_is(self, column: Any, key: str, value: Any) -> Any:
+        # One parse of the text per row, compared as JSON: a string equals only a string (the
+        # former CASE on jsonb_typeof parsed every row's text twice, about twice the time).
+        field = column.cast(pg_dialect.JSONB).op("->")(literal(key))
+        return field == func.to_jsonb(cast(value, Text))
 
     def split_script(self, script: str) -> list[str]:
         # PostgreSQL accepts a whole script in one simple-protocol execute.

@@ -42,7 +42,7 @@ def _filtered(store: Store, stmt: Any, filters: ListFilters) -> Any:
     elif filters.status is not None:
         stmt = stmt.where(runs.status == bindparam("f_status"))
     if filters.flow_name is not None:
-        stmt = stmt.where(store.db.backend.json_string(runs.state_json, "flowName") == bindparam("f_flow"))
+        stmt = stmt.where(store.db.backend.json_string_is(runs.state_json, "flowName", bindparam("f_flow")))
     if filters.parent_run_id:
         if filters.parent_run_id[0] is None:
             stmt = stmt.where(runs.parent_run_id.is_(None))
