@@ -20,7 +20,7 @@ import struct
 import time
 import traceback
 import weakref
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -1061,12 +1061,9 @@ class PostgresBackend(Backend):
         sql = _json_upsert_of(conn, table, conflict)
         if sql is None:
             return False
-        cache = statement_cache(table)
         # A JSON member that is missing would be stored as NULL: refuse the page, as the
         # row-by-row path does (KeyError), before anything is sent.
-        names = cache.get("column names")
-        if names is None:
-            names = cache["column names"] = frozenset(c.name for c in table.columns)
+        names = statement_cached(table, "column names", lambda: frozenset(c.name for c in table.columns))
         for row in rows:
             if not row.keys() >= names:
                 raise KeyError(sorted(names - row.keys())[0])
@@ -1080,13 +1077,7 @@ class PostgresBackend(Backend):
         sql = _json_upsert_of(conn, table, conflict)
         if sql is None:
             return False
-        cache = statement_cache(table)
-        row_type = cache.get("json row")
-        if row_type is None:
-            names = [str(c.name) for c in table.columns]
-            fields = [f"c{i}" for i in range(len(names))]
-            row_type = cache["json row"] = msgspec.defstruct(
-                "JsonRow", fields, rename=dict(zip(fields, names, strict=True)))
+        row_type = statement_cached(table, "json row", lambda: _json_row_type(table))
         conn.exec_driver_sql(sql, {"rows": _encode_rows([row_type(*row) for row in rows]).decode()})
         return True
 
@@ -1435,12 +1426,14 @@ _encode_rows = msgspec.json.Encoder().encode
 
 def _json_upsert_of(conn: Connection, table: Table, conflict: tuple[str, ...]) -> str | None:
     """``_json_upsert``, built once per table and conflict key."""
-    cache = statement_cache(table)
-    key = ("json_upsert", conflict)
-    sql = cache.get(key, "")
-    if sql == "":
-        sql = cache[key] = _json_upsert(conn, table, conflict)
-    return sql
+    return statement_cached(table, ("json_upsert", conflict), lambda: _json_upsert(conn, table, conflict))
+
+
+def _json_row_type(table: Table) -> type:
+    """A struct type encoding a tuple of ``table``'s columns as the JSON object of its columns."""
+    names = [str(c.name) for c in table.columns]
+    fields = [f"c{i}" for i in range(len(names))]
+    return msgspec.defstruct("JsonRow", fields, rename=dict(zip(fields, names, strict=True)))
 
 
 def _json_upsert(conn: Connection, table: Table, conflict: tuple[str, ...]) -> str | None:
@@ -1465,6 +1458,18 @@ def statement_cache(table: Table) -> dict[Any, Any]:
     """Statements built from ``table``, kept with it: tables of one name in two databases or
     schemas may have different columns, so a cache keyed by name could hand one the other's."""
     return table.info.setdefault("fencepost_statements", {})
+
+
+_UNSET = object()
+
+
+def statement_cached(table: Table, key: Any, make: Callable[[], Any]) -> Any:
+    """``statement_cache(table)[key]``, made by ``make()`` the first time (None is kept as made)."""
+    cache = statement_cache(table)
+    value = cache.get(key, _UNSET)
+    if value is _UNSET:
+        value = cache[key] = make()
+    return value
 
 
 _BACKEND_CLASSES: dict[str, type[Backend]] = {"sqlite": SqliteBackend, "postgresql": PostgresBackend}

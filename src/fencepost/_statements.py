@@ -168,32 +168,26 @@ def _run_observed(conn: Connection, raw: Any, text_: str, params: Any, *, many: 
     return cursor
 
 
-class OnPostgres(Sql):
-    """A statement PostgreSQL is sent in another form than SQLite (where it is built says why)."""
-
-    __slots__ = ("_postgresql",)
-
-    def __init__(self, stmt: Any, postgresql: Any) -> None:
-        super().__init__(stmt)
-        self._postgresql = postgresql
-
-    def _statement(self, dialect_name: str) -> Any:
-        return self._postgresql if dialect_name == "postgresql" else self.stmt
-
-
 class PerDialect(Sql):
-    """A statement whose Core object differs per dialect (the ON CONFLICT insert)."""
+    """A statement whose Core object differs per dialect: ``build(backend class)`` makes it (the ON
+    CONFLICT inserts, from the backend's ``insert``; ``on_postgres`` for another form PostgreSQL is
+    sent). ``stmt``: the portable form, where there is one, for statements built on it."""
 
     __slots__ = ("_build",)
 
-    def __init__(self, build: Any) -> None:
-        super().__init__(None)
+    def __init__(self, build: Callable[[Any], Any], stmt: Any = None) -> None:
+        super().__init__(stmt)
         self._build = build
+
+    @classmethod
+    def on_postgres(cls, stmt: Any, postgresql: Any) -> PerDialect:
+        """``stmt``, sent to PostgreSQL as ``postgresql`` instead (where it is built says why)."""
+        return cls(lambda backend: postgresql if backend.name == "postgresql" else stmt, stmt)
 
     def _statement(self, dialect_name: str) -> Any:
         from fencepost._dialects import backend_class  # compile time only; _dialects imports this module
 
-        return self._build(backend_class(dialect_name).insert)
+        return self._build(backend_class(dialect_name))
 
 
 def _compile(stmt: Any, dialect_name: str, *, by_position: bool = False, fields: tuple[str, ...] | None = None

@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import LargeBinary, and_, bindparam, cast, func, or_, select, true, update
 
 from fencepost._schema import flows_run_changes, flows_run_source, flows_runs
-from fencepost._statements import OnPostgres, Sql
+from fencepost._statements import PerDialect, Sql
 from fencepost.runstore._sql import RUN_COLUMNS as STORED_RUN_COLUMNS
 
 runs = flows_runs.c
@@ -38,7 +38,7 @@ _NEXT_CHANGES = (
     .limit(bindparam("n"))
     .subquery("c")
 )
-CHANGES_SINCE = OnPostgres(
+CHANGES_SINCE = PerDialect.on_postgres(
     select(changes.run_id, changes.revision, changes.deleted)
     .where(changes.revision > bindparam("after"), changes.revision <= bindparam("watermark"))
     .order_by(changes.revision)
@@ -95,7 +95,7 @@ def read_statements(backend: Any) -> tuple[Any, Any]:
 # two tables). As one join, a table without statistics had the planner hash the whole runs table
 # for every page, however few changes the page held.
 _RUN_OF_CHANGE = select(*RUN_COLUMNS).where(runs.run_id == _NEXT_CHANGES.c.run_id).limit(1).lateral("r")
-CHANGES_WITH_RUNS = OnPostgres(
+CHANGES_WITH_RUNS = PerDialect.on_postgres(
     select(*RUN_COLUMNS, changes.revision, changes.deleted, changes.run_id.label("change_run_id"))
     .select_from(flows_run_changes.outerjoin(flows_runs, runs.run_id == changes.run_id))
     .where(changes.revision > bindparam("after"), changes.revision <= bindparam("watermark"))

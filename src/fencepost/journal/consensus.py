@@ -235,7 +235,7 @@ def _claim_upsert(dialect_insert: Any) -> Any:
     ).returning(leases.c.run_id)
 
 
-CLAIM = PerDialect(_claim_upsert)
+CLAIM = PerDialect(lambda backend: _claim_upsert(backend.insert))
 
 ACTIVATE = Sql(
     leases.update().where(_rid, _claim_is, leases.c.claimed_at_ms == _i("granted")).values(

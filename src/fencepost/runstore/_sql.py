@@ -239,7 +239,7 @@ def _insert_attempt(dialect_insert: Any) -> Any:
     return dialect_insert(at).from_select(cols, src).on_conflict_do_nothing().returning(at.c.run_id)
 
 
-INSERT_ATTEMPT_FENCED = PerDialect(_insert_attempt)
+INSERT_ATTEMPT_FENCED = PerDialect(lambda backend: _insert_attempt(backend.insert))
 
 UPSERT_ATTEMPT = Sql(
     at.update().where(_attempt_pk, _in_progress, _run_fence).values(
