@@ -383,7 +383,9 @@ def test_only_the_last_page_of_a_pass_and_the_swap_wait_for_the_disk(store, targ
         projection.resets.clear()
         builder.rebuild()
         assert projection.pages == ["relaxed", "relaxed", "relaxed"]
-        assert projection.resets[-1] == "durable"  # emptying the old rows, inside the swap
+        # Emptying the old rows, in a write of its own after the swap committed: nothing waits for
+        # the disk there (lost, it leaves old shadow rows, which the next rebuild empties first).
+        assert projection.resets[-1] == "relaxed"
         assert _projected(builder) == store.db.read(_runs.live_rows)
         assert builder.status().lag == 0
         store.db.write(lambda conn: _runs.create(conn, "one-more", 99))

@@ -173,21 +173,34 @@ class ShadowTables:
         conn.execute(delete(rl).where(rl.c.name == share.checkpoint))
 
     def swap(self, conn: Connection, backend: Backend, share: Share) -> None:
-        """Make ``share``'s filled shadow live, with its held revisions, and empty the shadow again."""
-        if share.label is None:
-            self._swap_tables(conn, backend, share)
-        else:
-            self._swap_rows(conn, share.label)
+        """Make ``share``'s filled shadow live, with its held revisions.
+
+        Rows move first, tables are renamed last: on PostgreSQL a rename locks every reader of the
+        table out until the commit, so nothing that grows with the projection runs after it. The
+        old rows a rename leaves in the shadow are emptied by ``empty_shadow``, after this commit
+        (a builder that dies before it leaves them to the next rebuild, which empties the shadow
+        at its start; nothing reads a shadow between rebuilds).
+        """
         rl, rs = _sql.run_revisions, _sql.run_revisions_shadow
         conn.execute(delete(rl).where(rl.c.name == share.checkpoint))
         cols = [c.name for c in rl.columns]
         conn.execute(rl.insert().from_select(
             cols, select(*[rs.c[n] for n in cols]).where(rs.c.name == share.checkpoint)))
+        if share.label is None:
+            self._swap_tables(conn, backend, share)
+            # SQLite: the live table's indexes dropped by ``settle_index_names`` are built again
+            # under their own names (SQLite readers never wait for a writer); the shadow's once it
+            # is empty (``empty_shadow``).
+            self.create_missing_indexes(conn, shadow=False)
+        else:
+            self._swap_rows(conn, share.label)
+
+    def empty_shadow(self, conn: Connection, backend: Backend, share: Share) -> None:
+        """After a swap committed: empty ``share``'s shadow rows and held revisions, and give the
+        shadow tables back the indexes a swap took from them."""
         self.reset(conn, backend, share)
         if share.label is None:
-            # SQLite: the indexes dropped by ``settle_index_names`` are built again under their
-            # own names, the shadow's once it is empty.
-            self.create_missing_indexes(conn)
+            self.create_missing_indexes(conn, live=False)
 
     def _swap_tables(self, conn: Connection, backend: Backend, share: Share) -> None:
         # The last shadow page's transaction, when this builder wrote it; else this one (all

@@ -830,7 +830,19 @@ class ProjectionBuilder(Generic[Shape]):
             checkpoints.swap_shadow(conn, cp, now_ms=self._now(share))
 
         self._write(swap, method="rebuild")
+        self._empty_shadow(share)
         return applied, rejected
+
+    def _empty_shadow(self, share: Share) -> None:
+        """After a swap: the shadow's rows (the old projection, when the swap renamed tables) are
+        deleted in a write of their own, outside the swap's transaction. The rebuild is done
+        whatever happens here: a failure is logged, and the next rebuild empties the shadow first."""
+        try:
+            self._write(lambda conn: self._tables.empty_shadow(conn, self.target.backend, share),
+                        durable=False, method="rebuild")
+        except FencepostError as exc:
+            log.warning("projection %s: the shadow tables could not be emptied after the swap (%s); "
+                        "the next rebuild empties them", share.checkpoint, exc.code)
 
     def _rebuild_begun(self, share: Share, reason: str) -> None:
         """Inside the write that begins a rebuild: tell ``_on_rebuild`` once that write has committed."""
