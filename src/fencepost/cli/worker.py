@@ -356,18 +356,29 @@ def worker(obj: CliContext, processes: int, concurrency: int, task: str, until_i
         for p in procs:
             p.join()
     except KeyboardInterrupt:
-        # Ctrl-C: ask every process to stop gracefully; a second Ctrl-C kills them.
+        # Ctrl-C: ask every process to stop gracefully; a second Ctrl-C kills them, also one that
+        # comes while the stop is being announced (a fast double Ctrl-C, ``timeout -s INT``).
         interrupted = True
-        _say(f"{STOPPING}; Ctrl-C again kills the worker processes")
+        again = False
+        try:
+            _say(f"{STOPPING}; Ctrl-C again kills the worker processes")
+        except KeyboardInterrupt:
+            again = True
         with contextlib.suppress(KeyboardInterrupt):
-            stop_workers(procs)
+            stop_workers(procs, grace=0 if again else None)
     finally:
         signal.signal(signal.SIGTERM, previous)
     # After a SIGTERM (or a Ctrl-C, which stop_workers turns into one), a process that ended by it
     # stopped as asked: it was still starting, before its graceful handler was installed, so it had
     # taken no run.
     stopped = bool(terminated) or interrupted
-    table("workers", [*COUNTS, "state"], _summary(procs, results, stopped))
+    # Once stopped by Ctrl-C every process is gone: a further one no longer cuts the summary short.
+    quiet = signal.signal(signal.SIGINT, signal.SIG_IGN) if interrupted and _main_thread() else None
+    try:
+        table("workers", [*COUNTS, "state"], _summary(procs, results, stopped))
+    finally:
+        if quiet is not None:
+            signal.signal(signal.SIGINT, quiet)
     if interrupted:
         raise SystemExit(130)
     clean = (0, None, -signal.SIGTERM) if terminated else (0, None)
