@@ -143,6 +143,10 @@ def _state_text(value: Any, what: str) -> str | None:
 
 _FIRST_BACKOFF_S = 0.1
 _MAX_BACKOFF_S = 2.0
+
+#: Seconds between ``run()``'s looks for ``running`` runs whose lease went stale (a heartbeat
+#: interval), while its sweeps for pending, suspended and stale-claimed runs come ten a second.
+STALE_CHECK_S = INTERVAL_MS / 1000
 _TRANSITIONED = Transitioned()
 
 #: Seconds a worker that was asked to stop keeps retrying a write the database did not take (a
@@ -319,6 +323,7 @@ class Worker:
         self._stopping = threading.Event()
         self._stop_event: StopSignal | None = None  # run()'s ``stop``
         self._stop_at: float | None = None  # monotonic end of the stop grace, once a stop was noticed
+        self._next_stale_check: float | None = None  # monotonic: run()'s next look for stale leases
         self._gauge_attrs = {"host": self.owner.host_id, "pid": self.owner.pid, "worker": self.owner.nonce[:8]}
 
     def _count(self, name: str) -> None:
@@ -360,7 +365,7 @@ class Worker:
                 took = 0
                 try:
                     if free > 0:
-                        took = len(self._sweep(free, lambda row, lease: self._start(pool, row, lease)))
+                        took = len(self._sweep(free, lambda row, lease: self._start(pool, row, lease), paced=True))
                     now = clock.now_ms()
                     if now >= next_cancel_check:
                         self._observe_cancellations()
@@ -458,7 +463,8 @@ class Worker:
                 _gauges.worker_in_flight.set(len(self._futures), **self._gauge_attrs)
 
     # ------------------------------------------------------------------ finding and taking work
-    def _candidates(self, limit: int, *, include_live: bool = False) -> list[dict[str, Any]]:
+    def _candidates(self, limit: int, *, include_live: bool = False,
+                    stale_running: bool = True) -> list[dict[str, Any]]:
         now = self.store.clock.now_ms()
         cutoff = now - STALE_MS
 
@@ -473,8 +479,9 @@ class Worker:
             if include_live:
                 kinds += [runs_t.c.status == "running", claimed]
             else:
-                kinds += [and_(runs_t.c.status == "running", runs_t.c.heartbeat_at_ms < cutoff, unclaimed),
-                          and_(claimed, runs_t.c.claimed_at_ms < cutoff)]
+                if stale_running:
+                    kinds.append(and_(runs_t.c.status == "running", runs_t.c.heartbeat_at_ms < cutoff, unclaimed))
+                kinds.append(and_(claimed, runs_t.c.claimed_at_ms < cutoff))
             # ``limit`` may be any int >= 1 (``take``'s, or ``concurrency`` times four); the SQL LIMIT is
             # a 64-bit integer, and no table holds more than 2**53 rows anyway.
             n = min(limit, SAFE_MAX)
@@ -513,19 +520,32 @@ class Worker:
             raise ValueError("limit must be an integer >= 1")
         return self._sweep(limit)
 
-    def _sweep(self, limit: int, start: Callable[[RunRow, Lease], None] | None = None) -> list[TakenRun]:
+    def _sweep(self, limit: int, start: Callable[[RunRow, Lease], None] | None = None, *,
+               paced: bool = False) -> list[TakenRun]:
         """``take(limit)``; with ``start``, each run is held as it is activated (``_take_one``) and
         ``start(row, lease)`` is called on it as soon as it is taken (``run()`` starts it there). A later
         candidate's steps may wait out an outage on this thread (releasing its claim, for up to the
         claim's budget): a run already taken must not wait with them, neither run nor held. A run
         whose hold or ``start`` raises is given back (``_give_back``), left out of the result, and the
-        sweep goes on with the next candidate."""
+        sweep goes on with the next candidate.
+
+        ``paced`` (``run()``'s sweeps, ten a second while idle): ``running`` runs whose lease went
+        stale are looked for once per ``STALE_CHECK_S``, not at every sweep.
+        That query cannot stop early while no lease is stale (no index holds the heartbeat, which
+        every heartbeat would rewrite), so it reads every running run; a lease goes stale only
+        after ``STALE_AFTER`` (30 s), so a takeover comes at most that much later."""
+        stale = True
+        if paced:
+            now = time.monotonic()
+            stale = self._next_stale_check is None or now >= self._next_stale_check
+            if stale:
+                self._next_stale_check = now + STALE_CHECK_S
         # Runs this worker suspended are left alone for a while; read enough for the others. Which
         # runs rest is asked again after the read: a run may have been suspended during it (its
         # rest begins before it is claimable, so a read that sees it claimable sees it resting).
         # Runs still in hand are skipped too: one whose lease was lost while its function had not yet
         # reached ``check()`` is left to peers until that execution returns, never run twice here.
-        found = self._candidates(limit * 4 + len(self._resting_now()) + len(self._in_hand()))
+        found = self._candidates(limit * 4 + len(self._resting_now()) + len(self._in_hand()), stale_running=stale)
         skip = self._resting_now() | self._in_hand()
         found = [c for c in found if c["run_id"] not in skip]
         random.shuffle(found)

@@ -14,6 +14,9 @@ produced, with autovacuum off for the table so its statistics stay as a busy tab
 
 from __future__ import annotations
 
+import itertools
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -87,3 +90,57 @@ def test_a_sweep_reads_what_it_can_take_not_every_settled_run(store: fencepost.S
         assert found_later == found
         read = pg_rows_read(store, statements)
         assert read <= 8 * LIMIT, read
+
+
+def test_a_following_worker_looks_for_stale_leases_once_a_second_not_at_every_sweep(
+        store: fencepost.Store, worker: Worker) -> None:
+    """An idle ``run()`` sweeps every 0.1 s. Its query for ``running`` runs whose lease went stale
+    (30 s without a heartbeat) cannot stop early when no lease is stale, the usual case: no index
+    holds the heartbeat (one would be rewritten at every heartbeat, and on PostgreSQL would make
+    every heartbeat a full row update instead of a HOT one), so it read every running run, ten times
+    a second per idle worker (5,000 running runs: 25,000 SQLite instructions, 10,000 PostgreSQL
+    rows, each sweep). Staleness moves in seconds: the following loop now asks at most once a
+    second, the other kinds of candidate at every sweep; ``take()`` asks every time."""
+    owner = OwnerId("host-busy", 3, "busy-nonce")
+    store.runs.create("running-fresh", "{}")
+    store.runs.claim_and_own("running-fresh", PENDING, owner, store.clock.now_ms())
+    looks: list[tuple[str, float]] = []
+
+    def capture(_conn, _cursor, statement, parameters, *_args) -> None:
+        if "FROM flows_runs" in statement and statement.lstrip().upper().startswith("SELECT"):
+            values = parameters.values() if isinstance(parameters, dict) else parameters
+            if "heartbeat_at_ms <" in statement:
+                looks.append(("stale", time.monotonic()))
+            elif "pending" in values:
+                looks.append(("pending", time.monotonic()))
+
+    def count(kind: str) -> int:
+        return sum(1 for k, _ in looks if k == kind)
+
+    stop = threading.Event()
+    thread = threading.Thread(target=worker.run, kwargs={"stop": stop})
+    event.listen(store.db.engine, "before_cursor_execute", capture)
+    try:
+        thread.start()
+        _wait_for(lambda: count("stale") >= 3)
+        stop.set()
+        thread.join(30)
+        stale = [t for k, t in looks if k == "stale"]
+        sweeps = count("pending")
+        # A second apart, give or take the moment each statement ran within its sweep.
+        assert all(later - earlier >= 0.9 for earlier, later in itertools.pairwise(stale)), stale
+        assert sweeps > len(stale), (sweeps, len(stale))  # the other kinds are still asked every sweep
+        before = count("stale")
+        assert worker.take(1) == [] and count("stale") == before + 1  # take() always asks
+    finally:
+        stop.set()
+        thread.join(30)
+        event.remove(store.db.engine, "before_cursor_execute", capture)
+    assert not thread.is_alive()
+
+
+def _wait_for(condition: Any, within_s: float = 20.0) -> None:
+    deadline = time.monotonic() + within_s
+    while not condition():
+        assert time.monotonic() < deadline, "the worker did not sweep"
+        time.sleep(0.02)

@@ -63,9 +63,9 @@ def test_a_run_that_cannot_be_started_is_given_back_and_the_sweep_goes_on(store,
     sweeps: list[tuple[list[str], str]] = []  # (what each sweep that met the failure took, r2's status after it)
     real_sweep = worker._sweep
 
-    def sweep(limit, start=None):
+    def sweep(limit, start=None, **options):
         before = len(failed)
-        taken = real_sweep(limit, start)
+        taken = real_sweep(limit, start, **options)
         if len(failed) > before:
             sweeps.append((sorted(r.run_id for r in taken), store.runs.get("r2").status))
         return taken

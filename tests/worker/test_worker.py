@@ -516,10 +516,10 @@ def test_a_run_still_in_hand_after_its_lease_was_lost_is_not_taken_again_by_the_
     sweeps_after_expiry: list[int] = []
     real_sweep = worker._sweep
 
-    def counting_sweep(limit: int, start=None):
+    def counting_sweep(limit: int, start=None, **options):
         if clock.now_ms() >= 31_001:
             sweeps_after_expiry.append(1)
-        return real_sweep(limit, start)
+        return real_sweep(limit, start, **options)
 
     worker._sweep = counting_sweep
     t, real = _run_with_every_pulse_fence_lost(store, worker)
