@@ -976,7 +976,7 @@ class Database:
                            sqlite=self.path is not None, note=note)
 
     # ------------------------------------------------------------------ transactions
-    def write(self, fn: Callable[[Connection], T], *, durable: bool = True) -> T:
+    def write(self, fn: Callable[[Connection], T], *, durable: bool = True, alone: bool = False) -> T:
         """Run ``fn(conn)`` in one serialized write transaction and return its result.
 
         Nested inside another ``write`` (same thread or task), ``fn`` runs in a savepoint of the
@@ -990,6 +990,10 @@ class Database:
         consistent, but a power loss (a server crash on PostgreSQL) may undo it, whole, until a
         later durable commit on the same database. Such a write never shares its COMMIT with
         concurrent writes (group commit), whose durability is theirs.
+
+        ``alone=True`` (a top-level write): never handed to group commit, so ``fn`` runs on this
+        thread in a transaction of its own, for a body that holds this store's write lock while it
+        writes other stores (the shard set's membership changes).
         """
         if self.closed:
             raise _closed()  # each store maps it to its own error class
@@ -1017,7 +1021,7 @@ class Database:
         if not durable:
             result = self._run(fn, write=True, durable=False)
         else:
-            result = self._group.write(fn) if self._group is not None else self._run(fn, write=True)
+            result = self._group.write(fn) if self._group is not None and not alone else self._run(fn, write=True)
         self.backend.wrote()
         return result
 

@@ -8,7 +8,15 @@ empty, none with a record) is founded by the first opener; an interrupted foundi
 the next one. The open that finds every member recorded and in agreement marks each member founded
 (``founded_at_ms``, migration 4002; migration 4003 marks the records written before the mark
 existed); from then on no store that records no set joins it but by a grow. Growing a set
-(``grow=True``) appends names; it never removes or reorders them.
+(``grow=True``) appends names, and empty stores only; it never removes or reorders them.
+
+A writable ``reconcile`` that has anything to write (a founding, a grow, a mark) does it all while
+holding store #0's write lock (``_holding``): every open of one set shares store #0 (a grow only
+appends), so two opens that would record different memberships take turns, and the second is
+judged on what the first recorded. Store #0's record is written in that held transaction and so
+commits last; a grow writes the appended stores first. An interrupted grow thus always leaves a
+state the same grow finishes (``_appended_from``), and every record write compares, inside the
+write, with the record the decision was made on (``_record``).
 
 Before anything is created, ``look_all`` reads every store that exists, read-only, and
 ``check_before_creating`` makes the refusals ``reconcile`` would make, so a refused open creates
@@ -162,30 +170,61 @@ def read_in(conn: Connection) -> tuple[str, int] | None:
 _GENERATION = select(t.c.set_id, t.c.generation).where(t.c.singleton == 1)
 
 
-def _record(store: Store, wanted: Membership, *, adopt_only_if_empty: bool = False) -> None:
-    """Write ``wanted`` where the store has no record or an older generation of the same set.
+_UNREAD: Any = object()
+"""``_record``'s ``expected`` when the caller read no record first (a tool or test writing one)."""
+
+
+def _record(store: Store, wanted: Membership, *, adopt_only_if_empty: bool = False, expected: Any = _UNREAD,
+            index: int = 0, grow: bool = False) -> None:
+    """Write ``wanted`` as the store's record, comparing first, inside the write, with what was read.
+
+    ``expected``: the record the caller read (``None``: no record) and decided on. The write goes
+    ahead only while the store still records exactly that; a record already equal to ``wanted`` is
+    left as it is (an identical open, or a retried transaction, wrote it). Anything else was written
+    by another open since the read (a concurrent founder or grower that does not share this one's
+    lock on store #0) and is refused (``membership_mismatch``, naming the shard): never skipped in
+    silence, which let two grows each believe its own list was recorded. Without ``expected``, a
+    store without a record or with an older generation of the same set is written, any other refused.
 
     ``adopt_only_if_empty``: a store without a record is written only while it holds no run and no
-    journal entry. The look and the write share one write transaction, so a concurrent opener that
-    has meanwhile recorded the store (and perhaps created runs in it) is seen as such, never as a
-    blank store with data. A store found non-empty and unrecorded is left as it is.
+    journal entry. The look and the write share one write transaction, so runs that reached the
+    store since it was found empty are seen, and the store is refused (``shard #<index> holds
+    runs``: ``grow`` says a grow adds empty stores only), never adopted with them.
     """
     def body(conn: Connection) -> None:
         row = conn.execute(_RECORD).first()
+        current = None if row is None else _decode(row)
+        if current == wanted:
+            return
+        if expected is _UNREAD:
+            allowed = current is None or (current.set_id == wanted.set_id and current.generation < wanted.generation)
+        else:
+            allowed = current == expected
+        if not allowed:
+            raise _refuse(f"shard #{index} records another membership than it did when this open read it "
+                          "(another open founding or growing the set at the same time?): open it again")
         values = {"set_id": wanted.set_id, "shard_name": wanted.shard_name,
                   "members_json": msgspec.json.encode(list(wanted.members)).decode(),
                   "generation": wanted.generation}
-        if row is None:
+        if current is None:
             if adopt_only_if_empty and not _empty_in(conn):
-                return
+                raise _holds_runs(index, grow=grow)
             conn.execute(t.insert().values(singleton=1, joined_at_ms=clock_now(store.clock), **values))
-        elif row.set_id == wanted.set_id and int(row.generation) < wanted.generation:
+        else:
             conn.execute(update(t).where(t.c.singleton == 1).values(**values))
 
     try:
         store.db.write(body)
     except DbFailure as exc:
         raise map_failure(exc, ShardError, "open_shards", "shard membership") from None
+
+
+def _holds_runs(index: int, *, grow: bool) -> ShardError:
+    """A store that holds runs and records no set: never founded into a set, never appended by a grow
+    (its runs would join the set unplaced, and an id could then be held by two shards)."""
+    if grow:
+        return _refuse(f"shard #{index} holds runs and records no shard set: a grow adds empty stores only")
+    return _refuse(f"shard #{index} holds runs and records no shard set: a shard set is founded on empty stores only")
 
 
 def _empty_in(conn: Connection) -> bool:
@@ -319,8 +358,7 @@ def _founding(empty: Sequence[bool]) -> None:
     """A set is founded on empty stores only (runs in a store of no set would join it unplaced)."""
     for i, is_empty in enumerate(empty):
         if not is_empty:
-            raise _refuse(f"shard #{i} holds runs and records no shard set: "
-                          "a shard set is founded on empty stores only")
+            raise _holds_runs(i, grow=False)
 
 
 def _adoptable(empty: Sequence[bool], generation: int, founded: bool) -> bool:
@@ -351,13 +389,24 @@ def _after_the_mark(stores: Sequence[Store], records: list[Membership | None]) -
     return marked
 
 
+def _appended_from(records: Sequence[Membership | None]) -> int:
+    """The first position a grow appends: past every recorded member list.
+
+    A grow records the new list in the appended stores first, then in the other members, in store
+    #0 last; so whatever point it stopped at, some given store (store #0 at the latest) still
+    records the list as it was before, and an unrecorded store past that list is one the grow had
+    yet to record. A recorded list never shrinks, so the shortest is the set's list before the grow.
+    """
+    return min(len(r.members) for r in records if r is not None)
+
+
 def _stands_for_a_member(i: int, records: Sequence[Membership | None], empty: Sequence[bool], *,
                          founded: bool, grow: bool) -> bool:
     """Whether unrecorded store #i stands where the set already has a member and is no unfinished
-    founding: then it is refused. A grow's appended positions (past every record's member list) are
-    new shards, not stand-ins."""
+    founding: then it is refused. A grow's appended positions (``_appended_from``) are new shards,
+    not stand-ins."""
     present = [r for r in records if r is not None]
-    if grow and i >= min(len(r.members) for r in present):
+    if grow and i >= _appended_from(records):
         return False
     return not _adoptable(empty, max(r.generation for r in present), founded)
 
@@ -392,6 +441,8 @@ def check_before_creating(names: Sequence[str], looks: Sequence[Look], *, grow: 
     for i, lk in enumerate(looks):
         if lk.record is None and _stands_for_a_member(i, records, empty, founded=founded, grow=grow):
             raise _not_a_member(i)
+        if lk.record is None and grow and i >= _appended_from(records) and not lk.empty:
+            raise _holds_runs(i, grow=True)
         if lk.record is None and not lk.exists and not (grow and i >= len(newest.members)):
             raise _refuse(f"shard #{i} is not a member of this set: it is a new store (a shard missing? "
                           "grow the set to add a store)")
@@ -453,23 +504,86 @@ def reconcile(names: Sequence[str], stores: Sequence[Store], *, grow: bool = Fal
     stores lack a record while the others name exactly ``names`` at the first generation and every
     store is empty: an interrupted founding, finished here. ``grow``: the recorded member list must
     be a prefix of ``names``; the new list is recorded in every store under the next generation
-    (re-running an interrupted grow finishes it).
+    (re-running an interrupted grow finishes it); an appended store must be empty.
+
+    Every writable reconcile of a set runs inside one write transaction held on store #0 (see
+    ``_holding``): two opens that would record different memberships at once (two grows, two
+    foundings sharing store #0) take turns, and the second reads what the first recorded and is
+    refused by the rules above, or finds its membership already recorded. Store #0's own record and
+    mark are written in that transaction, so they commit last: store #0 is where a founding or a
+    grow is decided. The other stores are marked founded after that commit (see ``_after_the_mark``).
     """
     if readonly:
         records = [read(s) for s in stores]
         if not any(r is not None for r in records):
             raise _refuse("no store of the given set records a membership (open it writable once)")
         return _verify(names, records)
+    if not grow:
+        settled = _settled(names, stores)
+        if settled is not None:
+            return settled
+    membership, unmarked = _holding(stores[0], partial(_reconcile_held, names, stores, grow))
+    # After the commit: a member is marked only once every member's record is committed.
+    for store in unmarked:
+        _mark_founded(store, membership.set_id)
+    return membership
+
+
+def _settled(names: Sequence[str], stores: Sequence[Store]) -> Membership | None:
+    """The membership when every store already records exactly ``names`` and is marked founded
+    (nothing to write: an ordinary open of a set), else ``None`` (then the locked path decides)."""
+    records = [read(s) for s in stores]
+    first = records[0]
+    if first is None or first.members != tuple(names):
+        return None
+    for i, rec in enumerate(records):
+        if rec is None or (rec.set_id, rec.members, rec.generation) != (first.set_id, first.members,
+                                                                         first.generation):
+            return None
+        if rec.shard_name != names[i]:
+            return None
+    if any(read_founded(s) is None for s in stores):
+        return None
+    return first
+
+
+def _holding(store: Store, fn: Callable[[], Any]) -> Any:
+    """``fn()`` inside a write transaction of its own on ``store`` (``BEGIN IMMEDIATE``, or the
+    schema's advisory lock, as every write of the store takes it), never shared with other writes.
+
+    While ``fn`` runs, this process holds ``store``'s write lock: another process's reconcile of the
+    set waits for it, then reads what this one recorded. Inside, reads and writes of ``store`` go
+    through the held transaction (a nested ``write`` is a savepoint of it); writes of the other
+    stores run alone, each in a transaction of its own, as every write made inside a transaction
+    does. Not through group commit, whose leader could run ``fn`` on another thread while the
+    store's other writers of this process queue behind it. A transient failure (a lost connection)
+    runs ``fn`` again from the start: it re-reads every record, so what the first run wrote on the
+    other stores is found written, never written twice.
+    """
+    try:
+        return store.db.write(lambda conn: fn(), alone=True)
+    except DbFailure as exc:
+        raise map_failure(exc, ShardError, "open_shards", "shard membership") from None
+
+
+def _reconcile_held(names: Sequence[str], stores: Sequence[Store], grow: bool) -> tuple[Membership, list[Store]]:
+    """``reconcile`` while holding store #0's write lock: the membership, and the stores still to be
+    marked founded once the transaction committed.
+
+    Every refusal is made before anything is written, so a refused open leaves every store as it
+    was. Then the records are written: the stores a grow appends first, then the other members,
+    store #0 last (in the held transaction). An interruption anywhere (a kill, a store that cannot
+    be written) thus leaves store #0 with the list as it was and every store recording either list:
+    the same grow run again finishes it, an open of the old list still opens it.
+    """
     empty = [_empty(s) for s in stores]  # before the records: see _adoptable
     records = [read(s) for s in stores]
     present = [r for r in records if r is not None]
     if not present:
         _founding(empty)
         founder = Membership(secrets.token_hex(16), names[0], tuple(names), 1)
-        _record(stores[0], founder, adopt_only_if_empty=True)
-        records[0] = read(stores[0])
-        if records[0] is None:  # runs reached the store since it was found empty
-            _founding([False])
+        _record(stores[0], founder, adopt_only_if_empty=True, expected=None, index=0)  # in the held transaction
+        records[0] = founder
     marked = _after_the_mark(stores, records)
     founded = any(marked)
     present = [r for r in records if r is not None]
@@ -482,27 +596,32 @@ def reconcile(names: Sequence[str], stores: Sequence[Store], *, grow: bool = Fal
     else:
         generation, target = newest.generation, newest.members
         if target != tuple(names) or any(r.generation != generation for r in present):
-            return _verify(names, records)  # refuses, naming the first broken rule
-    found = list(records)  # as read: the loop below replaces entries as it records them
-    for i, (store, rec) in enumerate(zip(stores, found, strict=True)):
-        if rec is None and _stands_for_a_member(i, found, empty, founded=founded, grow=grow):
-            # A blank store standing in for a member (of a grown set, of a set that holds runs, or
-            # of a set marked founded) is no unfinished founding.
-            raise _not_a_member(i)
-        if rec is None or (grow and rec.generation < generation):
-            if rec is not None and rec.shard_name != names[i]:
+            _verify(names, records)  # refuses, naming the first broken rule
+    appended_from = _appended_from(records)
+    writes: list[int] = []
+    for i, rec in enumerate(records):
+        if rec is None:
+            if _stands_for_a_member(i, records, empty, founded=founded, grow=grow):
+                # A blank store standing in for a member (of a grown set, of a set that holds runs,
+                # or of a set marked founded) is no unfinished founding.
+                raise _not_a_member(i)
+            if not empty[i]:
+                raise _holds_runs(i, grow=grow)
+            writes.append(i)
+        elif grow and rec.generation < generation:
+            if rec.shard_name != names[i]:
                 raise _refuse(f"shard #{i} is recorded under another name or position (stores in another order?)")
-            # Finishing a founding adopts an empty store only (one with runs and no record stays
-            # unrecorded and is refused below); the look is repeated inside the write, because
-            # another opener may have recorded the store, and created runs in it, since our first read.
-            _record(store, Membership(newest.set_id, names[i], target, generation),
-                    adopt_only_if_empty=rec is None and not grow)
-            records[i] = read(store)
-    membership = _verify(names, records)
-    # Every member is recorded and agrees: the founding (or the grow) is finished. Marked in each
-    # store not marked yet, after every record is written (see _after_the_mark). A record written
-    # before the mark existed was marked by migration 4003 when its store was migrated.
-    for store, was_marked in zip(stores, marked, strict=True):
-        if not was_marked:
-            _mark_founded(store, membership.set_id)
-    return membership
+            writes.append(i)
+    order = ([i for i in writes if i >= appended_from] + [i for i in writes if 0 < i < appended_from]
+             + [i for i in writes if i == 0])
+    for i in order:
+        # A store without a record is adopted only while empty, looked at again inside the write.
+        _record(stores[i], Membership(newest.set_id, names[i], target, generation),
+                adopt_only_if_empty=records[i] is None, expected=records[i], index=i, grow=grow)
+    membership = _verify(names, [read(s) for s in stores])
+    # Every member is recorded and agrees: the founding (or the grow) is finished. Store #0 is
+    # marked in the held transaction, with its record; the others once it committed (see
+    # _after_the_mark). A record written before the mark existed was marked by migration 4003.
+    if not marked[0]:
+        _mark_founded(stores[0], membership.set_id)
+    return membership, [s for s, was in zip(stores[1:], marked[1:], strict=True) if not was]
