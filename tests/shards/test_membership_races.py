@@ -92,6 +92,17 @@ def _opens(urls: Any, **kw: Any) -> bool:
     return True
 
 
+def _killed_after(urls: list[str], *, grow: bool, writes: int) -> None:
+    """Open ``urls`` (growing or not) in a child process and SIGKILL it right after its ``writes``-th
+    membership write."""
+    proc = _child(urls, grow=grow, stop=f"after:{writes}")
+    try:
+        _wait_for(proc, "paused")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=30)
+
+
 # ---------------------------------------------------------------- an interrupted grow is finished by re-running it
 @pytest.mark.parametrize("stop", [1, 2, 3, 4])
 def test_a_grow_killed_at_any_membership_write_is_finished_by_running_it_again(shard_urls, stop: int) -> None:
@@ -99,12 +110,7 @@ def test_a_grow_killed_at_any_membership_write_is_finished_by_running_it_again(s
     same grow run again finishes it: every store records the grown list, every run is still found."""
     urls = shard_urls(3)
     _set_with_runs(urls[:2])
-    proc = _child(urls, grow=True, stop=f"after:{stop}")
-    try:
-        _wait_for(proc, "paused")
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.communicate(timeout=30)
+    _killed_after(urls, grow=True, writes=stop)
     with fencepost.open_shards(urls, grow=True) as shards:
         assert shards.membership.generation == 2
         assert all(shards.runs.get(f"r-{i}") is not None for i in range(10))
@@ -123,12 +129,7 @@ def test_a_founding_killed_at_any_membership_write_is_finished_by_the_next_open(
     next open of the same list founds or finishes the set, and every member ends recorded and marked."""
     urls = shard_urls(3)
     _blank(*urls)
-    proc = _child(urls, grow=False, stop=f"after:{stop}")
-    try:
-        _wait_for(proc, "paused")
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.communicate(timeout=30)
+    _killed_after(urls, grow=False, writes=stop)
     with fencepost.open_shards(urls) as shards:
         shards.runs.create("after", "{}")
         set_id = shards.membership.set_id
