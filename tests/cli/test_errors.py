@@ -130,6 +130,9 @@ TYPED_VALUES = [
     (["runs", "create", "x", "--state", "{bad"], "--state"),
     (["runs", "create", "x", "--state", ""], "--state"),
     (["runs", "retry", "x", "--new-id", ""], "--new-id"),
+    # The journal's companion-stream namespace: no run can have such an id (exit 1, invalid_run, before).
+    (["runs", "create", "flows.companion/x"], "reserved companion-stream prefix"),
+    (["runs", "retry", "x", "--new-id", "flows.companion/x"], "--new-id"),
     (["journal", "show", "x", "--after", "99999999999999999999999"], "--after"),
     (["feed", "tail", "--from", "99999999999999999999999"], "--from"),
     (["feed", "tail", "--from", "99"], "--from 99 is ahead of the newest revision (1)"),

@@ -24,6 +24,7 @@ import msgspec
 from rich.console import Console
 
 from fencepost._values import identifier_problem, parse_json_text, text_problem
+from fencepost.journal import COMPANION_PREFIX
 
 
 def null_stream(stream: Any) -> None:
@@ -77,9 +78,16 @@ MAX_SAFE_INTEGER = 2**53 - 1
 
 class RunIdType(click.ParamType):
     """A run id as typed: one no run can have (empty, over 1024 UTF-16 units, bytes that are not
-    UTF-8) is a usage error here, not the store's refusal, which would be a failure (exit 1)."""
+    UTF-8) is a usage error here, not the store's refusal, which would be a failure (exit 1).
+
+    ``new=True`` (the id of a run to create): an id in the journal's reserved companion-stream
+    namespace is refused too. Elsewhere such an id is taken (``journal show`` reads a companion
+    stream by it; other commands find no run with it)."""
 
     name = "RUN_ID"
+
+    def __init__(self, *, new: bool = False) -> None:
+        self.new = new
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         problem = identifier_problem(value) if isinstance(value, str) else None
@@ -87,6 +95,9 @@ class RunIdType(click.ParamType):
             if "surrogate" in problem:
                 problem = "must be UTF-8 text (it holds bytes that are not)"
             self.fail(f"a run id {problem}", param, ctx)
+        if self.new and isinstance(value, str) and value.startswith(COMPANION_PREFIX):
+            self.fail(f"a run id must not use the reserved companion-stream prefix {COMPANION_PREFIX} "
+                      "(the journal's own streams)", param, ctx)
         return value
 
 

@@ -512,7 +512,7 @@ def _on_stdin_lines(exc: Exception, line_numbers: list[int]) -> click.ClickExcep
 
 # Extra arguments reach the command, which refuses them pointing to --state (see runs_create).
 @runs.command("create", context_settings={"allow_extra_args": True})
-@click.argument("run_id", type=RunIdType())
+@click.argument("run_id", type=RunIdType(new=True))
 @click.option("--state", "state_json", default="{}", show_default=True, type=JsonText(),
               help="The run's initial state, stored byte for byte.")
 @output_options
@@ -589,7 +589,7 @@ def _refuse_one_shard(store: Any) -> None:
 
 @runs.command("retry")
 @click.argument("run_id", type=RunIdType())
-@click.option("--new-id", "new_run_id", default=None, metavar="ID", type=RunIdType(),
+@click.option("--new-id", "new_run_id", default=None, metavar="ID", type=RunIdType(new=True),
               help="The new round's run id. Default: <lineage>.retry-<round>.")
 @output_options
 def runs_retry(run_id: str, new_run_id: str | None, out: Output) -> None:
