@@ -533,7 +533,8 @@ class Worker:
         stale are looked for once per ``STALE_CHECK_S``, not at every sweep.
         That query cannot stop early while no lease is stale (no index holds the heartbeat, which
         every heartbeat would rewrite), so it reads every running run; a lease goes stale only
-        after ``STALE_AFTER`` (30 s), so a takeover comes at most that much later."""
+        after ``STALE_AFTER`` (30 s), so stale runs join the candidates a second later at most
+        (among many candidates, the shuffled pick may then take a few looks to reach them)."""
         stale = True
         if paced:
             now = time.monotonic()

@@ -118,3 +118,36 @@ def test_a_builder_killed_after_the_swap_commits_leaves_only_old_shadow_rows(sto
         assert builder.target.read(_runs.projected_rows_fn(LIVE)) == store.db.read(_runs.live_rows)
         assert builder.target.read(
             lambda conn: conn.execute(text(f"SELECT COUNT(*) FROM {LIVE}__shadow")).scalar()) == 0
+
+
+def test_the_emptying_after_a_swap_leaves_a_rebuild_begun_since_alone(store, target_url):
+    """The post-swap emptying is a write of its own: by the time it runs, another rebuild may have
+    begun and committed shadow pages (another builder that took the name once this one's lock was
+    lost). Deleting them then would make that rebuild, resumed from its shadow checkpoint, swap in a
+    projection missing the runs of those pages; a reviewer's simulation lost 5 of 12. The emptying
+    now first looks at the checkpoint and leaves a shadow that a rebuild has begun alone."""
+    if target_url.startswith("postgresql"):
+        require_postgres()
+    _seed(store, "old", 12)
+    with ProjectionBuilder(store, target_url, RunsByStatus(), batch_size=5) as builder:
+        builder.catch_up()
+
+        class Stop(Exception):
+            pass
+
+        def stop_after_a_shadow_page(shadow: bool, _page) -> None:
+            if shadow:
+                raise Stop
+
+        builder._after_page = stop_after_a_shadow_page
+        with pytest.raises(Stop):
+            builder.rebuild()  # begun, one shadow page committed, then stopped
+        builder._after_page = None
+        shadow_rows = lambda: builder.target.read(  # noqa: E731
+            lambda conn: conn.execute(text(f"SELECT COUNT(*) FROM {LIVE}__shadow")).scalar())
+        assert shadow_rows() == 5
+        builder._empty_shadow(builder._shares[0])  # an earlier swap's emptying, arriving late
+        assert shadow_rows() == 5
+        assert builder.catch_up().rebuilt  # the begun rebuild resumes from its shadow checkpoint
+        assert builder.target.read(_runs.projected_rows_fn(LIVE)) == store.db.read(_runs.live_rows)
+        assert shadow_rows() == 0

@@ -835,14 +835,21 @@ class ProjectionBuilder(Generic[Shape]):
 
     def _empty_shadow(self, share: Share) -> None:
         """After a swap: the shadow's rows (the old projection, when the swap renamed tables) are
-        deleted in a write of their own, outside the swap's transaction. The rebuild is done
-        whatever happens here: a failure is logged, and the next rebuild empties the shadow first."""
+        deleted in a write of their own, outside the swap's transaction, unless a rebuild has begun
+        since (the shadow is then that rebuild's: another builder that took the name after this
+        one's lock was lost, whose pages must stay). The rebuild is done whatever happens here: a
+        failure (the projection's own ``reset`` included) is logged, and the next rebuild empties
+        the shadow first."""
+        def body(conn: Connection) -> None:
+            if self._load_in(conn, share).shadow_source is None:
+                self._tables.empty_shadow(conn, self.target.backend, share)
+
         try:
-            self._write(lambda conn: self._tables.empty_shadow(conn, self.target.backend, share),
-                        durable=False, method="rebuild")
-        except FencepostError as exc:
+            self._write(body, durable=False, method="rebuild")
+        except Exception as exc:
             log.warning("projection %s: the shadow tables could not be emptied after the swap (%s); "
-                        "the next rebuild empties them", share.checkpoint, exc.code)
+                        "the next rebuild empties them", share.checkpoint,
+                        getattr(exc, "code", None) or type(exc).__name__)
 
     def _rebuild_begun(self, share: Share, reason: str) -> None:
         """Inside the write that begins a rebuild: tell ``_on_rebuild`` once that write has committed."""

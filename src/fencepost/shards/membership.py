@@ -574,7 +574,8 @@ def _reconcile_held(names: Sequence[str], stores: Sequence[Store], grow: bool) -
     was. Then the records are written: the stores a grow appends first, then the other members,
     store #0 last (in the held transaction). An interruption anywhere (a kill, a store that cannot
     be written) thus leaves store #0 with the list as it was and every store recording either list:
-    the same grow run again finishes it, an open of the old list still opens it.
+    the same grow run again finishes it. (Until it does, the old list still opens only if no old
+    member records the new list yet; any other open is refused as an interrupted grow.)
     """
     empty = [_empty(s) for s in stores]  # before the records: see _adoptable
     records = [read(s) for s in stores]
