@@ -103,7 +103,7 @@ def test_an_unfinished_founding_is_marked_only_by_the_open_that_finishes_it(shar
     for url in urls:
         fencepost.open(url).close()
     with fencepost.open(urls[0]) as s0:
-        ms._record(s0, ms.Membership("f" * 32, "shard-0", ("shard-0", "shard-1", "shard-2"), 1))
+        ms._record(s0, ms.Membership("f" * 32, "shard-0", ("shard-0", "shard-1", "shard-2"), 1), expected=None)
     assert _founded_at(urls[0]) is None
     with fencepost.open_shards(urls, clock=ManualClock(3_000)) as shards:
         assert shards.membership.set_id == "f" * 32

@@ -185,9 +185,9 @@ def test_an_interrupted_grow_is_refused_then_finished_by_growing_again(shard_url
     # The grow wrote the new list to the new store and the first member, then died.
     bigger = ms.Membership(gen1.set_id, "shard-0", ("shard-0", "shard-1", "shard-2"), 2)
     with fencepost.open(urls[0]) as s0:
-        ms._record(s0, bigger)
+        ms._record(s0, bigger, expected=ms.read(s0))
     with fencepost.open(urls[2]) as s2:
-        ms._record(s2, ms.Membership(gen1.set_id, "shard-2", bigger.members, 2))
+        ms._record(s2, ms.Membership(gen1.set_id, "shard-2", bigger.members, 2), expected=None)
     _refused(urls, "interrupted grow")
     with fencepost.open_shards(urls, grow=True) as shards:
         assert shards.membership.generation == 2
@@ -275,7 +275,7 @@ def test_an_unfinished_founding_is_finished_by_the_next_opener(shard_urls) -> No
     for url in urls:
         fencepost.open(url).close()
     with fencepost.open(urls[0]) as s0:
-        ms._record(s0, ms.Membership("f" * 32, "shard-0", ("shard-0", "shard-1", "shard-2"), 1))
+        ms._record(s0, ms.Membership("f" * 32, "shard-0", ("shard-0", "shard-1", "shard-2"), 1), expected=None)
     with fencepost.open_shards(urls) as shards:
         assert shards.membership.set_id == "f" * 32
         shards.runs.create("r-1", "{}")

@@ -170,44 +170,35 @@ def read_in(conn: Connection) -> tuple[str, int] | None:
 _GENERATION = select(t.c.set_id, t.c.generation).where(t.c.singleton == 1)
 
 
-_UNREAD: Any = object()
-"""``_record``'s ``expected`` when the caller read no record first (a tool or test writing one)."""
-
-
-def _record(store: Store, wanted: Membership, *, adopt_only_if_empty: bool = False, expected: Any = _UNREAD,
-            index: int = 0, grow: bool = False) -> None:
+def _record(store: Store, wanted: Membership, *, expected: Membership | None, index: int = 0,
+            grow: bool = False) -> None:
     """Write ``wanted`` as the store's record, comparing first, inside the write, with what was read.
 
     ``expected``: the record the caller read (``None``: no record) and decided on. The write goes
     ahead only while the store still records exactly that; a record already equal to ``wanted`` is
     left as it is (an identical open, or a retried transaction, wrote it). Anything else was written
     by another open since the read (a concurrent founder or grower that does not share this one's
-    lock on store #0) and is refused (``membership_mismatch``, naming the shard): never skipped in
-    silence, which let two grows each believe its own list was recorded. Without ``expected``, a
-    store without a record or with an older generation of the same set is written, any other refused.
+    lock on store #0) and is refused (``membership_mismatch``, naming the shard #``index``): never
+    skipped in silence, which let two grows each believe its own list was recorded.
 
-    ``adopt_only_if_empty``: a store without a record is written only while it holds no run and no
-    journal entry. The look and the write share one write transaction, so runs that reached the
-    store since it was found empty are seen, and the store is refused (``shard #<index> holds
-    runs``: ``grow`` says a grow adds empty stores only), never adopted with them.
+    A store without a record is written only while it holds no run and no journal entry. The look
+    and the write share one write transaction, so runs that reached the store since it was found
+    empty are seen, and the store is refused (``shard #<index> holds runs``: ``grow`` says a grow
+    adds empty stores only), never adopted with them.
     """
     def body(conn: Connection) -> None:
         row = conn.execute(_RECORD).first()
         current = None if row is None else _decode(row)
         if current == wanted:
             return
-        if expected is _UNREAD:
-            allowed = current is None or (current.set_id == wanted.set_id and current.generation < wanted.generation)
-        else:
-            allowed = current == expected
-        if not allowed:
+        if current != expected:
             raise _refuse(f"shard #{index} records another membership than it did when this open read it "
                           "(another open founding or growing the set at the same time?): open it again")
         values = {"set_id": wanted.set_id, "shard_name": wanted.shard_name,
                   "members_json": msgspec.json.encode(list(wanted.members)).decode(),
                   "generation": wanted.generation}
         if current is None:
-            if adopt_only_if_empty and not _empty_in(conn):
+            if not _empty_in(conn):
                 raise _holds_runs(index, grow=grow)
             conn.execute(t.insert().values(singleton=1, joined_at_ms=clock_now(store.clock), **values))
         else:
@@ -533,18 +524,13 @@ def _settled(names: Sequence[str], stores: Sequence[Store]) -> Membership | None
     """The membership when every store already records exactly ``names`` and is marked founded
     (nothing to write: an ordinary open of a set), else ``None`` (then the locked path decides)."""
     records = [read(s) for s in stores]
-    first = records[0]
-    if first is None or first.members != tuple(names):
+    if any(r is None for r in records):
         return None
-    for i, rec in enumerate(records):
-        if rec is None or (rec.set_id, rec.members, rec.generation) != (first.set_id, first.members,
-                                                                         first.generation):
-            return None
-        if rec.shard_name != names[i]:
-            return None
-    if any(read_founded(s) is None for s in stores):
+    try:
+        membership = _verify(names, records)
+    except ShardError:
         return None
-    return first
+    return membership if all(read_founded(s) is not None for s in stores) else None
 
 
 def _holding(store: Store, fn: Callable[[], Any]) -> Any:
@@ -583,7 +569,7 @@ def _reconcile_held(names: Sequence[str], stores: Sequence[Store], grow: bool) -
     if not present:
         _founding(empty)
         founder = Membership(secrets.token_hex(16), names[0], tuple(names), 1)
-        _record(stores[0], founder, adopt_only_if_empty=True, expected=None, index=0)  # in the held transaction
+        _record(stores[0], founder, expected=None)  # in the held transaction
         records[0] = founder
     marked = _after_the_mark(stores, records)
     founded = any(marked)
@@ -613,12 +599,10 @@ def _reconcile_held(names: Sequence[str], stores: Sequence[Store], grow: bool) -
             if rec.shard_name != names[i]:
                 raise _refuse(f"shard #{i} is recorded under another name or position (stores in another order?)")
             writes.append(i)
-    order = ([i for i in writes if i >= appended_from] + [i for i in writes if 0 < i < appended_from]
-             + [i for i in writes if i == 0])
-    for i in order:
-        # A store without a record is adopted only while empty, looked at again inside the write.
+    # The appended stores first, then the other members, store #0 last.
+    for i in sorted(writes, key=lambda i: (i == 0, i < appended_from)):
         _record(stores[i], Membership(newest.set_id, names[i], target, generation),
-                adopt_only_if_empty=records[i] is None, expected=records[i], index=i, grow=grow)
+                expected=records[i], index=i, grow=grow)
     membership = _verify(names, [read(s) for s in stores])
     # Every member is recorded and agrees: the founding (or the grow) is finished. Store #0 is
     # marked in the held transaction, with its record; the others once it committed (see
