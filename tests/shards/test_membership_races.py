@@ -322,3 +322,36 @@ def test_a_grow_refuses_a_store_that_got_runs_after_the_look(shard_urls, monkeyp
     assert err.value.code == "membership_mismatch", err.value
     assert "shard #2 holds runs" in str(err.value)
     assert _state(urls) == before
+
+
+def test_checking_a_founded_set_takes_no_lock_and_writes_nothing(shard_urls) -> None:
+    """Membership changes hold store #0's write lock; checking a set whose members already record
+    the given list, marked founded (what every ordinary open of the set does once its stores are
+    open), has nothing to change: it answers while another connection holds that lock (it would
+    wait for the lock, then fail at the busy timeout, if it took it) and leaves every record as it was."""
+    urls = shard_urls(2)
+    _set_with_runs(urls, 2)
+    before = _state(urls)
+    held, release = threading.Event(), threading.Event()
+    checked: list[Any] = []
+    stores = [fencepost.open(url) for url in urls]
+    try:
+        with fencepost.open(urls[0]) as locker_store:
+            locker = threading.Thread(
+                target=lambda: locker_store.db.write(lambda conn: (held.set(), release.wait(30))))
+            locker.start()
+            try:
+                assert held.wait(10)
+                checker = threading.Thread(
+                    target=lambda: checked.append(ms.reconcile(["shard-0", "shard-1"], stores).generation))
+                checker.start()
+                checker.join(5)  # well under the busy timeout (10 s)
+                assert checked == [1], "checking the set waited for store #0's write lock"
+            finally:
+                release.set()
+                locker.join(30)
+                checker.join(30)
+    finally:
+        for store in stores:
+            store.close()
+    assert _state(urls) == before
