@@ -170,7 +170,7 @@ def read_in(conn: Connection) -> tuple[str, int] | None:
 _GENERATION = select(t.c.set_id, t.c.generation).where(t.c.singleton == 1)
 
 
-def _record(store: Store, wanted: Membership, *, expected: Membership | None, index: int = 0,
+def _record(store: Store, wanted: Membership, *, expected: Membership | None = None, index: int = 0,
             grow: bool = False) -> None:
     """Write ``wanted`` as the store's record, comparing first, inside the write, with what was read.
 
