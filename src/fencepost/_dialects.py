@@ -333,6 +333,11 @@ class Backend:
         """``column`` equals one of the list bound as ``name`` (change-feed snapshot reads)."""
         raise NotImplementedError
 
+    @property
+    def kept_file(self) -> tuple[int, int] | None:
+        """SQLite: the ``(device, inode)`` of the file a writable store keeps to; None otherwise."""
+        return None
+
     def write_marker(self, conn: Connection) -> int | None:
         """An id of the open write transaction that later snapshots can be compared with (or None)."""
         return None
@@ -517,6 +522,7 @@ class SqliteBackend(Backend):
         # read-only store's new connections open as immutable while nobody else has the file
         # open (``vetting``).
         self._file: list[Any] = [None, None, False]
+        self._readonly = False
         #: Seconds SQLite waits for another connection's lock (``busy_timeout_ms``).
         self.busy_wait_s = BUSY_TIMEOUT_MS / 1000
         #: The ``synchronous`` level of every connection (the URL option, FULL unless given).
@@ -526,6 +532,7 @@ class SqliteBackend(Backend):
         # Options were validated by parse_url before anything was created.
         synchronous = options.get("synchronous", "FULL").upper()
         self.synchronous = synchronous
+        self._readonly = readonly
         # "writer": SQLite's own default, the commit that fills the log checkpoints it; no thread.
         background = options.get("checkpoints", "background") == "background"
         busy_ms = int(options.get("busy_timeout_ms", BUSY_TIMEOUT_MS))
@@ -620,6 +627,13 @@ class SqliteBackend(Backend):
             weakref.finalize(self, self.checkpointer.close, False)
             # Every commit calls ``wrote``: straight to the checkpointer's, one call fewer.
             self.wrote = self.checkpointer.wrote  # type: ignore[method-assign]
+
+    @property
+    def kept_file(self) -> tuple[int, int] | None:
+        """``(device, inode)`` of the file a writable store keeps to (its connections refuse any
+        other file at its path), once its first connection opened it; None for a read-only store,
+        whose connections open whatever file is at the path, and before any connection."""
+        return None if self._readonly else self._file[1]
 
     @property
     def vetting(self) -> bool:

@@ -145,8 +145,10 @@ class _SqliteWaiter(_Waiter):
         self._path = path
         # The file this follower reads: the store's connections keep an unlinked file open, so a
         # database deleted and recreated (or another file moved over it) would otherwise go on
-        # answering from the old file forever.
-        self._identity = _file_identity(path)
+        # answering from the old file forever. A writable store keeps to the file it opened (every
+        # read fails once another is at the path): that file, even when it was replaced before this
+        # follow began, which would otherwise retry those reads for ever.
+        self._identity = db.backend.kept_file or _file_identity(path)
         self._names = {os.path.basename(path) + suffix for suffix in ("", "-wal", "-journal")}
         self._thread = threading.Thread(
             target=self._watch, args=(os.path.dirname(path),), name="fencepost-follow-watch", daemon=True

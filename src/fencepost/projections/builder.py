@@ -122,12 +122,14 @@ class ProjectionStatus(msgspec.Struct, frozen=True):
 
 
 def _replacement_check(store: Store) -> Callable[[], bool]:
-    """Whether the SQLite file at ``store``'s path is no longer the one it was when this was called
-    (always False on PostgreSQL, whose store's next connection sees a recreated schema)."""
+    """Whether the SQLite file at ``store``'s path is no longer the one the store keeps to (a
+    writable store), or the one at the path when this was called (a read-only store, whose
+    connections open the file at the path); always False on PostgreSQL, whose store's next
+    connection sees a recreated schema."""
     if store.db.backend.name != "sqlite" or store.db.path is None:
         return lambda: False
     path = os.path.abspath(str(store.db.path))
-    identity = file_identity(path)
+    identity = store.db.backend.kept_file or file_identity(path)
     return lambda: file_identity(path) != identity
 
 
