@@ -1314,7 +1314,8 @@ class Database:
                 self._settle(conn, trans, write, exc)
                 # A connection lost during COMMIT leaves the outcome unknown: retrying could
                 # apply the body twice, so only a definite refusal (busy, serialization) retries.
-                if not isinstance(exc, DBAPIError):
+                # A read wrote nothing: its COMMIT failing is a read failing, retried as one.
+                if not isinstance(exc, DBAPIError) or not write:
                     raise
                 if not (exc.connection_invalidated or not self.backend.is_transient(exc)):
                     raise
