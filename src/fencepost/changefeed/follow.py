@@ -46,6 +46,9 @@ CHANNEL = "fencepost_changes_v1"
 PAGE = 500
 STOP_SLICE = 0.1  # how often a waiting follower looks at its stop event (no query involved)
 MAX_BACKOFF = 5.0
+#: Seconds a follower's reads go on failing before it says so at WARNING (it retries throughout):
+#: a database gone for good (a dropped schema) must not look like a quiet, healthy follow.
+UNAVAILABLE_WARN_S = 10.0
 SETTLE = (0.005, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)  # re-confirmations after an unconfirmed hint
 
 
@@ -392,6 +395,8 @@ def _pages(feed: ChangeFeed, position: Position | None, stop: StopSignal, poll_i
     backoff = 0.05
     follower = _gauges.next_follower()
     source: str | None = None
+    outage: float | None = None  # when the current run of failed reads began (monotonic)
+    warned = False
     try:
         while not stop.is_set():
             waiter.check_source()
@@ -403,10 +408,21 @@ def _pages(feed: ChangeFeed, position: Position | None, stop: StopSignal, poll_i
             except FencepostError as exc:
                 if not _retryable(exc):
                     raise
-                log.info("change-feed follow: database unavailable, retrying in %.2fs", backoff)
+                now = time.monotonic()
+                outage = now if outage is None else outage
+                if not warned and now - outage >= UNAVAILABLE_WARN_S:
+                    warned = True
+                    log.warning("change-feed follow: the database has not answered for %.0f s (%s); "
+                                "still retrying", now - outage, getattr(exc, "db_code", None) or exc.code)
+                else:
+                    log.info("change-feed follow: database unavailable, retrying in %.2fs", backoff)
                 _sleep(backoff, stop)
                 backoff = min(backoff * 2, MAX_BACKOFF)
                 continue
+            if warned and outage is not None:
+                log.warning("change-feed follow: the database answers again after %.0f s",
+                            time.monotonic() - outage)
+            outage, warned = None, False
             backoff = 0.05
             reached = batch.next_position
             if source is not None and source != reached.source:
