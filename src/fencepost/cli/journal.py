@@ -286,10 +286,11 @@ def _break_place(b: Any) -> str:
     """Where a break is and what it is (never a payload value)."""
     if b.what == "anchor":  # a position, not an entry of a stream: it has no seq
         return f"the anchor (position {b.position}): {b.detail}"
+    # Identifiers on one line: a run id holding a line feed must not print a line of the report.
     if b.run_id is not None and b.run_id != b.stream:
-        place = f"run {b.run_id} (its companion stream)"
+        place = f"run {one_line(b.run_id)} (its companion stream)"
     else:
-        place = f"stream {b.stream}"
+        place = f"stream {one_line(b.stream)}"
     seq = f" seq {b.seq}" if b.seq >= 0 else ""  # -1: the stored seq is not an integer
     return f"{place}{seq} (position {b.position}): {b.what}, {b.detail}"
 
