@@ -129,15 +129,18 @@ def test_replay_all_summarises_every_run_and_exits_1_on_any_violation(run_cli, s
     _forge_second_owner(settled, "r2")
     broken = run_cli("--db", settled, "journal", "replay", "--all")
     assert broken.code == 1, broken
-    assert "2 run(s) replayed, 3 ownership interval(s), 2 violation(s)" in broken.out
+    # The forged fact breaks two rules, and leaves the facts ending with another owner than the row's.
+    assert "2 run(s) replayed, 3 ownership interval(s), 3 violation(s)" in broken.out
     assert "activated_without_claim" in broken.out and "two_owners" in broken.out and "r2" in broken.out
+    assert "row_disagrees" in broken.out
     as_json = run_cli("--db", settled, "journal", "replay", "--all", "--json")
     assert as_json.code == 1
-    assert json.loads(as_json.out)["violations"] == {"activated_without_claim": 1, "two_owners": 1}
+    assert json.loads(as_json.out)["violations"] == {"activated_without_claim": 1, "row_disagrees": 1,
+                                                     "two_owners": 1}
     # Like `replay RUN_ID` and `verify`, a failing replay says so on stderr (it used to exit 1 with
     # nothing there, so a script checking only stderr saw no reason).
     for result in (broken, as_json):
-        assert result.err.strip() == "Error: 1 of 2 run(s) break the ownership rules (2 violation(s))", result
+        assert result.err.strip() == "Error: 1 of 2 run(s) break the ownership rules (3 violation(s))", result
 
 
 def test_verify_names_the_run_of_a_broken_companion_entry(run_cli, settled):
@@ -294,7 +297,7 @@ def test_replay_all_prints_one_row_per_run_in_csv_and_jsonl(run_cli, settled):
     as_csv = run_cli("--db", settled, "journal", "replay", "--all", "--format", "csv")
     assert as_csv.code == 1, as_csv
     rows = list(csv.DictReader(io.StringIO(as_csv.out)))
-    assert [(r["run_id"], r["intervals"], r["violations"]) for r in rows] == [("r1", "1", "0"), ("r2", "2", "2")]
+    assert [(r["run_id"], r["intervals"], r["violations"]) for r in rows] == [("r1", "1", "0"), ("r2", "2", "3")]
     assert rows[0]["first_violation"] == "" and rows[1]["first_violation"].startswith("activated_without_claim at seq")
     assert rows[1]["stream"] == companion_stream("r2") and rows[1]["facts"] == "3"
     as_jsonl = run_cli("--db", settled, "journal", "replay", "--all", "--format", "jsonl")

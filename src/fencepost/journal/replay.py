@@ -40,11 +40,12 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import msgspec
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.engine import Connection
 
 from fencepost._durable import DbFailure, carry_failure, failure_code, failure_detail
 from fencepost._schema import flows_journal_events as _events
+from fencepost._schema import flows_runs as _runs
 from fencepost._values import identifier_problem, is_safe_int
 from fencepost.errors import JournalError
 from fencepost.journal.entries import Entry, entry_from_row
@@ -374,20 +375,35 @@ _DETAILS = {
 
 class _Stream(msgspec.Struct, frozen=True):
     """One companion stream as one read found it: its stored rows in append order (an entry
-    holding values not of the journal's types as ``verify``'s ``Undecodable``) and its chain's breaks."""
+    holding values not of the journal's types as ``verify``'s ``Undecodable``), its chain's breaks,
+    the run it belongs to (None: its facts name none) and, read in the same snapshot, who that
+    run's row says owns and claims it (``_RunHolders``; None: no such row)."""
 
     name: str
     rows: list[Any]
     breaks: list[Break]
+    run_id: str | None = None
+    holders: Any = None
 
 
-def _read_stream(store: Store, stream: str, method: str) -> _Stream:
-    """Read ``stream`` once: the same rows serve to name its run, judge its facts and check its
-    chain, in one read snapshot (two statements: the rows, and the log entry after the last)."""
+# Who the run row says holds the run: its owner, and its pending claim with the claim's grant.
+_RUN_HOLDERS = select(
+    _runs.c.owner_host_id, _runs.c.owner_pid, _runs.c.owner_nonce,
+    _runs.c.claim_host_id, _runs.c.claim_pid, _runs.c.claim_nonce, _runs.c.claimed_at_ms,
+).where(_runs.c.run_id == bindparam("run_id"))
+
+
+def _read_stream(store: Store, stream: str, method: str, run_id: str | None = None) -> _Stream:
+    """Read ``stream`` once: the same rows serve to name its run (unless ``run_id`` is given), judge
+    its facts and check its chain, in one read snapshot with the run row's holders (three
+    statements: the rows, the log entry after the last, the run row)."""
+    from fencepost.journal import companion_stream
 
     def run(conn: Connection) -> _Stream:
         rows = stream_rows(store, conn, stream)
-        return _Stream(stream, rows, rows_breaks(conn, rows))
+        named = run_id if run_id is not None else _run_named_by(rows, companion_stream, stream)
+        holders = None if named is None else conn.execute(_RUN_HOLDERS, {"run_id": named}).first()
+        return _Stream(stream, rows, rows_breaks(conn, rows), named, holders)
 
     try:
         return store.db.read(run)
@@ -397,12 +413,12 @@ def _read_stream(store: Store, stream: str, method: str) -> _Stream:
                             exc) from None
 
 
-def _facts(stream: _Stream) -> Iterator[Entry | Violation]:
-    """The stream's consensus facts, decoded; a fact the journal's decoder refuses comes back as
+def _facts(rows: list[Any]) -> Iterator[Entry | Violation]:
+    """A stream's consensus facts, decoded; a fact the journal's decoder refuses comes back as
     its ``malformed_fact`` violation (naming the field and position, never the value). An entry
     whose text is not UTF-8, or whose integer column holds something else, is skipped: its
     ``encoding`` or ``integer`` break reports it."""
-    for row in stream.rows:
+    for row in rows:
         if (type(row) is Undecodable or not row.event_type.startswith(FACT_PREFIX)
                 or row.source_id != FACT_SOURCE):
             continue
@@ -430,13 +446,14 @@ def ownership_history(store: Store, run_id: str) -> OwnershipHistory:
     problem = identifier_problem(run_id)
     if problem:
         raise JournalError("invalid_event", "ownership_history", f"run_id {problem}")
-    return _history(run_id, _read_stream(store, companion_stream(run_id), "ownership_history"))
+    return _history(run_id, _read_stream(store, companion_stream(run_id), "ownership_history", run_id))
 
 
 def _history(run_id: str, stream: _Stream) -> OwnershipHistory:
     replay = _Replay(run_id)
     types: dict[int, str] = {}
-    for e in _facts(stream):
+    last: Entry | None = None
+    for e in _facts(stream.rows):
         if type(e) is Violation:
             replay.facts += 1
             replay.violations.append(e)
@@ -444,19 +461,53 @@ def _history(run_id: str, stream: _Stream) -> OwnershipHistory:
         assert type(e) is Entry
         types[e.seq] = e.event_type
         replay.apply(e)
+        last = e
     history = replay.result(stream.name)
     # The facts are judged as stored; a fact edited or removed by hand must not pass as history.
     chain: dict[int, list[Any]] = {}
     for b in stream.breaks:
         chain.setdefault(b.seq, []).append(b)
-    if not chain:
+    found = [Violation(seq=seq, position=bs[0].position, event_type=types.get(seq, ""), rule="chain_broken",
+                       detail="the stream's hash chain breaks here (" + "; ".join(
+                           f"{b.what}: {b.detail}" for b in bs) + "): run journal verify")
+             for seq, bs in chain.items()]
+    row: list[Violation] = []
+    if last is not None and stream.holders is not None:
+        disagreement = _row_disagrees(replay, stream.holders)
+        if disagreement is not None:
+            row.append(Violation(seq=last.seq, position=last.position, event_type=last.event_type,
+                                 rule="row_disagrees", detail=disagreement))
+    if not found and not row:
         return history
-    tampered = [Violation(seq=seq, position=bs[0].position, event_type=types.get(seq, ""), rule="chain_broken",
-                          detail="the stream's hash chain breaks here (" + "; ".join(
-                              f"{b.what}: {b.detail}" for b in bs) + "): run journal verify")
-                for seq, bs in chain.items()]
-    violations = sorted([*tampered, *history.violations], key=lambda v: v.seq)
+    # By seq; at one seq, a broken chain first (it explains the rest), the row's disagreement last.
+    violations = sorted([*found, *history.violations, *row], key=lambda v: v.seq)
     return msgspec.structs.replace(history, violations=violations)
+
+
+def _row_disagrees(replay: _Replay, holders: Any) -> str | None:
+    """Why the run row's owner or pending claim is not the one the facts end with, or None.
+
+    Every change of who owns or claims a run writes its fact in the same transaction as the row,
+    so the two always agree; they disagree when facts were removed (a stream's newest facts leave
+    the rest of its chain intact) or the row or a fact was edited by hand."""
+    h = holders
+    row_owner = None if h.owner_host_id is None else OwnerId(h.owner_host_id, h.owner_pid, h.owner_nonce)
+    row_claim = (None if h.claim_host_id is None
+                 else (OwnerId(h.claim_host_id, h.claim_pid, h.claim_nonce), h.claimed_at_ms))
+    fact_owner = None if replay.current is None else replay.current.owner
+    fact_claim = None if replay.claim is None else (replay.claim.owner, replay.claim.granted_at_ms)
+    problems = []
+    if row_owner != fact_owner:
+        problems.append("the run row's owner is not the one its last facts leave holding it"
+                        if fact_owner is not None and row_owner is not None
+                        else "the run row has an owner its facts do not give it" if fact_owner is None
+                        else "the facts leave an owner holding the run, its row has none")
+    if row_claim != fact_claim:
+        problems.append("the run row's pending claim is not the one its facts leave pending")
+    if not problems:
+        return None
+    return ("; ".join(problems) + ": facts after these were removed, or the row or a fact was edited "
+            "by hand (run journal verify)")
 
 
 class ReplaySummary(msgspec.Struct, frozen=True):
@@ -480,13 +531,13 @@ class ReplaySummary(msgspec.Struct, frozen=True):
         return not self.violations and not self.unattributed_streams
 
 
-def _run_named_by(stream: _Stream, companion_stream: Callable[[str], str]) -> str | None:
+def _run_named_by(rows: list[Any], companion_stream: Callable[[str], str], stream: str) -> str | None:
     """The run a companion stream belongs to: the first ``runId`` its facts name that hashes to it."""
-    for e in _facts(stream):
+    for e in _facts(rows):
         if type(e) is not Entry:
             continue
         named = e.payload.get("runId") if type(e.payload) is dict else None
-        if type(named) is str and named and companion_stream(named) == stream.name:
+        if type(named) is str and named and companion_stream(named) == stream:
             return named
     return None
 
@@ -510,7 +561,6 @@ def replay_all(store: Store, *, on_progress: Callable[[int, int], None] | None =
     ``replayed == total``. An exception it raises (``KeyboardInterrupt`` ...) ends the replay and
     propagates.
     """
-    from fencepost.journal import companion_stream
 
     checked_store(store, "replay_all")
     if on_progress is not None and not callable(on_progress):
@@ -528,7 +578,7 @@ def replay_all(store: Store, *, on_progress: Callable[[int, int], None] | None =
         on_progress(0, len(streams))
     for done, stream in enumerate(streams, start=1):
         read = _read_stream(store, stream, "replay_all")
-        run_id = _run_named_by(read, companion_stream)
+        run_id = read.run_id
         if run_id is None:
             orphans.append(stream)
         else:
