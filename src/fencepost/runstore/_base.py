@@ -108,6 +108,14 @@ def token_is(g: Any, claimant: OwnerId, claimed_at_ms: int) -> bool:
 
 
 
+
+def persistence_error(exc: DbFailure, method: str) -> FencepostError:
+    """The ``RunStoreError`` a run-store ``method`` raises for the database failure ``exc`` (its
+    category and code kept as ``cause``, never a value)."""
+    err = map_failure(exc, RunStoreError, method, "run")
+    err.cause = {"category": exc.category, "code": exc.code}  # type: ignore[attr-defined]
+    return err
+
 class StoreBase:
     """State and helpers shared by the parts of ``RunStore``."""
 
@@ -124,31 +132,25 @@ class StoreBase:
         try:
             return self._db.write(fn)
         except DbFailure as exc:
-            err = map_failure(exc, RunStoreError, method, "run")
-            err.cause = {"category": exc.category, "code": exc.code}  # type: ignore[attr-defined]
-            raise err from None
+            raise persistence_error(exc, method) from None
         except (FencepostError, SQLAlchemyError):
             raise  # ours, or a transient driver error an outer write must see to retry
         except cs.StrategyAnswerError as exc:
             # Its message names the strategy's method and types only.
-            err = check.refuse(method, str(exc), {"category": "persistence_failed", "reason": type(exc).__name__},
-                               code="persistence_failed")
-            raise err from None
+            raise check.refuse(method, str(exc), {"category": "persistence_failed", "reason": type(exc).__name__},
+                               code="persistence_failed") from None
         except Exception as exc:
             # A defect inside an injected strategy: persistence_failed, its type kept, never its text
             # (it may quote values).
-            err = check.refuse(method, "run persistence failed",
+            raise check.refuse(method, "run persistence failed",
                                {"category": "persistence_failed", "reason": type(exc).__name__},
-                               code="persistence_failed")
-            raise err from None
+                               code="persistence_failed") from None
 
     def _read(self, method: str, fn: Callable[[Connection], Any]) -> Any:
         try:
             return self._db.read(fn)
         except DbFailure as exc:
-            err = map_failure(exc, RunStoreError, method, "run")
-            err.cause = {"category": exc.category, "code": exc.code}  # type: ignore[attr-defined]
-            raise err from None
+            raise persistence_error(exc, method) from None
 
     def _fact(self, conn: Connection, run_id: str, kind: str, owner: OwnerId, granted_at_ms: int | None,
               **evidence: Any) -> None:

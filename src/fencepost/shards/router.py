@@ -5,7 +5,9 @@ its journal stream and its companion stream) lives on exactly one shard, for lif
 
 - **Where a run is created.** On the shard its id places on (``placement.place``), except a run
   created with a ``lineage_id`` or ``parent_run_id``: it joins the shard of that run, so a lineage
-  and a fork's parent stay in one store (their constraints are the store's own).
+  and a fork's parent stay in one store (their constraints are the store's own). Every creation of
+  an id holds its placed shard's write lock while it checks the other shards and creates the run
+  (both locks in member order when the run goes elsewhere): creations of one id at once create it once.
 - **Where an existing run is found.** Runs never move, so after a set grows some old runs are not
   where placement now points. A lookup asks the placed shard first, then the others in member
   order (a shard holds a run when it has its row, its journal stream or its companion stream of
@@ -27,6 +29,7 @@ import queue
 import threading
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from functools import partial
 from typing import Any, TypeVar
 
 import msgspec
@@ -45,6 +48,7 @@ from fencepost.errors import FencepostError
 from fencepost.journal import companion_stream
 from fencepost.journal.owner import OwnerId
 from fencepost.runstore import _checks as check
+from fencepost.runstore._base import persistence_error
 from fencepost.runstore.rows import Attempt
 from fencepost.shards import _checks
 from fencepost.shards import membership as ms
@@ -147,6 +151,16 @@ class ShardSet:
                 self._remember(run_id, name)
                 return name
         return None
+
+    def _held_elsewhere(self, run_id: str, target: str) -> None:
+        """Raise ``_HeldElsewhere`` naming the first shard other than ``target`` (the placed shard first,
+        then member order) that holds ``run_id``. Called under the placed shard's write lock: a
+        creation of the id on any shard commits while holding it, so each shard read here shows
+        every creation decided before (a shard whose transaction this thread has open is read in it)."""
+        placed = place(run_id, self.names)
+        for name in [placed, *(n for n in self.names if n != placed)]:
+            if name != target and self._holds(self._stores[name], run_id):
+                raise _HeldElsewhere(name)
 
     def store_for(self, run_id: str) -> Store:
         """The member store that holds (or would hold) ``run_id``.
@@ -312,6 +326,74 @@ def _merged_follow(stores: Iterable[tuple[str, Store]], positions: Mapping[str, 
             th.join(timeout=5)
 
 
+# How many times a creation goes to another shard than it looked on first (the id was found there,
+# under the placed shard's lock): runs never move, so the second look finds what the first did.
+_DIVERSIONS = 2
+
+
+class _HeldElsewhere(Exception):
+    """Raised in a creating transaction: the shard ``name`` holds the id; the creation goes there."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+def _write(store: Store, fn: Callable[[Connection], T], *, alone: bool = False) -> T:
+    """``store.db.write(fn)``, a database failure mapped as ``runs.create`` maps it (``alone``: on
+    this thread, never shared with other writes, so another store's write can run inside it)."""
+    try:
+        return store.db.write(fn, alone=alone)
+    except DbFailure as exc:
+        raise persistence_error(exc, "create") from None
+
+
+class _LockHolder:
+    """One store's write lock, taken in a transaction of its own on a thread of its own and held
+    until ``release``: for a creation whose target shard comes before the placed shard in member
+    order, the placed shard's lock stays held until after the target's transaction committed
+    (a write nested on this thread would commit before the one around it)."""
+
+    def __init__(self, store: Store) -> None:
+        self._locked = threading.Event()
+        self._release = threading.Event()
+        self._failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._hold, args=(store,), daemon=True,
+                                        name="fencepost-create-lock")
+        self._thread.start()
+
+    def _hold(self, store: Store) -> None:
+        def body(_conn: Connection) -> None:
+            self._locked.set()
+            self._release.wait()
+
+        try:
+            store.db.write(body, alone=True)  # writes nothing: whether it commits does not matter
+        except BaseException as exc:
+            if not self._locked.is_set():
+                self._failure = exc
+        finally:
+            self._locked.set()
+
+    def wait(self) -> None:
+        """Until the lock is held; the failure to take it (as ``runs.create`` maps it) raised here."""
+        self._locked.wait()
+        failure = self._failure
+        if failure is not None:
+            if isinstance(failure, DbFailure):
+                raise persistence_error(failure, "create") from None
+            raise failure
+
+    def release(self) -> None:
+        self._release.set()
+        self._thread.join()
+
+
+def _let_go(holds: list[_LockHolder]) -> None:
+    while holds:
+        holds.pop().release()
+
+
 class _Routed:
     def __init__(self, shards: ShardSet) -> None:
         self._shards = shards
@@ -325,26 +407,74 @@ class ShardedRuns(_Routed):
 
     def create(self, run_id: str, state_json: str, *, parent_run_id: str | None = None,
                lineage_id: str | None = None, round_ordinal: int | None = None) -> None:
-        """Create on the placed shard (or the lineage's / parent's shard), checking the set's generation."""
+        """Create on the placed shard (or the lineage's / parent's shard), checking the set's generation.
+
+        Every creation of an id is decided on the shard the id is placed on: it holds that shard's
+        write lock while it checks that no other shard holds the id and creates it, so creations of
+        one id at once (with different anchors, or one with and one without) create it once. An id
+        another shard holds is created there instead, which refuses it as one store does.
+        """
         s = self._shards
         if identifier_problem(run_id):  # refused by the store exactly as it refuses it alone
             return s[s.names[0]].runs.create(run_id, state_json, parent_run_id=parent_run_id,
                                              lineage_id=lineage_id, round_ordinal=round_ordinal)
         anchor = lineage_id if lineage_id is not None else parent_run_id
-        name = s._find(run_id)  # an id that exists anywhere is refused by the store that holds it
-        if name is None:
-            # ``place`` of the hashing itself: a reserved id is refused below by the store's own create.
-            name = s._route(anchor) if anchor is not None and not identifier_problem(anchor) else place(
-                run_id, s.names)
-        store = s[name]
+        # ``place`` of the hashing itself: a reserved id is refused by the store's own create.
+        placed = place(run_id, s.names)
+        target = s._where.get(run_id)  # a run this process knows of: refused where it is
+        if target is None:
+            target = s._route(anchor) if anchor is not None and not identifier_problem(anchor) else placed
 
-        def body(conn: Connection) -> None:
-            s._check_generation(conn, name)
-            store.runs.create(run_id, state_json, parent_run_id=parent_run_id, lineage_id=lineage_id,
-                              round_ordinal=round_ordinal)
+        def create(conn: Connection, target: str, look: bool) -> None:
+            # In the target's write transaction, the placed shard's write lock held.
+            s._check_generation(conn, target)
+            if look:
+                s._held_elsewhere(run_id, target)
+            s[target].runs.create(run_id, state_json, parent_run_id=parent_run_id, lineage_id=lineage_id,
+                                  round_ordinal=round_ordinal)
 
-        store.runs._write("create", body)
-        s._remember(run_id, name)
+        for diversions in range(_DIVERSIONS, -1, -1):
+            try:
+                self._decided(placed, target, partial(create, target=target, look=diversions > 0))
+            except _HeldElsewhere as held:
+                target = held.name  # the creation goes to the shard holding the id, which refuses it
+                continue
+            s._remember(run_id, target)
+            return
+
+    def _decided(self, placed: str, target: str, create: Callable[[Connection], None]) -> None:
+        """``create`` in ``target``'s write transaction while ``placed``'s write lock is held, from
+        before ``create`` looks until after ``target`` committed.
+
+        The same shard: one transaction (its COMMIT shared with concurrent writes, as any write's).
+        Otherwise both locks are taken in member order, so two creations never wait for each other
+        crosswise: the placed shard first, then the target's transaction inside it (committed
+        before the placed shard's); or the target first, and the placed shard's lock held on a
+        thread of its own until the target's transaction committed.
+        """
+        s = self._shards
+        store, placed_store = s[target], s[placed]
+        if target == placed:
+            _write(store, create)
+        elif s.names.index(placed) < s.names.index(target):
+            _write(placed_store, lambda _conn: _write(store, create, alone=True), alone=True)
+        else:
+            holds: list[_LockHolder] = []
+
+            def body(conn: Connection) -> None:
+                _let_go(holds)  # a transaction run again: this thread holds the target's lock again
+                holds.append(_LockHolder(placed_store))
+                try:
+                    holds[-1].wait()
+                    create(conn)
+                except BaseException:
+                    _let_go(holds)  # never hold the placed shard's lock while taking the target's again
+                    raise
+
+            try:
+                _write(store, body, alone=True)
+            finally:
+                _let_go(holds)
 
     def get(self, run_id: str) -> Any:
         return self._on(run_id).runs.get(run_id)
