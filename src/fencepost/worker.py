@@ -34,7 +34,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import msgspec
-from sqlalchemy import and_, select
+from sqlalchemy import and_, func, select
 
 from fencepost import _gauges
 from fencepost._dialects import FILE_REPLACED
@@ -488,7 +488,8 @@ class Worker:
             found: dict[str, dict[str, Any]] = {}
             for kind in kinds:
                 if self.run_prefix is not None:
-                    kind = and_(kind, runs_t.c.run_id.startswith(self.run_prefix, autoescape=True))
+                    # Case for case on both backends (SQLite's LIKE ignores ASCII case).
+                    kind = and_(kind, func.substr(runs_t.c.run_id, 1, len(self.run_prefix)) == self.run_prefix)
                 stmt = (select(*_CANDIDATE_COLUMNS).where(kind)
                         .order_by(runs_t.c.created_at_ms, runs_t.c.run_id).limit(n))
                 for r in conn.execute(stmt):
@@ -596,9 +597,14 @@ class Worker:
         owner = _owner(cand, "owner")
         expected = RunSnapshot(cand["status"], owner, cand["heartbeat_at_ms"])
         if cand["status"] == "running":
-            if owner is None or self.liveness(owner, LivenessContext(self.owner, cand["heartbeat_at_ms"], now)):
+            # A stale run under this worker's own owner that it is not executing (its lease was lost,
+            # its settlement failed) is gone as far as this worker knows: a liveness check by process
+            # id would call it alive for ever, this process being alive.
+            own = owner == self.owner and run_id not in self._in_hand() and run_id not in self.supervisor.held()
+            if owner is None or (not own and self.liveness(
+                    owner, LivenessContext(self.owner, cand["heartbeat_at_ms"], now))):
                 return None
-            evidence = LivenessEvidence(owner, now, self._evidence_kind(owner))
+            evidence = LivenessEvidence(owner, now, "lease-expired" if own else self._evidence_kind(owner))
             claimed = runs.steal(run_id, expected, self.owner, now, evidence)
         else:
             claimed = runs.claim(run_id, expected, self.owner, now)
@@ -745,8 +751,8 @@ class Worker:
             return
         try:
             result = self.fn(ctx)
-        except Cancelled:
-            self._settle_cancelled(ctx)
+        except Cancelled as exc:
+            self._settle_cancelled(ctx, exc)
             return
         except (Suspend, Stopping) as s:
             ctx.lease.check()
@@ -927,7 +933,10 @@ class Worker:
         except Exception:  # locating the run's shard failed: the default rules still apply
             return DEFAULT_REDACTION
 
-    def _settle_cancelled(self, ctx: RunContext) -> None:
+    def _settle_cancelled(self, ctx: RunContext, raised: Cancelled | None = None) -> None:
+        """Settle ``cancelled`` under the guard that a cancel request is on the run. A function that
+        raised ``Cancelled`` (``raised``) with none there settles ``failed`` instead: a run is never
+        recorded cancelled without a request, and one left ``running`` would be run again."""
         runs, now = self.store.runs, self.store.clock.now_ms()
         self._owned_write(ctx, "acknowledging the cancel request",
                           lambda: runs.acknowledge_cancel(ctx.run_id, self.owner, now))
@@ -937,6 +946,10 @@ class Worker:
             log.info("run %s settled cancelled", ctx.run_id, extra={"run_id": ctx.run_id})
         elif not isinstance(outcome, GuardFailed):
             raise LeaseLost(ctx.run_id, type(outcome).__name__)
+        else:
+            log.warning("run %s: the function raised Cancelled but no cancel request is on the run; "
+                        "settling it failed", ctx.run_id, extra={"run_id": ctx.run_id})
+            self._settle_failed(ctx, raised if raised is not None else Cancelled("no cancel request"))
 
     def _observe_cancellations(self) -> None:
         with self._lock:
