@@ -90,32 +90,45 @@ def test_from_start_checks_everything_again_and_sees_an_older_entry_edited(store
 def test_a_rewritten_last_entry_starts_over(store: fencepost.Store, raw, checked) -> None:
     _append(store, 9, "a")
     kept = Resumable()
-    kept.report(store)
+    seen = kept.report(store).head
     _drop_triggers(store, raw)
     raw.execute(text("UPDATE flows_journal_events SET entry_hash = :h WHERE position = 9"), {"h": "0" * 64})
     raw.commit()
     checked.clear()
     report = kept.report(store)
     assert checked == list(range(1, 10))
-    assert report == verify(store) and not report.ok
+    # The entry's own hash break, and the entry seen before stored with another hash.
+    assert report == verify(store, anchor=seen) and not report.ok and report.breaks == 2
 
 
-def test_a_journal_rolled_back_past_the_last_entry_starts_over(store: fencepost.Store, raw, checked) -> None:
+def test_a_journal_rolled_back_past_the_last_entry_starts_over_and_says_entries_went(
+        store: fencepost.Store, raw, checked) -> None:
+    """Defect (found by an audit review of the console, both backends): a journal whose newest
+    entries were deleted after the console had checked them verified as intact on the next load
+    ("every link intact", its head gone backwards without a word), although the check held the
+    head it had seen: the very anchor that proves such a removal. A whole pass now checks that
+    entry as ``verify`` checks an anchor, and says so on every later report."""
     _append(store, 9, "a")
     kept = Resumable()
-    kept.report(store)
+    seen = kept.report(store).head
+    assert seen is not None and seen.position == 9
     _drop_triggers(store, raw)
     raw.execute(text("DELETE FROM flows_journal_events WHERE position >= 8"))
     raw.commit()
     checked.clear()
     report = kept.report(store)
     assert checked == list(range(1, 8))
-    assert report == verify(store) and report.ok and report.entries_checked == 7
-    # New entries after the rollback go on from there.
+    assert report == verify(store, anchor=seen) and not report.ok and report.entries_checked == 7
+    assert report.first_break is not None and report.first_break.what == "anchor"
+    assert report.first_break.position == 9 and report.first_break.detail == "the anchored entry is missing"
+    assert verify(store).ok  # what is left links up: only the earlier check can tell
+    # New entries after the rollback: position 9 holds another entry now, still reported.
     store.journal.append_many_unfenced("run-x", [NewEntry("step", {"k": k}) for k in range(2)], source_id="z")
-    checked.clear()
     later = kept.report(store)
-    assert checked == [8, 9] and later == verify(store) and later.entries_checked == 9
+    assert later == verify(store, anchor=seen) and not later.ok and later.entries_checked == 9
+    assert later.first_break is not None and later.first_break.what == "anchor"
+    assert later.first_break.detail == "the anchored entry has another hash"
+    assert not kept.report(store, from_start=True).ok  # for as long as this check is kept
 
 
 def test_new_streams_and_a_broken_link_to_an_earlier_entry_are_seen(store: fencepost.Store, raw,

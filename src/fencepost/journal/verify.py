@@ -171,6 +171,19 @@ def stream_page(store: Store, stream: str, after: int, n: int) -> list[Any]:
                                          failure_detail("journal read", exc)), exc) from None
 
 
+def log_page(store: Store, after: int, n: int) -> list[Any]:
+    """Up to ``n`` stored rows of the log with ``position`` above ``after``, in ``position`` order,
+    read as ``stream_page`` reads a stream's: an entry the journal cannot read comes back as
+    ``Undecodable``, the others as stored (the console's journal page: one bad entry does not hide
+    the rest)."""
+    params = {"after": after, "n": n}
+    try:
+        return store.db.read(lambda conn: _page(store, conn, _PAGE, _BYTES_PAGE, params))
+    except DbFailure as exc:
+        raise carry_failure(JournalError(failure_code(exc, "read_failed", closed="journal_closed"), "log",
+                                         failure_detail("journal read", exc)), exc) from None
+
+
 def stream_rows(store: Store, conn: Connection, stream: str) -> list[Any]:
     """Every stored row of one stream in append order (all of ``_PAGE``'s columns), read on
     ``conn``; an entry holding text that is not UTF-8, or an integer column holding something
@@ -461,11 +474,18 @@ def verify(store: Store, *, anchor: Head | None = None,
 
     checker, anchor_hash = _read(store, run)
     if anchor is not None and anchor_hash != anchor.entry_hash:
-        checker.breaks += 1
-        if len(checker.listed) < MAX_LISTED:
-            detail = "the anchored entry is missing" if anchor_hash is None else "the anchored entry has another hash"
-            checker.listed.append(Break(stream="", seq=-1, position=anchor.position, what="anchor", detail=detail))
+        _anchor_break(checker, anchor, _ANCHOR_MISSING if anchor_hash is None else _ANCHOR_CHANGED)
     return _report(checker)
+
+
+_ANCHOR_MISSING = "the anchored entry is missing"
+_ANCHOR_CHANGED = "the anchored entry has another hash"
+
+
+def _anchor_break(checker: _Checker, anchor: Head, detail: str) -> None:
+    checker.breaks += 1
+    if len(checker.listed) < MAX_LISTED:
+        checker.listed.append(Break(stream="", seq=-1, position=anchor.position, what="anchor", detail=detail))
 
 
 def _check_from(store: Store, conn: Connection, checker: _Checker, anchor: Head | None,
@@ -531,15 +551,20 @@ class Resumable:
     ``report(store)`` goes on from the last entry it checked when everything it checked so far was
     intact and that entry still stands where it was with the hash it had (read in the same snapshot
     as the new entries); otherwise (a break was found, the journal was rewritten, rolled back or
-    replaced), and with ``from_start=True``, it checks the whole journal again. What it cannot see
-    is an older entry altered later without its hash: a whole verification finds that, which is why
-    a caller passes ``from_start`` now and then. ``checked_from_start_at``: ``time.monotonic()`` of
-    the last whole pass (None before one). Calls are taken one at a time. It holds no reference to
-    the store (a cache keyed by the store can let it go).
+    replaced), and with ``from_start=True``, it checks the whole journal again. Every whole pass
+    also checks the newest entry an earlier pass found intact, as ``verify`` checks an anchor: a
+    journal whose newest entries were removed (or rewritten, or replaced by another) after it was
+    checked reports an ``anchor`` break at that position, on this and every later call. What it
+    cannot see is an older entry altered later without its hash: a whole verification finds that,
+    which is why a caller passes ``from_start`` now and then. ``checked_from_start_at``:
+    ``time.monotonic()`` of the last whole pass (None before one). Calls are taken one at a time.
+    It holds no reference to the store (a cache keyed by the store can let it go).
     """
 
     def __init__(self) -> None:
         self._checker: _Checker | None = None
+        #: The newest entry a pass found with every link intact up to it (None before one).
+        self._anchor: Head | None = None
         self._lock = threading.Lock()
         self.checked_from_start_at: float | None = None
 
@@ -548,17 +573,24 @@ class Resumable:
         # One call at a time: a pass that ends later must not put back what an earlier one knew.
         with self._lock:
             base = None if from_start else self._checker
+            anchor = self._anchor
             started = time.monotonic()
-            checker, whole = _read(store, lambda conn: _resume_or_start(store, conn, base))
+            checker, whole, anchor_hash = _read(store, lambda conn: _resume_or_start(store, conn, base, anchor))
+            if whole and anchor is not None and anchor_hash != anchor.entry_hash:
+                _anchor_break(checker, anchor, _ANCHOR_MISSING if anchor_hash is None else _ANCHOR_CHANGED)
+            elif checker.breaks == 0 and checker.last is not None:
+                self._anchor = checker.last
             self._checker = checker.kept()
             if whole:
                 self.checked_from_start_at = started
             return _report(checker)
 
 
-def _resume_or_start(store: Store, conn: Connection, base: _Checker | None) -> tuple[_Checker, bool]:
+def _resume_or_start(store: Store, conn: Connection, base: _Checker | None,
+                     anchor: Head | None) -> tuple[_Checker, bool, str | None]:
     """``base`` carried on over the entries after its last one, or (None, a break already found,
-    its last entry changed or gone, a stream end not readable as stored) a whole pass; and which."""
+    its last entry changed or gone, a stream end not readable as stored) a whole pass; and which;
+    and, for a whole pass, the stored hash of ``anchor``'s entry (None: no entry there)."""
     # Only an intact chain: there each stream's entries have consecutive ``seq`` in position order,
     # so the stream's highest ``seq`` up to the mark is its latest entry, the one a whole pass links to.
     if base is not None and base.last is not None and base.breaks == 0:
@@ -584,12 +616,11 @@ def _resume_or_start(store: Store, conn: Connection, base: _Checker | None) -> t
             checker = base.going_on(earlier)
             try:
                 _check_from(store, conn, checker, None, None, 0)
-                return checker, False
+                return checker, False, None
             except _StartOver:
                 pass  # a value that is not UTF-8 (SQLite) does not end the read: on to a whole pass
     checker = _Checker()
-    _check_from(store, conn, checker, None, None, 0)
-    return checker, True
+    return checker, True, _check_from(store, conn, checker, anchor, None, 0)
 
 def head(store: Store) -> Head | None:
     """The newest entry's position and hash (None for an empty journal): an anchor for ``verify``."""
