@@ -85,11 +85,12 @@ def test_run_page_shows_replay_violations_beside_the_timeline(store: fencepost.S
     fact("claimed", B, 2_000, 2_000)
     fact("activated", B, 2_000, 2_000)
     rules = [v.rule for v in ownership_history(store, "forged").violations]
-    assert rules == ["claim_while_owned", "two_owners"]
+    # The row (pending, nobody's) is not what the forged facts leave: that is reported too.
+    assert rules == ["claim_while_owned", "two_owners", "row_disagrees"]
     with UiServer(create_app(store.url)) as console:
         page = httpx.get(console.url + "/runs/forged", timeout=10).text
     verdict = re.search(r'<aside class="verdict bad" id="verdict">.*?</aside>', page, re.S)
-    assert verdict and "replay: 2 violation(s)" in verdict.group(0)
+    assert verdict and "replay: 3 violation(s)" in verdict.group(0)
     for rule in rules:
         assert f"<code>{rule}</code>" in verdict.group(0)
-    assert page.count('<g class="violation">') == 2 and page.count('<g class="lane"') == 2
+    assert page.count('<g class="violation">') == 3 and page.count('<g class="lane"') == 2

@@ -204,6 +204,7 @@ class FeedHub:
                 feed = self.store.feed
                 if self.position is None:  # the store did not answer at start-up: follow from now on
                     self.position = feed.position()
+                self._reads_again(feed, self.position)
                 for change in feed.follow(self.position, stop=self._stop, poll_interval=self._poll_interval):
                     data = run_event(feed, change)
                     self.position = change.position
@@ -237,6 +238,19 @@ class FeedHub:
     def error(self) -> str | None:
         """Why the follower last stopped, None while it follows (over one store)."""
         return self.errors.get("")
+
+    def _reads_again(self, feed: Any, position: Any, name: str = "") -> None:
+        """After the follower (of store ``name`` over several) failed: read the feed once from its
+        position before following again, and once that answers, its error is over.
+
+        A change arriving would say so too, but on a quiet store none comes: the error would stay
+        in ``/health.json`` for as long as no run changes. A failure of this read is the
+        follower's own (``SourceChanged``: the source is read again, then this again).
+        """
+        if self.errors.get(name) is None:
+            return
+        feed.changes_since(position, 1)
+        self._follower_back(name)
 
     def _follower_back(self, name: str = "") -> None:
         self.errors[name] = None
@@ -439,6 +453,7 @@ class MultiFeedHub(FeedHub):
                 feed = self.stores[name].feed
                 if self.positions[name] is None:  # it did not answer at start-up: follow from now on
                     self.positions[name] = feed.position()
+                self._reads_again(feed, self.positions[name], name)
                 for change in feed.follow(self.positions[name], stop=self._stop, poll_interval=self._poll_interval):
                     data = {"store": name, **run_event(feed, change)}
                     self.positions[name] = change.position

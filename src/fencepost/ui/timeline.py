@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fencepost.journal.replay import STALE_AFTER_MS
+from fencepost.journal.owner import OwnerId
+from fencepost.journal.replay import STALE_AFTER_MS, owner_of
 from fencepost.ui.escaping import svg_attr, svg_text
 
 WIDTH = 960
@@ -30,14 +31,12 @@ _PREFIX = "flows.consensus."
 
 
 def _key(owner: Any) -> tuple[str, int, str] | None:
-    if isinstance(owner, dict):
-        host, pid, nonce = owner.get("hostId"), owner.get("pid"), owner.get("nonce")
-        if isinstance(host, str) and isinstance(pid, int) and isinstance(nonce, str):
-            return (host, pid, nonce)
-        return None
-    if owner is None:
-        return None
-    return (owner.host_id, owner.pid, owner.nonce)
+    """The lane of an owner: a fact's ``owner`` member (a dict) or a replayed ``OwnerId``; None for
+    anything else (a fact edited by hand to hold a string, a list ...: replay reports it)."""
+    if isinstance(owner, OwnerId):
+        return (owner.host_id, owner.pid, owner.nonce)
+    owner = owner_of(owner)
+    return None if owner is None else (owner.host_id, owner.pid, owner.nonce)
 
 
 def _label(key: tuple[str, int, str]) -> str:
@@ -55,8 +54,12 @@ def _fmt_span(ms: float) -> str:
     return f"+{s / 60:.1f} min"
 
 
-def render_timeline(row: Any, facts: list[Any], history: Any, warnings: list[Any], now_ms: int) -> str:
-    """The SVG of ``row``'s ownership: ``facts`` are its companion-stream entries, ``history`` its replay."""
+def render_timeline(row: Any, facts: list[Any], history: Any, warnings: list[Any], now_ms: int, *,
+                    bounded: bool = False) -> str:
+    """The SVG of ``row``'s ownership: ``facts`` are its companion-stream entries, ``history`` its replay.
+
+    ``bounded``: ``facts`` are the newest of more (and ``history`` holds what is drawn of them):
+    the axis starts at the oldest fact shown, and says so."""
     lanes: list[tuple[str, int, str]] = []
     for e in facts:
         k = _key(e.payload.get("owner") if isinstance(e.payload, dict) else None)
@@ -107,7 +110,7 @@ def render_timeline(row: Any, facts: list[Any], history: Any, warnings: list[Any
         anchor = "start" if n == 0 else ("end" if n == 5 else "middle")
         out.append(f'<text x="{tx}" y="{AXIS_H - 16}" font-size="11" text-anchor="{anchor}" fill="#555">'
                    f'{svg_text(_fmt_span(t - origin))}</text>')
-    first = "the first ownership fact" if facts else "creation"
+    first = ("the oldest ownership fact shown" if bounded else "the first ownership fact") if facts else "creation"
     before = f"; created {_fmt_span(origin - row.created_at_ms)[1:]} earlier" if origin > row.created_at_ms else ""
     out.append(f'<text x="8" y="{height - 10}" font-size="11" fill="#555">+0 = {svg_text(first)}{svg_text(before)}'
                '</text>')

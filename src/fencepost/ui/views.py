@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import shlex
 import threading
 import time
 import weakref
@@ -27,7 +28,7 @@ from fencepost._schema import flows_runs
 from fencepost._values import SAFE_MAX, ascii_digits, is_safe_int
 from fencepost.errors import FencepostError, PersistenceError, RunStoreError
 from fencepost.journal.redaction import Redaction, RedactionError
-from fencepost.journal.verify import Resumable
+from fencepost.journal.verify import Resumable, log_page
 
 if TYPE_CHECKING:
     from fencepost._store import Store
@@ -342,18 +343,77 @@ def _summed(counts: Iterable[Mapping[str, int]]) -> dict[str, int]:
 
 
 # ----------------------------------------------------------------------------- one run
-def _companion_facts(store: Store, run_id: str) -> list[Any]:
+#: The newest ownership facts a run's page reads and draws (its status history, its timeline). A
+#: run claimed and abandoned ten thousand times has twenty thousand of them: the page says how
+#: many there are and where to read them all (``fencepost journal show <id> --companion``).
+#: Replay's verdict still covers every fact.
+FACTS_SHOWN = 500
+#: The violations the verdict lists (it counts every one).
+VIOLATIONS_LISTED = 100
+
+
+class Unreadable(msgspec.Struct, frozen=True):
+    """A journal entry the journal cannot decode (edited by hand): where it is and what cannot be
+    decoded, never what it holds. ``seq`` and ``emitted_at_ms`` are None when not integers."""
+
+    position: int
+    seq: int | None
+    emitted_at_ms: int | None
+    detail: str
+
+
+def readable(row: Any, method: str) -> Any:
+    """A stored journal row (``stream_page`` / ``log_page``) as its ``Entry``, or as ``Unreadable``
+    when the journal cannot decode it (as ``fencepost journal show`` shows such an entry)."""
+    from fencepost.journal.entries import entry_from_row
+    from fencepost.journal.verify import Undecodable
+
+    position = int(row.position)
+    if type(row) is Undecodable:
+        detail = "; ".join(d for _, d in row.problems)
+    else:
+        try:
+            return entry_from_row(row, method)
+        except FencepostError as exc:
+            detail = exc.detail.removesuffix(f" (the entry at position {position})")
+    return Unreadable(position=position, seq=row.seq if is_safe_int(row.seq) else None,
+                      emitted_at_ms=row.emitted_at_ms if is_safe_int(row.emitted_at_ms) else None, detail=detail)
+
+
+class Facts(msgspec.Struct, frozen=True):
+    """The newest ownership facts of a run (``shown``: ``Entry`` or ``Unreadable``, in ``seq``
+    order) and how many entries its companion stream holds (``total``)."""
+
+    shown: list[Any]
+    total: int
+
+    @property
+    def bounded(self) -> bool:
+        return self.total > len(self.shown)
+
+
+def _companion_facts(store: Store, run_id: str, limit: int | None = None) -> Facts:
+    """The newest ``limit`` (``FACTS_SHOWN``) entries of the run's companion stream that are facts,
+    or that cannot be decoded; two statements: the stream's size and newest seq, then that page."""
+    from fencepost._schema import flows_journal_events as ev
     from fencepost.journal import companion_stream
     from fencepost.journal.replay import FACT_SOURCE
+    from fencepost.journal.verify import stream_page
 
-    facts, after = [], -1
+    limit = FACTS_SHOWN if limit is None else limit
     stream = companion_stream(run_id)
-    while True:
-        page = store.journal.entries(stream, after=after, limit=10_000)
-        facts += [e for e in page.entries if e.event_type.startswith(_FACT_PREFIX) and e.source_id == FACT_SOURCE]
-        if not page.has_more or not page.entries:
-            return facts
-        after = page.entries[-1].seq
+    stmt = select(func.count(), func.max(ev.c.seq)).where(ev.c.run_id == stream)
+    with store_reads("ownership facts"):
+        total, newest = store.db.read(lambda conn: tuple(conn.execute(stmt).one()))
+    # A seq stored by hand past the table's types (SQLite) says nothing of where the newest are:
+    # the first page then, still bounded.
+    after = max(-1, newest - limit) if is_safe_int(newest) else -1
+    shown = []
+    for row in stream_page(store, stream, after, limit):
+        e = readable(row, "entries")
+        if type(e) is Unreadable or (e.event_type.startswith(_FACT_PREFIX) and e.source_id == FACT_SOURCE):
+            shown.append(e)
+    return Facts(shown=shown, total=int(total or 0))
 
 
 def status_history(row: Any, facts: list[Any]) -> list[dict[str, Any]]:
@@ -366,7 +426,17 @@ def status_history(row: Any, facts: list[Any]) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = [{"at": row.created_at_ms, "what": "created", "status": "pending", "by": "-"}]
     labels = {"claimed": ("claimed", None), "activated": ("activated", "running"), "stolen": ("stolen", None),
               "expired": ("claim expired", None), "released": ("released", None)}
+    at = row.created_at_ms
     for e in facts:
+        if type(e) is Unreadable:
+            # Where it stands in the stream (its time, when even that cannot be read, is the
+            # previous fact's), and what cannot be decoded, never what it holds.
+            at = e.emitted_at_ms if e.emitted_at_ms is not None else at
+            items.append({"at": at, "what": f"the entry at position {e.position} cannot be decoded ({e.detail})",
+                          "status": "", "by": "-", "seq": e.seq if e.seq is not None else -1,
+                          "undecodable": True, "known": e.emitted_at_ms is not None})
+            continue
+        at = e.emitted_at_ms
         kind = e.event_type[len(_FACT_PREFIX):]
         what, status = labels.get(kind, (kind, None))
         owner = e.payload.get("owner") if isinstance(e.payload, dict) else None
@@ -382,8 +452,51 @@ def status_history(row: Any, facts: list[Any]) -> list[dict[str, Any]]:
         items.append({"at": row.finished_at_ms, "what": "settled", "status": row.status, "by": "-"})
     items.sort(key=lambda i: (i["at"], i.get("seq", -1)))
     for i in items:
-        i["when"] = when(i["at"])
+        i["when"] = when(i["at"]) if i.get("known", True) else "-"
     return items
+
+
+def _drawn(history: Any, facts: Facts) -> Any:
+    """What the timeline and the tenure table draw of ``history``: everything, unless the page shows
+    only the newest facts; then the tenures and violations from the oldest fact shown on (a tenure
+    still open, or ending there, included), at most ``FACTS_SHOWN`` of each."""
+    if not facts.bounded or not facts.shown:
+        return history
+    since = facts.shown[0].position
+    intervals = [i for i in history.intervals if i.end_position is None or i.end_position >= since]
+    violations = [v for v in history.violations if v.position >= since]
+    return msgspec.structs.replace(history, intervals=intervals[-FACTS_SHOWN:], violations=violations[-FACTS_SHOWN:])
+
+
+def _warnings(store: Store, run_id: str) -> list[Any]:
+    """The run's ``lease-reconfirmed`` warnings. When an entry of the run's own stream cannot be
+    decoded (edited by hand), the stream is read again entry by entry and that entry passed over
+    (the journal page and ``journal verify`` name it): the page is not refused for it."""
+    from fencepost.journal.verify import stream_page
+    from fencepost.runstore._reading import RunWarning, reconfirm_warnings
+    from fencepost.runstore.ownership import RUN_DECISION
+
+    try:
+        return reconfirm_warnings(store, run_id)
+    except FencepostError as exc:
+        if exc.code != "decode_failed":
+            raise
+    warnings: list[Any] = []
+    after = -1
+    while True:
+        rows = stream_page(store, run_id, after, 1000)
+        for row in rows:
+            e = readable(row, "entries")
+            if type(e) is Unreadable or e.event_type != RUN_DECISION:
+                continue
+            payload = e.payload if isinstance(e.payload, dict) else {}
+            detail = payload.get("detail")
+            ms = detail.get("unconfirmedMs") if isinstance(detail, dict) else None
+            if payload.get("decision") == "lease-reconfirmed" and type(ms) is int and ms >= 0:
+                warnings.append(RunWarning("lease-reconfirmed", ms, e.emitted_at_ms, e.seq))
+        if len(rows) < 1000 or not is_safe_int(rows[-1].seq):
+            return warnings
+        after = rows[-1].seq
 
 
 def failure_view(failure: Any) -> list[tuple[str, str]] | None:
@@ -400,7 +513,6 @@ def failure_view(failure: Any) -> list[tuple[str, str]] | None:
 def run_detail(store: Store, run_id: str) -> dict[str, Any] | None:
     """Everything the run page shows, or None for an unknown (or malformed) run id."""
     from fencepost.journal import ownership_history
-    from fencepost.runstore._reading import reconfirm_warnings
     from fencepost.ui.timeline import render_timeline
 
     try:
@@ -410,8 +522,11 @@ def run_detail(store: Store, run_id: str) -> dict[str, Any] | None:
             return None
         raise
     facts = _companion_facts(store, run_id)
+    # Replay's verdict needs every fact from the first (it is the library's one pass over the
+    # stream, as ``journal replay`` makes it); only what the page draws is bounded.
     history = ownership_history(store, run_id)
-    warnings = reconfirm_warnings(store, run_id)
+    warnings = _warnings(store, run_id)
+    drawn = _drawn(history, facts)
     attempts = [{
         "step": a.step_key_digest, "attempt": a.attempt, "state": a.state, "started": when(a.started_at_ms),
         "finished": when(a.finished_at_ms), "heartbeat": when(a.heartbeat_at_ms),
@@ -440,16 +555,21 @@ def run_detail(store: Store, run_id: str) -> dict[str, Any] | None:
             "acknowledgement": pretty(redacted(ack)) if ack is not None else None,
         },
         "failure": failure,
-        "history": status_history(row, facts),
+        "history": status_history(row, facts.shown),
+        "facts_shown": len(facts.shown), "facts_total": facts.total, "facts_bounded": facts.bounded,
+        "companion_command": f"fencepost journal show {shlex.quote(run_id)} --companion",
+        "violations_listed": history.violations[:VIOLATIONS_LISTED],
         "attempts": attempts,
         "lineage": lineage,
         "replay": history,
         "intervals": [{
             "owner": owner_text(i.owner), "started": when(i.started_at_ms), "ended": when(i.ended_at_ms),
             "ended_by": i.ended_by or "still held", "from_seq": i.start_seq, "to_seq": i.end_seq,
-        } for i in history.intervals],
+        } for i in drawn.intervals],
+        "intervals_total": len(history.intervals),
         "warnings": warnings,
-        "timeline": render_timeline(row, facts, history, warnings, now),
+        "timeline": render_timeline(row, [e for e in facts.shown if type(e) is not Unreadable], drawn, warnings,
+                                    now, bounded=facts.bounded),
     }
 
 
@@ -477,18 +597,33 @@ def journal_overview(store: Store, per_stream: int = 5, streams: int = 20) -> di
     whole_age_s = time.monotonic() - cast(float, kept.checked_from_start_at)
     h = head(store)
     recent: dict[str, list[Any]] = {}
+    unplaced: list[Unreadable] = []
     if h is not None:
-        for e in store.journal.log(after=max(0, h.position - 500), page_size=500):
-            recent.setdefault(e.run_id, []).append(e)
+        # Read as ``journal show`` reads a stream: an entry the journal cannot decode is shown in
+        # its place by seq and position, the others as usual (``store.journal.log`` would refuse
+        # the whole page for it).
+        for row in log_page(store, max(0, h.position - 500), 500):
+            e = readable(row, "log")
+            stream = row.run_id
+            if type(e) is Unreadable and (type(stream) is not str or "\ufffd" in stream):
+                unplaced.append(e)  # even its stream cannot be read
+                continue
+            recent.setdefault(stream, []).append(e)
     ordered = sorted(recent.items(), key=lambda kv: kv[1][-1].position, reverse=True)[:streams]
     latest = [{
         "stream": stream, "label": _stream_label(stream, entries),
-        "entries": [{
-            "seq": e.seq, "position": e.position, "when": when(e.emitted_at_ms), "type": e.event_type,
-            "source": e.source_id, "payload": _short(redacted(e.payload)),
-        } for e in reversed(entries[-per_stream:])],
+        "entries": [_entry_view(e) for e in reversed(entries[-per_stream:])],
     } for stream, entries in ordered]
-    return {"report": report, "head": h, "latest": latest, "checked_from_start_s": round(whole_age_s)}
+    return {"report": report, "head": h, "latest": latest, "checked_from_start_s": round(whole_age_s),
+            "unplaced": [_entry_view(e) for e in unplaced]}
+
+
+def _entry_view(e: Any) -> dict[str, Any]:
+    if type(e) is Unreadable:
+        return {"seq": "-" if e.seq is None else e.seq, "position": e.position, "when": when(e.emitted_at_ms),
+                "type": "-", "source": "-", "payload": f"(cannot be decoded: {e.detail})", "undecodable": True}
+    return {"seq": e.seq, "position": e.position, "when": when(e.emitted_at_ms), "type": e.event_type,
+            "source": e.source_id, "payload": _short(redacted(e.payload)), "undecodable": False}
 
 
 def _stream_label(stream: str, entries: list[Any]) -> str:
@@ -496,7 +631,7 @@ def _stream_label(stream: str, entries: list[Any]) -> str:
 
     if stream.startswith(COMPANION_PREFIX):
         for e in entries:
-            rid = e.payload.get("runId") if isinstance(e.payload, dict) else None
+            rid = e.payload.get("runId") if type(e) is not Unreadable and isinstance(e.payload, dict) else None
             if isinstance(rid, str):
                 return f"ownership facts of {rid}"
         return "companion stream"
