@@ -916,13 +916,13 @@ class Worker:
         fields = {"type": failure.type, "message": failure.message, "traceback": failure.traceback}
         for redaction in (self._redaction(run_id), DEFAULT_REDACTION):
             if not redaction.enabled:  # the store's explicit opt-out: its failures are stored as given
-                return failure.traceback
+                return failure.bounded().traceback
             try:
                 text = redact_diagnostics(redaction, fields)["traceback"]
             except Exception:  # the redactor's own error may quote the text: never pass it on
                 continue
-            if type(text) is str:
-                return text
+            if type(text) is str:  # redacted, then cut as the store cuts it
+                return RunFailure(failure.type, "", text).bounded().traceback
         return f"{failure.type} (traceback withheld: it could not be redacted)"
 
     def _redaction(self, run_id: str) -> Any:

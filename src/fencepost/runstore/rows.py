@@ -52,7 +52,13 @@ class RunFailure(msgspec.Struct, frozen=True):
 
     @classmethod
     def from_exception(cls, exc: BaseException) -> RunFailure:
-        """Describe ``exc`` (with its traceback), bounded to the limits above."""
+        """Describe ``exc`` (with its traceback), each part cut far past the limits above.
+
+        The store redacts a failure before it cuts it to the limits (``bounded``): a cut landing
+        inside a secret would take away what makes it recognisable (the ``@host`` after a URL's
+        password, the start of ``password=``). This first cut, ``_SLACK`` times the limits, only
+        bounds the redaction's work: a secret it splits lies so far past the final cut that nothing
+        of it is kept. Redact before showing the result anywhere else (``bounded`` after)."""
         t = type(exc)
         name = t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
         try:
@@ -63,19 +69,28 @@ class RunFailure(msgspec.Struct, frozen=True):
         whole = "".join(te.format())
         last = "".join(te.format_exception_only())
         frames = whole[: len(whole) - len(last)] if whole.endswith(last) else whole
-        # The final ``Type: message`` line repeats the message: bound it like the message, so a
-        # huge message cannot push the frames (where it was raised) out of the traceback.
-        last = _head(last.rstrip("\n"), cls.MAX_MESSAGE + cls.MAX_TYPE) + "\n"
-        text = _tail(frames, max(0, cls.MAX_TRACEBACK - len(last))) + last
-        return cls(_durable_text(name), _durable_text(message), _durable_text(text)).bounded()
+        last = _head(last.rstrip("\n"), (cls.MAX_MESSAGE + cls.MAX_TYPE) * _SLACK) + "\n"
+        text = _tail(frames, max(0, cls.MAX_TRACEBACK * _SLACK - len(last))) + last
+        return cls(_durable_text(_head(name, cls.MAX_TYPE * _SLACK)),
+                   _durable_text(_head(message, cls.MAX_MESSAGE * _SLACK)), _durable_text(text))
 
     def bounded(self) -> RunFailure:
-        """The same failure cut to the limits: the type and message keep their start, the traceback its end."""
+        """The same failure cut to the limits: the type and message keep their start, the traceback
+        its end. The traceback's final ``Type: message`` lines repeat the message: they are cut like
+        the message first, so a huge message cannot push the frames (where it was raised) out."""
+        traceback = self.traceback
+        if len(traceback) > self.MAX_TRACEBACK:
+            at = traceback.rfind("\n" + self.type) + 1 if self.type else 0
+            if at > 0:
+                last = _head(traceback[at:].rstrip("\n"), self.MAX_MESSAGE + self.MAX_TYPE) + "\n"
+                traceback = _tail(traceback[:at], max(0, self.MAX_TRACEBACK - len(last))) + last
         return RunFailure(_head(self.type, self.MAX_TYPE), _head(self.message, self.MAX_MESSAGE),
-                          _tail(self.traceback, self.MAX_TRACEBACK))
+                          _tail(traceback, self.MAX_TRACEBACK))
 
 
 _CUT = "..."
+#: How far past the limits ``from_exception`` cuts (the store redacts, then cuts to the limits).
+_SLACK = 16
 
 
 def _durable_text(text: str) -> str:
