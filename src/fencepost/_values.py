@@ -78,6 +78,19 @@ def is_safe_int(value: object) -> TypeGuard[int]:
     return type(value) is int and 0 <= value <= SAFE_MAX
 
 
+#: The most decimal digits an integer in a durable value may have: what Python converts to text by
+#: default (``sys.get_int_max_str_digits``); a longer one cannot be encoded as JSON here.
+MAX_INT_DIGITS = 4300
+# 2**SURE_BITS has MAX_INT_DIGITS digits: any integer of fewer bits has at most that many.
+SURE_BITS = 14_284
+
+
+def int_digits_ok(v: int) -> bool:
+    """Whether ``v`` has at most ``MAX_INT_DIGITS`` decimal digits."""
+    bits = v.bit_length()
+    return bits <= SURE_BITS or (bits <= SURE_BITS + 4 and abs(v) < 10**MAX_INT_DIGITS)
+
+
 def _value_problem(value: Any, max_depth: int, max_nodes: int) -> str | None:
     nodes = 0
     on_path: set[int] = set()
@@ -88,8 +101,10 @@ def _value_problem(value: Any, max_depth: int, max_nodes: int) -> str | None:
         if nodes > max_nodes:
             return f"exceeds the node limit of {max_nodes}"
         t = type(v)
-        if v is None or t is bool or t is int:
+        if v is None or t is bool:
             return None
+        if t is int:
+            return None if int_digits_ok(v) else f"contains an integer of more than {MAX_INT_DIGITS} digits"
         if t is str:
             p = text_problem(v)
             return f"string {p}" if p else None

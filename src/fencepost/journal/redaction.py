@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from fencepost._values import text_problem
+from fencepost._values import MAX_INT_DIGITS, SURE_BITS, int_digits_ok, text_problem
 
 REDACTED = "[REDACTED]"
 REDACTED_TOKEN = "[REDACTED_TOKEN]"
@@ -42,6 +42,9 @@ _CACHE_SIZE = 4096
 
 class RedactionError(ValueError):
     """The value could not be redacted (too deep, or a rule failed). Never carries the value."""
+
+
+_LONG_INT = f"contains an integer of more than {MAX_INT_DIGITS} digits"
 
 
 class NotDurable(RedactionError):
@@ -622,7 +625,11 @@ class Redaction:
         t = type(value)
         if t is str:
             return self._string(value)
-        if value is None or t is int or t is bool:
+        if t is int:
+            if value.bit_length() > SURE_BITS and not int_digits_ok(value):
+                raise NotDurable(_LONG_INT)
+            return value
+        if value is None or t is bool:
             return value
         if t is float:
             if not math.isfinite(value):
@@ -648,7 +655,8 @@ class Redaction:
         if isinstance(value, bytes | bytearray | memoryview):
             return f"[{type(value).__name__} {memoryview(value).nbytes} bytes]"
         if isinstance(value, int) and not isinstance(value, bool):
-            return int.__int__(value)  # through the base type: a subclass's own __int__ may lie
+            # Through the base type: a subclass's own __int__ may lie.
+            return self._walk(int.__int__(value), depth, st)
         raise NotDurable(f"holds a value of type {t.__name__}, which is not durable")
 
     def _walk_dict(self, value: dict[Any, Any], depth: int, st: _Walk) -> dict[Any, Any]:
@@ -676,7 +684,8 @@ class Redaction:
             if t is str:
                 st.nodes += 2
                 out[new_key] = strings.get(v) or self._string(v)
-            elif t is int or t is bool or v is None or (t is float and math.isfinite(v)):
+            elif (t is int and v.bit_length() <= SURE_BITS) or t is bool or v is None or (
+                    t is float and math.isfinite(v)):
                 st.nodes += 2
                 out[new_key] = v
             else:

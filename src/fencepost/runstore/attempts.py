@@ -152,8 +152,10 @@ class AttemptStore:
         if text is not None:
             size = len(text.encode("utf-8"))
             if size > self.policy.max_checkpoint_bytes:
-                raise _refuse(method, f"checkpoint is {size} bytes, over max_checkpoint_bytes "
+                err = _refuse(method, f"checkpoint is {size} bytes, over max_checkpoint_bytes "
                                       f"{self.policy.max_checkpoint_bytes}")
+                err.cause = {"field": "checkpoint", "limit": "max_checkpoint_bytes"}  # type: ignore[attr-defined]
+                raise err
         return text
 
     def _attempt(self, method: str, a: object) -> dict[str, Any]:
