@@ -95,3 +95,11 @@ def test_redact_url_escapes_undecodable_bytes_and_still_masks_the_password():
     assert redact_url(f"sqlite:////tmp/{bad} %.db") == "sqlite:////tmp/x%FF %25.db"
     assert redact_url(f"postgresql://u:secret@h/{bad}?sslpassword=s2") == \
         "postgresql://u:***@h/x%FF?sslpassword=***"
+
+
+def test_runs_list_flow_that_is_not_utf8_is_a_usage_error(db_url, tmp_path):
+    """Found by an input hunt: ``--flow`` with bytes that are not UTF-8 reached the store and exited 1
+    (``invalid_options ... flow_name contains a lone surrogate``) where a run id's exit 2."""
+    fencepost.open(db_url).close()
+    result = _run("--db", db_url, "runs", "list", "--flow", b"a" + BAD, cwd=tmp_path)
+    _assert_usage_error_without_the_value(result, "--flow")

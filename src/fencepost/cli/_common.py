@@ -109,6 +109,8 @@ class NonEmpty(click.ParamType):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if value == "":
             self.fail("must not be empty", param, ctx)
+        if isinstance(value, str) and not_utf8(value):
+            self.fail("must be UTF-8 text (it holds bytes that are not)", param, ctx)
         return value
 
 
