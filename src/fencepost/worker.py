@@ -39,6 +39,7 @@ from sqlalchemy import and_, func, select
 from fencepost import _gauges
 from fencepost._dialects import FILE_REPLACED
 from fencepost._durable import COMMIT_UNKNOWN, DbFailure, map_failure
+from fencepost._printable import one_line
 from fencepost._schema import flows_runs as runs_t
 from fencepost._values import SAFE_MAX, identifier_problem, parse_json_text, stop_problem
 from fencepost.changefeed.types import StopSignal
@@ -379,8 +380,10 @@ class Worker:
                     if not _worth_waiting(exc, sweep=True):
                         raise
                     if not backoff:
-                        log.warning("worker: database unavailable (%s); sweeping again once it answers",
-                                    getattr(exc, "db_code", None) or exc.code)
+                        name = getattr(exc, "store", None)
+                        log.warning("worker: database unavailable (%s%s); sweeping again once it answers",
+                                    getattr(exc, "db_code", None) or exc.code,
+                                    "" if name is None else f", shard {one_line(str(name))}")
                     backoff = min(backoff * 2, _MAX_BACKOFF_S) if backoff else _FIRST_BACKOFF_S
                     _wait_for_stop(stop, backoff)
                     continue
@@ -496,7 +499,7 @@ class Worker:
                     found.setdefault(r.run_id, dict(r._mapping))  # a live run may also hold a claim
             return sorted(found.values(), key=lambda c: (c["created_at_ms"], c["run_id"]))[:n]
 
-        found = [c for member in _members(self.store) for c in _read(member, read, "worker_candidates")]
+        found = [c for name, member in _members(self.store) for c in _read(member, read, "worker_candidates", name)]
         if len(found) > limit:  # several shards: the oldest ``limit`` of them all
             found = sorted(found, key=lambda c: (c["created_at_ms"], c["run_id"]))[:limit]
         return found
@@ -964,7 +967,8 @@ class Worker:
             return [r[0] for r in conn.execute(stmt)]
 
         now = self.store.clock.now_ms()
-        for run_id in [r for member in _members(self.store) for r in _read(member, read, "worker_cancellations")]:
+        for run_id in [r for name, member in _members(self.store)
+                       for r in _read(member, read, "worker_cancellations", name)]:
             # Acknowledge at once (within one interval of the request), before the function notices.
             self.store.runs.acknowledge_cancel(run_id, self.owner, now)
             held[run_id]._cancelled.set()
@@ -1033,10 +1037,12 @@ def _parameters(signature: inspect.Signature) -> str:
         return_annotation=inspect.Signature.empty))
 
 
-def _members(store: Any) -> list[Any]:
-    """The stores a worker sweeps: every shard of a ``ShardSet``, else the one store."""
-    shard_stores = getattr(store, "shard_stores", None)
-    return shard_stores() if shard_stores is not None else [store]
+def _members(store: Any) -> list[tuple[str | None, Any]]:
+    """The stores a worker sweeps with their names: every shard of a ``ShardSet``, else the one
+    store (no name)."""
+    if getattr(store, "shard_stores", None) is not None:
+        return list(store.items())
+    return [(None, store)]
 
 
 _CANDIDATE_COLUMNS = (
@@ -1046,12 +1052,16 @@ _CANDIDATE_COLUMNS = (
 )
 
 
-def _read(store: Any, fn: Callable[[Any], Any], method: str) -> Any:
-    """``store.db.read(fn)``, a database failure raised as the run store's error (as its own reads do)."""
+def _read(store: Any, fn: Callable[[Any], Any], method: str, name: str | None = None) -> Any:
+    """``store.db.read(fn)``, a database failure raised as the run store's error (as its own reads
+    do), naming the shard ``name`` (``store``) when the store is one of a shard set's."""
     try:
         return store.db.read(fn)
     except DbFailure as exc:
-        raise map_failure(exc, RunStoreError, method, "run") from None
+        err = map_failure(exc, RunStoreError, method, "run")
+        if name is not None:
+            err.store = name
+        raise err from None
 
 
 def _owner(cand: dict[str, Any], prefix: str) -> OwnerId | None:
