@@ -42,28 +42,37 @@ def merged_page(stores: Mapping[str, Store], filters: Mapping[str, Any] | None, 
     Each store is listed with its own keyset cursor (``page(store, filters, cursor, limit,
     descending)``: ``listing_page`` for the listing's own entries, or a pager returning full rows);
     the candidates are merged by (created, run id, store name) and the first ``limit`` taken. The
-    next cursor records, per store, the key after its last run shown (null once that store is
-    done), so paging neither skips nor repeats a run; ``None`` when every store is done. A cursor
-    that is not one of a listing across these stores raises ``RunStoreError('invalid_cursor')``.
+    next cursor records, per store, the key after its last run shown, also when that store had
+    nothing more to list: as with one store's listing, runs created there later with a larger key
+    appear on the next pages, so paging neither skips nor repeats a run. A store that has shown no
+    run is left out of it (listed from its start). ``None`` when no store had more to list.
+
+    A store given ``null`` in the cursor is not listed again: the cursors of earlier versions wrote
+    it for a store that had nothing more, and the console writes it beside a store that does not
+    answer once the others are done. A cursor that is not one of a listing across these stores
+    raises ``RunStoreError('invalid_cursor')``.
     """
     after = decode_across(cursor, list(stores))
     parsed = parse_filters(filters or None)
     fetched: dict[str, tuple[list[Any], str | None]] = {}
     for name, store in stores.items():
         if name in after and after[name] is None:
-            continue  # this store's listing is done
+            continue  # marked done by the cursor (see above)
         fetched[name] = page(store, filters, after.get(name), limit, descending)
     candidates = [(row.created_at_ms, row.run_id, name, row) for name, (rows, _) in fetched.items() for row in rows]
     candidates.sort(key=lambda c: (c[0], c[1], c[2]), reverse=descending)
     shown = candidates[:limit]
     resume = dict(after)
+    more = False
     for name, (rows, page_cursor) in fetched.items():
         taken = [c for c in shown if c[2] == name]
-        if len(taken) == len(rows):
-            resume[name] = page_cursor  # None: nothing after it
+        if len(taken) < len(rows) or page_cursor is not None:
+            more = True
+        if taken and len(taken) == len(rows) and page_cursor is not None:
+            resume[name] = page_cursor  # its own cursor: after the last run it returned
         elif taken:
+            # After its last run shown, also when nothing followed it: runs created there later appear.
             last = taken[-1][3]
             resume[name] = encode_cursor(stores[name].feed.position().source, parsed, last.created_at_ms,
                                          last.run_id, newest_first=descending)
-    more = any(resume.get(name, "") is not None for name in stores)
     return [(name, row) for _, _, name, row in shown], encode_across(resume) if more else None
