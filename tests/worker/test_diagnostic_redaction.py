@@ -31,9 +31,14 @@ LEAKY = [
     f"Authorization: Token {SECRET}",
     f"https://bob:{SECRET}@example.test/x",
     f"https://s3.example.test/o?X-Amz-Signature={SECRET}&a=1",
+    # The password joined to ``-p``, as the MySQL and MariaDB clients take it (found by a secrets hunt).
+    f"mysql -uroot -p{SECRET} shop",
+    f"Command '['mysqldump', '-uroot', '-p{SECRET}', 'shop']' returned non-zero exit status 2.",
+    f"mariadb -h db -p{SECRET}",
 ]
 KEPT = ["scp -P 2222 a b", "mysql -h db -P 3306", "sort -u", "cc -pthread", "mysql -u root -p",
-        "mkdir -p /var/lib/app", "cp -a ./build out", "install -p ../lib/x.so dst", "mkdir -p ~/cache"]
+        "mkdir -p /var/lib/app", "cp -a ./build out", "install -p ../lib/x.so dst", "mkdir -p ~/cache",
+        "mysql -h db -P3306 -u root -p", "gcc -pthread -o mysql main.c"]
 
 
 @pytest.mark.parametrize("line", LEAKY)

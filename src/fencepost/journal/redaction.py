@@ -431,6 +431,11 @@ DIAGNOSTIC_RULES: tuple[TextRule, ...] = (
     # ``openssl ... -passin pass:secret`` (also ``-passout``, ``-pass``).
     Rule("openssl-pass", re.compile(r"(?<![A-Za-z0-9_\-])(-pass(?:in|out)?[ \t]+pass:)[^\s'\"]+", _A),
          rf"\1{REDACTED}"),
+    # ``mysql -psecret`` (the password joined to ``-p``, as the MySQL and MariaDB clients take it),
+    # on a line that runs one of those clients.
+    Rule("mysql-joined-password", re.compile(
+        r"(\b(?:mysql|mysqldump|mysqladmin|mysqlimport|mysqlshow|mariadb|mariadb-dump|mariadb-admin)\b"
+        r"[^\n]*?[ \t'\"]-p)[^\s'\"]+", _A), rf"\1{REDACTED}"),
     # ``curl -u user:secret``, ``--user=user:secret``: the user is kept.
     Rule("user-password-option", re.compile(
         r"(?<![A-Za-z0-9_\-])(-u|--user)([ \t]+|=)(['\"]?)([^\s:'\"]+):[^\s'\"]+", _A), rf"\1\2\3\4:{REDACTED}"),
