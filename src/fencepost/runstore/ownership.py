@@ -449,16 +449,22 @@ class Supervisor:
             # Spaced pulses: the next one is one interval after this one finished, never a burst.
             self._next_pulse_ms = now + INTERVAL_MS if self._leases else None
             leases = list(self._pulse_leases)
+        outcomes: dict[str, Any] = call.result
         if call.error is not None:
             self.failed_pulses += 1
+            # A shard set's ``heartbeat_many`` commits shard by shard: its error carries the outcomes
+            # of the shards that committed (``results``). Those leases were renewed; the rest failed.
+            partial = getattr(call.error, "results", None)
+            outcomes = partial if isinstance(partial, dict) else {}
             for lease in leases:
+                if lease.run_id in outcomes:
+                    continue
                 if lease.error is None and not lease.released and not lease._failing:
                     lease._failing = True
                     log.warning("run %s: heartbeat write failed", lease.run_id,
                                 extra={"run_id": lease.run_id, "code": getattr(call.error, "code", None)
                                        or getattr(call.error, "category", "persistence_failed")})
-            return
-        outcomes: dict[str, Any] = call.result
+            leases = [lease for lease in leases if lease.run_id in outcomes]
         for lease in leases:
             if lease.error is not None or lease.released:
                 continue

@@ -20,7 +20,8 @@ its journal stream and its companion stream) lives on exactly one shard, for lif
 What is per shard: listing (``shards[name].feed.list_runs``), the journal's global log, change-feed
 positions. ``changes()`` and ``follow()`` merge the shards' feeds, labelling each change with its
 shard; order holds within one shard, never across shards. Nothing spans shards atomically:
-``heartbeat_many`` is one transaction per shard.
+``heartbeat_many`` is one transaction per shard, and a shard that fails does not stop the others
+(its error names it and carries the committed shards' outcomes as ``results``).
 """
 
 from __future__ import annotations
@@ -142,14 +143,29 @@ class ShardSet:
         return found if found is not None else place(run_id, self.names)
 
     def _find(self, run_id: str) -> str | None:
+        """The shard holding ``run_id``, else ``None`` when every shard answered that it does not.
+
+        A shard whose lookup fails does not stop the search: a run another shard holds is found
+        there (a shard that is down is down for its own runs only). When no shard that answered
+        holds it, the first failure is raised, its ``store`` naming that shard (it may hold the run).
+        """
         known = self._where.get(run_id)
         if known is not None:
             return known
         placed = place(run_id, self.names)
+        failure: FencepostError | None = None
         for name in [placed, *(n for n in self.names if n != placed)]:
-            if self._holds(self._stores[name], run_id):
+            try:
+                with _named_errors(name):
+                    held = self._holds(self._stores[name], run_id)
+            except FencepostError as exc:
+                failure = failure if failure is not None else exc
+                continue
+            if held:
                 self._remember(run_id, name)
                 return name
+        if failure is not None:
+            raise failure
         return None
 
     def _held_elsewhere(self, run_id: str, target: str) -> None:
@@ -159,7 +175,11 @@ class ShardSet:
         every creation decided before (a shard whose transaction this thread has open is read in it)."""
         placed = place(run_id, self.names)
         for name in [placed, *(n for n in self.names if n != placed)]:
-            if name != target and self._holds(self._stores[name], run_id):
+            if name == target:
+                continue
+            with _named_errors(name):
+                held = self._holds(self._stores[name], run_id)
+            if held:
                 raise _HeldElsewhere(name)
 
     def store_for(self, run_id: str) -> Store:
@@ -193,8 +213,12 @@ class ShardSet:
 
     # ------------------------------------------------------------------ merged change feed
     def positions(self) -> dict[str, Position]:
-        """Every shard's current change-feed position."""
-        return {name: store.feed.position() for name, store in self.items()}
+        """Every shard's current change-feed position (an error's ``store`` names the shard that failed)."""
+        found: dict[str, Position] = {}
+        for name, store in self.items():
+            with _named_errors(name):
+                found[name] = store.feed.position()
+        return found
 
     def changes(self, positions: Mapping[str, Position | None] | None = None, *,
                 limit: int = 500) -> Iterator[ShardChange]:
@@ -286,20 +310,27 @@ def _merged_follow(stores: Iterable[tuple[str, Store]], positions: Mapping[str, 
     positions = dict(positions or {})
     done = object()
 
+    def hand_over(item: Any) -> bool:
+        """Put ``item`` in the queue, unless the follow stops first (its consumer gone: a blocking
+        put on the full queue would hold this thread for the life of the process)."""
+        while not inner.is_set():
+            try:
+                out.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
     def pump(name: str, store: Store) -> None:
         try:
             with _named_errors(name):
                 for change in store.feed.follow(positions.get(name), stop=inner, poll_interval=poll_interval):
-                    while not inner.is_set():
-                        try:
-                            out.put(ShardChange(name, change), timeout=0.1)
-                            break
-                        except queue.Full:
-                            continue
+                    if not hand_over(ShardChange(name, change)):
+                        break
         except BaseException as exc:  # handed to the consumer, which raises it
-            out.put(exc)
+            hand_over(exc)
         finally:
-            out.put(done)
+            hand_over(done)
 
     threads = [threading.Thread(target=pump, args=(n, s), daemon=True, name=f"fencepost-follow-{n}")
                for n, s in stores]
@@ -526,7 +557,14 @@ class ShardedRuns(_Routed):
         return self._on(run_id).runs.acknowledge_cancel(run_id, *args, **kwargs)
 
     def heartbeat_many(self, owner: OwnerId, run_ids: Iterable[str], now_ms: int) -> dict[str, Any]:
-        """One ``heartbeat_many`` per shard (one transaction each, never one across shards), merged in request order."""
+        """One ``heartbeat_many`` per shard (one transaction each, never one across shards), merged in request order.
+
+        Every shard is written, whichever fails: a shard that fails does not stop the others. When one
+        does, its error is raised once all are done, with ``store`` naming it (the first to fail, if
+        several did) and ``results`` holding the outcomes of the runs whose shards committed, in
+        request order; a run missing from ``results`` was not heartbeated. With one shard the store's
+        own ``heartbeat_many`` is called (no ``results``, ``store`` unset).
+        """
         s = self._shards
         if len(s.names) == 1 or isinstance(run_ids, (str, bytes)) or not isinstance(run_ids, Iterable):
             return s[s.names[0]].runs.heartbeat_many(owner, run_ids, now_ms)
@@ -536,11 +574,25 @@ class ShardedRuns(_Routed):
             check.run_id(rid, "heartbeat_many", f"run_ids[{index}]")
         ids = list(dict.fromkeys(given))
         groups: dict[str, list[str]] = {}
+        failures: list[FencepostError] = []
         for rid in ids:
-            groups.setdefault(s._route(rid), []).append(rid)
+            try:
+                name = s._route(rid)
+            except FencepostError as exc:  # a lookup failed on a shard (named) that may hold the run
+                failures.append(exc)
+                continue
+            groups.setdefault(name, []).append(rid)
         answers: dict[str, Any] = {}
         for name, group in groups.items():
-            answers.update(s[name].runs.heartbeat_many(owner, group, now_ms))
+            try:
+                with _named_errors(name):
+                    answers.update(s[name].runs.heartbeat_many(owner, group, now_ms))
+            except FencepostError as exc:
+                failures.append(exc)
+        if failures:
+            first = failures[0]
+            first.results = {rid: answers[rid] for rid in ids if rid in answers}  # type: ignore[attr-defined]
+            raise first
         return {rid: answers[rid] for rid in ids}
 
 
