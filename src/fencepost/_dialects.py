@@ -365,6 +365,19 @@ def file_identity(path: str) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
+def replacement_check(backend: Backend, path: Any) -> Callable[[], bool]:
+    """Whether the SQLite file at ``path`` is no longer the one a writable store keeps to, or (a
+    read-only store, whose connections open whatever file is at the path) the one there when this
+    was called; always False without a file (PostgreSQL: the store's next connection sees a
+    recreated schema). For followers: the store's connections keep an unlinked file open, so a
+    database deleted and recreated would otherwise go on answering from the old file for ever."""
+    if backend.name != "sqlite" or path is None:
+        return lambda: False
+    where = os.path.abspath(str(path))
+    identity = backend.kept_file or file_identity(where)
+    return lambda: file_identity(where) != identity
+
+
 def _file_replaced(reason: str, *, reconnect: bool = False) -> Exception:
     from fencepost._durable import DbFailure
 

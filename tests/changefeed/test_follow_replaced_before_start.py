@@ -17,6 +17,7 @@ follow started afterwards follows it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 from collections.abc import Callable
@@ -68,15 +69,20 @@ def _replace(url: str, how: str, make_db_url: Callable[[], str]) -> None:
 
 def _first_of(store: Any, kind: str, stop: threading.Event) -> Any:
     """What the follow of ``kind`` first yields (a change, or a page), or the error it raises."""
+    # Each follow is closed once read, so its threads end here, not when it is collected.
     if kind == "afollow":
         async def first() -> Any:
-            async for change in store.feed.afollow(stop=stop, poll_interval=0.2):
-                return change
-            return None
+            follow = store.feed.afollow(stop=stop, poll_interval=0.2)
+            try:
+                async for change in follow:
+                    return change
+                return None
+            finally:
+                await follow.aclose()
         return asyncio.run(first())
-    follow = getattr(store.feed, kind)
-    for item in follow(stop=stop, poll_interval=0.2):
-        return item
+    with contextlib.closing(getattr(store.feed, kind)(stop=stop, poll_interval=0.2)) as follow:
+        for item in follow:
+            return item
     return None
 
 

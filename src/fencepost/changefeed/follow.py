@@ -30,8 +30,7 @@ from collections.abc import AsyncGenerator, Callable, Generator
 from typing import TYPE_CHECKING, Any
 
 from fencepost import _gauges
-from fencepost._dialects import PG_CONNECT_TIMEOUT_S
-from fencepost._dialects import file_identity as _file_identity
+from fencepost._dialects import PG_CONNECT_TIMEOUT_S, replacement_check
 from fencepost._durable import pg_session_name, store_closed
 from fencepost._values import seconds_problem, stop_problem
 from fencepost.changefeed.types import Change, ChangePage, Position, StopSignal
@@ -146,12 +145,9 @@ class _SqliteWaiter(_Waiter):
         self._closed = threading.Event()
         path = os.path.abspath(str(db.path))
         self._path = path
-        # The file this follower reads: the store's connections keep an unlinked file open, so a
-        # database deleted and recreated (or another file moved over it) would otherwise go on
-        # answering from the old file forever. A writable store keeps to the file it opened (every
-        # read fails once another is at the path): that file, even when it was replaced before this
-        # follow began, which would otherwise retry those reads for ever.
-        self._identity = db.backend.kept_file or _file_identity(path)
+        # The file this follower reads (a writable store's own, even when it was replaced before
+        # this follow began: its reads would otherwise fail and be retried for ever).
+        self._replaced = replacement_check(db.backend, path)
         self._names = {os.path.basename(path) + suffix for suffix in ("", "-wal", "-journal")}
         self._thread = threading.Thread(
             target=self._watch, args=(os.path.dirname(path),), name="fencepost-follow-watch", daemon=True
@@ -207,9 +203,6 @@ class _SqliteWaiter(_Waiter):
                 conn.close()
             except Exception:
                 pass
-
-    def _replaced(self) -> bool:
-        return _file_identity(self._path) != self._identity
 
     def check_source(self) -> None:
         if self._replaced():

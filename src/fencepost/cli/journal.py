@@ -111,22 +111,16 @@ def _shown(rows: list[Any]) -> tuple[list[dict[str, Any]], list[int]]:
     """Each stored row as its entry's data, or, for an entry that cannot be decoded, its seq (None
     when that is not an integer), its position and what cannot be decoded, never what it holds; and
     the positions of those."""
-    from fencepost.errors import JournalError
-    from fencepost.journal.entries import entry_from_row
-    from fencepost.journal.verify import Undecodable
+    from fencepost.journal.verify import decoded
 
     shown: list[dict[str, Any]] = []
     bad: list[int] = []
     for row in rows:
+        entry, detail = decoded(row, "entries")
+        if detail is None:
+            shown.append(to_data(entry))
+            continue
         position = int(row.position)
-        if type(row) is Undecodable:
-            detail = "; ".join(d for _, d in row.problems)
-        else:
-            try:
-                shown.append(to_data(entry_from_row(row, "entries")))
-                continue
-            except JournalError as exc:
-                detail = exc.detail.removesuffix(f" (the entry at position {position})")
         shown.append({"seq": row.seq if type(row.seq) is int else None, "position": position,
                       "undecodable": detail})
         bad.append(position)

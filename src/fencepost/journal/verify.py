@@ -171,6 +171,20 @@ def stream_page(store: Store, stream: str, after: int, n: int) -> list[Any]:
                                          failure_detail("journal read", exc)), exc) from None
 
 
+def decoded(row: Any, method: str) -> tuple[Any, str | None]:
+    """A row of ``stream_page`` or ``log_page`` as ``(its Entry, None)``, or, for an entry the journal
+    cannot decode, ``(None, what cannot be decoded)``: the columns and the rule, never what they hold
+    (``journal show`` and the console show such an entry in its place by seq and position)."""
+    from fencepost.journal.entries import entry_from_row
+
+    if type(row) is Undecodable:
+        return None, "; ".join(d for _, d in row.problems)
+    try:
+        return entry_from_row(row, method), None
+    except JournalError as exc:
+        return None, exc.detail.removesuffix(f" (the entry at position {int(row.position)})")
+
+
 def log_page(store: Store, after: int, n: int) -> list[Any]:
     """Up to ``n`` stored rows of the log with ``position`` above ``after``, in ``position`` order,
     read as ``stream_page`` reads a stream's: an entry the journal cannot read comes back as

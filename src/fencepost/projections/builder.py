@@ -22,7 +22,6 @@ exactly the rows keyed by its name) while the other sources keep being applied.
 from __future__ import annotations
 
 import logging
-import os
 import random
 import threading
 import time
@@ -34,7 +33,7 @@ from sqlalchemy import Table, select
 from sqlalchemy.engine import Connection
 
 from fencepost import _gauges
-from fencepost._dialects import MISSING_OBJECT, file_identity
+from fencepost._dialects import MISSING_OBJECT, replacement_check
 from fencepost._durable import Database, DbFailure, carry_failure, map_failure, store_closed
 from fencepost._migrations import migrate, pending
 from fencepost._values import identifier_problem, is_safe_int, seconds_problem, stop_problem
@@ -119,18 +118,6 @@ class ProjectionStatus(msgspec.Struct, frozen=True):
     rebuilds: int
     pending_rebuild: str | None
     last_rebuild: RebuildRecord | None
-
-
-def _replacement_check(store: Store) -> Callable[[], bool]:
-    """Whether the SQLite file at ``store``'s path is no longer the one the store keeps to (a
-    writable store), or the one at the path when this was called (a read-only store, whose
-    connections open the file at the path); always False on PostgreSQL, whose store's next
-    connection sees a recreated schema."""
-    if store.db.backend.name != "sqlite" or store.db.path is None:
-        return lambda: False
-    path = os.path.abspath(str(store.db.path))
-    identity = store.db.backend.kept_file or file_identity(path)
-    return lambda: file_identity(path) != identity
 
 
 def worth_waiting(exc: BaseException) -> bool:
@@ -475,7 +462,7 @@ class ProjectionBuilder(Generic[Shape]):
         watcher = threading.Thread(target=self._watch, args=(share, wake, quit_watch), daemon=True,
                                    name=f"projection-{share.checkpoint}-watch")
         watcher.start()
-        replaced = _replacement_check(share.store)
+        replaced = replacement_check(share.store.db.backend, share.store.db.path)
         try:
             while not self._stopping(stop):
                 wake.clear()

@@ -37,20 +37,26 @@ def run_exists(store: Any, run_id: str) -> bool:
     return True
 
 
+def reconfirm_warning(e: Any) -> RunWarning | None:
+    """The warning a journal entry of the run's own stream gives: one for a ``lease-reconfirmed``
+    run decision, else None."""
+    if e.event_type != RUN_DECISION:
+        return None
+    payload = e.payload if isinstance(e.payload, dict) else {}
+    detail = payload.get("detail")
+    ms = detail.get("unconfirmedMs") if isinstance(detail, dict) else None
+    if payload.get("decision") == "lease-reconfirmed" and type(ms) is int and ms >= 0:
+        return RunWarning("lease-reconfirmed", ms, e.emitted_at_ms, e.seq)
+    return None
+
+
 def reconfirm_warnings(store: Any, run_id: str) -> list[RunWarning]:
     """One warning per ``lease-reconfirmed`` run decision journaled on the run's own stream."""
     warnings: list[RunWarning] = []
     after = None
     while True:
         page = store.journal.entries(run_id, after=after, event_types=[RUN_DECISION], limit=1000)
-        for e in page.entries:
-            payload = e.payload if isinstance(e.payload, dict) else {}
-            detail = payload.get("detail")
-            if not isinstance(detail, dict):
-                detail = {}
-            ms = detail.get("unconfirmedMs")
-            if payload.get("decision") == "lease-reconfirmed" and type(ms) is int and ms >= 0:
-                warnings.append(RunWarning("lease-reconfirmed", ms, e.emitted_at_ms, e.seq))
+        warnings += [w for w in map(reconfirm_warning, page.entries) if w is not None]
         if not page.has_more or not page.entries:
             return warnings
         after = page.entries[-1].seq

@@ -152,9 +152,8 @@ class ShardSet:
         known = self._where.get(run_id)
         if known is not None:
             return known
-        placed = place(run_id, self.names)
         failure: FencepostError | None = None
-        for name in [placed, *(n for n in self.names if n != placed)]:
+        for name in self._lookup_order(run_id):
             try:
                 with _named_errors(name):
                     held = self._holds(self._stores[name], run_id)
@@ -168,13 +167,17 @@ class ShardSet:
             raise failure
         return None
 
+    def _lookup_order(self, run_id: str) -> list[str]:
+        """The shards to ask for ``run_id``: the one it is placed on first, then member order."""
+        placed = place(run_id, self.names)
+        return [placed, *(n for n in self.names if n != placed)]
+
     def _held_elsewhere(self, run_id: str, target: str) -> None:
         """Raise ``_HeldElsewhere`` naming the first shard other than ``target`` (the placed shard first,
         then member order) that holds ``run_id``. Called under the placed shard's write lock: a
         creation of the id on any shard commits while holding it, so each shard read here shows
         every creation decided before (a shard whose transaction this thread has open is read in it)."""
-        placed = place(run_id, self.names)
-        for name in [placed, *(n for n in self.names if n != placed)]:
+        for name in self._lookup_order(run_id):
             if name == target:
                 continue
             with _named_errors(name):

@@ -365,18 +365,12 @@ class Unreadable(msgspec.Struct, frozen=True):
 def readable(row: Any, method: str) -> Any:
     """A stored journal row (``stream_page`` / ``log_page``) as its ``Entry``, or as ``Unreadable``
     when the journal cannot decode it (as ``fencepost journal show`` shows such an entry)."""
-    from fencepost.journal.entries import entry_from_row
-    from fencepost.journal.verify import Undecodable
+    from fencepost.journal.verify import decoded
 
-    position = int(row.position)
-    if type(row) is Undecodable:
-        detail = "; ".join(d for _, d in row.problems)
-    else:
-        try:
-            return entry_from_row(row, method)
-        except FencepostError as exc:
-            detail = exc.detail.removesuffix(f" (the entry at position {position})")
-    return Unreadable(position=position, seq=row.seq if is_safe_int(row.seq) else None,
+    entry, detail = decoded(row, method)
+    if detail is None:
+        return entry
+    return Unreadable(position=int(row.position), seq=row.seq if is_safe_int(row.seq) else None,
                       emitted_at_ms=row.emitted_at_ms if is_safe_int(row.emitted_at_ms) else None, detail=detail)
 
 
@@ -473,8 +467,7 @@ def _warnings(store: Store, run_id: str) -> list[Any]:
     decoded (edited by hand), the stream is read again entry by entry and that entry passed over
     (the journal page and ``journal verify`` name it): the page is not refused for it."""
     from fencepost.journal.verify import stream_page
-    from fencepost.runstore._reading import RunWarning, reconfirm_warnings
-    from fencepost.runstore.ownership import RUN_DECISION
+    from fencepost.runstore._reading import reconfirm_warning, reconfirm_warnings
 
     try:
         return reconfirm_warnings(store, run_id)
@@ -487,13 +480,9 @@ def _warnings(store: Store, run_id: str) -> list[Any]:
         rows = stream_page(store, run_id, after, 1000)
         for row in rows:
             e = readable(row, "entries")
-            if type(e) is Unreadable or e.event_type != RUN_DECISION:
-                continue
-            payload = e.payload if isinstance(e.payload, dict) else {}
-            detail = payload.get("detail")
-            ms = detail.get("unconfirmedMs") if isinstance(detail, dict) else None
-            if payload.get("decision") == "lease-reconfirmed" and type(ms) is int and ms >= 0:
-                warnings.append(RunWarning("lease-reconfirmed", ms, e.emitted_at_ms, e.seq))
+            warning = None if type(e) is Unreadable else reconfirm_warning(e)
+            if warning is not None:
+                warnings.append(warning)
         if len(rows) < 1000 or not is_safe_int(rows[-1].seq):
             return warnings
         after = rows[-1].seq
