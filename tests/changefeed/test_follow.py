@@ -318,8 +318,13 @@ def test_afollow_cancelled_while_idle_stops_its_worker(store):
         with pytest.raises(asyncio.CancelledError):
             await task
 
+    # Only the threads this follow started count: a thread an earlier test in this process left
+    # behind (its own follow still winding down) is not this one's.
+    before = set(threading.enumerate())
+
     def followers() -> list[str]:
-        return [t.name for t in threading.enumerate() if t.name.startswith(("fencepost-follow", "fencepost-afollow"))]
+        return [t.name for t in threading.enumerate()
+                if t not in before and t.name.startswith(("fencepost-follow", "fencepost-afollow"))]
 
     asyncio.run(asyncio.wait_for(main(), 20))
     # The follower's own thread winds down beside the loop (it never blocks it): wait for it, bounded.
