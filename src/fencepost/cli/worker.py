@@ -113,6 +113,9 @@ def worker_process(url: str | dict[str, str], task: str, concurrency: int, until
     relay = StopRelay(stop)  # a handler that sets the event itself can deadlock on a second signal
     signal.signal(signal.SIGTERM, relay.trigger)
     signal.signal(signal.SIGINT, relay.trigger)
+    # Started with Ctrl-C blocked (spawn_workers): one that came while this process was starting is
+    # delivered now, to the graceful handler.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     threading.Thread(target=_stop_when_orphaned, args=(os.getppid(), stop), daemon=True,
                      name="fencepost-worker-parent").start()
     clock = ScaledClock(*clock_spec) if clock_spec else None
@@ -157,10 +160,6 @@ def spawn_workers(url: str | dict[str, str], n: int, *, task: str, concurrency: 
     ctx = multiprocessing.get_context("spawn")
     import_dir = os.getcwd()
     procs = started if started is not None else []
-    # Children start with Ctrl-C ignored (the disposition survives exec) until worker_process installs
-    # its graceful handler: a Ctrl-C while a child is still importing must not kill it mid-import
-    # with a traceback. The parent sees the Ctrl-C and stops them all.
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if _main_thread() else None
     try:
         for i in range(n):
             if cancelled is not None and cancelled():
@@ -168,16 +167,23 @@ def spawn_workers(url: str | dict[str, str], n: int, *, task: str, concurrency: 
             p = ctx.Process(target=worker_process, name=f"fencepost-worker-{i}",
                             args=(url, task, concurrency, until_idle, clock_spec, prefix, results, log_level,
                                   liveness, import_dir))
-            p.start()
-            procs.append(p)
+            # Ctrl-C is blocked (held, not lost) while a process starts: a child inherits the
+            # blocked mask across exec and keeps a Ctrl-C pending, not killed mid-import with a
+            # traceback, until worker_process has installed its graceful handler and unblocks it;
+            # here it is delivered once the process is listed, so the stop below reaches it. (Ctrl-C
+            # used to be ignored instead, here and in the children: one in this window was lost
+            # and the workers went on.)
+            held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            try:
+                p.start()
+                procs.append(p)
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, held)
     except BaseException:
-        # One failed to start (or Ctrl-C came between two starts): stop those already running, which
+        # One failed to start (or Ctrl-C came while starting them): stop those already running, which
         # the caller never learns of and multiprocessing would otherwise wait on at interpreter exit.
         stop_workers(procs, grace=10.0)
         raise
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
     return procs
 
 
