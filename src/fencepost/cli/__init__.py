@@ -97,6 +97,10 @@ def main(argv: list[str] | None = None) -> None:
     from fencepost.errors import FencepostError
 
     no_args_help = getattr(click.exceptions, "NoArgsIsHelpError", ())
+    if sys.stdout is None:  # started with its output closed (``>&-``): refuse before doing anything
+        echo_error("standard output is closed: the command has nowhere to write (send it to /dev/null "
+                   "to discard what it prints); nothing was done")
+        sys.exit(2)
     try:
         code = cli.main(args=argv, prog_name="fencepost", standalone_mode=False)
     except no_args_help as exc:  # a bare group (click >= 8.2 raises this): its normal help, exit 0

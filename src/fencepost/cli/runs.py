@@ -540,6 +540,8 @@ def runs_create(run_id: str, state_json: str, out: Output) -> None:
     if run_id == "-" and ctx.get_parameter_source("state_json") is click.core.ParameterSource.COMMANDLINE:
         raise click.UsageError("--state does not apply to runs create -: give each line's \"state\"")
     if run_id == "-":
+        if sys.stdin is None:  # started with its input closed (``<&-``)
+            raise click.UsageError("runs create - reads the runs from standard input, which is closed")
         obj.one_store_only(": runs create - creates every run in one transaction, which never spans "
                            "stores (give one --db)")
     if obj.several:
