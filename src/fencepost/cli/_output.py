@@ -16,6 +16,7 @@ Keys are snake_case throughout. User data (a run's ``state``, a journal entry's 
 
 from __future__ import annotations
 
+import codecs
 import csv
 import functools
 import re
@@ -167,11 +168,12 @@ class Output:
         if self.format in ("json", "jsonl"):
             return _write_json
         if self.format == "csv":
-            writer = csv.writer(sys.stdout, lineterminator="\n")
+            target = _MachineOut()
+            writer = csv.writer(target, lineterminator="\n")
             header: list[str] | None = list(fields) or None
             if fields:
                 writer.writerow(fields)
-                sys.stdout.flush()
+                target.flush()
 
             def csv_line(record: Mapping[str, Any]) -> None:
                 nonlocal header
@@ -179,7 +181,7 @@ class Output:
                     header = list(record)
                     writer.writerow(header)
                 writer.writerow([_csv_cell(record.get(k)) for k in header])
-                sys.stdout.flush()
+                target.flush()
 
             return csv_line
 
@@ -218,8 +220,32 @@ def _write_json(value: Any) -> None:
         import json
 
         text = _surrogates_escaped(json.dumps(to_data(value), ensure_ascii=False, separators=(",", ":")))
-    sys.stdout.write(text + "\n")
-    sys.stdout.flush()
+    out = _MachineOut()
+    out.write(text + "\n")
+    out.flush()
+
+
+class _MachineOut:
+    """Standard output for the machine formats (JSON, CSV), which are UTF-8 whatever encoding the
+    interpreter gave stdout: ``PYTHONIOENCODING=ascii`` made every non-ASCII value fail the command,
+    a CSV part-way through its rows."""
+
+    def __init__(self) -> None:
+        out = sys.stdout
+        raw = getattr(out, "buffer", None)
+        self._text = out
+        self._bytes = None if raw is None or codecs.lookup(out.encoding or "utf-8").name == "utf-8" else raw
+        if self._bytes is not None:
+            out.flush()  # what was written as text goes first
+
+    def write(self, text: str) -> int:
+        if self._bytes is None:
+            return self._text.write(text)
+        self._bytes.write(text.encode("utf-8"))
+        return len(text)
+
+    def flush(self) -> None:
+        (self._text if self._bytes is None else self._bytes).flush()
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -248,7 +274,8 @@ def _csv_cell(value: Any) -> Any:
 
 
 def _write_csv(records: Sequence[Mapping[str, Any]], fields: Sequence[str] = ()) -> None:
-    writer = csv.writer(sys.stdout, lineterminator="\n")
+    target = _MachineOut()
+    writer = csv.writer(target, lineterminator="\n")
     header: list[str] = [] if records else list(fields)
     for r in records:
         header += [k for k in r if k not in header]
@@ -256,7 +283,7 @@ def _write_csv(records: Sequence[Mapping[str, Any]], fields: Sequence[str] = ())
         writer.writerow(header)
     for r in records:
         writer.writerow([_csv_cell(r.get(k)) for k in header])
-    sys.stdout.flush()
+    target.flush()
 
 
 # On a terminal, a list too wide for whole identifiers is printed as plain lines; its free-text
