@@ -266,6 +266,10 @@ def test_every_default_rule_replaces_all_matches_and_is_a_fixed_point() -> None:
         "cli-flag": "--token a1 --password a2",
         "authorization-header": "Authorization: Token a1\nProxy-Authorization: a2",
         "cookie-header": "Cookie: x=a1; y=a2\nSet-Cookie: z=a1; Path=/", "query-parameter": "?token=a1&pwd=a2",
+        "url-encoded-assignment": "password%3Da1%26pwd%3Da2", "stripe-key": f"sk_live_{'a1' * 12} rk_test_{'a2' * 12}",
+        "gitlab-token": f"glpat-{'a1' * 10} glpat-{'a2' * 10}", "npm-token": f"npm_{'a1' * 18} npm_{'a2' * 18}",
+        "pypi-token": f"pypi-AgEIcHlwaS5vcmc{'a1' * 25} pypi-AgENdGVzdC5weXBpLm9yZw{'a2' * 25}",
+        "sendgrid-key": f"SG.{'a1' * 11}.{'a1' * 21}x SG.{'a2' * 11}.{'a2' * 21}x",
         "private-key-block": "-----BEGIN PRIVATE KEY-----\nQUJD\n-----END PRIVATE KEY-----\n"
                              "-----BEGIN RSA PRIVATE KEY-----\nREVG\n-----END RSA PRIVATE KEY-----",
     }

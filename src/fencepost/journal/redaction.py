@@ -59,7 +59,9 @@ _SENSITIVE_SUFFIXES = (
     "session", "sessionkey",
 )
 _NON_ALNUM = re.compile(r"[^a-z0-9]+")
-_SEPARATE_WORD_KEY = re.compile(r"(?:^|[^A-Za-z0-9])key$", re.IGNORECASE)
+# ``key`` and ``pw`` name a credential as a separate word (``api_key``, ``DB_PW``), not inside one
+# (``monkey``, ``mpw``).
+_SEPARATE_WORD_KEY = re.compile(r"(?:^|[^A-Za-z0-9])(?:key|pw)$", re.IGNORECASE)
 _key_cache: dict[str, bool] = {}
 
 
@@ -118,18 +120,101 @@ class FunctionRule:
 
 TextRule = Rule | FunctionRule
 
-_SECRET_WORD = r"(?:key|keys|token|tokens|secret|secrets|password|passwords|passwd|pwd|passphrase|credentials?)"
+#: The words a credential's name ends with in text (``NAME_KEY=value``, ``--api-token X``); the name
+#: is then checked with ``is_sensitive_key``. ``auth``, ``cookie``, ``dsn``, ``signature`` and ``pw``
+#: have no plural here: ``signatures=2`` and ``cookies=3`` are counts.
+_SECRET_WORDS = ("key", "keys", "token", "tokens", "secret", "secrets", "password", "passwords", "passwd", "pwd",
+                 "pw", "passphrase", "credential", "credentials", "auth", "cookie", "dsn", "signature")
+# A whole name (a possessive run) that ends with one of the words: one lookbehind per word at the end
+# of the run, so each name is scanned once (a ``[...]*(?:word|...)`` pattern backtracks through it).
+_ENDS_IN_SECRET_WORD = "(?:" + "|".join(f"(?<={w})" for w in _SECRET_WORDS) + ")"
 # ``value`` forms: a quoted string (double, single, backtick) or a run without spaces, ``;`` or ``,``.
 _VALUE = r"""(?:"(?:[^"\\\n]|\\.)*"|'[^'\n]*'|`[^`\n]*`|[^\s;,'"`]+)"""
 
 
-def _assignment(m: re.Match[str]) -> str:
-    key, sep, value = m.group(1), m.group(2), m.group(3)
-    if not is_sensitive_key(key):
-        return m.group(0)
-    if value.isdigit() and _NON_ALNUM.sub("", key.lower()).endswith("tokens"):
-        return m.group(0)  # ``max_tokens=4096`` is a counter, not a credential
-    return f"{key}{sep}{REDACTED}"
+_COOKIE_HEADER_NAME = re.compile(r"(?:^|[^A-Za-z0-9_])(?:set-)?cookie$", re.IGNORECASE)
+# Where a value ends inside a URL: ``&`` or ``#``, and, percent-encoded (once or twice), ``&``, ``#``
+# or a space (``options=-c%20a%3Dx%20-c%20b%3Dy``).
+_URL_VALUE_END = re.compile(r"[&#]|%(?:25)?(?:26|23|20)")
+
+
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def _is_escape_before(text: str, i: int) -> bool:
+    """``text[i - 3:i]`` is a percent-escape (``%2F``): the name at ``i`` is inside a URL."""
+    return i >= 3 and text[i - 3] == "%" and text[i - 2] in _HEX and text[i - 1] in _HEX
+
+
+def _is_counter(key: str, value: str) -> bool:
+    return value.isdigit() and _NON_ALNUM.sub("", key.lower()).endswith("tokens")  # ``max_tokens=4096``
+
+
+def _assignment_name(m: re.Match[str]) -> bool:
+    key, sep = m.group(1), m.group(2)
+    # A ``Cookie:`` line is ``cookie-header``'s: it redacts each value and keeps the cookie names.
+    return is_sensitive_key(key) and not (":" in sep and _COOKIE_HEADER_NAME.search(key))
+
+
+def _assignment(m: re.Match[str], value: str) -> str | None:
+    key, sep = m.group(1), m.group(2)
+    if value == REDACTED or _is_counter(key, value):
+        return None
+    if "://" in value and _NON_ALNUM.sub("", key.lower()).endswith("dsn"):
+        # ``dsn=postgresql://app:pw@db/prod``: the URL rules redact its password and credential
+        # parameters; the host and database stay readable.
+        return None
+    rest = ""
+    if _is_escape_before(m.string, m.start(1)):
+        # ``?options=-c%20app.password=x&sslmode=require``: the value ends with its URL parameter.
+        end = _URL_VALUE_END.search(value)
+        if end is not None:
+            value, rest = value[:end.start()], value[end.start():]
+            if not value or value == REDACTED:
+                return None
+    return f"{key}{sep}{REDACTED}{rest}"
+
+
+def _encoded_assignment(m: re.Match[str], value: str) -> str | None:
+    # ``password%3Dx`` in a URL or a query string: the value up to the next (encoded) ``&``, ``#``
+    # or space.
+    if value == REDACTED or _is_counter(m.group(1), value):
+        return None
+    return f"{m.group(1)}{m.group(2)}{REDACTED}"
+
+
+def _name_value_rule(name: re.Pattern[str], value: re.Pattern[str], is_credential: Callable[[re.Match[str]], bool],
+                     replace: Callable[[re.Match[str], str], str | None],
+                     needed: Callable[[str], bool] | None = None) -> Callable[[str], str]:
+    """A rule body for ``NAME=value`` forms: ``name`` matches a name and its separator, ``value`` the
+    value after it, read only for a credential's name (``is_credential``); ``replace`` gives the
+    text for the name, separator and value (``None`` keeps them). The value of any other name is
+    not consumed: a credential inside it is still found (``monkey=password=x``), and each value
+    is read once (linear time). ``needed`` is a quick test a text must pass to be searched at all."""
+
+    def apply(text: str) -> str:
+        if needed is not None and not needed(text):
+            return text
+        out: list[str] = []
+        i = 0
+        for m in name.finditer(text):
+            if m.start() < i or not is_credential(m):
+                continue
+            v = value.match(text, m.end())
+            if v is None:
+                continue
+            new = replace(m, v.group(0))
+            if new is None:
+                new = text[m.start():v.end()]
+            out.append(text[i:m.start()])
+            out.append(new)
+            i = v.end()
+        if not out:
+            return text
+        out.append(text[i:])
+        return "".join(out)
+
+    return apply
 
 
 def _flag(m: re.Match[str]) -> str:
@@ -383,7 +468,10 @@ DEFAULT_RULES: tuple[TextRule, ...] = (
     Rule("bearer-token", re.compile(r"\b(Bearer)[ \t]+(?!\[REDACTED)[A-Za-z0-9\-._~+/]{4,}+=*", _I),
          rf"\1 {REDACTED_TOKEN}"),
     Rule("basic-authorization",
-         re.compile(r"\b(authorization[\"']?\s*[:=]\s*[\"']?Basic)[ \t]+(?!\[REDACTED)[A-Za-z0-9+/]{4,}+=*", _I),
+         # ``authorization`` after a word boundary (as before), ``auth`` after no letter or digit
+         # (``basic_auth: Basic ...``); both begin with ``auth``, which keeps the search fast.
+         re.compile(r"(auth(?:(?<=\bauth)orization|(?<![A-Za-z0-9]auth))[\"']?\s*[:=]\s*[\"']?Basic)[ \t]+"
+                    r"(?!\[REDACTED)[A-Za-z0-9+/]{4,}+=*", _I),
          rf"\1 {REDACTED_TOKEN}"),
     Rule("jwt", re.compile(
         r"(?<![A-Za-z0-9])eyJ[A-Za-z0-9_\-]{5,4096}+\.[A-Za-z0-9_\-]{1,16384}+\.[A-Za-z0-9_\-]{0,4096}+"
@@ -394,15 +482,36 @@ DEFAULT_RULES: tuple[TextRule, ...] = (
     Rule("slack-token", re.compile(r"(?<![A-Za-z0-9])xox[abposr]-[A-Za-z0-9\-]{10,}+", _A), REDACTED),
     Rule("google-api-key", re.compile(r"(?<![A-Za-z0-9])AIza[A-Za-z0-9_\-]{35,}+", _A), REDACTED),
     Rule("api-key", re.compile(r"(?<![A-Za-z0-9_\-])(?:sk|pk)-[A-Za-z0-9_\-]{8,}+", _A), REDACTED_API_KEY),
+    # Secret and restricted keys (``sk_live_``, ``rk_test_`` ...) and webhook signing secrets; the
+    # publishable ``pk_live_`` key is public by design.
+    Rule("stripe-key", re.compile(
+        r"(?<![A-Za-z0-9_])(?:[sr]k_(?:live|test)_[A-Za-z0-9]{24,}+|whsec_[A-Za-z0-9+/]{32,}+=*)", _A),
+        REDACTED_API_KEY),
+    Rule("gitlab-token", re.compile(r"(?<![A-Za-z0-9_])glpat-[A-Za-z0-9_\-]{20,}+", _A), REDACTED),
+    Rule("npm-token", re.compile(r"(?<![A-Za-z0-9_])npm_[A-Za-z0-9]{36}(?![A-Za-z0-9])", _A), REDACTED),
+    Rule("pypi-token", re.compile(
+        r"(?<![A-Za-z0-9_\-])pypi-(?:AgEIcHlwaS5vcmc|AgENdGVzdC5weXBpLm9yZw)[A-Za-z0-9_\-]{50,}+", _A), REDACTED),
+    Rule("sendgrid-key", re.compile(
+        r"(?<![A-Za-z0-9_.\-])SG\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43}(?![A-Za-z0-9_\-])", _A), REDACTED),
     Rule("cookie-session-assignment",
          re.compile(r"(?<![A-Za-z0-9_\-?&])([A-Za-z0-9_\-]*sess(?:ion)?(?:[_-]?id)?|sid)=[^;\s,]+", _I),
          rf"\1={REDACTED}"),
     FunctionRule("embedded-json-credential", _embedded_json),
-    Rule("cli-flag", re.compile(rf"(?<![A-Za-z0-9_\-])(--?)([A-Za-z0-9_\-]*{_SECRET_WORD})([ \t]+)({_VALUE})", _I),
-         _flag),
-    Rule("assignment",
-         re.compile(rf"(?<![A-Za-z0-9_.\-?&])(?<!://)([A-Za-z0-9_.\-]*{_SECRET_WORD})([ \t]*[:=][ \t]*)({_VALUE})", _I),
-         _assignment),
+    Rule("cli-flag", re.compile(
+        rf"(?<![A-Za-z0-9_\-])(--?)([A-Za-z0-9_\-]++)(?=[ \t]){_ENDS_IN_SECRET_WORD}([ \t]+)({_VALUE})", _I), _flag),
+    # ``password%3Dx``, ``pwd%253Dx`` (encoded twice): a name at the start of a word or after a
+    # percent-escape (``?next=%2Flogin%3Fpassword%3Dx``, ``options=-c%20app.pw%3Dx``).
+    FunctionRule("url-encoded-assignment", _name_value_rule(
+        re.compile(r"(?:(?<![A-Za-z0-9_.\-%])|(?<=%[0-9A-Fa-f]{2}))([A-Za-z0-9_.\-]++)(?=%(?:25)?3[Dd])"
+                   rf"{_ENDS_IN_SECRET_WORD}(%(?:25)?3[Dd])", _I),
+        re.compile(r"""(?:[^%&#\s"'<>\\;,]++|%(?!(?:25)?(?:26|23|20)))++""", _A),
+        lambda m: is_sensitive_key(m.group(1)), _encoded_assignment, lambda text: "3D" in text or "3d" in text)),
+    # A name at the start of a word, or after a percent-escape (``-c%20app.pw=x`` in a URL); after
+    # ``?`` and ``&`` it is a query parameter (``query-parameter``).
+    FunctionRule("assignment", _name_value_rule(
+        re.compile(r"(?:(?<![A-Za-z0-9_.\-?&%])|(?<=%[0-9A-Fa-f]{2})|(?<=%)(?![0-9A-Fa-f]{2}))(?<!://)"
+                   rf"([A-Za-z0-9_.\-]++)(?=[ \t]*[:=]){_ENDS_IN_SECRET_WORD}([ \t]*[:=][ \t]*)", _I),
+        re.compile(_VALUE, _A), _assignment_name, _assignment)),
 )
 
 _PASSWORD_OPTION = r"-p|-pw|-P|-a|--pass"
@@ -441,11 +550,13 @@ DIAGNOSTIC_RULES: tuple[TextRule, ...] = (
         r"(?<![A-Za-z0-9_\-])(-u|--user)([ \t]+|=)(['\"]?)([^\s:'\"]+):[^\s'\"]+", _A), rf"\1\2\3\4:{REDACTED}"),
 )
 
-# A string that contains none of these cannot match a default rule: skip the rules entirely.
+# A string whose lowercased text contains none of these cannot match a default rule: skip the rules
+# entirely. Searched in ``text.lower()``: a case-sensitive search of lowercase words is several times
+# faster than an IGNORECASE one, and this search runs on every string the rules have not cached.
 _DEFAULT_TRIGGER = re.compile(
-    r"://|bearer|basic|eyJ|PRIVATE KEY|sk-|pk-|gh[pousr]_|github_pat_|AKIA|ASIA|xox|AIza|sess|sid="
-    r"|key|token|secret|passw|pwd|passphrase|credential|auth|cookie|dsn|connection|signature|sig=",
-    re.IGNORECASE,
+    r"://|bearer|basic|eyj|private key|sk-|pk-|gh[pousr]_|github_pat_|akia|asia|xox|aiza|sess|sid="
+    r"|k_live_|k_test_|whsec_|glpat-|npm_|pypi-|sg\."
+    r"|key|token|secret|passw|pw|passphrase|credential|auth|cookie|dsn|connection|signature|sig="
 )
 _FLAG_ELEMENT = re.compile(r"^--?([A-Za-z][A-Za-z0-9_\-]*)$")
 #: A record ``{"name": "password", "value": x}`` (environment lists, HAR headers, AWS and
@@ -536,7 +647,7 @@ class Redaction:
             for rule in self.rules:
                 text = rule.apply(text)
             return text
-        if self._trigger.search(text) is None:
+        if self._trigger.search(text.lower()) is None:
             return text
         for _ in range(_FIXED_POINT_ROUNDS):
             new = text
@@ -603,7 +714,7 @@ class Redaction:
         first, last = value[0], value[-1]  # JSON text with surrounding blanks is left to the text rules
         if not ((first == "{" and last == "}") or (first == "[" and last == "]")):
             return None
-        if self._trigger is not None and self._trigger.search(value) is None:
+        if self._trigger is not None and self._trigger.search(value.lower()) is None:
             return None
         # Custom rules may be written for the JSON text itself (``"ssn": "..."``): the walk is then
         # structural only, and the rules run once on the whole text after it.
