@@ -29,8 +29,9 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -54,9 +55,10 @@ from fencepost.runstore.liveness import LivenessCheck, LivenessContext, lease_li
 from fencepost.runstore.outcomes import Activated, Claimed, FenceLost, GuardFailed, Recovered, Transitioned
 from fencepost.runstore.ownership import Lease, LeaseLost, Supervisor
 from fencepost.runstore.rows import LivenessEvidence, RunFailure, RunRow, RunSnapshot
+from fencepost.shards.supervision import ShardSupervisor
 
-__all__ = ["STOP_GRACE_S", "SUSPEND_BACKOFF_S", "Cancelled", "LeaseLost", "RunContext", "Stopping", "Suspend",
-           "TakenRun", "UnstorableResult", "Worker", "WorkerStats", "default_owner"]
+__all__ = ["MEMBER_WAIT_S", "STOP_GRACE_S", "SUSPEND_BACKOFF_S", "Cancelled", "LeaseLost", "RunContext", "Stopping",
+           "Suspend", "TakenRun", "UnstorableResult", "Worker", "WorkerStats", "default_owner"]
 
 log = logging.getLogger("fencepost.worker")
 
@@ -314,7 +316,13 @@ class Worker:
         self.liveness = liveness if liveness is not None else lease_liveness()
         self.run_prefix = run_prefix
         self.stats = WorkerStats()
-        self.supervisor = Supervisor(store, self.owner)
+        # Over a shard set, one supervisor per member (a member whose writes block delays only its
+        # own runs' heartbeats), and each member's reads and takes on a thread of their own.
+        self._member_calls = _MemberCalls() if len(_members(store)) > 1 else None
+        self.supervisor: Supervisor | ShardSupervisor = (
+            Supervisor(store, self.owner) if self._member_calls is None else ShardSupervisor(store, self.owner))
+        # Runs a ``take()`` activated after it returned (a member that answered late): the next one returns them.
+        self._late: list[TakenRun] = []
         self._contexts: dict[str, RunContext] = {}
         self._futures: dict[str, Future] = {}
         # Runs this worker suspended, by run id: the monotonic time before which it leaves them.
@@ -325,6 +333,7 @@ class Worker:
         self._stop_event: StopSignal | None = None  # run()'s ``stop``
         self._stop_at: float | None = None  # monotonic end of the stop grace, once a stop was noticed
         self._next_stale_check: float | None = None  # monotonic: run()'s next look for stale leases
+        self._left_out = False  # a shard-set member was left out of the last read (it did not answer)
         self._gauge_attrs = {"host": self.owner.host_id, "pid": self.owner.pid, "worker": self.owner.nonce[:8]}
 
     def _count(self, name: str) -> None:
@@ -440,8 +449,10 @@ class Worker:
 
     def _waiting_for_leases(self) -> bool:
         # With until_idle, a run held by a live peer keeps us waiting; one held by an expired lease
-        # will become claimable, so wait for it too rather than stopping with work left behind.
-        return bool(self._candidates(1, include_live=True))
+        # will become claimable, so wait for it too rather than stopping with work left behind. A
+        # shard-set member that did not answer may hold such runs too: it keeps us waiting as well.
+        self._left_out = False
+        return bool(self._candidates(1, include_live=True)) or self._left_out
 
     def _start(self, pool: ThreadPoolExecutor, row: RunRow, lease: Lease) -> None:
         ctx = RunContext(self, row, lease)
@@ -499,10 +510,26 @@ class Worker:
                     found.setdefault(r.run_id, dict(r._mapping))  # a live run may also hold a claim
             return sorted(found.values(), key=lambda c: (c["created_at_ms"], c["run_id"]))[:n]
 
-        found = [c for name, member in _members(self.store) for c in _read(member, read, "worker_candidates", name)]
+        if self._member_calls is None:
+            return _read(self.store, read, "worker_candidates")
+        answers, left_out = self._read_members(read, "worker_candidates")
+        self._left_out = bool(left_out)
+        found = [{**c, "shard": name} for name, rows in answers.items() for c in rows]
         if len(found) > limit:  # several shards: the oldest ``limit`` of them all
             found = sorted(found, key=lambda c: (c["created_at_ms"], c["run_id"]))[:limit]
         return found
+
+    def _read_members(self, read: Callable[[Any], Any], method: str) -> tuple[dict[str, Any], list[str]]:
+        """``read`` on every member of the shard set at once (``_MemberCalls``): the answers by member,
+        and the members left out (still busy with an earlier call, or not answering within
+        ``MEMBER_WAIT_S``). A member that failed in time raises its error (naming it), as a store's
+        own read would, after every member was waited for."""
+        calls = {str(name): partial(_read, member, read, method, name) for name, member in _members(self.store)}
+        assert self._member_calls is not None
+        answers, failures, left_out = self._member_calls.call(calls, "read")
+        for failure in failures.values():
+            raise failure
+        return answers, left_out
 
     def take(self, limit: int) -> list[TakenRun]:
         """Sweep once and take up to ``limit`` runs; return the rows now owned (activated) by this worker.
@@ -539,6 +566,13 @@ class Worker:
         every heartbeat would rewrite), so it reads every running run; a lease goes stale only
         after ``STALE_AFTER`` (30 s), so stale runs join the candidates a second later at most
         (among many candidates, the shuffled pick may then take a few looks to reach them)."""
+        late: list[TakenRun] = []
+        if start is None and self._late:  # ``take()``: runs activated after an earlier one returned
+            with self._lock:
+                late, self._late = self._late[:limit], self._late[limit:]
+            if len(late) >= limit:
+                return late
+            limit -= len(late)
         stale = True
         if paced:
             now = time.monotonic()
@@ -554,6 +588,8 @@ class Worker:
         skip = self._resting_now() | self._in_hand()
         found = [c for c in found if c["run_id"] not in skip]
         random.shuffle(found)
+        if self._member_calls is not None:
+            return late + self._take_from_members(found, limit, start)
         taken: list[TakenRun] = []
         for cand in found:
             if len(taken) >= limit:
@@ -582,6 +618,91 @@ class Worker:
                     continue
             taken.append(row)
         return taken
+
+    def _take_from_members(self, found: list[dict[str, Any]], limit: int,
+                           start: Callable[[RunRow, Lease], None] | None) -> list[TakenRun]:
+        """The taking half of a sweep over a shard set: each member's candidates are taken on that
+        member's own thread, every member at once (``_MemberCalls``), as ``_sweep`` takes them on one
+        store, within ``limit`` in all. A member whose write lock is held delays only its own runs:
+        after ``MEMBER_WAIT_S`` the sweep returns what the others took, and the late member takes
+        no run after the one it is on. That run, once taken, is started as any (``run()``), or
+        returned by the next ``take()``; a member still busy is left out of the sweeps until it
+        answers, and its run in flight counts against their ``limit``."""
+        calls = self._member_calls
+        assert calls is not None
+        limit -= calls.busy("take")
+        if limit <= 0:
+            return []
+        by_member: dict[str, list[dict[str, Any]]] = {}
+        for cand in found:
+            by_member.setdefault(cand["shard"], []).append(cand)
+        budget = [limit]
+        handover = threading.Lock()  # the sweep's end against a member finishing at that moment
+        over = threading.Event()
+        taken: list[TakenRun] = []
+        failures: list[Exception] = []
+
+        def slot(n: int) -> bool:
+            with handover:
+                if n < 0 or (budget[0] > 0 and not over.is_set()):
+                    budget[0] -= n
+                    return True
+                return False
+
+        def take(name: str, cands: list[dict[str, Any]]) -> None:
+            mine: list[TakenRun] = []
+            failure: Exception | None = None
+            for cand in cands:
+                if not slot(1):
+                    break
+                try:
+                    took = self._take_one(cand, hold=start is not None)
+                except Exception as exc:
+                    slot(-1)
+                    if not mine:
+                        failure = exc
+                    else:
+                        log.warning("worker: sweep of shard %s stopped after taking %d run(s): %s (%s)",
+                                    one_line(name), len(mine), type(exc).__name__,
+                                    getattr(exc, "db_code", None) or getattr(exc, "code", None))
+                    break
+                if took is None:
+                    slot(-1)
+                    continue
+                row, lease = took
+                if start is not None and lease is not None:
+                    try:
+                        start(row, lease)
+                    except Exception as exc:
+                        self._give_back(row.run_id, lease, "starting it", exc)
+                        slot(-1)
+                        continue
+                mine.append(row)
+            with handover:
+                if not over.is_set():
+                    taken.extend(mine)
+                    if failure is not None:
+                        failures.append(failure)
+                    return
+            if start is None and mine:  # ``take()`` has returned: the next one hands these over
+                with self._lock:
+                    self._late.extend(mine)
+            if failure is not None:
+                log.warning("worker: shard %s answered late: %s (%s)", one_line(name), type(failure).__name__,
+                            getattr(failure, "db_code", None) or getattr(failure, "code", None))
+
+        _, crashed, _ = calls.call({name: partial(take, name, cands) for name, cands in by_member.items()}, "take")
+        with handover:
+            over.set()
+            result, failed = list(taken), list(failures) + list(crashed.values())
+        if failed and not result:
+            raise failed[0]
+        for exc in failed:
+            shard = getattr(exc, "store", None)
+            log.warning("worker: sweep took runs of other shards; one failed: %s (%s%s)", type(exc).__name__,
+                        getattr(exc, "db_code", None) or getattr(exc, "code", None),
+                        "" if shard is None else f", shard {one_line(str(shard))}")
+        return result
 
     def _take_one(self, cand: dict[str, Any], *, hold: bool) -> tuple[TakenRun, Lease | None] | None:
         """Claim and activate ``cand``'s run, then read its row: the row (with the reading its lease
@@ -967,8 +1088,11 @@ class Worker:
             return [r[0] for r in conn.execute(stmt)]
 
         now = self.store.clock.now_ms()
-        for run_id in [r for name, member in _members(self.store)
-                       for r in _read(member, read, "worker_cancellations", name)]:
+        if self._member_calls is None:
+            found = _read(self.store, read, "worker_cancellations")
+        else:  # a member that does not answer is asked again at the next look
+            found = [r for rows in self._read_members(read, "worker_cancellations")[0].values() for r in rows]
+        for run_id in found:
             # Acknowledge at once (within one interval of the request), before the function notices.
             self.store.runs.acknowledge_cancel(run_id, self.owner, now)
             held[run_id]._cancelled.set()
@@ -1035,6 +1159,93 @@ def _parameters(signature: inspect.Signature) -> str:
     return str(signature.replace(
         parameters=[p.replace(default=bare, annotation=bare) for p in signature.parameters.values()],
         return_annotation=inspect.Signature.empty))
+
+
+#: Seconds a sweep over a shard set waits for a member (its read, or the taking of its runs) before
+#: it goes on without it; the member is left out of the sweeps until that call returns.
+MEMBER_WAIT_S = 1.0
+
+
+class _MemberCall:
+    """One call on a shard-set member, made on a thread of its own (a daemon: a call that never
+    returns must not keep the process alive); ``done`` is set once it returned."""
+
+    def __init__(self, fn: Callable[[], Any], kind: str, finished: Callable[[_MemberCall], None]) -> None:
+        self.done = threading.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.kind = kind
+        self._fn = fn
+        self._finished = finished
+        threading.Thread(target=self._run, name=f"fencepost-member-{kind}", daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            self.result = self._fn()
+        except BaseException as exc:  # handed to the sweep (or dropped when it has gone on)
+            self.error = exc
+        finally:
+            self._finished(self)
+            self.done.set()
+
+
+class _MemberCalls:
+    """A worker's calls on the members of its shard set: each call on a thread of its own, every
+    member at once, each waited for ``MEMBER_WAIT_S`` at most. A member whose call has not returned
+    yet is left out of later calls, so at most one call per member is ever outstanding, however
+    many sweeps go by. Its first stall is logged naming the member, and its return once it
+    answers again. (A single store is never called this way: its reads stay on the sweeping thread.)"""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._busy: dict[str, _MemberCall] = {}
+        self._stalled: set[str] = set()
+
+    def busy(self, kind: str) -> int:
+        """How many members are still busy with a call of ``kind``."""
+        with self._lock:
+            return sum(1 for call in self._busy.values() if call.kind == kind)
+
+    def call(self, calls: Mapping[str, Callable[[], Any]],
+             kind: str) -> tuple[dict[str, Any], dict[str, BaseException], list[str]]:
+        """``calls[name]()`` for every member at once: what each member answered within
+        ``MEMBER_WAIT_S``, what each one that failed in time raised, and the members left out."""
+        started: dict[str, _MemberCall] = {}
+        left_out: list[str] = []
+        with self._lock:
+            for name, fn in calls.items():
+                if name in self._busy:
+                    left_out.append(name)
+                    continue
+                started[name] = self._busy[name] = _MemberCall(fn, kind, partial(self._finished, name))
+        until = time.monotonic() + MEMBER_WAIT_S
+        answers: dict[str, Any] = {}
+        failures: dict[str, BaseException] = {}
+        for name, call in started.items():
+            if not call.done.wait(max(0.0, until - time.monotonic())):
+                left_out.append(name)
+                with self._lock:
+                    first = name not in self._stalled
+                    self._stalled.add(name)
+                if first:
+                    log.warning("worker: shard %s did not answer within %s s; its runs wait for it, the other "
+                                "shards' are taken meanwhile", one_line(name), MEMBER_WAIT_S)
+            elif call.error is not None:
+                failures[name] = call.error
+            else:
+                answers[name] = call.result
+        return answers, failures, left_out
+
+    def _finished(self, name: str, call: _MemberCall) -> None:
+        """On the member's thread once its call returned: the member is free for the next call."""
+        with self._lock:
+            if self._busy.get(name) is call:
+                del self._busy[name]
+            back = call.error is None and name in self._stalled
+            if back:
+                self._stalled.discard(name)
+        if back:
+            log.warning("worker: shard %s answers again", one_line(name))
 
 
 def _members(store: Any) -> list[tuple[str | None, Any]]:

@@ -45,7 +45,7 @@ from fencepost._store import open as open_store
 from fencepost._values import identifier_problem
 from fencepost.changefeed.types import Change, Position, StopSignal
 from fencepost.clock import Clock, SystemClock
-from fencepost.errors import FencepostError
+from fencepost.errors import FencepostError, RunAlreadyExists
 from fencepost.journal import companion_stream
 from fencepost.journal.owner import OwnerId
 from fencepost.runstore import _checks as check
@@ -365,6 +365,10 @@ def _merged_follow(stores: Iterable[tuple[str, Store]], positions: Mapping[str, 
 _DIVERSIONS = 2
 
 
+class _RoundMoved(Exception):
+    """Raised in a retrying transaction: a round was added since the new round's id was read."""
+
+
 class _HeldElsewhere(Exception):
     """Raised in a creating transaction: the shard ``name`` holds the id; the creation goes there."""
 
@@ -373,13 +377,13 @@ class _HeldElsewhere(Exception):
         self.name = name
 
 
-def _write(store: Store, fn: Callable[[Connection], T], *, alone: bool = False) -> T:
-    """``store.db.write(fn)``, a database failure mapped as ``runs.create`` maps it (``alone``: on
+def _write(store: Store, fn: Callable[[Connection], T], *, alone: bool = False, method: str = "create") -> T:
+    """``store.db.write(fn)``, a database failure mapped as ``runs.<method>`` maps it (``alone``: on
     this thread, never shared with other writes, so another store's write can run inside it)."""
     try:
         return store.db.write(fn, alone=alone)
     except DbFailure as exc:
-        raise persistence_error(exc, "create") from None
+        raise persistence_error(exc, method) from None
 
 
 class _LockHolder:
@@ -388,7 +392,8 @@ class _LockHolder:
     order, the placed shard's lock stays held until after the target's transaction committed
     (a write nested on this thread would commit before the one around it)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, method: str = "create") -> None:
+        self._method = method
         self._locked = threading.Event()
         self._release = threading.Event()
         self._failure: BaseException | None = None
@@ -415,7 +420,7 @@ class _LockHolder:
         failure = self._failure
         if failure is not None:
             if isinstance(failure, DbFailure):
-                raise persistence_error(failure, "create") from None
+                raise persistence_error(failure, self._method) from None
             raise failure
 
     def release(self) -> None:
@@ -476,7 +481,8 @@ class ShardedRuns(_Routed):
             s._remember(run_id, target)
             return
 
-    def _decided(self, placed: str, target: str, create: Callable[[Connection], None]) -> None:
+    def _decided(self, placed: str, target: str, create: Callable[[Connection], None],
+                 method: str = "create") -> None:
         """``create`` in ``target``'s write transaction while ``placed``'s write lock is held, from
         before ``create`` looks until after ``target`` committed.
 
@@ -489,15 +495,16 @@ class ShardedRuns(_Routed):
         s = self._shards
         store, placed_store = s[target], s[placed]
         if target == placed:
-            _write(store, create)
+            _write(store, create, method=method)
         elif s.names.index(placed) < s.names.index(target):
-            _write(placed_store, lambda _conn: _write(store, create, alone=True), alone=True)
+            _write(placed_store, lambda _conn: _write(store, create, alone=True, method=method), alone=True,
+                   method=method)
         else:
             holds: list[_LockHolder] = []
 
             def body(conn: Connection) -> None:
                 _let_go(holds)  # a transaction run again: this thread holds the target's lock again
-                holds.append(_LockHolder(placed_store))
+                holds.append(_LockHolder(placed_store, method))
                 try:
                     holds[-1].wait()
                     create(conn)
@@ -506,9 +513,81 @@ class ShardedRuns(_Routed):
                     raise
 
             try:
-                _write(store, body, alone=True)
+                _write(store, body, alone=True, method=method)
             finally:
                 _let_go(holds)
+
+    def retry(self, run_id: str, *, new_run_id: str | None = None) -> Any:
+        """``RunStore.retry`` of a shard set: a new round of ``run_id``'s lineage, created on the
+        lineage's shard (a round carries the ``lineage_id``, so it joins that run's shard, as
+        ``create`` places it), with the same outcomes and errors as one store's ``retry``.
+
+        The new round's id (``new_run_id``, else ``"<lineage>.retry-<round>"``) is decided as a
+        creation's is: under the write lock of the shard that id is placed on, no other shard may hold
+        it. One held by another shard's run is ``RunAlreadyExists``; one whose journal stream another
+        shard keeps (a deleted run's) is ``refused``, since the round would split that id's history
+        across two shards.
+        """
+        s = self._shards
+        if len(s.names) == 1 or identifier_problem(run_id) or (
+                new_run_id is not None and identifier_problem(new_run_id)):
+            # One store, or a call the store refuses before reading anything, exactly as it refuses it.
+            return self._on(run_id).runs.retry(run_id, new_run_id=new_run_id)
+        target = s._route(run_id)
+        store = s[target]
+        rid = new_run_id if new_run_id is not None else self._next_round_id(store, run_id)
+        for _ in range(_DIVERSIONS + 1):
+            if rid is None or identifier_problem(rid):
+                # No such run, or a default id the store refuses: its own retry says so.
+                return store.runs.retry(run_id, new_run_id=new_run_id)
+            found: list[Any] = []
+
+            def body(conn: Connection, rid: str = rid, found: list[Any] = found) -> None:
+                # In the target's write transaction, the new id's placed shard's write lock held: no
+                # round of the lineage can be added meanwhile, and no shard can create the id.
+                s._check_generation(conn, target)
+                if new_run_id is None and self._next_round_id(store, run_id) != rid:
+                    raise _RoundMoved()  # a round was added since the id was read: read it again
+                s._held_elsewhere(rid, target)
+                found.append(store.runs.retry(run_id, new_run_id=new_run_id))
+
+            try:
+                self._decided(place(rid, s.names), target, body, "retry")
+            except _RoundMoved:
+                rid = self._next_round_id(store, run_id)
+                continue
+            except _HeldElsewhere as held:
+                raise self._taken_elsewhere(held.name, rid) from None
+            s._remember(found[0].run_id, target)
+            return found[0]
+        # Rounds keep being added by others: the store's own answer (it sees the latest round live).
+        return store.runs.retry(run_id, new_run_id=new_run_id)
+
+    @staticmethod
+    def _next_round_id(store: Store, run_id: str) -> str | None:
+        """The id ``store.runs.retry(run_id)`` would give its new round, or None when the store has no
+        such run (its ``retry`` then refuses the call with its own words)."""
+        try:
+            latest = store.runs.latest_round(run_id)
+        except FencepostError as exc:
+            if exc.code == "not_found_row":
+                return None
+            raise
+        return f"{latest.lineage_id or latest.run_id}.retry-{(latest.round_ordinal or 0) + 1}"
+
+    def _taken_elsewhere(self, name: str, rid: str) -> FencepostError:
+        """The error of a retry whose new id shard ``name`` holds: ``RunAlreadyExists`` when a run has
+        it there (one store's answer), else ``refused`` (only the id's journal stream is there)."""
+        try:
+            self._shards[name].runs.get(rid)
+        except FencepostError as exc:
+            if exc.code != "not_found_row":
+                raise
+            return check.refuse("retry", f"the id's journal history is on shard {name!r} (a deleted run's), "
+                                "and a new round is created on its lineage's shard: give another new_run_id",
+                                {"field": "new_run_id"}, code="refused")
+        return check.refuse("retry", "a run with this id already exists", {"field": "run_id"}, code="constraint",
+                            cls=RunAlreadyExists)
 
     def get(self, run_id: str) -> Any:
         return self._on(run_id).runs.get(run_id)
