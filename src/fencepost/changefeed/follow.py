@@ -61,7 +61,10 @@ class _Either:
         self.events = events
 
     def is_set(self) -> bool:
-        return any(e.is_set() for e in self.events)
+        for e in self.events:  # asked before every change a follower yields: no generator per call
+            if e.is_set():
+                return True
+        return False
 
 
 def _sleep(seconds: float, stop: StopSignal) -> None:
@@ -328,10 +331,25 @@ def check_follow_arguments(stop: object, poll_interval: object) -> None:
         raise ValueError(f"poll_interval {problem}")
 
 
+class _Ready:
+    """What a follower already holds: ``left`` changes of its current page not yet yielded, each of
+    which the next ``next()`` returns without a query or a wait (``afollow`` takes them all in one
+    hand-over to the event loop)."""
+
+    __slots__ = ("left",)
+
+    def __init__(self) -> None:
+        self.left = 0
+
+
 def follow(
-    feed: ChangeFeed, position: Position | None, *, stop: StopSignal | None, poll_interval: float
+    feed: ChangeFeed, position: Position | None, *, stop: StopSignal | None, poll_interval: float,
+    ready: _Ready | None = None,
 ) -> Generator[Change, None, None]:
-    """Generator behind ``ChangeFeed.follow`` (see its docstring for the contract)."""
+    """Generator behind ``ChangeFeed.follow`` (see its docstring for the contract).
+
+    ``ready`` (``afollow``'s) is kept up to date with the changes the follower holds unyielded.
+    """
     check_follow_arguments(stop, poll_interval)
     halt: StopSignal = stop if stop is not None else _Never()
     if position is not None:
@@ -339,18 +357,22 @@ def follow(
         from fencepost.changefeed.feed import _check_requested_position
 
         _check_requested_position(position, "follow")
-    return _follow(feed, position, halt, float(poll_interval))
+    return _follow(feed, position, halt, float(poll_interval), ready)
 
 
 def _follow(
-    feed: ChangeFeed, position: Position | None, stop: StopSignal, poll_interval: float
+    feed: ChangeFeed, position: Position | None, stop: StopSignal, poll_interval: float,
+    ready: _Ready | None = None,
 ) -> Generator[Change, None, None]:
     pages = _pages(feed, position, stop, poll_interval, lambda p: feed.changes_since(p, PAGE))
     try:
         for batch in pages:
-            for change in batch.changes:
+            last = len(batch.changes) - 1
+            for i, change in enumerate(batch.changes):
                 if stop.is_set():
                     return
+                if ready is not None:
+                    ready.left = last - i
                 yield change
     finally:
         pages.close()  # releases the waiter's watcher and connections now, not at collection
@@ -434,7 +456,9 @@ def _pages(feed: ChangeFeed, position: Position | None, stop: StopSignal, poll_i
         waiter.close()
 
 
-_END = object()
+#: The most changes one hand-over from an ``afollow``'s thread carries to the event loop: those of
+#: the page the follower holds, never more (its memory stays one page, as ``follow``'s).
+HANDOVER = PAGE
 
 
 def afollow(
@@ -456,28 +480,46 @@ def afollow(
     return _afollow(feed, position, stop=stop, poll_interval=poll_interval)
 
 
-def _settle(future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
-    if future.cancelled():  # the consumer left while the thread was waiting: nothing to hand over
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(value)
+#: One hand-over: the changes, whether the follower ended after them, and what it raised after them.
+_Handover = tuple[list[Change], bool, BaseException | None]
+
+
+def _settle(future: asyncio.Future[_Handover], handover: _Handover) -> None:
+    if not future.cancelled():  # the consumer left while the thread was working: nothing to hand over
+        future.set_result(handover)
 
 
 class _Pump:
-    """One daemon thread that takes items from a blocking iterator, one per request of the loop.
+    """One daemon thread that takes changes from a blocking follower, one batch per request of the loop.
+
+    A request takes the next change (waiting for it if need be) and every further change the
+    follower already holds (the rest of its page, ``ready.left``), up to ``HANDOVER``: a backlog
+    crosses to the loop a page per round trip, a live change as soon as it is read. Nothing is
+    read ahead of a request: the follower pages on only when the consumer has taken everything.
 
     The thread, not the loop, runs the iterator's ``close()`` (which joins the follower's watcher or
     listener thread), and it ends once the iterator is exhausted, has failed or was closed: its
     per-thread database connections then return to the pool.
     """
 
-    def __init__(self, it: Generator[Any, None, None]) -> None:
+    def __init__(self, it: Generator[Change, None, None], ready: _Ready) -> None:
         self._it = it
-        self._requests: queue.SimpleQueue[tuple[asyncio.AbstractEventLoop, asyncio.Future[Any]] | None] = (
+        self._ready = ready
+        self._requests: queue.SimpleQueue[tuple[asyncio.AbstractEventLoop, asyncio.Future[_Handover]] | None] = (
             queue.SimpleQueue())
         threading.Thread(target=self._run, name="fencepost-afollow", daemon=True).start()
+
+    def _take(self) -> _Handover:
+        changes: list[Change] = []
+        try:
+            changes.append(next(self._it))
+            while self._ready.left > 0 and len(changes) < HANDOVER:
+                changes.append(next(self._it))
+        except StopIteration:
+            return changes, True, None
+        except BaseException as exc:  # handed to the consumer, raised from its ``async for`` after ``changes``
+            return changes, True, exc
+        return changes, False, None
 
     def _run(self) -> None:
         try:
@@ -486,23 +528,19 @@ class _Pump:
                 if request is None:
                     return
                 loop, future = request
-                error: BaseException | None = None
+                handover = self._take()
                 try:
-                    value = next(self._it, _END)
-                except BaseException as exc:  # handed to the consumer, raised from its ``async for``
-                    value, error = None, exc
-                try:
-                    loop.call_soon_threadsafe(_settle, future, value, error)
+                    loop.call_soon_threadsafe(_settle, future, handover)
                 except RuntimeError:  # the loop is closed: nobody is waiting any more
                     return
-                if value is _END or error is not None:
+                if handover[1]:
                     return
         finally:
             self._it.close()
 
-    async def next(self) -> Any:
+    async def next(self) -> _Handover:
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
+        future: asyncio.Future[_Handover] = loop.create_future()
         self._requests.put((loop, future))
         return await future
 
@@ -515,13 +553,21 @@ async def _afollow(
 ) -> AsyncGenerator[Change, None]:
     inner = threading.Event()
     halt = _Either(inner, stop) if stop is not None else inner
-    pump = _Pump(follow(feed, position, stop=halt, poll_interval=poll_interval))
+    ready = _Ready()
+    pump = _Pump(follow(feed, position, stop=halt, poll_interval=poll_interval, ready=ready), ready)
     try:
         while True:
-            change = await pump.next()
-            if change is _END:
+            changes, ended, error = await pump.next()
+            for change in changes:
+                # As ``follow`` does before each change: a stop set meanwhile (by the consumer,
+                # after an earlier change of this hand-over) ends the follow before this one.
+                if stop is not None and stop.is_set():
+                    return
+                yield change
+            if error is not None:
+                raise error
+            if ended:
                 return
-            yield change
     finally:
         # The thread sees ``inner`` within STOP_SLICE, returns from the wait and closes the follower.
         inner.set()
