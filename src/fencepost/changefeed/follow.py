@@ -262,7 +262,11 @@ class _PostgresWaiter(_Waiter):
         import psycopg
 
         conn = psycopg.connect(**{**self._params, **self._name, **self._timeout}, autocommit=True)
-        conn.execute(f"LISTEN {CHANNEL}")
+        # The session sits idle by design (it waits for notifications): a role's
+        # idle_session_timeout (PostgreSQL 14+) would end it at every timeout, and each reconnect
+        # re-reads the feed. Off for this session alone.
+        keep = "SET idle_session_timeout = 0; " if conn.info.server_version >= 140000 else ""
+        conn.execute(f"{keep}LISTEN {CHANNEL}")
         return conn
 
     def _listen(self) -> None:
