@@ -7,7 +7,19 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from fencepost._durable import ENV_SOURCE, Database, DbFailure, from_environment
-from fencepost._migrations import migrate, needed_to_read, pending, pending_detail
+from fencepost._migrations import (
+    READS_AROUND,
+    STORE_NAMESPACES,
+    _applied,
+    check_ledger,
+    damage,
+    damage_error,
+    discover,
+    migrate,
+    pending_detail,
+    permission_note,
+    read_state,
+)
 from fencepost.changefeed.feed import ChangeFeed
 from fencepost.clock import Clock, SystemClock
 from fencepost.errors import DatabaseMissing, OpenError
@@ -21,9 +33,13 @@ class _Probed(Exception):
     """Ends the write probe's transaction: the writer rolls it back."""
 
 
-def _write_probe(conn: Connection) -> None:
-    """Write one ledger row, then roll the whole transaction back: nothing reaches the disk or
-    the log (a savepoint rolled back would still leave its pages to be written at COMMIT)."""
+def _write_probe(conn: Connection, db: Database) -> None:
+    """Check that the schema holds what its ledger says was applied (``damage``), then write one
+    ledger row and roll the whole transaction back: nothing reaches the disk or the log (a
+    savepoint rolled back would still leave its pages to be written at COMMIT)."""
+    missing = damage(conn, db, _applied(conn, db))
+    if missing:
+        raise damage_error(db, missing)
     conn.exec_driver_sql("INSERT INTO flows_migrations (migration_id, name) VALUES (-1, 'write-probe')")
     raise _Probed
 
@@ -60,6 +76,13 @@ def _name_the_environment(err: OpenError) -> None:
     """Say in ``err`` that the URL it names came from ``$FENCEPOST_DB`` (no URL was given)."""
     err.detail = f"{err.detail} (the URL from {ENV_SOURCE})"
     err.args = (f"{err.code}: {err.component}.{err.method}: {err.detail}",)
+
+
+def _noted(err: OpenError, note: str) -> OpenError:
+    """``err`` with ``note`` added to its message."""
+    noted = OpenError(err.code, err.method, f"{err.detail}; {note}", db_code=err.db_code)
+    noted.transient = getattr(err, "transient", False)
+    return noted
 
 
 class Store:
@@ -99,15 +122,21 @@ class Store:
 def _readable(db: Database) -> None:
     """Refuse (``OpenError``) a database a read-only open cannot read as a store."""
     db.probe()
-    if needed_to_read(db):
+    # The ledger is read once: a migration another process commits meanwhile is for the next open.
+    ledger, missing = db.read(lambda conn: read_state(conn, db))
+    check_ledger(db, ledger)
+    todo = [m for m in discover(db.backend.migration_suffix, STORE_NAMESPACES) if m.id not in ledger]
+    if any(m.id not in READS_AROUND for m in todo):
         # A PostgreSQL schema that is not there (it reads as unmigrated) is no store, as a
         # SQLite file that is not there (refused by ``Database``): not a store that needs
         # migrating. Looked up only here: a store that is there costs no round trip for it.
-        missing = db.missing_namespace()
-        if missing is not None:
+        gone = db.missing_namespace()
+        if gone is not None:
             raise DatabaseMissing("database_missing", "open",
-                                  f"{missing}; create it with `fencepost init`")
-        raise OpenError("needs_migrations", "open", pending_detail(db, pending(db)))
+                                  f"{gone}; create it with `fencepost init`")
+        raise OpenError("needs_migrations", "open", pending_detail(db, todo))
+    if missing:
+        raise damage_error(db, missing)
 
 
 def open(url: str | None = None, *, clock: Clock | None = None, attempt_policy: Any = None,
@@ -123,7 +152,11 @@ def open(url: str | None = None, *, clock: Clock | None = None, attempt_policy: 
     Every failure is an ``OpenError`` whose ``code`` says why (``not_a_database``, ``corrupt``,
     ``cannot_connect``, ``database_missing``, ``auth_failed``, ``permission_denied``,
     ``needs_migrations``, ``schema_too_new``, ``schema_mismatch``, ``migration_blocked``, ``disk_full``,
-    ``open_failed``) and whose message names the path or the URL with its password masked. A bad URL
+    ``open_failed``) and whose message names the path or the URL with its password masked.
+    ``schema_mismatch`` also refuses a store that lacks a column of its tables or a trigger that
+    maintains it (revisions, tombstones, lease release, notifications) its ledger says was created
+    (dropped, renamed or disabled by hand), naming them; ``fencepost migrations status`` lists them.
+    ``permission_denied`` of a writable open that met pending migrations names them. A bad URL
     is a ``ValueError``. With no ``url`` given, both say the URL came from ``$FENCEPOST_DB``. A
     pending migration never waits without limit for another session's lock: it gives up with
     ``migration_blocked`` (transient), nothing applied (see ``docs/concepts/backends.md``).
@@ -161,11 +194,20 @@ def _open(url: str | None, clock: Clock | None, attempt_policy: Any, consensus: 
                     # read-only SQLite file opens silently read-only (even BEGIN IMMEDIATE succeeds) and
                     # would fail only at the first write; a PostgreSQL role may lack INSERT.
                     try:
-                        db.write(_write_probe)
+                        db.write(lambda conn: _write_probe(conn, db))
                     except _Probed:
                         pass
+                else:
+                    missing = db.read(lambda conn: damage(conn, db, _applied(conn, db)))
+                    if missing:
+                        raise damage_error(db, missing)
         except DbFailure as exc:
             failure = db.open_error(exc)
+            if failure.code == "permission_denied" and not readonly:
+                # A role that may not change the schema met pending migrations: say which.
+                note = permission_note(db)
+                if note is not None:
+                    failure = _noted(failure, note)
         if failure is not None:
             raise failure
         store = Store(db, clock=clock, attempt_policy=attempt_policy, consensus=consensus)

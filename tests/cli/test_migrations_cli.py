@@ -180,13 +180,16 @@ def _cli_in_process(args: list[str]) -> tuple[int, str, str]:
 
 
 def _unapply(db_url: str, *ids: int) -> None:
-    """Undo migrations 1006 and/or 4001 and forget their ledger rows: a store an older fencepost made."""
+    """Undo migrations 1006 and/or 4001 and forget their ledger rows: a store an older fencepost made.
+    Undoing 4001 forgets 4002 to 4004 too (they change its table: a version without 4001 had none
+    of them, and an open refuses a ledger that records them without the column 4002 adds)."""
     undo = {1006: "ALTER TABLE flows_runs DROP COLUMN failure_json", 4001: "DROP TABLE flows_shard_membership"}
     db = Database(db_url)
     for i in ids:
         db.write(lambda conn, i=i: conn.exec_driver_sql(undo[i]))
-        db.write(lambda conn, i=i: conn.execute(text("DELETE FROM flows_migrations WHERE migration_id = :i"),
-                                                {"i": i}))
+        for j in (i, 4002, 4003, 4004) if i == 4001 else (i,):
+            db.write(lambda conn, j=j: conn.execute(text("DELETE FROM flows_migrations WHERE migration_id = :i"),
+                                                    {"i": j}))
     db.dispose()
 
 
@@ -296,7 +299,7 @@ def test_init_of_a_store_it_may_only_read_with_migrations_pending_is_still_refus
     before = _ledger_rows(reader.url)
     code, out, err = reader.init("file")
     assert code == 1 and out == "" and err.startswith("Error: permission_denied:"), (code, out, err)
-    assert "1 migration(s) pending (4001)" in err, err
+    assert "4 migration(s) pending (4001, 4002, 4003, 4004)" in err, err
     assert _ledger_rows(reader.url) == before
 
 
@@ -350,7 +353,8 @@ def test_read_commands_on_a_partly_migrated_store_say_what_is_pending_and_how_to
         assert_one_line_error(result)
         assert result.code == 1 and "Error: needs_migrations:" in result.err, (args, result)
         assert "not a migrated fencepost store" not in result.err, result
-        assert "2 migration(s) pending (1006, 4001)" in result.err and "fencepost init" in result.err, result
+        assert "5 migration(s) pending (1006, 4001, 4002, 4003, 4004)" in result.err, result
+        assert "fencepost init" in result.err, result
     assert _ledger_rows(db_url) == before
     assert run_cli("--db", db_url, "init").out.startswith("migrated ")
 

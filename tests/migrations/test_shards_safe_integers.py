@@ -104,8 +104,8 @@ def test_4004_refuses_a_generation_past_the_bound_and_changes_nothing(db_url: st
     with pytest.raises(fencepost.OpenError) as err:
         fencepost.open(db_url)
     assert err.value.code == "open_failed" and str(err.value).endswith(
-        "could not be opened; a row breaks a constraint migration 4004 (shards_safe_integers) adds; "
-        "no migration was applied"), err.value
+        "could not be opened; migration 4004 (shards_safe_integers) could not be applied: a row breaks a "
+        "constraint; no migration was applied"), err.value
     assert str(2**53) not in str(err.value)
     assert 4004 not in ledger_of(db_url) and _record_row(db_url) == before
     with fencepost.open(db_url, readonly=True) as store:

@@ -35,6 +35,17 @@ READS_AROUND = frozenset({4002, 4003, 4004})
 """Migrations a read-only open does without: the code that reads what they add checks the ledger
 first and reads the schema as it was before them. A store missing only these opens read-only (a
 store a previous version left); a writable open applies them."""
+PROJECTIONS = ("projections",)
+
+_SAFE = 2**53 - 1
+BEFORE: dict[int, tuple[str, tuple[str, ...]]] = {
+    4003: ("a joined_at_ms stamp past 2^53 - 1 becomes 2^53 - 1, as 4004 makes it (4003 copies the stamp into "
+           "founded_at_ms, which 4002 bounds)",
+           (f"UPDATE flows_shard_membership SET joined_at_ms = {_SAFE} WHERE joined_at_ms > {_SAFE}",)),
+}
+"""Statements the runner runs just before a migration, in its place of the pass (and ``script``
+prints them there), on both backends: what a merged migration needs first and, merged, cannot say
+itself. Its id, then why and the statements."""
 
 #: Seconds each try of a PostgreSQL migration pass waits for a table lock (its ``lock_timeout``)
 #: when the session sets none of its own (a URL's ``options=-c lock_timeout=...`` replaces it).
@@ -103,6 +114,17 @@ def applied(db: Database) -> dict[int, str]:
     return db.read(lambda conn: _applied(conn, db))
 
 
+def ledger_namespaces(ledger: dict[int, str]) -> tuple[str, ...]:
+    """The namespaces ``migrations status`` and ``migrations sql`` cover for a database with this ledger:
+    the store's, and any other the ledger has begun (the projection builder's, on a database that
+    is also a projection target). A ledger that records projection migrations alone is a projection
+    target of its own: its namespace alone. A fresh database (no ledger): the store's."""
+    begun = {ns for ns, start in BLOCKS.items() for i in ledger if start < i < start + 1000}
+    if begun and begun <= set(PROJECTIONS):
+        return PROJECTIONS
+    return tuple(ns for ns in ALL_NAMESPACES if ns in STORE_NAMESPACES or ns in begun)
+
+
 def _ids(ids: list[int]) -> str:
     return ", ".join(str(i) for i in ids[:10]) + (", ..." if len(ids) > 10 else "")
 
@@ -140,6 +162,20 @@ def pending_detail(db: Database, todo: list[Migration], namespaces: tuple[str, .
             "(or print their SQL with `fencepost migrations sql`)")
 
 
+def permission_note(db: Database, namespaces: tuple[str, ...] = STORE_NAMESPACES) -> str | None:
+    """What a refusal for want of rights adds when migrations are pending on an existing schema:
+    which, and how they get applied. ``None`` when none is pending, when the database holds none of
+    ``namespaces`` yet (nothing more to say), or when the ledger cannot be read."""
+    try:
+        todo = pending(db, namespaces)
+    except (DbFailure, FencepostError):
+        return None
+    if not todo or len(todo) == len(discover(db.backend.migration_suffix, namespaces)):
+        return None
+    return (f"{pending_phrase(todo)}, which a role that owns the tables applies "
+            "(`fencepost migrations sql` prints their SQL)")
+
+
 def pending_phrase(todo: list[Migration]) -> str:
     """``2 migration(s) pending (1006, 4001)``."""
     return f"{len(todo)} migration(s) pending ({_ids([m.id for m in todo])})"
@@ -156,25 +192,31 @@ class MigrationState:
 
 
 def status(db: Database, ledger: dict[int, str] | None = None,
-           namespaces: tuple[str, ...] = STORE_NAMESPACES) -> list[MigrationState]:
-    """Every shipped migration of ``namespaces`` with its state, then any the ledger has and the code lacks."""
+           namespaces: tuple[str, ...] | None = None, altered: frozenset[int] = frozenset()) -> list[MigrationState]:
+    """Every shipped migration of ``namespaces`` (``ledger_namespaces`` when None) with its state,
+    then any the ledger has and the code lacks. ``altered``: applied migrations whose objects are
+    missing (``damage``), listed ``altered``."""
     ledger = applied(db) if ledger is None else ledger
+    namespaces = ledger_namespaces(ledger) if namespaces is None else namespaces
     shipped = discover(db.backend.migration_suffix, ALL_NAMESPACES)
     known = {m.id for m in shipped}
     rows = [MigrationState(m.id, m.recorded_name, "pending" if m.id not in ledger
-                           else "applied" if ledger[m.id] == m.recorded_name else "mismatch")
+                           else "mismatch" if ledger[m.id] != m.recorded_name
+                           else "altered" if m.id in altered else "applied")
             for m in shipped if m.namespace in namespaces or m.id in ledger]
     rows += [MigrationState(i, ledger[i], "unknown") for i in sorted(ledger) if i not in known]
     return sorted(rows, key=lambda r: r.id)
 
 
-def script(db: Database, ledger: dict[int, str], namespaces: tuple[str, ...] = STORE_NAMESPACES) -> str:
-    """The SQL that applies every pending migration of ``namespaces`` by hand (for a DBA), ledger included.
+def script(db: Database, ledger: dict[int, str], namespaces: tuple[str, ...] | None = None) -> str:
+    """The SQL that applies every pending migration of ``namespaces`` (``ledger_namespaces`` when
+    None) by hand (for a DBA), ledger included.
 
     The same statements the store runs when it migrates itself, each migration followed by its
     ledger row, for the URL's backend. Run it in one transaction (the PostgreSQL script begins and
     commits its own, and sets ``search_path`` for that transaction only).
     """
+    namespaces = ledger_namespaces(ledger) if namespaces is None else namespaces
     pending_ = [m for m in discover(db.backend.migration_suffix, namespaces) if m.id not in ledger]
     if not pending_:
         return "-- nothing to apply: every migration is recorded in flows_migrations\n"
@@ -184,15 +226,13 @@ def script(db: Database, ledger: dict[int, str], namespaces: tuple[str, ...] = S
            _LEDGER[db.backend.name].strip() + ";"]
     for m in pending_:
         out.append(f"\n-- {m.id} {m.recorded_name}")
+        if m.id in BEFORE:
+            out.append(f"-- before {m.id}: {BEFORE[m.id][0]}")
+            out += [f"{s};" for s in BEFORE[m.id][1]]
         out.append(m.script.strip())
         out.append(f"INSERT INTO flows_migrations (migration_id, name) VALUES ({m.id}, '{m.recorded_name}');")
     out += [f"{s};" for s in db.backend.script_epilogue()]
     return "\n".join(out) + "\n"
-
-
-def needed_to_read(db: Database) -> list[Migration]:
-    """The pending store migrations a read-only open cannot do without (``pending`` less ``READS_AROUND``)."""
-    return [m for m in pending(db) if m.id not in READS_AROUND]
 
 
 def pending(db: Database, namespaces: tuple[str, ...] = STORE_NAMESPACES) -> list[Migration]:
@@ -201,6 +241,118 @@ def pending(db: Database, namespaces: tuple[str, ...] = STORE_NAMESPACES) -> lis
     ledger = applied(db)
     check_ledger(db, ledger)
     return [m for m in wanted if m.id not in ledger]
+
+
+# --------------------------------------------------------------------------- what the ledger promises
+
+_AFTER_TRIGGER = re.compile(r"CREATE\s+TRIGGER\s+(\w+)\s+AFTER\b", re.IGNORECASE)
+_MAKERS: dict[str, tuple[dict[str, int], dict[tuple[str, str], int]]] = {}
+
+
+def _makers(db: Database) -> tuple[dict[str, int], dict[tuple[str, str], int]]:
+    """Which store migration creates each object the open checks: every AFTER trigger (they write
+    what the store relies on: revisions, tombstones, a deleted run's lease released, notifications;
+    the BEFORE ones only refuse hand edits) by the last migration that creates it, and every column
+    of the store's tables (``_schema``) by the first. Read from the migration files, once a backend
+    (a process that patches ``discover`` clears ``_MAKERS``)."""
+    found = _MAKERS.get(db.backend.name)
+    if found is not None:
+        return found
+    from fencepost import _schema
+
+    tables = {t.name: [c.name for c in t.columns] for t in _schema.metadata.sorted_tables
+              if t.name != "flows_migrations"}
+    triggers: dict[str, int] = {}
+    columns: dict[tuple[str, str], int] = {}
+    for m in discover(db.backend.migration_suffix, STORE_NAMESPACES):
+        for name in _AFTER_TRIGGER.findall(m.script):
+            triggers[name] = m.id
+        for statement in db.backend.split_script(m.script):
+            for table, names in tables.items():
+                if re.search(rf"CREATE\s+TABLE\s+{table}\s*\(", statement, re.IGNORECASE):
+                    made = [c for c in names if re.search(rf"^\s*{c}\s", statement, re.MULTILINE)]
+                else:
+                    made = [c for c in names if re.search(rf"ALTER\s+TABLE\s+{table}\s+ADD\s+COLUMN\s+{c}\b",
+                                                          statement, re.IGNORECASE)]
+                for c in made:
+                    columns.setdefault((table, c), m.id)
+    _MAKERS[db.backend.name] = (triggers, columns)
+    return triggers, columns
+
+
+@dataclass(frozen=True)
+class Missing:
+    """An object a migration the ledger records as applied created, not in the database (or, a
+    trigger, disabled): ``trigger NAME`` or ``column TABLE.NAME``, and that migration's id."""
+
+    what: str
+    by: int
+
+
+def _catalog(conn: Connection, db: Database, tables: list[str]) -> tuple[set[str], set[tuple[str, str]]]:
+    """The enabled triggers on ``tables`` and their columns: one catalog query, by the catalogs'
+    indexes on a table's name and namespace (a server holding thousands of tables answers as fast)."""
+    names = ", ".join(f"'{t}'" for t in tables)  # fencepost's own table names
+    if db.backend.name == "sqlite":
+        rows = conn.exec_driver_sql(
+            "SELECT 't', name, '' FROM sqlite_master WHERE type = 'trigger' UNION ALL "
+            "SELECT 'c', m.name, p.name FROM sqlite_master AS m JOIN pragma_table_info(m.name) AS p "
+            f"WHERE m.type = 'table' AND m.name IN ({names})").all()
+    else:
+        rows = conn.execute(text(
+            "SELECT 't', g.tgname::text, '' FROM pg_trigger g JOIN pg_class c ON c.oid = g.tgrelid "
+            f"WHERE c.relnamespace = to_regnamespace(:s) AND c.relname IN ({names}) "
+            "AND NOT g.tgisinternal AND g.tgenabled <> 'D' UNION ALL "
+            "SELECT 'c', c.relname::text, a.attname::text FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
+            f"WHERE c.relnamespace = to_regnamespace(:s) AND c.relkind IN ('r', 'p') AND c.relname IN ({names}) "
+            "AND a.attnum > 0 AND NOT a.attisdropped"), {"s": getattr(db.backend, "schema", "")}).all()
+    return ({str(r[1]) for r in rows if r[0] == "t"}, {(str(r[1]), str(r[2])) for r in rows if r[0] == "c"})
+
+
+def read_state(conn: Connection, db: Database) -> tuple[dict[int, str], list[Missing]]:
+    """The ledger and what the applied store migrations created that the database lacks, in one
+    read (two catalog queries at most): what an open looks at before it trusts the schema."""
+    ledger = _applied(conn, db)
+    return ledger, damage(conn, db, ledger)
+
+
+def damage(conn: Connection, db: Database, ledger: dict[int, str]) -> list[Missing]:
+    """What the applied store migrations created that the database lacks (``[]`` with no ledger)."""
+    if not ledger:
+        return []
+    triggers, columns = _makers(db)
+    want_triggers = {t: mid for t, mid in triggers.items() if mid in ledger}
+    want_columns = {tc: mid for tc, mid in columns.items() if mid in ledger}
+    if not want_triggers and not want_columns:
+        return []
+    # Every trigger fencepost makes is on one of the store's tables (``_schema``), whose columns are read too.
+    have_triggers, have_columns = _catalog(conn, db, sorted({t for t, _ in columns}))
+    missing = [Missing(f"trigger {t}", mid) for t, mid in want_triggers.items() if t not in have_triggers]
+    gone = {t for t, _ in want_columns} - {t for t, _ in have_columns}  # whole tables: named as such
+    missing += [Missing(f"table {t}", min(mid for (t2, _), mid in want_columns.items() if t2 == t)) for t in gone]
+    missing += [Missing(f"column {t}.{c}", mid) for (t, c), mid in want_columns.items()
+                if t not in gone and (t, c) not in have_columns]
+    return sorted(missing, key=lambda x: (x.by, x.what))
+
+
+def damage_phrase(missing: list[Missing]) -> str:
+    """``trigger flows_runs_revision_update (migration 1003), column ...`` (at most ten named)."""
+    named = ", ".join(f"{x.what} (migration {x.by})" for x in missing[:10])
+    return named + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
+
+
+def damage_error(db: Database, missing: list[Missing]) -> OpenError:
+    """The refusal of a store whose schema lacks what its ledger says was applied, in the words a
+    statement that meets a missing table or column uses (``MISSING_OBJECT``)."""
+    kinds = {x.what.split(" ", 1)[0] for x in missing}
+    what = ("a trigger fencepost needs is missing or disabled" if kinds == {"trigger"}
+            else "a table or column fencepost needs is missing" if "trigger" not in kinds
+            else "a table, column or trigger fencepost needs is missing")
+    return OpenError("schema_mismatch", "open",
+                     f"{db.where}: {what} (dropped, renamed or disabled by hand?): {damage_phrase(missing)}; "
+                     "fencepost does not open it, for changes could go missing from the change feed or be "
+                     "recorded wrongly: restore them, or the database from a backup (`fencepost migrations "
+                     "status` lists them)")
 
 
 # How a store's user runs a blocked migration again (``migrate``'s ``again``).
@@ -236,9 +388,11 @@ def migrate(db: Database, namespaces: tuple[str, ...] = STORE_NAMESPACES, *, aga
             pass  # a schema that does not exist yet: fall through to the locked pass
 
     running: list[Migration] = []  # the migration whose statements are running, if any
+    why: list[str | None] = []  # why the database refused its statement, when fencepost can say
 
     def body(conn: Connection) -> list[int]:
         running.clear()  # a try before this one may have stopped in a migration
+        why.clear()
         db.backend.prepare_schema(conn)
         conn.exec_driver_sql(_LEDGER[db.backend.name])
         ledger = _applied(conn, db)
@@ -249,11 +403,12 @@ def migrate(db: Database, namespaces: tuple[str, ...] = STORE_NAMESPACES, *, aga
             if m.id in ledger:
                 continue
             running[:] = [m]
-            for statement in db.backend.split_script(m.script):
+            for statement in [*BEFORE.get(m.id, ("", ()))[1], *db.backend.split_script(m.script)]:
                 try:
                     conn.exec_driver_sql(statement)
                 except DBAPIError as exc:
                     if wait_s is None or not db.backend.lock_wait_expired(exc):
+                        why[:] = [_refused(db, exc)]
                         raise
                     blocked = _Blocked(statement, wait_s, db.backend.classify(exc)[1])
                     raise blocked from None  # the driver's text may quote the statement
@@ -275,12 +430,17 @@ def migrate(db: Database, namespaces: tuple[str, ...] = STORE_NAMESPACES, *, aga
         except _Blocked as exc:
             blocked = exc
         except DbFailure as exc:
-            if exc.category == "constraint" and running and not exc.reason:
-                # A row a migration's new bound refuses (one edited by hand): say which migration,
-                # not just that the store could not be opened. The pass is one transaction: nothing stays.
+            if running and not exc.transient and db.backend.open_problem(exc.code) in (None, "open_failed"):
+                # A migration the database refused (a row its new bound refuses, an object it creates
+                # made by hand ...): say which migration, not just that the store could not be opened.
+                # What the database itself says of the store (no permission, a full disk ...) keeps its
+                # own words. The pass is one transaction: nothing of it stays.
                 m = running[0]
+                reason = ("a row breaks a constraint" if exc.category == "constraint" and not exc.reason
+                          else (why[0] if why and why[0] else None) or exc.reason
+                          or "the database refused one of its statements")
                 raise DbFailure(exc.category, exc.code,
-                                f"a row breaks a constraint migration {m.id} ({m.recorded_name}) adds; no "
+                                f"migration {m.id} ({m.recorded_name}) could not be applied: {reason}; no "
                                 "migration was applied") from None
             if not (exc.transient and db.backend.migration_lock_waited(exc.code)):
                 raise
@@ -291,6 +451,23 @@ def migrate(db: Database, namespaces: tuple[str, ...] = STORE_NAMESPACES, *, aga
             # Readers queued behind the expired request get through before the next try.
             time.sleep(min(blocked.wait_s, 1.0) * (0.5 + random.random() / 2))
     raise _blocked_error(db, blocked.code, _blocked_note(db, blocked, attempts, time.monotonic() - started, again))
+
+
+# Driver codes of an object that is already there (PostgreSQL: duplicate table, object, column, schema, function).
+_EXISTS_CODES = frozenset({"42P07", "42710", "42701", "42P06", "42723"})
+_EXISTS = "an object it creates already exists (made by hand, or its row of flows_migrations deleted?)"
+
+
+def _refused(db: Database, exc: DBAPIError) -> str | None:
+    """Why the database refused a migration's statement, in fencepost's words, when its code (or, on
+    SQLite, which names no finer code, the kind of its message) says: an object already there."""
+    code = db.backend.classify(exc)[1]
+    if code in _EXISTS_CODES:
+        return _EXISTS
+    said = str(getattr(exc, "orig", "")) if db.backend.name == "sqlite" else ""
+    if code == "SQLITE_ERROR" and (said.endswith("already exists") or said.startswith("duplicate column name")):
+        return _EXISTS
+    return None
 
 
 def _what_to_do(again: str, ending: str = "(COMMIT or ROLLBACK)") -> str:

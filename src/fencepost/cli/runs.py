@@ -142,6 +142,8 @@ def _read_only_init(url: str | None, refused: Any) -> str:
     if todo:
         if len(todo) == len(discover(db.backend.migration_suffix, STORE_NAMESPACES)):
             raise refused from None  # not a store yet: nothing more to say
+        if pending_phrase(todo) in refused.detail:
+            raise refused from None  # the open's refusal already names them
         raise OpenError(refused.code, refused.method, f"{refused.detail}; {pending_phrase(todo)}",
                         db_code=refused.db_code) from None
     return f"current: {redact_url(db.url)} (no migration to apply; read-only for this user, nothing written)"

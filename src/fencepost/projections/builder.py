@@ -35,7 +35,7 @@ from sqlalchemy.engine import Connection
 from fencepost import _gauges
 from fencepost._dialects import MISSING_OBJECT, replacement_check
 from fencepost._durable import Database, DbFailure, carry_failure, map_failure, store_closed
-from fencepost._migrations import migrate, pending
+from fencepost._migrations import PROJECTIONS, migrate, pending, permission_note
 from fencepost._values import identifier_problem, is_safe_int, seconds_problem, stop_problem
 from fencepost.changefeed.types import StopSignal
 from fencepost.errors import FencepostError, OpenError, ProjectionError, SourceChanged
@@ -941,12 +941,14 @@ class ProjectionBuilder(Generic[Shape]):
         lock held past the wait: True; a database that is not there, not a database: False)."""
         return _target_error(problem, method, self.target.open_detail(problem, note), code, transient)
 
-    def _target_failure(self, exc: DbFailure, method: str) -> ProjectionError:
+    def _target_failure(self, exc: DbFailure, method: str, *, migrating: bool = False) -> ProjectionError:
         """A failure while preparing or first reading the target: named like an open failure when
-        the driver's code says what is wrong with the database (not a database, missing ...)."""
+        the driver's code says what is wrong with the database (not a database, missing ...). A
+        refusal for want of rights while ``migrating`` names the pending migrations."""
         problem = self.target.backend.open_problem(exc.code)
         if problem is not None:
-            return self._unusable_target(method, problem, exc.code, transient=exc.transient)
+            note = permission_note(self.target, PROJECTIONS) if migrating and problem == "permission_denied" else None
+            return self._unusable_target(method, problem, exc.code, note, transient=exc.transient)
         return map_failure(exc, ProjectionError, method, "projection target")  # type: ignore[return-value]
 
     def _prepare(self) -> None:
@@ -958,7 +960,7 @@ class ProjectionBuilder(Generic[Shape]):
             try:
                 migrate(self.target, ("projections",), again="the builder's next call applies it")
             except DbFailure as exc:
-                raise self._target_failure(exc, "prepare") from None
+                raise self._target_failure(exc, "prepare", migrating=True) from None
             except OpenError as exc:  # ``migration_blocked``: named like every other unusable target
                 blocked = exc
             if blocked is not None:
