@@ -52,10 +52,22 @@ _SQLITE_TRANSIENT = {
     "SQLITE_LOCKED_SHAREDCACHE",
 }
 # Transient on PostgreSQL: serialization failure, deadlock, and the connection/operator classes.
-_PG_TRANSIENT_CODES = {"40001", "40P01", "55P03", "57P01", "57P02", "57P03"}
+_PG_TRANSIENT_CODES = {"40001", "40P01", "55P03", "57P01", "57P02", "57P03", "57P05", "25P03"}
 _PG_TRANSIENT_CLASSES = {"08"}
-# The server ended the session (terminated, shutting down, not yet accepting): the connection is gone.
-_PG_LOST_CODES = {"57P01", "57P02", "57P03"}
+# The server ended the session (terminated, shutting down, not yet accepting, idle past the role's
+# idle_session_timeout or in a transaction past its idle_in_transaction_session_timeout): the
+# connection is gone. 57P05 comes at the first use of a kept connection that sat idle outside any
+# transaction (before any statement of the call ran); 25P03 rolled its transaction back.
+_PG_LOST_CODES = {"57P01", "57P02", "57P03", "57P05", "25P03"}
+# The session ended with its transaction rolled back by the server: a COMMIT that fails with it did
+# not commit (its outcome is known), unlike one that lost its connection any other way.
+_PG_ENDED_UNCOMMITTED = "25P03"
+# Why the server ended a session, said instead of "the connection was lost" (the role's setting).
+_PG_SESSION_ENDED = {
+    "57P05": "the server ended the session after it sat idle past idle_session_timeout",
+    "25P03": "the server ended the session after its transaction sat idle past "
+             "idle_in_transaction_session_timeout (the transaction was rolled back)",
+}
 
 # What a failure's code means, added to its message (value-free: a rule or a setting, never SQL or
 # values). SQLite: by ``sqlite_errorname`` prefix. PostgreSQL: by SQLSTATE, else by its class.
@@ -799,6 +811,42 @@ def _not_utf8(encoding: str | None) -> Exception:
     return err
 
 
+# The code (``db_code``) of a writable store refused because its sessions fire no triggers, and why.
+_REPLICA_CODE = "session_replication_role"
+_REPLICA_REASON = ("the session's session_replication_role is replica, so PostgreSQL fires none of the "
+                   "store's triggers (change-feed revisions, lease release, the journal's append-only "
+                   "rule); a writable store needs it origin (ALTER ROLE ... RESET session_replication_role)")
+
+
+def _fires_no_triggers() -> Exception:
+    """The driver error a new connection of a writable store fails with when its session fires no
+    ordinary triggers (``session_replication_role = replica``): like ``_not_utf8``, a driver error
+    carrying the setting's name (``fencepost_setting``), which ``classify`` and ``reason`` read."""
+    import psycopg
+
+    err = psycopg.NotSupportedError("session_replication_role is replica")
+    err.fencepost_setting = _REPLICA_CODE  # type: ignore[attr-defined]
+    return err
+
+
+def _pg_begin(lock: str, *, lock_ms: int | None, lift_statement_timeout: bool) -> Sql:
+    """BEGIN and the write lock as one string, its wait bounded by ``lock_ms`` (``SET LOCAL
+    lock_timeout`` around it alone; None: the session's own lock_timeout) and, with
+    ``lift_statement_timeout``, not cut short by the session's ``statement_timeout`` (lifted around
+    it alone). The rest of the transaction keeps the session's settings: each is kept aside first and
+    put back after, exactly (TO DEFAULT would give the session's startup value, losing a SET made on
+    the connection since). 0 would be no limit to the server: 1 ms is "do not wait"."""
+    names = (["lock_timeout"] if lock_ms is not None else []) + (
+        ["statement_timeout"] if lift_statement_timeout else [])
+    if not names:
+        return Sql(text(f"BEGIN; {lock}"))
+    keep = ", ".join(f"set_config('fencepost.{n}', current_setting('{n}'), true)" for n in names)
+    back = ", ".join(f"set_config('{n}', current_setting('fencepost.{n}'), true)" for n in names)
+    sets = (f"SET LOCAL lock_timeout = {max(lock_ms, 1)}; " if lock_ms is not None else "") + (
+        "SET LOCAL statement_timeout = 0; " if lift_statement_timeout else "")
+    return Sql(text(f"BEGIN; SELECT {keep}; {sets}{lock}; SELECT {back}"))
+
+
 # Which of a list of tables exist in a schema: one statement, the names bound as one array.
 _PG_TABLES = text("SELECT tablename FROM pg_tables WHERE schemaname = :s AND tablename = ANY(:t)").bindparams(
     bindparam("t", type_=pg_dialect.ARRAY(Text())))
@@ -832,7 +880,7 @@ class PostgresBackend(Backend):
         # BEGIN and the write lock as one string: one round trip where psycopg would send its own
         # BEGIN first. The schema name is inlined (validated above: no quote can appear in it).
         lock = f"SELECT pg_advisory_xact_lock(hashtextextended('{schema}', {_PG_WRITE_LOCK_CLASS}))"
-        self._begin_unbounded = Sql(text(f"BEGIN; {lock}"))
+        self._begin_unbounded = _pg_begin(lock, lock_ms=None, lift_statement_timeout=False)
         self._lock = lock
         #: Seconds a write waits for the write lock in all (``busy_timeout_ms``), as on SQLite.
         self.busy_wait_s = BUSY_TIMEOUT_MS / 1000
@@ -842,16 +890,14 @@ class PostgresBackend(Backend):
         explicit = "busy_timeout_ms" in options
         busy_ms = int(options.get("busy_timeout_ms", BUSY_TIMEOUT_MS))
         self.busy_wait_s = busy_ms / 1000
-        # The write lock's own wait is bounded by SET LOCAL lock_timeout around it alone (0 would be
-        # no limit to the server: 1 ms is "do not wait"); the rest of the transaction keeps the
-        # session's setting, so a caller's statement waiting for a row is not cut short. The
-        # session's value is kept aside first and put back after, exactly (TO DEFAULT would give
-        # the session's startup value, losing a SET made on the connection since).
-        bounded = Sql(text(
-            f"BEGIN; SELECT set_config('fencepost.lock_timeout', current_setting('lock_timeout'), true); "
-            f"SET LOCAL lock_timeout = {max(busy_ms, 1)}; {self._lock}; "
-            "SELECT set_config('lock_timeout', current_setting('fencepost.lock_timeout'), true)"))
-        backend = self
+        # The write lock's own wait is bounded by SET LOCAL lock_timeout around it alone; the rest
+        # of the transaction keeps the session's setting, so a caller's statement waiting for a row
+        # is not cut short. A session's statement_timeout is lifted around it alone too: the wait
+        # is fencepost's own, bounded by busy_timeout_ms, and the caller's statements keep it.
+        # By (lock bounded, statement_timeout lifted): the four BEGINs a connection may need.
+        begins = {(bound, lift): _pg_begin(self._lock, lock_ms=busy_ms if bound else None,
+                                           lift_statement_timeout=lift)
+                  for bound in (False, True) for lift in (False, True)}
 
         # First of the connect listeners, before SQLAlchemy's own first-connect setup, which
         # cannot even read the server's version from a SQL_ASCII database (psycopg returns its
@@ -881,14 +927,21 @@ class PostgresBackend(Backend):
             # round trip reads the session's lock_timeout: a session that sets its own (the URL's
             # options, PGOPTIONS, the role's settings) keeps it for the write lock too, unless the
             # URL gives busy_timeout_ms; one with none waits busy_timeout_ms's default, never for ever.
+            # And its statement_timeout, lifted around the write lock's wait when it has one, and
+            # its session_replication_role: a session in replica mode fires none of the store's
+            # triggers, so a writable store refuses it (a read-only one fires none anyway).
             autocommit = dbapi_connection.autocommit
             dbapi_connection.autocommit = True
-            own = dbapi_connection.execute(
-                f"SELECT set_config('search_path', '\"{schema}\"', false), current_setting('lock_timeout')"
-            ).fetchone()[1]
+            _, own, statement, role = dbapi_connection.execute(
+                f"SELECT set_config('search_path', '\"{schema}\"', false), current_setting('lock_timeout'), "
+                "current_setting('statement_timeout'), current_setting('session_replication_role')"
+            ).fetchone()
             dbapi_connection.autocommit = autocommit
-            # Per connection (its pool record), as the session's setting is.
-            _record.info[_BEGIN_KEY] = bounded if explicit or own in ("0", "0ms") else backend._begin_unbounded
+            if role == "replica" and not readonly:
+                dbapi_connection.close()
+                raise _fires_no_triggers()
+            # Per connection (its pool record), as the session's settings are.
+            _record.info[_BEGIN_KEY] = begins[(explicit or own in ("0", "0ms"), statement not in ("0", "0ms"))]
 
     def begin_write(self, conn: Connection) -> None:
         # One writer per schema, as upstream: revisions and journal positions are allocated
@@ -968,13 +1021,20 @@ class PostgresBackend(Backend):
         return code in _PG_LOST_CODES or code[:2] in _PG_TRANSIENT_CLASSES
 
     def commit_unknown(self, exc: BaseException) -> bool:
-        return isinstance(exc, DBAPIError) and self._lost(exc)
+        # A session ended for idling in its transaction rolled the transaction back first.
+        return (isinstance(exc, DBAPIError) and self._lost(exc)
+                and getattr(exc.orig, "sqlstate", None) != _PG_ENDED_UNCOMMITTED)
 
     def reason(self, exc: BaseException, code: str | None) -> str | None:
-        encoding = getattr(getattr(exc, "orig", None), "fencepost_encoding", None)
+        orig = getattr(exc, "orig", None)
+        encoding = getattr(orig, "fencepost_encoding", None)
         if encoding is not None:
             return (f"the database's encoding is {encoding}, and fencepost needs a UTF8 database "
                     "(CREATE DATABASE ... ENCODING 'UTF8')")
+        if getattr(orig, "fencepost_setting", None) == _REPLICA_CODE:
+            return _REPLICA_REASON
+        if code in _PG_SESSION_ENDED:
+            return _PG_SESSION_ENDED[code]
         if isinstance(exc, DBAPIError) and self._lost(exc):
             return "the connection to the server was lost"
         if code is None:
@@ -985,6 +1045,8 @@ class PostgresBackend(Backend):
         orig = getattr(exc, "orig", None)
         if getattr(orig, "fencepost_encoding", None) is not None:
             return "persistence_failed", _NOT_UTF8_CODE
+        if getattr(orig, "fencepost_setting", None) is not None:
+            return "persistence_failed", str(orig.fencepost_setting)  # type: ignore[union-attr]
         code = getattr(orig, "sqlstate", None)
         if code and code.startswith("23"):
             return "constraint", code

@@ -40,7 +40,7 @@ from fencepost._dialects import (
     readonly_uri,
     unused_state,
 )
-from fencepost._group import GroupCommit
+from fencepost._group import GroupCommit, aborted, aborted_failure
 from fencepost._statements import wrapped
 from fencepost._txn import PROCESS
 from fencepost._txn import Txn as _Txn
@@ -375,7 +375,12 @@ def parse_url(url: str) -> tuple[URL, dict[str, str]]:
     query = dict(parsed.query)
     # The URL parser drops an option given with no value (``?schema=``): it would silently mean the
     # default, so fencepost's own options are looked for in the raw query string too.
-    raw_query = url.partition("?")[2].partition("#")[0]
+    # Read as SQLAlchemy reads it: a '#' is text like any other, not the start of a fragment.
+    raw_query = url.partition("?")[2]
+    if backend == "sqlite" and "#" in raw_query:
+        # ``runs?#2026.db``: the parser would open the file ``runs`` and take the rest for options.
+        raise ValueError("the URL's options (after '?') hold a '#'; a '?' or '#' in a SQLite "
+                         "file's path is written %3F or %23")
     for pair in raw_query.split("&"):
         key, equals, value = pair.partition("=")
         if pair and not equals:
@@ -408,6 +413,7 @@ def parse_url(url: str) -> tuple[URL, dict[str, str]]:
         _check_libpq_choices(query)
         _check_hosts_and_ports(query, parsed.port)
         _refuse_search_path(query)
+        _refuse_client_encoding(query)
     timeout = options.get("busy_timeout_ms", "0")
     if not (ascii_digits(timeout) and int(timeout) <= _BUSY_TIMEOUT_MAX):
         raise ValueError(f"busy_timeout_ms must be an integer of milliseconds in 0..{_BUSY_TIMEOUT_MAX}")
@@ -465,6 +471,26 @@ def _refuse_search_path(query: dict[str, Any]) -> None:
                          "schema: name the schema with ?schema=NAME instead")
 
 
+def _refuse_client_encoding(query: dict[str, Any]) -> None:
+    """Refuse a URL asking for a client encoding other than UTF8 (``?client_encoding=LATIN1``, or
+    ``options=-c client_encoding=SQL_ASCII``): fencepost's connections always talk UTF8 (run ids and
+    states are any Unicode text; a SQL_ASCII session hands text back as bytes). Named, never its
+    value. PostgreSQL only."""
+    if any(not _utf8_name(v) for v in _values(query.get("client_encoding"))):
+        raise ValueError("client_encoding asks for a client encoding other than UTF8, and fencepost's "
+                         "connections always use UTF8: leave the option out")
+    if any(not _utf8_name(value) for v in _values(query.get("options"))
+           for name, value in _pg_option_pairs(v) if name.isascii() and name.lower() == "client_encoding"):
+        raise ValueError("the options option sets client_encoding to an encoding other than UTF8, and "
+                         "fencepost's connections always use UTF8: leave that setting out")
+
+
+def _utf8_name(value: str) -> bool:
+    """Whether ``value`` names UTF8 as PostgreSQL reads an encoding's name (letters and digits only,
+    any case: ``utf8``, ``UTF-8``, ``unicode``)."""
+    return "".join(c for c in value.lower() if c.isascii() and c.isalnum()) in ("utf8", "unicode")
+
+
 def _options_set(query: Mapping[str, Any], setting: str) -> bool:
     """Whether the URL's libpq ``options`` set ``setting`` (a lower-case name; see ``_pg_option_settings``)."""
     return any(name.isascii() and name.lower() == setting
@@ -518,8 +544,13 @@ def _pg_option_settings(text: str) -> list[str]:
     (POSIX getopt): ``-c NAME=VALUE``, ``-cNAME=VALUE`` and ``--NAME=VALUE``, after any flags grouped
     before them (``-ec NAME=VALUE``); another switch's argument is never a name; ``--`` alone ends
     the switches. Each NAME has ``-`` made ``_``, as the server makes it."""
+    return [name for name, _ in _pg_option_pairs(text)]
+
+
+def _pg_option_pairs(text: str) -> list[tuple[str, str]]:
+    """``_pg_option_settings`` with each setting's value: ``(NAME, VALUE)`` pairs."""
     words = _pg_split_options(text)
-    names: list[str] = []
+    names: list[tuple[str, str]] = []
     i = 0
     while i < len(words):
         word = words[i]
@@ -542,7 +573,8 @@ def _pg_option_settings(text: str) -> list[str]:
             else:
                 break  # a switch without its argument (the server refuses it)
             if flag in "c-":
-                names.append(argument.partition("=")[0].replace("-", "_"))
+                name, _, value = argument.partition("=")
+                names.append((name.replace("-", "_"), value))
             break
     return names
 
@@ -813,9 +845,11 @@ class Database:
                 hide_parameters=True,  # statement parameters carry user data: never in SQLAlchemy's log
                 **pool_args,
                 # Defaults a URL's own ``connect_timeout`` / application name overrides.
+                # UTF8 always, in the startup message: it overrides the role's and the database's
+                # client_encoding and PGCLIENTENCODING (a URL asking for another was refused).
                 connect_args={
                     **({} if "connect_timeout" in parsed.query else {"connect_timeout": PG_CONNECT_TIMEOUT_S}),
-                    **pg_session_name(parsed.query, "fencepost")},
+                    **pg_session_name(parsed.query, "fencepost"), "client_encoding": "UTF8"},
             )
         watcher = getattr(_watchers, "built", None)
         if watcher is not None:
@@ -1285,11 +1319,14 @@ class Database:
         unknown: DbFailure | None = None
         try:
             txn = _Txn(conn, write)
-            active = dict(_current.get() or {})
+            outer = _current.get()
+            active = dict(outer or {})
             active[id(self)] = txn
-            token = _current.set(active)
             trans = None
             try:
+                # Set inside the ``try`` whose ``finally`` clears it: a Ctrl-C landing just after
+                # must not leave the thread marked as inside a transaction for good.
+                _current.set(active)
                 trans = conn.begin()
                 if write:
                     self.backend.begin_write(conn)
@@ -1305,7 +1342,12 @@ class Database:
                     raise failed from None
                 raise
             finally:
-                _current.reset(token)
+                _current.set(outer)
+            if write and self.path is None and aborted(conn.connection.dbapi_connection):
+                # PostgreSQL: a statement failed and the body went on (it caught the error), so
+                # COMMIT would roll it all back, silently. Fail instead; never retried.
+                self._settle(conn, trans, write, None)
+                raise aborted_failure()
             try:
                 trans.commit()
             except BaseException as exc:
@@ -1313,11 +1355,12 @@ class Database:
                 # constraint, full disk) the database's transaction open with its write lock.
                 self._settle(conn, trans, write, exc)
                 # A connection lost during COMMIT leaves the outcome unknown: retrying could
-                # apply the body twice, so only a definite refusal (busy, serialization) retries.
+                # apply the body twice, so only a definite refusal (busy, serialization, a session
+                # the server ended after rolling its transaction back) retries.
                 # A read wrote nothing: its COMMIT failing is a read failing, retried as one.
                 if not isinstance(exc, DBAPIError) or not write:
                     raise
-                if not (exc.connection_invalidated or not self.backend.is_transient(exc)):
+                if self.backend.is_transient(exc) and not self.backend.commit_unknown(exc):
                     raise
                 unknown = self._failure(exc, at_commit=True)
         except DBAPIError as exc:

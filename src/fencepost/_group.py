@@ -30,10 +30,25 @@ Each call keeps its single-call semantics:
 A call made while its thread or task already has a transaction open (on any store) writes alone:
 its body may use that other transaction's connection, which belongs to the caller's thread.
 
+A body that raises a ``BaseException`` other than ``KeyboardInterrupt`` (``SystemExit``, an
+exception class of the caller's own) is that call's outcome like any other: rolled back to its
+savepoint and raised in the calling thread. A ``KeyboardInterrupt`` raised in the leader's thread
+(Ctrl-C reaches the main thread, whatever body it is running) is the leader's: the group ends.
+
+A body that leaves the transaction aborted (PostgreSQL: a failed statement it caught) fails that
+call alone, rolled back to its savepoint: a COMMIT would have rolled back everything.
+
 A queued caller interrupted while it waits (Ctrl-C) leaves the queue if its body has not started;
 a started body is answered to nobody but still counts as written (as an interrupted single write
 whose COMMIT was already sent). The lead is never stranded: an interrupted caller that was just
-handed the lead passes it on.
+handed the lead passes it on, and a leader interrupted anywhere (even as it answers its group)
+drops or passes the lead and answers every call it took, each once: with its own outcome once
+the COMMIT succeeded, never by running a committed body again.
+
+A write made on a thread whose own call is queued or was just handed the lead (a signal handler
+that writes) runs alone rather than queue behind a call that cannot go on until it returns; one
+made on a thread that is leading a group outside any body fails at once (it could only wait for
+itself).
 """
 
 from __future__ import annotations
@@ -41,6 +56,7 @@ from __future__ import annotations
 import contextvars
 import threading
 import time
+from _thread import get_ident
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -67,6 +83,15 @@ _RELEASE = "RELEASE SAVEPOINT fencepost_member"
 
 # States of a queued call.
 _QUEUED, _TAKEN, _LEAD, _ANSWERED = 0, 1, 2, 3
+
+# How far a group's COMMIT got (``GroupCommit._stage``), which says how a taken call that nothing
+# answered yet (the leader was interrupted) is answered: run alone (nothing of the group committed),
+# its success turned into an unknown outcome (the COMMIT was sent), or its own outcome (final).
+_NOT_SENT, _SENT, _FINAL = 0, 1, 2
+
+# PostgreSQL's transaction status of a session whose transaction a failed statement aborted
+# (``psycopg.pq.TransactionStatus.INERROR``).
+_PG_INERROR = 3
 
 Outcome = tuple[str, Any, list[Callable[[], None]]]
 #: "Run it as a single write": the outcome of a call nothing answered otherwise (shared: its
@@ -101,10 +126,11 @@ _new_event = _Wake  # how a queued call waits (a test interrupts the wait throug
 class _Call:
     """One queued write call: its body, its caller's context, and (once answered) its outcome."""
 
-    __slots__ = ("context", "event", "fn", "outcome", "state")
+    __slots__ = ("context", "event", "fn", "ident", "outcome", "state")
 
-    def __init__(self, fn: Callable[[Connection], Any]) -> None:
+    def __init__(self, fn: Callable[[Connection], Any], ident: int) -> None:
         self.fn = fn
+        self.ident = ident  # the calling thread
         self.context = contextvars.copy_context()
         self.state = _QUEUED
         self.outcome: Outcome = _RUN_ALONE
@@ -120,6 +146,8 @@ class GroupCommit:
 
     def __init__(self, db: Database) -> None:
         self._db = db
+        # Whether a body can leave the transaction aborted (PostgreSQL): asked after each body.
+        self._pg = db.path is None
         self._reset()
 
     def _reset(self) -> None:
@@ -130,6 +158,11 @@ class GroupCommit:
         self._last_members = 0
         # The connection of the group transaction while one is open (tests watch it).
         self._group: Connection | None = None
+        # The thread running the lead (its ident), and the queued call the lead was last handed
+        # to (until it wakes to run it): a call made on either thread must not queue behind it.
+        self._leader: int | None = None
+        self._handed: _Call | None = None
+        self._stage = _NOT_SENT
         self._pid = PROCESS.pid  # last: in a forked child, other threads go on once it is set
 
     @property
@@ -156,14 +189,23 @@ class GroupCommit:
             try:
                 with self._lock:
                     if self._leading:
-                        call = _Call(fn)
-                        self._queue.append(call)
+                        me = get_ident()
+                        beside = self._beside_own(me)  # this thread's own call may be in the group
+                        if beside is None:
+                            call = _Call(fn, me)
+                            self._queue.append(call)
+                        else:
+                            outcome = beside
                     else:
                         self._leading = leading = True
+                        self._leader = get_ident()
                 if call is not None:
                     call.event.wait()
                     leading = call.state == _LEAD  # handed the lead: lead the next group
                     outcome = call.outcome
+                    if leading:
+                        self._leader = call.ident
+                        self._handed = None
                 if leading:
                     if self._last_members:
                         self._gather()
@@ -187,6 +229,23 @@ class GroupCommit:
             return value
         return self._answer(fn, outcome, started)
 
+    def _beside_own(self, me: int) -> Outcome | None:
+        """Holding ``_lock``, the lead taken: the outcome of a new call made on thread ``me`` when
+        that thread already has a call in the group, else None (the call queues).
+
+        Only code that ran in the middle of that call (a signal handler, a finalizer) can make one.
+        Queued behind it, or behind the lead just handed to it, the new call would wait for a call
+        that cannot go on until the new one returns: it writes alone instead. A thread leading a
+        group outside any body (a body's own writes nest in the group's transaction) holds the
+        transaction the new call would wait for: it fails at once."""
+        if self._leader == me:
+            return (_RAISED, _own_write_in_progress(), [])
+        handed = self._handed
+        if (handed is not None and handed.ident == me and handed.state == _LEAD) \
+                or any(queued.ident == me for queued in self._queue):
+            return _RUN_ALONE
+        return None
+
     def _gather(self) -> None:
         """Before a group begins, let the callers the last group answered queue again.
 
@@ -207,21 +266,30 @@ class GroupCommit:
         if self._queue:
             nxt = self._queue.popleft()
             nxt.state = _LEAD
+            self._leader = None
+            self._handed = nxt
             nxt.event.set()
         else:
             self._leading = False
 
     # ------------------------------------------------------------------ leader
     def _end_group(self, taken: list[_Call]) -> None:
-        """After leading: answer any call the group took but did not answer, pass the lead on."""
-        if taken:
-            self._answer_all(taken, alone=True)  # whatever ended the group early: nothing of it committed
-        self._last_members = len(taken)
-        with self._lock:
-            if self._queue:
-                self._pass_lead()
-            else:  # the lone writer's usual case, without the call
-                self._leading = False
+        """After leading: answer any call the group took but did not answer, pass the lead on.
+
+        Runs in the ``finally`` of ``write``, also when an interrupt (Ctrl-C) ended the group
+        anywhere, this included: the lead is dropped or passed whatever happens before."""
+        try:
+            if taken:
+                # Whatever ended the group early: how far its COMMIT got says how (``_answer_all``).
+                self._answer_all(taken, self._stage)
+            self._last_members = len(taken)
+        finally:
+            self._stage = _NOT_SENT
+            with self._lock:
+                if self._queue:
+                    self._pass_lead()
+                else:  # the lone writer's usual case, without the call
+                    self._leading = False
 
     def _run_group(self, fn: Callable[[Connection], Any], taken: list[_Call], began: float) -> Outcome:
         """Lead one group: run ``fn``, then the queued bodies (into ``taken``), COMMIT, answer.
@@ -248,24 +316,30 @@ class GroupCommit:
             self._group = conn
             committing = False
             try:
+                raw = conn.connection.dbapi_connection
                 txn = Txn(conn, True)
-                token = current.set({id(db): txn})
                 try:
+                    # Set inside the ``try`` whose ``finally`` clears it: an interrupt just after
+                    # must not leave this thread marked as inside a transaction.
+                    current.set({id(db): txn})
                     own = (_OK, fn(conn), txn.after_commit)  # ``_body``, inline: the lone writer's path
                 except Exception as exc:
                     own = self._raised(exc)
                 finally:
-                    current.reset(token)
+                    current.set(None)  # ``write`` found none set
+                if own[0] == _OK and self._pg and aborted(raw):
+                    own = (_RAISED, aborted_failure(), [])
                 if own[0] != _OK:
                     # Nobody joined yet: the transaction holds only this body. Roll it back.
                     db._settle(conn, trans, True, getattr(own[1], "raw", None))
                     return own
                 # Nobody queued (a lone writer, the usual case): straight to the COMMIT. A call that
                 # queues just after this look waits for the lead, as one queuing after the COMMIT.
-                if self._queue and not self._take_members(conn, taken):
+                if self._queue and not self._take_members(conn, raw, taken):
                     db._settle(conn, trans, True, None)
                     return _RUN_ALONE  # the finally answers every taken call: run alone
                 committing = True
+                self._stage = _SENT  # from here on, no body that succeeded runs again
                 try:
                     trans.commit()
                 except BaseException as exc:
@@ -273,15 +347,19 @@ class GroupCommit:
                     if _refused(db, exc):
                         # Definitely not committed (busy, or a deferred constraint some body broke):
                         # every call runs again alone, so the culprit fails alone.
+                        self._stage = _NOT_SENT
                         return _RUN_ALONE
                     # The outcome is unknown: no member whose body succeeded may run again.
-                    unknown = db._failure(exc, at_commit=True) if isinstance(exc, SQLAlchemyError) else _unknown()
+                    unknown = db._failure(exc, at_commit=True) if isinstance(exc, SQLAlchemyError) \
+                        else _unknown(_INTERRUPTED)
                     for call in taken:
                         call.outcome = (_RAISED, unknown, []) if call.outcome[0] == _OK else _RUN_ALONE
+                    self._stage = _FINAL
                     self._answer_all(taken)
                     if isinstance(exc, SQLAlchemyError):
                         return (_RAISED, unknown, [])
                     raise
+                self._stage = _FINAL
                 if taken:
                     self._answer_all(taken)
                 return own
@@ -292,10 +370,10 @@ class GroupCommit:
             finally:
                 self._group = None
 
-    def _take_members(self, conn: Connection, taken: list[_Call]) -> bool:
+    def _take_members(self, conn: Connection, raw: Any, taken: list[_Call]) -> bool:
         """Run the queued bodies (into ``taken``) in the open group transaction, each behind its
-        savepoint; False when the transaction cannot go on (a savepoint could not be rolled back)."""
-        raw = conn.connection.dbapi_connection
+        savepoint; False when the transaction cannot go on (a savepoint could not be rolled back).
+        ``raw``: the driver connection of ``conn``."""
         # A member's savepoint is released just before the next member's is set (one round trip
         # where the driver joins statements); COMMIT releases the last one.
         open_only: tuple[str, ...] = (_SAVEPOINT,)
@@ -317,15 +395,23 @@ class GroupCommit:
             return False
         return True
 
-    def _answer_all(self, taken: list[_Call], *, alone: bool = False) -> None:
-        """Wake every taken call not yet answered (with "run alone" as its outcome when ``alone``)."""
+    def _answer_all(self, taken: list[_Call], stage: int = _FINAL) -> None:
+        """Wake every taken call not yet answered. ``stage`` says with what: its own outcome
+        (``_FINAL``); "run alone" (``_NOT_SENT``: nothing of the group committed); or, the COMMIT
+        sent but its outcome unknown (``_SENT``: the leader was interrupted), an unknown outcome
+        for a body that succeeded and "run alone" for one that raised (nothing of it was kept).
+
+        A call is marked answered only after its wake-up: an interrupt landing in between leaves it
+        to the next ``_answer_all`` (``_end_group``'s), which wakes it again, harmlessly, rather
+        than leave it waiting forever; only calls nobody woke yet get a ``stage`` other than final."""
         with self._lock:
             for call in taken:
                 if call.state == _TAKEN:
-                    if alone:
-                        call.outcome = _RUN_ALONE
+                    if stage != _FINAL:
+                        call.outcome = _RUN_ALONE if stage == _NOT_SENT or call.outcome[0] != _OK \
+                            else (_RAISED, _unknown(_INTERRUPTED), [])
+                    _wake(call)
                     call.state = _ANSWERED
-                    call.event.set()
 
     # ------------------------------------------------------------------ one body
     def _member(self, conn: Connection, raw: Any, fn: Callable[[Connection], Any],
@@ -344,6 +430,8 @@ class GroupCommit:
         txn = Txn(conn, True)
         current.set({id(self._db): txn})
         outcome = self._body(conn, fn, txn)
+        if outcome[0] == _OK and self._pg and aborted(raw):
+            outcome = (_RAISED, aborted_failure(), [])  # its savepoint's rollback ends the abort
         if outcome[0] != _OK:
             try:
                 raw.execute(_ROLLBACK_TO)  # undoes this body only
@@ -355,7 +443,9 @@ class GroupCommit:
     def _body(self, conn: Connection, fn: Callable[[Connection], Any], txn: Any) -> Outcome:
         try:
             result = fn(conn)
-        except Exception as exc:
+        except KeyboardInterrupt:
+            raise  # Ctrl-C reached the leader's thread: the leader's, whatever body it ran
+        except BaseException as exc:  # ``SystemExit`` and the like: the caller's own, as any error
             return self._raised(exc)
         return (_OK, result, txn.after_commit)
 
@@ -421,8 +511,50 @@ def _refused(db: Database, exc: BaseException) -> bool:
     return db.backend.is_transient(exc) or db._failure(exc).category == "constraint"
 
 
-def _unknown() -> Any:
+def _unknown(reason: str) -> Any:
     """The failure of a COMMIT interrupted by something other than the driver: its outcome is unknown."""
-    from fencepost._durable import COMMIT_UNKNOWN, DbFailure
+    from fencepost._durable import DbFailure
 
-    return DbFailure("persistence_failed", None, COMMIT_UNKNOWN)
+    return DbFailure("persistence_failed", None, reason)
+
+
+# Why a member of a group whose COMMIT the leader's thread was interrupted in (Ctrl-C) is not told
+# its outcome: not the connection's fault, nor the disk's.
+_INTERRUPTED = ("the COMMIT this write shared with other calls of the process was interrupted (Ctrl-C in "
+                "the thread that ran it), so the write may have committed: check before repeating it")
+
+#: The reason of a write whose transaction a failed statement aborted (see ``aborted``).
+ABORTED = ("the transaction was aborted by a failed statement (one the callback caught and went on "
+           "after), so nothing of it was committed")
+
+
+def aborted(raw: Any) -> bool:
+    """Whether the driver connection ``raw`` is in a transaction a failed statement aborted
+    (PostgreSQL only: its COMMIT would roll back every statement). An attribute read."""
+    pgconn = getattr(raw, "pgconn", None)
+    return pgconn is not None and pgconn.transaction_status == _PG_INERROR
+
+
+def aborted_failure() -> Any:
+    """The failure of a write whose transaction a failed statement aborted: never retried (the
+    same callback would do the same again)."""
+    from fencepost._durable import DbFailure
+
+    return DbFailure("persistence_failed", "25P02", ABORTED)
+
+
+def _own_write_in_progress() -> Any:
+    from fencepost._durable import DbFailure
+
+    return DbFailure("persistence_failed", None,
+                     "a write was made on a thread while its own write was being committed (from a signal "
+                     "handler or a finalizer?): it cannot wait for that write, which waits for it")
+
+
+def _wake(call: _Call) -> None:
+    """Wake ``call``; a second wake-up (after an interrupt landed between the first and marking it
+    answered) is harmless."""
+    try:
+        call.event.set()
+    except RuntimeError:  # already woken and not yet waiting again: its lock is free
+        pass

@@ -31,6 +31,7 @@ from fencepost.errors import ProjectionError
 _PG_TRY = text("SELECT pg_try_advisory_lock(hashtextextended(:key, 3001))")
 _PG_UNLOCK = text("SELECT pg_advisory_unlock(hashtextextended(:key, 3001))")
 _PG_ALIVE = text("SELECT 1")
+_PG_KEEP_IDLE = text("SET idle_session_timeout = 0")
 
 
 class BuilderLock:
@@ -45,7 +46,10 @@ class BuilderLock:
         digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:24]
         if target.backend.name == "sqlite":
             assert target.path is not None
-            self._path = f"{target.path}.projection-{digest}.lock"
+            # Beside the file itself, not the name it was given by: a target reached through a
+            # symbolic link (or a linked directory) is the same file, so its builders must meet
+            # on one lock file. SQLite keeps its -wal and -shm beside the linked-to file too.
+            self._path = f"{os.path.realpath(target.path)}.projection-{digest}.lock"
         else:
             self._key = f"fencepost.projection/{target.schema}/{name}"
 
@@ -132,6 +136,11 @@ class BuilderLock:
             raw = conn.connection.dbapi_connection
             assert raw is not None  # a new connection, open
             raw.autocommit = True
+            if raw.info.server_version >= 140000:
+                # The session sits idle between batches by design: a role's idle_session_timeout
+                # would end it, and the lock with it, unseen until the next ``acquire``. Off for
+                # this session alone (a user setting; the store's pooled sessions keep theirs).
+                conn.execute(_PG_KEEP_IDLE)
             got = bool(conn.execute(_PG_TRY, {"key": self._key}).scalar())
         except DBAPIError as exc:
             conn.close()
