@@ -147,7 +147,10 @@ def journal_replay(run_id: str | None, every: bool, out: Output, progress: bool)
     no fact edited or removed by hand (chain_broken: the facts' stream fails its hash chain).
     With --all, every run with ownership facts is replayed and the summary counts runs, intervals
     and violations by rule (json: the summary with every history; jsonl: one history per line;
-    csv: one row per run; on a terminal, a progress bar on stderr counts the runs replayed). For one
+    csv: one row per run; on a terminal, a progress bar on stderr counts the runs replayed). jsonl
+    and csv print each run as it is replayed, and they and json list the runs in the order of
+    their companion streams (not by run id); the memory --all takes does not grow with the number
+    of runs. For one
     run, csv prints a row per interval and then a row per violation, told apart by the first
     column, kind (interval or violation); each row leaves the other kind's columns empty. Exits
     1 when any history breaks a rule, or when RUN_ID names neither a run nor any ownership facts.
@@ -217,42 +220,95 @@ REPLAY_ALL_FIELDS = ("run_id", "facts", "intervals", "violations", "first_violat
 
 
 def _replay_all(store: Any, out: Output, progress: bool) -> None:
-    from fencepost.journal.replay import replay_all
+    """Replay every run, printing each as it is replayed (jsonl, csv) or spooling it (json, whose
+    totals come first), and keeping only the totals and the runs that break a rule."""
+    from fencepost.journal.replay import replay_each
 
-    with progress_bar("replaying ownership histories", enabled=progress) as on_progress:
-        summary = replay_all(store, on_progress=on_progress)
+    spool: Any = None
+    on_history: Any = None
     if out.format == "jsonl":  # one history per line, as `replay RUN_ID --format jsonl` prints one
-        out.rows(to_data(summary.histories), [])
+        line = out.stream([])
+        on_history = lambda h: line(to_data(h))  # noqa: E731
     elif out.format == "csv":  # one row per run; `replay RUN_ID --format csv` has its intervals and violations
-        out.rows([{"run_id": h.run_id, "facts": h.facts, "intervals": len(h.intervals),
-                   "violations": len(h.violations),
-                   "first_violation": f"{h.violations[0].rule} {_at(h.violations[0])}" if h.violations else "",
-                   "stream": h.stream} for h in summary.histories], [], fields=REPLAY_ALL_FIELDS)
+        row = out.stream([], fields=REPLAY_ALL_FIELDS)
+        on_history = lambda h: row(_replay_all_row(h))  # noqa: E731
     elif not out.is_table:
-        out.record({"ok": summary.ok, "runs": summary.runs, "intervals": summary.intervals,
-                    "violations": summary.violations, "unattributed_streams": summary.unattributed_streams,
-                    "histories": to_data(summary.histories)})
-    else:
-        total = sum(summary.violations.values())
-        click.echo(f"{summary.runs} run(s) replayed, {summary.intervals} ownership interval(s), "
+        # One document whose totals come before the histories: the histories wait in a temporary
+        # file (in memory while small), not in a list.
+        import tempfile
+
+        spool = tempfile.SpooledTemporaryFile(max_size=_SPOOL_IN_MEMORY, mode="w+", encoding="utf-8")
+
+        def on_history(h: Any) -> None:
+            if spool.tell():
+                spool.write(",")
+            spool.write(_json_text(to_data(h)))
+
+    try:
+        with progress_bar("replaying ownership histories", enabled=progress) as on_progress:
+            totals = replay_each(store, on_history, on_progress=on_progress)
+        if spool is not None:
+            _write_replay_document(totals, spool)
+    finally:
+        if spool is not None:
+            spool.close()
+    if out.is_table:
+        total = sum(totals.violations.values())
+        click.echo(f"{totals.runs} run(s) replayed, {totals.intervals} ownership interval(s), "
                       f"{total} violation(s)")
-        if summary.violations:
-            table("violations by rule", ["rule", "count"], sorted(summary.violations.items()))
-            broken = [h for h in summary.histories if h.violations]
+        if totals.violations:
+            table("violations by rule", ["rule", "count"], sorted(totals.violations.items()))
             table("runs with violations", ["run", "violations", "first"],
                   [(h.run_id, len(h.violations), f"{h.violations[0].rule} {_at(h.violations[0])}")
-                   for h in broken])
-        for stream in summary.unattributed_streams:
+                   for h in totals.broken])
+        for stream in totals.unattributed_streams:
             click.echo(f"unattributed ownership facts on {one_line(stream)} name no run that hashes to it")
-        if summary.ok:
+        if totals.ok:
             click.echo("every ownership history is consistent")
-    if not summary.ok:
-        broken_runs = sum(1 for h in summary.histories if h.violations)
-        problems = [f"{broken_runs} of {summary.runs} run(s) break the ownership rules "
-                    f"({sum(summary.violations.values())} violation(s))"] if broken_runs else []
-        if summary.unattributed_streams:
-            problems.append(f"{len(summary.unattributed_streams)} stream(s) of ownership facts name no run")
+    if not totals.ok:
+        broken_runs = len(totals.broken)
+        problems = [f"{broken_runs} of {totals.runs} run(s) break the ownership rules "
+                    f"({sum(totals.violations.values())} violation(s))"] if broken_runs else []
+        if totals.unattributed_streams:
+            problems.append(f"{len(totals.unattributed_streams)} stream(s) of ownership facts name no run")
         raise fail("; ".join(problems) or "the ownership histories are not consistent")
+
+
+#: Up to this many characters of ``replay --all --json`` histories are spooled in memory, then on disk.
+_SPOOL_IN_MEMORY = 1 << 20
+
+
+def _replay_all_row(h: Any) -> dict[str, Any]:
+    return {"run_id": h.run_id, "facts": h.facts, "intervals": len(h.intervals), "violations": len(h.violations),
+            "first_violation": f"{h.violations[0].rule} {_at(h.violations[0])}" if h.violations else "",
+            "stream": h.stream}
+
+
+def _json_text(value: Any) -> str:
+    """``value`` as the machine formats write it: compact JSON (a lone surrogate escaped)."""
+    from fencepost.cli._output import _encoder, _surrogates_escaped
+
+    try:
+        return _encoder.encode(value).decode()
+    except UnicodeEncodeError:  # a lone surrogate, which msgspec refuses: JSON escapes it instead
+        import json
+
+        return _surrogates_escaped(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+
+
+def _write_replay_document(totals: Any, spool: Any) -> None:
+    """The ``--json`` summary: the totals, then ``histories`` copied from ``spool``; one line."""
+    from fencepost.cli._output import _MachineOut
+
+    head = _json_text({"ok": totals.ok, "runs": totals.runs, "intervals": totals.intervals,
+                       "violations": totals.violations, "unattributed_streams": totals.unattributed_streams})
+    target = _MachineOut()
+    target.write(head[:-1] + ',"histories":[')
+    spool.seek(0)
+    while chunk := spool.read(1 << 13):
+        target.write(chunk)
+    target.write("]}\n")
+    target.flush()
 
 
 def _fields(struct: Any) -> tuple[str, ...]:

@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import msgspec
-from sqlalchemy import bindparam, select
+from sqlalchemy import bindparam, func, select
 from sqlalchemy.engine import Connection
 
 from fencepost._durable import DbFailure, carry_failure, failure_code, failure_detail
@@ -516,7 +516,8 @@ class ReplaySummary(msgspec.Struct, frozen=True):
     ``runs`` counts the runs replayed, ``intervals`` their ownership intervals, ``violations`` maps
     each broken rule to how often it was broken; ``unattributed_streams`` lists companion streams
     whose facts name no run that hashes to them (facts nobody can attribute). ``ok`` is True when
-    nothing was broken.
+    nothing was broken. ``histories`` holds every run's history, by run id, so its size grows with
+    the store; ``replay_each`` replays in memory that does not.
     """
 
     runs: int
@@ -524,6 +525,26 @@ class ReplaySummary(msgspec.Struct, frozen=True):
     violations: dict[str, int]
     unattributed_streams: list[str]
     histories: list[OwnershipHistory]
+
+    @property
+    def ok(self) -> bool:
+        """True when no run broke a rule and every fact stream names its run."""
+        return not self.violations and not self.unattributed_streams
+
+
+class ReplayTotals(msgspec.Struct, frozen=True):
+    """``replay_each``: the totals of ``ReplaySummary``, and only the histories that break a rule.
+
+    ``runs``, ``intervals``, ``violations`` and ``unattributed_streams`` are as in
+    ``ReplaySummary``; ``broken`` holds the history of each run that broke a rule, by run id (the
+    others were handed to the callback and not kept).
+    """
+
+    runs: int
+    intervals: int
+    violations: dict[str, int]
+    unattributed_streams: list[str]
+    broken: list[OwnershipHistory]
 
     @property
     def ok(self) -> bool:
@@ -542,53 +563,114 @@ def _run_named_by(rows: list[Any], companion_stream: Callable[[str], str], strea
     return None
 
 
+#: How many companion streams one listing statement returns: the streams are listed a page at a
+#: time, so a replay holds one page of their names, not every stream's.
+_STREAM_PAGE = 1000
+_FACT_FILTER = (_events.c.source_id == FACT_SOURCE, _events.c.event_type.like(FACT_PREFIX + "%"),
+                _events.c.run_id.like(_COMPANION + "%"))
+# The next page of companion streams after the last one listed (keyset on the indexed ``run_id``).
 _FACT_STREAMS = (
     select(_events.c.run_id).distinct()
-    .where(_events.c.source_id == FACT_SOURCE, _events.c.event_type.like(FACT_PREFIX + "%"),
-           _events.c.run_id.like(_COMPANION + "%"))
+    .where(*_FACT_FILTER, _events.c.run_id > bindparam("after"))
     .order_by(_events.c.run_id)
+    .limit(bindparam("page"))
 )
+# How many companion streams there are (for progress, when they fill more than one page).
+_FACT_STREAM_COUNT = select(func.count()).select_from(select(_events.c.run_id).distinct().where(*_FACT_FILTER)
+                                                      .subquery())
+
+
+def _listed(store: Store, statement: Any, params: dict[str, Any]) -> Any:
+    def run(conn: Connection) -> Any:
+        return conn.execute(statement, params).scalars().all()
+
+    try:
+        return store.db.read(run)
+    except DbFailure as exc:
+        raise carry_failure(JournalError(failure_code(exc, "read_failed", closed="journal_closed"), "replay_all",
+                                         failure_detail("journal read", exc)),
+                            exc) from None
+
+
+def _checked_progress(method: str, on_progress: Any) -> None:
+    if on_progress is not None and not callable(on_progress):
+        raise JournalError("invalid_event", method, "on_progress must be callable (or None)")
+
+
+def replay_each(store: Store, on_history: Callable[[OwnershipHistory], None] | None = None, *,
+                on_progress: Callable[[int, int], None] | None = None) -> ReplayTotals:
+    """Replay every run that has ownership facts, handing each history to ``on_history`` as soon
+    as it is replayed; return the totals and the histories that break a rule.
+
+    What ``replay_all`` does, in memory that does not grow with the number of runs: the companion
+    streams are listed a page at a time and replayed in that order (the order of their names, the
+    sha256 of the run id, not the order of the run ids), each history is handed over and then
+    dropped unless it breaks a rule. ``on_progress`` is as for ``replay_all``; when streams are
+    added while the replay runs, ``total`` grows to count them. An exception either callback raises
+    ends the replay and propagates.
+    """
+    checked_store(store, "replay_all")
+    _checked_progress("replay_all", on_progress)
+    if on_history is not None and not callable(on_history):
+        raise JournalError("invalid_event", "replay_all", "on_history must be callable (or None)")
+    page_size = _STREAM_PAGE
+    page: list[str] = _listed(store, _FACT_STREAMS, {"after": "", "page": page_size})
+    total = len(page)
+    if on_progress is not None:
+        if len(page) == page_size:  # more pages follow: count them all, once
+            total = max(total, int(_listed(store, _FACT_STREAM_COUNT, {})[0]))
+        on_progress(0, total)
+    runs = intervals = done = 0
+    broken: list[OwnershipHistory] = []
+    orphans: list[str] = []
+    counts: dict[str, int] = {}
+    while page:
+        for stream in page:
+            read = _read_stream(store, stream, "replay_all")
+            run_id = read.run_id
+            if run_id is None:
+                orphans.append(stream)
+            else:
+                h = _history(run_id, read)
+                runs += 1
+                intervals += len(h.intervals)
+                for v in h.violations:
+                    counts[v.rule] = counts.get(v.rule, 0) + 1
+                if h.violations:
+                    broken.append(h)
+                if on_history is not None:
+                    on_history(h)
+            done += 1
+            if on_progress is not None:
+                total = max(total, done)
+                on_progress(done, total)
+        if len(page) < page_size:
+            break
+        page = _listed(store, _FACT_STREAMS, {"after": page[-1], "page": page_size})
+    if on_progress is not None and done != total:  # streams removed by hand while listed: end at the total
+        on_progress(done, done)
+    broken.sort(key=lambda h: h.run_id)
+    return ReplayTotals(runs=runs, intervals=intervals, violations=dict(sorted(counts.items())),
+                        unattributed_streams=orphans, broken=broken)
 
 
 def replay_all(store: Store, *, on_progress: Callable[[int, int], None] | None = None) -> ReplaySummary:
     """Replay every run that has ownership facts (``ownership_history`` of each), with totals.
 
     A run is found through its companion stream: the run id is the ``runId`` its facts name that
-    hashes to that stream.
+    hashes to that stream. ``histories`` holds every run's history, by run id: its memory grows
+    with the store (about a kilobyte a run); ``replay_each`` hands each history over as it is
+    replayed instead and keeps only the totals and the runs that break a rule.
 
     ``on_progress(replayed, total)``, when given, is called with ``(0, total)`` once the companion
     streams are listed (``total`` of them) and after each stream is judged, so the last call has
     ``replayed == total``. An exception it raises (``KeyboardInterrupt`` ...) ends the replay and
     propagates.
     """
-
     checked_store(store, "replay_all")
-    if on_progress is not None and not callable(on_progress):
-        raise JournalError("invalid_event", "replay_all", "on_progress must be callable (or None)")
-    try:
-        streams = store.db.read(lambda conn: list(conn.execute(_FACT_STREAMS).scalars()))
-    except DbFailure as exc:
-        raise carry_failure(JournalError(failure_code(exc, "read_failed", closed="journal_closed"), "replay_all",
-                                         failure_detail("journal read", exc)),
-                            exc) from None
+    _checked_progress("replay_all", on_progress)
     histories: list[OwnershipHistory] = []
-    orphans: list[str] = []
-    counts: dict[str, int] = {}
-    if on_progress is not None:
-        on_progress(0, len(streams))
-    for done, stream in enumerate(streams, start=1):
-        read = _read_stream(store, stream, "replay_all")
-        run_id = read.run_id
-        if run_id is None:
-            orphans.append(stream)
-        else:
-            h = _history(run_id, read)
-            histories.append(h)
-            for v in h.violations:
-                counts[v.rule] = counts.get(v.rule, 0) + 1
-        if on_progress is not None:
-            on_progress(done, len(streams))
+    totals = replay_each(store, histories.append, on_progress=on_progress)
     histories.sort(key=lambda h: h.run_id)
-    return ReplaySummary(runs=len(histories), intervals=sum(len(h.intervals) for h in histories),
-                         violations=dict(sorted(counts.items())), unattributed_streams=orphans,
-                         histories=histories)
+    return ReplaySummary(runs=totals.runs, intervals=totals.intervals, violations=totals.violations,
+                         unattributed_streams=totals.unattributed_streams, histories=histories)
