@@ -12,9 +12,11 @@ from fencepost.journal.replay import (
     OwnershipHistory,
     OwnershipInterval,
     ReplaySummary,
+    ReplayTotals,
     Violation,
     ownership_history,
     replay_all,
+    replay_each,
 )
 from fencepost.journal.verify import Break, Head, VerifyReport, head, verify
 
@@ -47,6 +49,7 @@ __all__ = [
     "OwnershipInterval",
     "Redaction",
     "ReplaySummary",
+    "ReplayTotals",
     "Rule",
     "VerifyReport",
     "Violation",
@@ -55,5 +58,6 @@ __all__ = [
     "is_companion_run_id",
     "ownership_history",
     "replay_all",
+    "replay_each",
     "verify",
 ]
