@@ -113,9 +113,6 @@ def worker_process(url: str | dict[str, str], task: str, concurrency: int, until
     relay = StopRelay(stop)  # a handler that sets the event itself can deadlock on a second signal
     signal.signal(signal.SIGTERM, relay.trigger)
     signal.signal(signal.SIGINT, relay.trigger)
-    # Started with Ctrl-C blocked (spawn_workers): one that came while this process was starting is
-    # delivered now, to the graceful handler.
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     threading.Thread(target=_stop_when_orphaned, args=(os.getppid(), stop), daemon=True,
                      name="fencepost-worker-parent").start()
     clock = ScaledClock(*clock_spec) if clock_spec else None
@@ -167,17 +164,21 @@ def spawn_workers(url: str | dict[str, str], n: int, *, task: str, concurrency: 
             p = ctx.Process(target=worker_process, name=f"fencepost-worker-{i}",
                             args=(url, task, concurrency, until_idle, clock_spec, prefix, results, log_level,
                                   liveness, import_dir))
-            # Ctrl-C is blocked (held, not lost) while a process starts: a child inherits the
-            # blocked mask across exec and keeps a Ctrl-C pending, not killed mid-import with a
-            # traceback, until worker_process has installed its graceful handler and unblocks it;
-            # here it is delivered once the process is listed, so the stop below reaches it. (Ctrl-C
-            # used to be ignored instead, here and in the children: one in this window was lost
-            # and the workers went on.)
+            # A new process starts with Ctrl-C ignored (the disposition survives exec) until
+            # worker_process installs its graceful handler: a Ctrl-C while it is still importing
+            # must not kill it mid-import with a traceback; this process stops it instead. Ignored
+            # here only while the process starts, and blocked meanwhile: Linux keeps a blocked
+            # signal pending even while it is ignored, so a Ctrl-C in that moment reaches this
+            # process once its own handler is back (it used to be ignored for the whole loop, and
+            # a Ctrl-C then was lost: the workers went on).
             held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if _main_thread() else None
             try:
                 p.start()
                 procs.append(p)
             finally:
+                if previous is not None:
+                    signal.signal(signal.SIGINT, previous)
                 signal.pthread_sigmask(signal.SIG_SETMASK, held)
     except BaseException:
         # One failed to start (or Ctrl-C came while starting them): stop those already running, which
