@@ -265,8 +265,9 @@ class _PostgresWaiter(_Waiter):
         # The session sits idle by design (it waits for notifications): a role's
         # idle_session_timeout (PostgreSQL 14+) would end it at every timeout, and each reconnect
         # re-reads the feed. Off for this session alone.
-        keep = "SET idle_session_timeout = 0; " if conn.info.server_version >= 140000 else ""
-        conn.execute(f"{keep}LISTEN {CHANNEL}")
+        if conn.info.server_version >= 140000:
+            conn.execute("SET idle_session_timeout = 0")
+        conn.execute(f"LISTEN {CHANNEL}")  # last: the session shows it as its query
         return conn
 
     def _listen(self) -> None:
