@@ -608,16 +608,23 @@ class Worker:
             if took is None:
                 continue
             row, lease = took
-            if start is not None and lease is not None:
-                try:
-                    start(row, lease)
-                except Exception as exc:
-                    # Activated and held, but not running: given back at once rather than left
-                    # ``running`` under this worker until its lease lapses; the sweep goes on.
-                    self._give_back(row.run_id, lease, "starting it", exc)
-                    continue
+            if not self._started(row, lease, start):
+                continue
             taken.append(row)
         return taken
+
+    def _started(self, row: TakenRun, lease: Lease | None, start: Callable[[RunRow, Lease], None] | None) -> bool:
+        """``start(row, lease)`` when the sweep starts what it takes; False when starting failed:
+        activated and held, but not running, the run is given back at once rather than left
+        ``running`` under this worker until its lease lapses (the sweep goes on)."""
+        if start is None or lease is None:
+            return True
+        try:
+            start(row, lease)
+        except Exception as exc:
+            self._give_back(row.run_id, lease, "starting it", exc)
+            return False
+        return True
 
     def _take_from_members(self, found: list[dict[str, Any]], limit: int,
                            start: Callable[[RunRow, Lease], None] | None) -> list[TakenRun]:
@@ -670,13 +677,9 @@ class Worker:
                     slot(-1)
                     continue
                 row, lease = took
-                if start is not None and lease is not None:
-                    try:
-                        start(row, lease)
-                    except Exception as exc:
-                        self._give_back(row.run_id, lease, "starting it", exc)
-                        slot(-1)
-                        continue
+                if not self._started(row, lease, start):
+                    slot(-1)
+                    continue
                 mine.append(row)
             with handover:
                 if not over.is_set():
