@@ -67,7 +67,12 @@ class Checkpointer:
             PROCESS.adopt(self, self._reset)
         elif self._wake.is_set():
             return
-        with self._lock:
+        # Never waited for: whoever holds the lock (another thread, or this thread's own call that a
+        # signal handler writing here interrupted, which would wait for ever) asks for a pass as it
+        # leaves, and that pass covers this commit too.
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
             if self._thread is None or not self._thread.is_alive():
                 # The first write, or the first after ``close`` (or after the thread died).
                 self._wake = threading.Event()
@@ -76,6 +81,8 @@ class Checkpointer:
                                                 name="fencepost-checkpoint", daemon=True)
                 self._thread.start()
             self._wake.set()
+        finally:
+            self._lock.release()
 
     def _reset(self) -> None:
         """Start from nothing: at creation, and in a forked child, where the parent's thread does

@@ -212,6 +212,11 @@ class Backend:
         """Whether the driver connection has a transaction open (True when it cannot tell)."""
         raise NotImplementedError
 
+    def statement_running(self, conn: Any) -> bool:
+        """Whether a statement is under way on ``conn`` (a SQLAlchemy connection of the calling
+        thread), which only a signal handler or finalizer run in its middle can observe."""
+        return False
+
     def discard_after(self, exc: BaseException | None) -> bool:
         """Whether a connection that raised ``exc`` must be replaced even though it rolled back."""
         return False
@@ -962,6 +967,14 @@ class PostgresBackend(Backend):
         # psycopg leaves transaction control to us on these connections, so begin_write can send
         # BEGIN together with the lock; COMMIT and ROLLBACK still end the transaction as usual.
         conn.execution_options(isolation_level="AUTOCOMMIT")
+
+    def statement_running(self, conn: Any) -> bool:
+        # psycopg waits for the server in Python code holding the connection's lock, so a signal
+        # handler can run there; SQLite runs a statement in C, where none can.
+        if conn.closed or conn.invalidated:
+            return False
+        lock = getattr(conn.connection.dbapi_connection, "lock", None)
+        return lock is not None and lock.locked()
 
     def transaction_open(self, dbapi_connection: Any) -> bool:
         from psycopg.pq import TransactionStatus

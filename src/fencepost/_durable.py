@@ -40,7 +40,7 @@ from fencepost._dialects import (
     readonly_uri,
     unused_state,
 )
-from fencepost._group import GroupCommit, aborted, aborted_failure
+from fencepost._group import GroupCommit, aborted, aborted_failure, own_call_in_progress
 from fencepost._statements import wrapped
 from fencepost._txn import PROCESS
 from fencepost._txn import Txn as _Txn
@@ -161,6 +161,10 @@ class _Slot:
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
         self.lock = threading.Lock()
+        # The thread inside ``lock`` (its id), so that the same thread asking again (a signal
+        # handler or finalizer that ran while its transaction began or committed) is refused at
+        # once instead of waiting for itself.
+        self.holder: int | None = None
         # Taken back (``claim_if_idle``): never used again, though its release may still be under way.
         self.reclaimed = False
         self._finalizer = weakref.finalize(self, _close_quietly, conn, os.getpid())
@@ -1038,6 +1042,10 @@ class Database:
         if txn is not None and txn.pid == PROCESS.pid:
             if not txn.write:
                 raise PersistenceError("persistence_failed", "write", "a write cannot nest in a read")
+            if self.backend.statement_running(txn.conn):
+                # A signal handler that ran while its thread's statement waits for the server: the
+                # connection is that statement's until it returns, which waits for this call.
+                raise own_call_in_progress(True)
             registered = len(txn.after_commit)
             try:
                 try:
@@ -1065,6 +1073,8 @@ class Database:
             raise _closed()
         txn = self._active()
         if txn is not None:
+            if self.backend.statement_running(txn.conn):
+                raise own_call_in_progress(txn.write, nested=True)
             return fn(txn.conn)
         return self._run(fn, write=False)
 
@@ -1275,14 +1285,26 @@ class Database:
         return conn
 
     def _once(self, fn: Callable[[Connection], T], *, write: bool, durable: bool = True) -> T:
+        me = threading.get_ident()
         while True:
             slot = self._slot(write)
-            # Held for the whole transaction; ``slot`` stays referenced until it ends, so a
-            # concurrent ``dispose`` that drops this thread's slots cannot close it under us.
-            with slot.lock:
-                if slot.reclaimed or slot.conn.closed:  # taken back (a reclaim, ``dispose``) or closed
-                    continue
-                result, txn = self._once_on(slot.conn, fn, write=write, durable=durable)
+            if slot.holder == me:
+                # Only code run in the middle of this thread's own transaction on this connection
+                # (a signal handler, a finalizer) gets here, while that transaction begins or
+                # commits (inside its body a call nests instead): waiting would be for itself.
+                raise own_call_in_progress(write)
+            try:
+                # Marked before the lock is taken, so no moment of holding it goes unmarked (only
+                # this thread uses its slot for transactions).
+                slot.holder = me
+                # Held for the whole transaction; ``slot`` stays referenced until it ends, so a
+                # concurrent ``dispose`` that drops this thread's slots cannot close it under us.
+                with slot.lock:
+                    if slot.reclaimed or slot.conn.closed:  # taken back (a reclaim, ``dispose``) or closed
+                        continue
+                    result, txn = self._once_on(slot.conn, fn, write=write, durable=durable)
+            finally:
+                slot.holder = None
             break
         for callback in txn.after_commit:
             callback()
@@ -1324,14 +1346,16 @@ class Database:
             active[id(self)] = txn
             trans = None
             try:
-                # Set inside the ``try`` whose ``finally`` clears it: a Ctrl-C landing just after
-                # must not leave the thread marked as inside a transaction for good.
-                _current.set(active)
                 trans = conn.begin()
                 if write:
                     self.backend.begin_write(conn)
                     if not durable:
                         self.backend.relax_in_transaction(conn)
+                # Set once the transaction has begun (a call made while it begins, from a signal
+                # handler, cannot nest in it: it finds the connection held and is refused), and
+                # inside the ``try`` whose ``finally`` clears it: a Ctrl-C landing just after must
+                # not leave the thread marked as inside a transaction for good.
+                _current.set(active)
                 result = fn(conn)
             except BaseException as exc:
                 # A driver error raised while the body fetched rows from a driver cursor (see

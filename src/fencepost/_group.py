@@ -544,11 +544,21 @@ def aborted_failure() -> Any:
 
 
 def _own_write_in_progress() -> Any:
+    return own_call_in_progress(True)
+
+
+def own_call_in_progress(write: bool, *, nested: bool = False) -> Any:
+    """The failure of a call made on a thread in the middle of its own write (``write``) or read on
+    the same store (a signal handler, a finalizer), where that call is not running its body (its
+    transaction begins or commits, or a statement waits for the server): it cannot wait for that
+    call, which waits for it. ``nested``: a read made there (else the new call is of the same kind)."""
     from fencepost._durable import DbFailure
 
+    own = "write" if write else "read"
+    made = "read" if nested else own
     return DbFailure("persistence_failed", None,
-                     "a write was made on a thread while its own write was being committed (from a signal "
-                     "handler or a finalizer?): it cannot wait for that write, which waits for it")
+                     f"a {made} was made on a thread while its own {own} was in progress (from a signal "
+                     f"handler or a finalizer?): it cannot wait for that {own}, which waits for it")
 
 
 def _wake(call: _Call) -> None:
