@@ -176,9 +176,9 @@ class _Opaque:
 
 @pytest.mark.parametrize(("ending", "rule"), [
     (lambda ctx: _Opaque(), "Encoding objects of type"),
-    (lambda ctx: {"text": "a\x00b"}, "contains NUL"),
+    (lambda ctx: {"text": "a\x00b"}, "its JSON text breaks a rule (string contains NUL)"),
     (lambda ctx: _raise(Suspend(_Opaque())), "Encoding objects of type"),
-    (lambda ctx: _raise(Suspend({"text": "a\x00b"})), "contains NUL"),
+    (lambda ctx: _raise(Suspend({"text": "a\x00b"})), "its JSON text breaks a rule (string contains NUL)"),
 ], ids=["return-object", "return-nul", "suspend-object", "suspend-nul"])
 def test_a_result_that_cannot_be_stored_settles_failed_saying_why(store, ending, rule):
     """A run function that returned (or suspended with) a value the store cannot hold left the run

@@ -5,6 +5,7 @@
 keeps one fed by several named stores, one checkpoint per source; see ``docs/concepts/projections.md``.
 """
 
+from fencepost.errors import ProjectionError, SourceChanged
 from fencepost.projections.builder import CatchUp, NamedSources, OneSource, ProjectionBuilder, ProjectionStatus
 from fencepost.projections.builtin import OwnershipHistory, RunsByStatus
 from fencepost.projections.checkpoints import RebuildRecord
@@ -18,8 +19,10 @@ __all__ = [
     "OwnershipHistory",
     "Projection",
     "ProjectionBuilder",
+    "ProjectionError",
     "ProjectionStatus",
     "RebuildRecord",
     "RunsByStatus",
+    "SourceChanged",
     "Target",
 ]
