@@ -140,7 +140,7 @@ def _state_text(value: Any, what: str) -> str | None:
                                "infinity, which JSON has no form for (it would be stored as null)")
     _, problem = parse_json_text(text)
     if problem:
-        raise UnstorableResult(f"{what} cannot be stored: as JSON text it {problem}")
+        raise UnstorableResult(f"{what} cannot be stored: its JSON text breaks a rule ({problem})")
     return text
 
 
