@@ -108,7 +108,7 @@ def feed_tail(starts: tuple[tuple[str | None, str | None, int], ...], follow: bo
     head = store.feed.position()
     _refuse_other_source(starts[0][1] if starts else None, head)
     start = Position(head.source, starts[0][2] if starts else 0)
-    _refuse_ahead(start.revision, head.revision)
+    _refuse_ahead(start.revision, head.revision, source=starts[0][1] if starts else None)
     with _rotation_explained({None: store}):
         if follow:
             emit = out.stream(CHANGE_COLUMNS, _change_fields())
@@ -184,7 +184,7 @@ def _tail_across(stores: dict[str, Any], starts: tuple[tuple[str | None, str | N
         source, revision = named.get(name, default)
         _refuse_other_source(source, head, name)
         positions[name] = Position(head.source, revision)
-        _refuse_ahead(positions[name].revision, head.revision, name)
+        _refuse_ahead(positions[name].revision, head.revision, name, source=source)
 
     def record(item: Any) -> dict[str, Any]:
         return {"store": item.shard, **to_data(item.change)}
@@ -219,11 +219,20 @@ def _refuse_other_source(source: str | None, head: Any, store: str | None = None
                f"start again with {again} to see every run and tombstone")
 
 
-def _refuse_ahead(start: int, head: int, store: str | None = None) -> None:
-    """A --from past the newest revision is a typo, not a rotated source (which the store would say)."""
-    if start > head:
-        where = f" of store {store}" if store is not None else ""
-        raise click.UsageError(f"--from {start} is ahead of the newest revision{where} ({head})")
+def _refuse_ahead(start: int, head: int, store: str | None = None, *, source: str | None = None) -> None:
+    """A --from REVISION past the newest revision is a typo: a usage error. A --from SOURCE:REVISION
+    (a position this store's source printed) past it means the database went back in time (an older
+    copy restored with its source id): exit 1, saying so, as a rewind met while tailing is."""
+    if start <= head:
+        return
+    if source is not None:
+        which = "the store's database" if store is None else f"store {store}: its database"
+        again = "--from 0" if store is None else f"--from {store}=0"
+        raise fail(f"--from {source}:{start} is ahead of the newest revision ({head}) of that source: {which} went "
+                   f"back to an earlier revision (an older copy restored?); positions of the old database mean "
+                   f"nothing in this one: start again with {again} to see every run and tombstone")
+    where = f" of store {store}" if store is not None else ""
+    raise click.UsageError(f"--from {start} is ahead of the newest revision{where} ({head})")
 
 
 def _pages(store: Any, position: Any, limit: int) -> Iterator[Any]:
