@@ -228,6 +228,10 @@ def test_piped_demo_output_is_never_hard_wrapped_and_its_hints_carry_the_db(db_u
     killed = [line for line in lines if line.startswith("SIGKILLed worker")]
     assert len(killed) == 1 and killed[0].endswith("once the lease expires"), lines
     assert not [line for line in lines if line.startswith(prefix)], "a list of run ids was folded"
+    # No progress bar in a pipe (rich wrote each once as it ended, after the lines printed meanwhile);
+    # a line says the runs were created, in its place in the story.
+    assert "━" not in proc.stdout and "creating runs" not in proc.stdout, proc.stdout
+    assert lines.index("created 40 runs") < next(i for i, line in enumerate(lines) if line.startswith("started "))
     hints = _hints(lines)
     assert len(hints) == 6, lines
     assert all(h.startswith(f"fencepost --db {shlex.quote(shown)} ") for h in hints), hints

@@ -71,6 +71,10 @@ def test_a_demo_that_hits_its_timeout_says_so_and_fails(run_cli, tmp_path):
     assert result.code == 1, result
     assert "timed out after 5 s" in result.err and "unsettled" in result.err
     assert "Traceback" not in result.err
+    # Why no worker was killed: the time ran out first (it said none held a run once a fifth had
+    # settled, which had not happened).
+    assert "SIGKILLed" in result.out or "stopped before a fifth of the runs had settled" in result.out, result.out
+    assert "none held a run once a fifth" not in result.out, result.out
 
 
 @pytest.mark.slow

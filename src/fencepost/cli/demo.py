@@ -137,7 +137,10 @@ def demo(obj: CliContext, n_runs: int, n_workers: int, speed: float, timeout: fl
     # then the builder lock is released.
     with ProjectionBuilder(store, url, RunsByStatus(), lock_timeout=10.0) as builder:
         _hold_projection(builder)
-        with Progress(*progress_columns(), console=console, transient=False) as progress:
+        # Bars on a terminal only: into a pipe or a file rich writes each bar once, as it ends, after
+        # the lines printed meanwhile (the story would read out of order); a line says it instead.
+        with Progress(*progress_columns(), console=console, transient=False,
+                      disable=not console.is_terminal) as progress:
             task = progress.add_task("creating runs", total=n_runs)
             rng = random.Random(7)
             for i in range(n_runs):
@@ -146,6 +149,8 @@ def demo(obj: CliContext, n_runs: int, n_workers: int, speed: float, timeout: fl
                     state["fail"] = True
                 store.runs.create(f"{prefix}{i:04d}", _dumps(state))
                 progress.advance(task)
+            if not console.is_terminal:
+                _say(f"created {n_runs} runs")
 
             victim = None
             killed: list[str] = []
@@ -154,6 +159,7 @@ def demo(obj: CliContext, n_runs: int, n_workers: int, speed: float, timeout: fl
             deadline = started + timeout
             timed_out = True
             interrupted = False
+            fifth_settled = False
             with _following(builder) as projection_failures, _workers(url, n_workers, (base, speed), prefix) as procs:
                 try:
                     _say(f"started {n_workers} worker processes: pids {', '.join(str(p.pid) for p in procs)}")
@@ -162,6 +168,7 @@ def demo(obj: CliContext, n_runs: int, n_workers: int, speed: float, timeout: fl
                         counts = _status_counts(store, prefix)
                         settled = sum(counts[s] for s in TERMINAL)
                         progress.update(work, completed=settled)
+                        fifth_settled = fifth_settled or settled >= n_runs // 5
                         if not killed and settled >= n_runs // 5:
                             # The victim is whichever live worker holds runs now (the busiest): one fixed
                             # process could be between runs at every look on a loaded machine.
@@ -212,6 +219,8 @@ def demo(obj: CliContext, n_runs: int, n_workers: int, speed: float, timeout: fl
     if killed and victim is not None:
         _say(f"takeovers: {len(takeovers)} run(s) stolen after worker {victim.pid} was killed"
              + (f" ({', '.join(takeovers[:6])}{', ...' if len(takeovers) > 6 else ''})" if takeovers else ""))
+    elif not fifth_settled:
+        _say("[red]no worker was killed: the demo stopped before a fifth of the runs had settled[/red]")
     else:
         _say("[red]no worker was killed: none held a run once a fifth of the runs had settled[/red]")
     _say(f"journal verified: {'[green]yes[/green]' if ok else '[red]NO[/red]'}")
