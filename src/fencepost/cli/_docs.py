@@ -24,7 +24,9 @@ password written in `--db` is too. Keep it out: put the URL in `$FENCEPOST_DB` (
 in a password file (`~/.pgpass`, or `?passfile=PATH`) or `$PGPASSWORD`.
 
 **Several stores.** Repeat `--db` (or name a file of stores with `--shards FILE`, one `URL` or
-`NAME=URL` a line) to work across stores. `runs list` and `feed tail` read any stores and label
+`NAME=URL` a line) to work across stores. `runs list` and `feed tail` read any stores (every shard of a set,
+independent stores, or both; some shards of a set but not all are refused, since the listing
+would look complete; one `--db` alone reads that one store, a shard included) and label
 every record with its store (`store`, the first column): the name given as `NAME=URL`, else the
 shard name the store recorded as part of a shard set, else `shard-0`, `shard-1` ... by position.
 `runs show`, `runs cancel`, `runs delete`, `runs create ID` and `journal show|replay ID` need the
