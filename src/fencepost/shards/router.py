@@ -130,7 +130,9 @@ class ShardSet:
 
         A ``run_id`` that is no valid run id raises ``ShardError('invalid_run')``. A companion stream's
         own id (``flows.companion/...``) is taken: it answers the shard holding that stream (how
-        ``fencepost journal show`` finds it), where ``place`` and ``store_for`` refuse it.
+        ``fencepost journal show`` finds it), where ``place`` and ``store_for`` refuse it. Before its
+        run has a journal entry no shard holds that stream, and its id (a digest of the run's) is
+        answered by placement, which may be another shard than the run's.
         """
         return self._route(_checks.run_id(run_id, "locate"))
 
