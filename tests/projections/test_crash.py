@@ -20,7 +20,7 @@ from tests.projections import _runs
 from tests.projections._counting import CountingRunsByStatus, log_metadata
 from tests.projections.conftest import spawn_child, why
 
-KILLS = 20
+KILLS = 12
 pytestmark = pytest.mark.usefixtures("no_child_outlives_its_test")
 
 
@@ -63,7 +63,7 @@ def crash_target(request: pytest.FixtureRequest, backend: str, make_db_url) -> s
 
 
 def test_builder_killed_at_random_points_applies_each_change_exactly_once(db_url, crash_target, make_db_url):
-    """SIGKILL a builder process >= 20 times (two source rotations among them, so kills land in
+    """SIGKILL a builder process 12 times (two source rotations among them, so kills land in
     shadow rebuilds too) while a writer mutates runs; after a restart and a catch-up the projection
     equals the source, equals a projection built from scratch, and no (run, source, revision) was
     ever applied twice."""
@@ -102,7 +102,7 @@ def test_builder_killed_at_random_points_applies_each_change_exactly_once(db_url
             proc = _spawn(db_url, target_url)
             _wait_ready(proc)
             for kill in range(KILLS):
-                if kill in (7, 14):
+                if kill in (4, 8):
                     store.feed.rotate_source()
                 successor = _spawn(db_url, target_url) if kill < KILLS - 1 else None
                 if kill == 0:
