@@ -274,13 +274,21 @@ class Supervisor:
 
     def stop(self, timeout: float | None = 5.0) -> None:
         """Stop pulsing; held leases simply stop being renewed (they are not released in the store)."""
+        thread = self._ask_stop()
+        if thread is not None:
+            thread.join(timeout)
+
+    def _ask_stop(self) -> threading.Thread | None:
+        """Tell the loop to stop, without waiting: the loop thread to wait for, if it is another.
+
+        Safe to call on an event loop: ``_start_lock`` is only ever held briefly (never while a
+        thread is joined or a store call runs), and nothing here waits (measured: microseconds)."""
         with self._start_lock:
             self._restart = False
             self._stop.set()
             thread = self._thread
         self._wake.set()
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
+        return thread if thread is not None and thread is not threading.current_thread() else None
 
     def __enter__(self) -> Supervisor:
         return self.start()
@@ -679,6 +687,16 @@ async def supervise(store: Any, run_id: str, owner: OwnerId, on_lapse: LapseCall
     run on the supervisor thread. Pass a shared ``supervisor`` (of the same ``owner``) to renew many
     runs with one ``heartbeat_many`` per interval. Bad arguments are ``RunStoreError`` ``invalid_run``
     on entry, before the body runs or anything is pulsed.
+
+    The caller's own cancellation (``Task.cancel``, ``asyncio.timeout``, ``wait_for``) goes on as it
+    came, also when it meets a lost lease: if the block is interrupted while the lease is lost and the
+    task is still being cancelled once the block's own request is undone (``Task.cancelling()``), the
+    block raises that ``CancelledError``, not ``LeaseLost``; the ``LeaseLost`` is its ``__context__``
+    (an async ``on_lapse`` is still awaited first). Only a cancellation that was the block's alone
+    becomes ``LeaseLost``. Without a shared ``supervisor`` the block's own one is stopped on the way
+    out whatever cancellation lands there: the stop is asked for on the event loop before anything
+    is awaited, and only the wait for its thread to end (a few milliseconds, at most 5 s) can be cut
+    short by a cancellation, which then goes on.
     """
     method = "supervise"
     check.owner(owner, method)
@@ -732,18 +750,24 @@ async def supervise(store: Any, run_id: str, owner: OwnerId, on_lapse: LapseCall
         entry.abandon()
         raise
     inside = True
+    interrupted: asyncio.CancelledError | None = None
     try:
         try:
             lease.check()  # lost while entering: the body never runs
             yield lease
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
             if lease.error is None:
                 raise  # not ours: the caller's cancellation (or timeout) goes on as it came
+            interrupted = exc
         inside = False
         error = lease.error
         if error is not None:
             if cancelled:
-                task.uncancel()  # the cancellation was ours: it becomes LeaseLost
+                task.uncancel()  # our own request is undone; the caller's, if any, still counts
+            # The caller cancelled too (a shutdown, a timeout), before or after the loss: their
+            # cancellation goes on, carrying the loss as its context, instead of being turned into
+            # LeaseLost (a task that handles LeaseLost and moves on would never end).
+            callers = interrupted if interrupted is not None and task.cancelling() > 0 else None
             # (a lapse always says how long the lease went unconfirmed)
             lapsed = error.unconfirmed_ms if error.reason == "lapsed" else None
             if lapsed is not None and on_lapse is not None and lapse_hook is None:
@@ -751,12 +775,36 @@ async def supervise(store: Any, run_id: str, owner: OwnerId, on_lapse: LapseCall
                     await on_lapse(lapsed)
                 except Exception:  # as for a plain hook: reported, and LeaseLost still raised
                     log.exception("supervision callback failed")
+            if callers is not None:
+                callers.__context__ = error
+                callers.__suppress_context__ = False
+                raise callers
             raise error from None
     finally:
         inside = False
         lease.release()
         if own:
-            await asyncio.to_thread(sup.stop)
+            await _stop_own(sup)
+
+
+async def _stop_own(sup: Supervisor, timeout: float = 5.0) -> None:
+    """Stop the supervisor a ``supervise`` block started, whatever cancellation lands meanwhile.
+
+    The stop is asked for at once on the event loop (two events set under a lock no one holds across
+    a wait, so the loop is not blocked), never from a helper thread: a cancellation used to cancel
+    that call while it sat queued in a busy default executor, and the loop thread then ran for the
+    rest of the process. Only the wait for the thread to end is left, polled on the event loop; a
+    cancellation ends that wait early and goes on, and the thread ends by itself (it only has to
+    notice the stop, or finish a hook it is running)."""
+    thread = sup._ask_stop()
+    if thread is None:
+        return
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    delay = 0.0
+    while thread.is_alive() and loop.time() < end:
+        await asyncio.sleep(delay)
+        delay = min(_POLL_S, delay * 2 or 0.001)
 
 
 class _Entry:
