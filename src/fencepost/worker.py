@@ -345,7 +345,9 @@ class Worker:
         """Work until ``stop`` is set (or, with ``until_idle``, until nothing is claimable or running).
 
         Returns the counts. When ``stop`` is set no new run is taken; runs in hand finish, or are
-        parked ``suspended`` (from their last checkpoint) when they next call ``check()``. A killed
+        parked ``suspended`` (from their last checkpoint) when they next call ``check()``. A run taken
+        whose function had not started yet (waiting for a free thread) is not run: it is given back
+        at once, parked ``suspended`` and claimable by a peer (counted ``suspended``). A killed
         process instead leaves them ``running`` until their leases expire and a peer takes them over.
 
         A write that is waiting out an unavailable database when ``stop`` is set (a settlement, a
@@ -410,6 +412,10 @@ class Worker:
             # once is killed instead, and its leases simply expire.
             self._stopping.set()
             self._stop_deadline()  # the stop grace of writes still retrying counts from here at the latest
+            # A run taken but whose function no thread of the pool has started yet is not in hand:
+            # given back now, claimable by a peer at once, rather than dropped by the shutdown below
+            # and left ``running`` under a lease nobody renews any more.
+            self._give_back_unstarted()
             pool.shutdown(wait=True, cancel_futures=True)
             self._reap()
             self.supervisor.stop()
@@ -457,6 +463,11 @@ class Worker:
     def _start(self, pool: ThreadPoolExecutor, row: RunRow, lease: Lease) -> None:
         ctx = RunContext(self, row, lease)
         with self._lock:
+            # Checked under the lock ``_give_back_unstarted`` takes after the stop is set: a run is
+            # either submitted before that look (and given back by it) or refused here (``Stopping``,
+            # given back by ``_started``), never submitted to a pool that is shutting down.
+            if self._stopping.is_set():
+                raise Stopping(row.run_id)
             self._contexts[row.run_id] = ctx
             # Counted before the function can start, so a reading never lags a run already running.
             _gauges.worker_in_flight.set(len(self._futures) + 1, **self._gauge_attrs)
@@ -466,6 +477,24 @@ class Worker:
                 del self._contexts[row.run_id]
                 _gauges.worker_in_flight.set(len(self._futures), **self._gauge_attrs)
                 raise
+
+    def _give_back_unstarted(self) -> None:
+        """Once the worker is stopping: every run whose function the pool has not started yet (its
+        future still queued for a thread) is taken out of the pool and given back (``_give_back``),
+        parked ``suspended`` from its last checkpoint and claimable by a peer at once. Counted
+        ``suspended``, as a run parked at its ``check()``. A run whose function has started is left
+        to finish, or to park at its next ``check()``."""
+        with self._lock:
+            # ``Future.cancel()`` succeeds only on a future no thread has taken: never run after this.
+            unstarted = [r for r, f in self._futures.items() if f.cancel()]
+            contexts = [self._contexts.pop(r) for r in unstarted]
+            for r in unstarted:
+                del self._futures[r]
+            if unstarted:
+                _gauges.worker_in_flight.set(len(self._futures), **self._gauge_attrs)
+        for ctx in contexts:
+            if self._give_back(ctx.run_id, ctx.lease, "the worker stopped before its function started"):
+                self._count("suspended")
 
     def _reap(self) -> None:
         with self._lock:
@@ -621,6 +650,10 @@ class Worker:
             return True
         try:
             start(row, lease)
+        except Stopping:  # taken as the worker began to stop (a shard's late answer): not started
+            if self._give_back(row.run_id, lease, "the worker stopped before its function started"):
+                self._count("suspended")
+            return False
         except Exception as exc:
             self._give_back(row.run_id, lease, "starting it", exc)
             return False
@@ -790,16 +823,20 @@ class Worker:
             log.info("run %s: took it over, its lease expired", run_id, extra={"run_id": run_id})
         return TakenRun(**msgspec.structs.asdict(row), lease_since_ms=stamped_after), lease
 
-    def _give_back(self, run_id: str, lease: Lease | None, what: str, exc: Exception) -> None:
+    def _give_back(self, run_id: str, lease: Lease | None, what: str, exc: Exception | None = None) -> bool:
         """Give back a run this sweep activated but could not run (``what``, holding or starting it,
-        raised ``exc``): logged naming the run, then parked ``suspended`` from its last checkpoint,
+        raised ``exc``; without ``exc``, ``what`` says why it is not run, a stop, logged at ``INFO``
+        as no error): logged naming the run, then parked ``suspended`` from its last checkpoint,
         claimable again (this worker leaves it for ``SUSPEND_BACKOFF_S``, as after ``Suspend``, so a
         failure that repeats does not spin). The transition is fenced by the owner and retried
         (``_retry_for_run``) within the write budget and while ``lease``, if held, lasts; when it
         cannot be made the run lapses from the heartbeat its activation stored, as if nobody held it.
-        Never raises: the sweep goes on with its other runs."""
-        log.error("run %s: %s failed; giving the run back\n%s", run_id, what, self._log_traceback(run_id, exc),
-                  extra={"run_id": run_id})
+        Never raises: the sweep goes on with its other runs. True once the run is parked."""
+        if exc is None:
+            log.info("run %s: %s; giving the run back", run_id, what, extra={"run_id": run_id})
+        else:
+            log.error("run %s: %s failed; giving the run back\n%s", run_id, what, self._log_traceback(run_id, exc),
+                      extra={"run_id": run_id})
         with self._lock:
             # Before the run is claimable again: this worker's next sweep must not take it back at once.
             self._resting[run_id] = time.monotonic() + SUSPEND_BACKOFF_S
@@ -812,12 +849,14 @@ class Worker:
             log.warning("run %s: could not be given back (%s); its lease lapses and a worker takes it over",
                         run_id, getattr(failure, "db_code", None) or getattr(failure, "code", None)
                         or type(failure).__name__, extra={"run_id": run_id})
-            return
+            return False
         finally:
             if lease is not None:
                 lease.release()
         if isinstance(outcome, Transitioned):
             log.info("run %s settled suspended (given back)", run_id, extra={"run_id": run_id})
+            return True
+        return False
 
     def _retry_for_run(self, run_id: str, what: str, call: Callable[[], Any], until: float,
                        lease: Lease | None = None) -> Any:
@@ -877,6 +916,8 @@ class Worker:
             self._settle_cancelled(ctx)
             return
         try:
+            if self._stopping.is_set():  # taken by a thread of the pool as the stop came: never started
+                raise Stopping(ctx.run_id)
             result = self.fn(ctx)
         except Cancelled as exc:
             self._settle_cancelled(ctx, exc)
