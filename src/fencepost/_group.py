@@ -123,6 +123,39 @@ class _Wake:
 _new_event = _Wake  # how a queued call waits (a test interrupts the wait through it)
 
 
+class _MarkedLock:
+    """The group's lock, and which thread is taking or holding it (a thread-local mark).
+
+    A signal handler (or finalizer) that writes can run on a thread in the middle of its own call,
+    while that call holds the lock: waiting for it there would wait for ever, so ``write`` asks
+    ``mine()`` first and refuses such a call at once. The mark is set before the lock is taken and
+    cleared after it is released, so no moment of holding it goes unmarked (a moment around it may
+    be marked: such a call is refused where it could, barely, have waited)."""
+
+    __slots__ = ("_local", "_lock")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._local = threading.local()
+
+    def __enter__(self) -> None:
+        self._local.held = True
+        try:
+            self._lock.acquire()
+        except BaseException:  # interrupted while waiting: not held
+            self._local.held = False
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self._lock.release()
+        finally:
+            self._local.held = False
+
+    def mine(self) -> bool:
+        return getattr(self._local, "held", False)
+
+
 class _Call:
     """One queued write call: its body, its caller's context, and (once answered) its outcome."""
 
@@ -151,7 +184,7 @@ class GroupCommit:
         self._reset()
 
     def _reset(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = _MarkedLock()
         self._queue: deque[_Call] = deque()
         self._leading = False
         # Calls the last group took besides its leader's own: how many are likely to come back.
@@ -176,6 +209,8 @@ class GroupCommit:
             PROCESS.adopt(self, self._reset)  # a forked child: the parent's locks and queue are not ours
         if current.get():
             return self._db._run(fn, write=True)
+        if self._lock.mine():
+            raise _own_write_in_progress()  # made in the middle of this thread's own call, lock held
         # The call's wait for a lock counts from here, whoever's BEGIN it waited at (its own as a
         # leader, a leader's while queued, its own again when run alone): see ``_waited_out``.
         started = time.monotonic()
