@@ -296,7 +296,9 @@ class ChangeFeed:
         ``LISTEN/NOTIFY``; they are hints only, the query is the truth, and a poll every
         ``poll_interval`` seconds is the safety net. A database that is briefly unavailable is
         retried with backoff without losing the place. ``SourceChanged`` (rotation, restore) and
-        ``decode_failed`` are raised to the caller.
+        ``decode_failed`` are raised to the caller. ``Store.close()`` ends the follower at once,
+        one held between changes too: its threads and connections are released, and its next
+        ``next()`` raises the store's "the store is closed" error.
         """
         from fencepost.changefeed.follow import follow
 
@@ -333,7 +335,9 @@ class ChangeFeed:
         The follower waits on a thread of its own (never the loop, never its default executor);
         leaving the ``async for`` stops that thread and releases its connections without blocking
         the loop. ``stop`` may be a ``threading.Event`` or an ``asyncio.Event`` (any ``StopSignal``).
-        It is an async generator: ``await it.aclose()`` ends a follow left before its end at once.
+        It is an async generator: ``await it.aclose()`` ends a follow left before its end at once;
+        one never closed stops its thread when it is garbage-collected, and ``Store.close()`` stops
+        it in any case (its next iteration raises the store's "the store is closed" error).
         """
         from fencepost.changefeed.follow import afollow
 

@@ -26,6 +26,7 @@ import os
 import queue
 import threading
 import time
+import weakref
 from collections.abc import AsyncGenerator, Callable, Generator
 from typing import TYPE_CHECKING, Any
 
@@ -54,6 +55,20 @@ SETTLE = (0.005, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)  # re-confirmations after an u
 class _Never:
     def is_set(self) -> bool:
         return False
+
+
+class _StoreClosed:
+    """Set once the store is closed: what ends a follower's own threads (its watcher or listener,
+    an ``afollow``'s thread) even while nothing runs the follower itself (its consumer holds it
+    between changes), so ``Store.close()`` releases their connections at once."""
+
+    __slots__ = ("_db",)
+
+    def __init__(self, db: Any) -> None:
+        self._db = db
+
+    def is_set(self) -> bool:
+        return bool(self._db.closed)
 
 
 class _Either:
@@ -145,7 +160,9 @@ class _SqliteWaiter(_Waiter):
         super().__init__(db)
         self._conn: Any = None
         self._version: int | None = None
+        self._conn_lock = threading.Lock()  # the follower's thread uses ``_conn``, the watcher releases it
         self._closed = threading.Event()
+        self._done = _Either(self._closed, _StoreClosed(db))  # ``close()``, or the store closed
         path = os.path.abspath(str(db.path))
         self._path = path
         # The file this follower reads (a writable store's own, even when it was replaced before
@@ -171,7 +188,7 @@ class _SqliteWaiter(_Waiter):
                 watch_filter=lambda _change, p: os.path.basename(p) in names,
                 debounce=20,
                 step=1,
-                stop_event=self._closed,
+                stop_event=self._done,
                 recursive=False,
                 rust_timeout=100,
                 yield_on_timeout=True,
@@ -180,23 +197,32 @@ class _SqliteWaiter(_Waiter):
                     ready = True
                     self.note_hint()
         except Exception:  # no watcher (inotify limits ...): the poll still runs
-            if not self._closed.is_set():
+            if not self._done.is_set():
                 log.warning("change-feed file watcher stopped; relying on the fallback poll", exc_info=True)
+            # Still the one to release the connection below when the store closes.
+            _sleep(float("inf"), self._done)
+        finally:
+            if self._db.closed:
+                # The store closed, perhaps while the follower is suspended between changes (its
+                # consumer holds it): nothing else would release the connection it keeps.
+                with self._conn_lock:
+                    self._drop()
 
     def _data_version(self) -> int | None:
-        try:
-            if self._conn is None:
-                # Outside the pool, as the PostgreSQL listener's: a follower keeps it while it
-                # lives, and the pool's connections are for transactions (any number of followers
-                # leave them free).
-                self._conn = self._db.detached_connection()
+        with self._conn_lock:
             try:
-                return int(self._conn.exec_driver_sql("PRAGMA data_version").scalar())
-            finally:
-                self._conn.rollback()
-        except Exception:  # an unusable connection: drop it and page to be safe
-            self._drop()
-            return None
+                if self._conn is None:
+                    # Outside the pool, as the PostgreSQL listener's: a follower keeps it while it
+                    # lives, and the pool's connections are for transactions (any number of
+                    # followers leave them free). A closed store refuses it (the next page says so).
+                    self._conn = self._db.detached_connection()
+                try:
+                    return int(self._conn.exec_driver_sql("PRAGMA data_version").scalar())
+                finally:
+                    self._conn.rollback()
+            except Exception:  # an unusable connection: drop it and page to be safe
+                self._drop()
+                return None
 
     def _drop(self) -> None:
         conn, self._conn = self._conn, None
@@ -228,12 +254,13 @@ class _SqliteWaiter(_Waiter):
     def close(self) -> None:
         self._closed.set()
         self._thread.join(timeout=5)
-        if self._conn is not None:
+        with self._conn_lock:
+            conn, self._conn = self._conn, None
+        if conn is not None:
             try:
-                self._conn.close()
+                conn.close()
             except Exception:
                 pass
-            self._conn = None
 
 
 class _PostgresWaiter(_Waiter):
@@ -253,6 +280,9 @@ class _PostgresWaiter(_Waiter):
         self._timeout: dict[str, Any] = (
             {} if "connect_timeout" in db.engine.url.query else {"connect_timeout": PG_CONNECT_TIMEOUT_S})
         self._closed = threading.Event()
+        # ``close()``, or the store closed: the listener ends (and its session with it) even while
+        # the follower is suspended between changes and nothing calls ``close()``.
+        self._done = _Either(self._closed, _StoreClosed(db))
         self._conn: Any = None
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._listen, name="fencepost-follow-listen", daemon=True)
@@ -272,11 +302,11 @@ class _PostgresWaiter(_Waiter):
 
     def _listen(self) -> None:
         backoff = 0.05
-        while not self._closed.is_set():
+        while not self._done.is_set():
             try:
                 conn = self._connect()
             except Exception:  # server down or restarting: try again later
-                _sleep(backoff, self._closed)
+                _sleep(backoff, self._done)
                 backoff = min(backoff * 2, MAX_BACKOFF)
                 continue
             with self._lock:
@@ -285,12 +315,12 @@ class _PostgresWaiter(_Waiter):
             # Notifications sent while we were not listening are lost: page once now.
             self.note_hint()
             try:
-                while not self._closed.is_set():
+                while not self._done.is_set():
                     for note in conn.notifies(timeout=STOP_SLICE):  # close() waits for this slice
                         if note.payload == self._schema:
                             self.note_hint()
             except Exception:  # connection lost: reconnect and re-query
-                if not self._closed.is_set():
+                if not self._done.is_set():
                     log.info("change-feed listener lost its connection; reconnecting")
                 self.note_hint()
             finally:
@@ -504,14 +534,22 @@ class _Pump:
 
     The thread, not the loop, runs the iterator's ``close()`` (which joins the follower's watcher or
     listener thread), and it ends once the iterator is exhausted, has failed or was closed: its
-    per-thread database connections then return to the pool.
+    per-thread database connections then return to the pool. It also ends when the store is closed
+    while no request is pending (the consumer holds the generator between changes): it then reads
+    what the follower still holds and the error that ends it (the store is closed), keeps that for
+    the next request, and ends at once, so ``Store.close()`` leaves no thread or session behind.
     """
 
-    def __init__(self, it: Generator[Change, None, None], ready: _Ready) -> None:
+    def __init__(self, it: Generator[Change, None, None], ready: _Ready, db: Any) -> None:
         self._it = it
         self._ready = ready
+        self._store_closed = _StoreClosed(db)
         self._requests: queue.SimpleQueue[tuple[asyncio.AbstractEventLoop, asyncio.Future[_Handover]] | None] = (
             queue.SimpleQueue())
+        # The last hand-over, kept once the thread has ended on its own (the store closed) for the
+        # request that comes next; ``_lock`` orders that with a request being made meanwhile.
+        self._final: _Handover | None = None
+        self._lock = threading.Lock()
         threading.Thread(target=self._run, name="fencepost-afollow", daemon=True).start()
 
     def _take(self) -> _Handover:
@@ -529,7 +567,13 @@ class _Pump:
     def _run(self) -> None:
         try:
             while True:
-                request = self._requests.get()
+                try:
+                    request = self._requests.get(timeout=STOP_SLICE)
+                except queue.Empty:
+                    if self._store_closed.is_set():
+                        self._end_closed()
+                        return
+                    continue
                 if request is None:
                     return
                 loop, future = request
@@ -543,14 +587,56 @@ class _Pump:
         finally:
             self._it.close()
 
+    def _end_closed(self) -> None:
+        """The store was closed while nobody asked for a change: take what the follower still holds
+        and the error it ends with (its next page finds the store closed) now, for the next request."""
+        changes: list[Change] = []
+        ended, error = False, None
+        while not ended:  # the rest of the follower's page, then its end (no page can be read now)
+            more, ended, error = self._take()
+            changes.extend(more)
+        handover: _Handover = (changes, True, error)
+        with self._lock:
+            request = None
+            while request is None:  # a request made meanwhile gets it; a close request needs nothing
+                try:
+                    request = self._requests.get_nowait()
+                except queue.Empty:
+                    break
+            if request is None:
+                self._final = handover
+                return
+        loop, future = request
+        try:
+            loop.call_soon_threadsafe(_settle, future, handover)
+        except RuntimeError:  # the loop is closed: nobody is waiting any more
+            pass
+
     async def next(self) -> _Handover:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[_Handover] = loop.create_future()
-        self._requests.put((loop, future))
+        with self._lock:
+            final = self._final
+            if final is not None:  # the thread has ended: this is the follower's last hand-over
+                self._final = ([], True, None)
+                return final
+            self._requests.put((loop, future))
         return await future
 
     def close(self) -> None:
         self._requests.put(None)
+
+
+class _Owner:
+    """An object only an ``afollow`` generator's frame holds: collected with the generator."""
+
+    __slots__ = ("__weakref__",)
+
+
+def _stop_pump(inner: threading.Event, pump: _Pump) -> None:
+    # The thread sees ``inner`` within STOP_SLICE, returns from the wait and closes the follower.
+    inner.set()
+    pump.close()
 
 
 async def _afollow(
@@ -559,7 +645,12 @@ async def _afollow(
     inner = threading.Event()
     halt = _Either(inner, stop) if stop is not None else inner
     ready = _Ready()
-    pump = _Pump(follow(feed, position, stop=halt, poll_interval=poll_interval, ready=ready), ready)
+    pump = _Pump(follow(feed, position, stop=halt, poll_interval=poll_interval, ready=ready), ready,
+                 feed._store.db)
+    # The thread's life is tied to this generator's: one collected without being closed (its event
+    # loop closed without ``shutdown_asyncgens()``, so its ``finally`` never runs) stops it too.
+    owner = _Owner()
+    release = weakref.finalize(owner, _stop_pump, inner, pump)
     try:
         while True:
             changes, ended, error = await pump.next()
@@ -574,6 +665,5 @@ async def _afollow(
             if ended:
                 return
     finally:
-        # The thread sees ``inner`` within STOP_SLICE, returns from the wait and closes the follower.
-        inner.set()
-        pump.close()
+        release()  # ``_stop_pump``, once
+        del owner  # held until here: its collection is what stops the thread of a generator never closed
