@@ -6,7 +6,7 @@ from typing import Any
 
 import msgspec
 
-from fencepost._values import SAFE_MAX, is_safe_int, text_problem
+from fencepost._values import MAXIMUM_JSON_DEPTH, SAFE_MAX, _nesting_exceeds, is_safe_int, text_problem
 from fencepost.errors import JournalError
 
 
@@ -83,10 +83,18 @@ def entry_from_row(row: Any, method: str) -> Entry:
     # Where the row is (its position, the key verify reports too), so an auditor can find it;
     # never what it holds.
     where = f" (the entry at position {row.position})" if is_safe_int(row.position) else ""
+    payload_json, meta_json = row.payload_json, row.meta_json
+    # Nothing the journal appends nests deeper than the durable-value limit: a value that does was
+    # stored by hand, and the decoder (and whatever walks the value after it) could run out of
+    # stack on it (a bare RecursionError); it is the entry's decode failure, whatever the stack.
+    if any(type(t) is str and t.count("[") + t.count("{") > MAXIMUM_JSON_DEPTH
+           and _nesting_exceeds(t, MAXIMUM_JSON_DEPTH) for t in (payload_json, meta_json)):
+        raise JournalError("decode_failed", method,
+                           f"stored payload or meta exceeds the depth limit of {MAXIMUM_JSON_DEPTH}{where}")
     try:
-        payload = _decode_any.decode(row.payload_json)
-        meta = _decode_any.decode(row.meta_json)
-    except (msgspec.DecodeError, TypeError):
+        payload = _decode_any.decode(payload_json)
+        meta = _decode_any.decode(meta_json)
+    except (msgspec.DecodeError, TypeError, ValueError, RecursionError):
         raise JournalError("decode_failed", method,
                            f"stored payload or meta cannot be decoded as JSON{where}") from None
     for name in ("seq", "source_seq", "emitted_at_ms", "position"):

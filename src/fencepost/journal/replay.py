@@ -40,8 +40,9 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import msgspec
-from sqlalchemy import bindparam, func, select
+from sqlalchemy import LargeBinary, Text, bindparam, cast, func, select
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
 
 from fencepost._durable import DbFailure, carry_failure, failure_code, failure_detail
 from fencepost._schema import flows_journal_events as _events
@@ -575,6 +576,14 @@ _FACT_STREAMS = (
     .order_by(_events.c.run_id)
     .limit(bindparam("page"))
 )
+# The same page with the names read as their stored bytes (SQLite, where a name can hold a byte
+# that is not UTF-8 and fail the whole page): ``after`` is bytes too, compared as the stored text.
+_FACT_STREAMS_RAW = (
+    select(cast(_events.c.run_id, LargeBinary)).distinct()
+    .where(*_FACT_FILTER, _events.c.run_id > cast(bindparam("after", type_=LargeBinary), Text))
+    .order_by(_events.c.run_id)
+    .limit(bindparam("page"))
+)
 # How many companion streams there are (for progress, when they fill more than one page).
 _FACT_STREAM_COUNT = select(func.count()).select_from(select(_events.c.run_id).distinct().where(*_FACT_FILTER)
                                                       .subquery())
@@ -583,6 +592,37 @@ _FACT_STREAM_COUNT = select(func.count()).select_from(select(_events.c.run_id).d
 def _listed(store: Store, statement: Any, params: dict[str, Any]) -> Any:
     def run(conn: Connection) -> Any:
         return conn.execute(statement, params).scalars().all()
+
+    try:
+        return store.db.read(run)
+    except DbFailure as exc:
+        raise carry_failure(JournalError(failure_code(exc, "read_failed", closed="journal_closed"), "replay_all",
+                                         failure_detail("journal read", exc)),
+                            exc) from None
+
+
+def _stream_names(store: Store, after: str | bytes, page: int) -> list[str | bytes]:
+    """The next page of companion stream names after ``after``: each a ``str``, or, for a name
+    stored as something that is not UTF-8 text (SQLite: a byte that is not UTF-8, a BLOB), its
+    stored bytes. Such a name fails the whole page when read as text, so that page is read again
+    as bytes: one damaged stream does not stop the replay of the others."""
+
+    def run(conn: Connection) -> list[str | bytes]:
+        if type(after) is str:
+            try:
+                return list(conn.execute(_FACT_STREAMS, {"after": after, "page": page}).scalars().all())
+            except DBAPIError as exc:
+                if store.db.backend.classify(exc)[0] != "decode_failed":
+                    raise
+        mark = after.encode("utf-8") if type(after) is str else after
+        names: list[str | bytes] = []
+        for raw in conn.execute(_FACT_STREAMS_RAW, {"after": mark, "page": page}).scalars():
+            raw = bytes(raw)
+            try:
+                names.append(raw.decode("utf-8"))
+            except UnicodeDecodeError:
+                names.append(raw)
+        return names
 
     try:
         return store.db.read(run)
@@ -614,7 +654,7 @@ def replay_each(store: Store, on_history: Callable[[OwnershipHistory], None] | N
     if on_history is not None and not callable(on_history):
         raise JournalError("invalid_event", "replay_all", "on_history must be callable (or None)")
     page_size = _STREAM_PAGE
-    page: list[str] = _listed(store, _FACT_STREAMS, {"after": "", "page": page_size})
+    page = _stream_names(store, "", page_size)
     total = len(page)
     if on_progress is not None:
         if len(page) == page_size:  # more pages follow: count them all, once
@@ -626,6 +666,15 @@ def replay_each(store: Store, on_history: Callable[[OwnershipHistory], None] | N
     counts: dict[str, int] = {}
     while page:
         for stream in page:
+            if not isinstance(stream, str):
+                # A name that is not text (SQLite): no run id hashes to it, and reading its stream
+                # by name would fail. Named as text, U+FFFD for each byte that is not UTF-8.
+                orphans.append(stream.decode("utf-8", "replace"))
+                done += 1
+                if on_progress is not None:
+                    total = max(total, done)
+                    on_progress(done, total)
+                continue
             read = _read_stream(store, stream, "replay_all")
             run_id = read.run_id
             if run_id is None:
@@ -646,7 +695,7 @@ def replay_each(store: Store, on_history: Callable[[OwnershipHistory], None] | N
                 on_progress(done, total)
         if len(page) < page_size:
             break
-        page = _listed(store, _FACT_STREAMS, {"after": page[-1], "page": page_size})
+        page = _stream_names(store, page[-1], page_size)
     if on_progress is not None and done != total:  # streams removed by hand while listed: end at the total
         on_progress(done, done)
     broken.sort(key=lambda h: h.run_id)

@@ -96,13 +96,14 @@ _PAGE = (
 )
 
 
-def entry_problems(row: Any, prev: tuple[int, str] | None) -> list[tuple[str, str]]:
+def entry_problems(row: Any, prev: Any) -> list[tuple[str, str]]:
     """What is wrong with one stored entry within its stream: ``(what, detail)`` pairs (see
-    ``Break``), given the ``(seq, entry_hash)`` of the stream's previous entry (None for its
-    first). The log's own links (``position``, ``log_link``) are the caller's."""
+    ``Break``), given where the stream's previous entry left its chain (``chain_after``: its
+    ``(seq, entry_hash)``; None for the first). The log's own links (``position``, ``log_link``)
+    are the caller's."""
     problems = []
     expected_seq = 0 if prev is None else prev[0] + 1
-    if int(row.seq) != expected_seq:
+    if int(row.seq) != expected_seq and not (prev is not None and len(prev) > 2 and int(row.seq) == prev[2] + 1):
         problems.append(("seq", f"expected seq {expected_seq} in the stream, found {int(row.seq)}"))
     if row.stream_prev_hash != (ZERO_HASH if prev is None else prev[1]):
         problems.append(("stream_link", "stream_prev_hash does not match the previous entry in the stream"))
@@ -135,6 +136,19 @@ _STREAM_BYTES_PAGE = (
     .order_by(ev.c.seq)
     .limit(bindparam("n"))
 )
+# A stream's first page: no bound on ``seq`` at all, so an entry whose seq was stored below 0 by
+# hand (past the CHECK) is read, and reported, instead of hiding below ``seq > -1``.
+_STREAM_FIRST = select(*_PAGE.selected_columns).where(ev.c.run_id == bindparam("stream")).order_by(
+    ev.c.seq).limit(bindparam("n"))
+_STREAM_BYTES_FIRST = select(*_BYTES_COLUMNS).where(ev.c.run_id == bindparam("stream")).order_by(
+    ev.c.seq).limit(bindparam("n"))
+
+
+def _stream_statements(after: Any) -> tuple[Any, Any]:
+    """The page statements of a stream read after ``after`` (None or below 0: from its start)."""
+    if after is None or (type(after) is int and after < 0):
+        return _STREAM_FIRST, _STREAM_BYTES_FIRST
+    return _STREAM_PAGE, _STREAM_BYTES_PAGE
 
 
 _NEXT_IN_LOG = (
@@ -164,8 +178,9 @@ def stream_page(store: Store, stream: str, after: int, n: int) -> list[Any]:
     holding something else, comes back as ``Undecodable``; the others as stored, for
     ``entry_from_row`` to decode one at a time (``journal show``: one bad entry does not hide the rest)."""
     params = {"stream": stream, "after": after, "n": n}
+    stmt, as_bytes = _stream_statements(after)
     try:
-        return store.db.read(lambda conn: _page(store, conn, _STREAM_PAGE, _STREAM_BYTES_PAGE, params))
+        return store.db.read(lambda conn: _page(store, conn, stmt, as_bytes, params))
     except DbFailure as exc:
         raise carry_failure(JournalError(failure_code(exc, "read_failed", closed="journal_closed"), "entries",
                                          failure_detail("journal read", exc)), exc) from None
@@ -208,9 +223,11 @@ def stream_rows(store: Store, conn: Connection, stream: str) -> list[Any]:
     integer sorts after every integer on SQLite), so the chain is checked where the entry was
     appended."""
     rows: list[Any] = []
-    after = -1
+    after: Any = None
     while True:
-        page = _page(store, conn, _STREAM_PAGE, _STREAM_BYTES_PAGE, {"stream": stream, "after": after, "n": PAGE})
+        # The first page from the stream's very start; the next ones after the last seq read.
+        stmt, as_bytes = (_STREAM_FIRST, _STREAM_BYTES_FIRST) if after is None else (_STREAM_PAGE, _STREAM_BYTES_PAGE)
+        page = _page(store, conn, stmt, as_bytes, {"stream": stream, "after": after, "n": PAGE})
         rows.extend(page)
         if len(page) < PAGE:
             rows.sort(key=lambda row: row.position)  # already in order unless a seq was stored by hand
@@ -232,7 +249,7 @@ def rows_breaks(conn: Connection, rows: list[Any]) -> list[Break]:
         problems = row.problems if type(row) is Undecodable else entry_problems(row, prev)
         found.extend(Break(stream=row.run_id, seq=_seq_of(row), position=int(row.position), what=what,
                            detail=detail) for what, detail in problems)
-        prev = (_chain_seq(row, prev), row.entry_hash)
+        prev = chain_after(row, prev)
     if rows:
         last = rows[-1]
         position = int(last.position)
@@ -272,10 +289,22 @@ class Undecodable:
 
 
 def _damaged(values: dict[str, Any], not_utf8: list[str]) -> Undecodable | None:
-    """``Undecodable`` for a row's ``values`` (and its text columns that were not UTF-8), or None."""
+    """``Undecodable`` for a row's ``values`` (and its text columns that were not UTF-8), or None.
+
+    A text column holding something else (SQLite keeps a BLOB in a TEXT column as it is) is an
+    ``encoding`` problem too, held as text (U+FFFD for each byte that is not UTF-8)."""
     problems = []
     if not_utf8:
         problems.append(("encoding", _columns_detail(sorted(not_utf8), "is not valid UTF-8", "are not valid UTF-8")))
+    not_text = sorted(name for name in _TEXT_COLUMNS if type(values[name]) is not str)
+    if not_text:
+        for name in not_text:
+            raw = values[name]
+            if isinstance(raw, memoryview):
+                raw = bytes(raw)
+            values[name] = (raw.decode("utf-8", "replace") if isinstance(raw, (bytes, bytearray))
+                            else "" if raw is None else str(raw))
+        problems.append(("encoding", _columns_detail(not_text, "is not stored as text", "are not stored as text")))
     not_int = [name for name in _INT_COLUMNS if type(values[name]) is not int]
     if not_int:
         problems.append(("integer", _columns_detail(not_int, "is not an integer", "are not integers")))
@@ -283,8 +312,10 @@ def _damaged(values: dict[str, Any], not_utf8: list[str]) -> Undecodable | None:
 
 
 def _checked(row: Any) -> Any:
-    """A row of ``_PAGE`` as it is, or ``Undecodable`` when an integer column holds something else."""
-    if all(type(getattr(row, name)) is int for name in _INT_COLUMNS):
+    """A row of ``_PAGE`` as it is, or ``Undecodable`` when an integer column holds something else
+    or a text column something that is not text."""
+    if (all(type(getattr(row, name)) is int for name in _INT_COLUMNS)
+            and all(type(getattr(row, name)) is str for name in _TEXT_COLUMNS)):
         return row
     return _damaged(dict(row._mapping), [])
 
@@ -309,12 +340,23 @@ def _seq_of(row: Any) -> int:
     return row.seq if type(row.seq) is int else -1
 
 
-def _chain_seq(row: Any, prev: tuple[int, str] | None) -> int:
-    """The seq the stream's chain continues from after ``row``: the stored one, or the one the
-    stream expected there when that is not an integer (one damaged entry is one break)."""
-    if type(row.seq) is int:
-        return row.seq
-    return 0 if prev is None else prev[0] + 1
+def chain_after(row: Any, prev: Any) -> Any:
+    """Where a stream's chain stands after ``row``, given where it stood before (None: ``row`` is
+    its first entry): ``(seq, entry_hash)``, the seq the next entry follows.
+
+    That is the stored seq, or the one the stream expected there when that is not an integer (one
+    damaged entry is one break). When the stored seq is an integer the stream did not expect, the
+    next entry may follow either: ``(seq, entry_hash, expected)``. Following the stored seq, an
+    entry removed before ``row`` (or one inserted) is one break at ``row``; following the expected
+    seq, ``row``'s own seq edited is one break at ``row`` too, not a second at the untouched entry
+    after it."""
+    expected = 0 if prev is None else prev[0] + 1
+    seq = row.seq
+    if type(seq) is not int:
+        return expected, row.entry_hash
+    if seq == expected or (prev is not None and len(prev) > 2 and seq == prev[2] + 1):
+        return seq, row.entry_hash
+    return seq, row.entry_hash, expected
 
 
 class _Row:
@@ -329,8 +371,8 @@ class _Checker:
     def __init__(self) -> None:
         self.expected_position = 1
         self.log_prev = ZERO_HASH
-        #: ``(seq, entry_hash)`` of each stream's latest entry checked (by this pass).
-        self.streams: dict[str, tuple[int, str]] = {}
+        #: Where each stream's chain stands after its latest entry checked (by this pass): ``chain_after``.
+        self.streams: dict[str, Any] = {}
         #: Where a stream this pass has not met yet ends, for a pass that goes on from an earlier one.
         self.earlier: Callable[[str], tuple[int, str] | None] | None = None
         self.stream_count = 0
@@ -355,7 +397,7 @@ class _Checker:
         self.earlier = None
         return self
 
-    def _previous(self, stream: str) -> tuple[int, str] | None:
+    def _previous(self, stream: str) -> Any:
         prev = self.streams.get(stream)
         if prev is None:
             if self.earlier is not None:
@@ -379,7 +421,7 @@ class _Checker:
         position = int(row.position)
         self.expected_position = position + 1
         self.log_prev = row.entry_hash
-        self.streams[row.run_id] = (_chain_seq(row, self._previous(row.run_id)), row.entry_hash)
+        self.streams[row.run_id] = chain_after(row, self._previous(row.run_id))
         self.last = Head(position=position, entry_hash=row.entry_hash)
 
     def check(self, row: Any) -> None:
@@ -389,12 +431,13 @@ class _Checker:
             self.fail(row, "position", f"expected position {self.expected_position}, found {position}")
         if row.log_prev_hash != self.log_prev:
             self.fail(row, "log_link", "log_prev_hash does not match the previous entry in the log")
-        for what, detail in entry_problems(row, self._previous(row.run_id)):
+        prev = self._previous(row.run_id)
+        for what, detail in entry_problems(row, prev):
             self.fail(row, what, detail)
         # Continue from what is stored, so one break is reported once, not at every later entry.
         self.expected_position = position + 1
         self.log_prev = row.entry_hash
-        self.streams[row.run_id] = (int(row.seq), row.entry_hash)
+        self.streams[row.run_id] = chain_after(row, prev)
         self.last = Head(position=position, entry_hash=row.entry_hash)
 
 
@@ -411,7 +454,7 @@ def _run_of(row: Any) -> str | None:
     name = stream[len(COMPANION_PREFIX):].rpartition("/")[0]
     try:
         meta = _meta.decode(row.meta_json)
-    except (msgspec.DecodeError, TypeError):
+    except (msgspec.DecodeError, TypeError, ValueError, RecursionError):
         return None
     named = meta.get("runId") if type(meta) is dict else None
     if type(named) is str and named and name and companion_stream(named, name) == stream:
