@@ -24,12 +24,10 @@ import warnings
 from collections.abc import Callable
 
 import pytest
-from sqlalchemy import create_engine, text
-from sqlalchemy.pool import NullPool
 
 import fencepost
 from tests.changefeed.conftest import insert_run
-from tests.conftest import require_postgres
+from tests.changefeed.test_afollow_loop import _listeners
 
 FOLLOWER_THREADS = ("fencepost-afollow", "fencepost-follow-watch", "fencepost-follow-listen")
 BOUND = 3.0  # seconds any release may take (it takes a few tenths)
@@ -39,19 +37,6 @@ def _threads(before: set[threading.Thread]) -> list[str]:
     """Follower threads started since ``before`` and still alive."""
     return sorted(t.name for t in threading.enumerate()
                   if t not in before and t.is_alive() and t.name in FOLLOWER_THREADS)
-
-
-def _listeners(store: fencepost.Store) -> int:
-    """PostgreSQL sessions of this store's followers (their LISTEN connections); 0 on SQLite."""
-    if store.db.name != "postgresql":
-        return 0
-    engine = create_engine(require_postgres(), poolclass=NullPool)
-    try:
-        with engine.connect() as conn:
-            return int(conn.execute(text("SELECT count(*) FROM pg_stat_activity WHERE application_name = :a"),
-                                    {"a": f"fencepost-follow-{store.db.schema}"[:63]}).scalar())
-    finally:
-        engine.dispose()
 
 
 def _until(predicate: Callable[[], bool], timeout: float = BOUND) -> bool:

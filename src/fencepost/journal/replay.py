@@ -37,7 +37,7 @@ steal without a recorded reading is judged against that bound. Violations are re
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 from sqlalchemy import LargeBinary, Text, bindparam, cast, func, select
@@ -593,6 +593,14 @@ def _listed(store: Store, statement: Any, params: dict[str, Any]) -> Any:
     def run(conn: Connection) -> Any:
         return conn.execute(statement, params).scalars().all()
 
+    return _listing_read(store, run)
+
+
+T = TypeVar("T")
+
+
+def _listing_read(store: Store, run: Callable[[Connection], T]) -> T:
+    """``run`` in one read; a database failure is ``replay_all``'s ``JournalError``."""
     try:
         return store.db.read(run)
     except DbFailure as exc:
@@ -624,12 +632,7 @@ def _stream_names(store: Store, after: str | bytes, page: int) -> list[str | byt
                 names.append(raw)
         return names
 
-    try:
-        return store.db.read(run)
-    except DbFailure as exc:
-        raise carry_failure(JournalError(failure_code(exc, "read_failed", closed="journal_closed"), "replay_all",
-                                         failure_detail("journal read", exc)),
-                            exc) from None
+    return _listing_read(store, run)
 
 
 def _checked_progress(method: str, on_progress: Any) -> None:
