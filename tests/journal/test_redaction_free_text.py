@@ -58,6 +58,18 @@ REDACTED_CASES: list[tuple[str, str, str]] = [
     ("pw-upper", f"DB_PW={SECRET}", f"DB_PW={REDACTED}"),
     ("pw-dotted", f"app.pw: {SECRET}", f"app.pw: {REDACTED}"),
     ("pwd", f"login pwd={SECRET} user=bob", f"login pwd={REDACTED} user=bob"),
+    # ---- a scheme and its credential as an assignment's value: both are the value (the
+    # credential after ``Basic`` was left readable)
+    ("api-key-basic-scheme", "api_key=Basic dXNlcjpwYXNzd29yZA== rest", f"api_key={REDACTED} rest"),
+    ("token-bearer-scheme", f"token: Bearer {SECRET}xyz next", f"token: {REDACTED} {REDACTED_TOKEN} next"),
+    # ---- Azure connection strings: the account key and the shared access key
+    ("azure-account-key",
+     f"DefaultEndpointsProtocol=https;AccountName=acct;AccountKey={SECRET}+ab/cd==;EndpointSuffix=core.windows.net",
+     f"DefaultEndpointsProtocol=https;AccountName=acct;AccountKey={REDACTED};EndpointSuffix=core.windows.net"),
+    ("azure-shared-access-key",
+     f"Endpoint=sb://x.servicebus.windows.net/;SharedAccessKeyName=Root;SharedAccessKey={SECRET}=",
+     f"Endpoint=sb://x.servicebus.windows.net/;SharedAccessKeyName=Root;SharedAccessKey={REDACTED}"),
+    ("master-key", f"cosmos MasterKey={SECRET}", f"cosmos MasterKey={REDACTED}"),
     ("flag-dsn", f"tool --dsn {SECRET}", f"tool --dsn {REDACTED}"),
     # ---- a look-alike name's value is still read: the credential inside it is found
     ("inside-pw-look-alike", f"mpw=password={SECRET}", f"mpw=password={REDACTED}"),
@@ -103,6 +115,9 @@ REDACTED_CASES: list[tuple[str, str, str]] = [
 #: (id, text): look-alikes of the forms above, kept as written.
 KEPT_CASES: list[tuple[str, str]] = [
     ("author", "author=Bob"),
+    ("shared-access-key-name", "SharedAccessKeyName=RootManageSharedAccessKey"),
+    ("account-name", "AccountName=acct"),
+    ("basic-in-prose", "monkey=Basic words here"),
     ("authority", "authority=example.com"),
     ("authored", "authored: Bob, 2024"),
     ("authenticated", "authenticated=true"),

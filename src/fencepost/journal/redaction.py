@@ -56,7 +56,7 @@ _SENSITIVE_SUFFIXES = (
     "auth", "authorization", "cookie", "apikey", "token", "password", "passwd", "pwd", "passphrase", "secret",
     "secretaccesskey", "credential", "dsn", "connection", "connectionstring", "connectionuri",
     "connectionurl", "secretkey", "privatekey", "sshkey", "signingkey", "signature", "encryptionkey",
-    "session", "sessionkey",
+    "session", "sessionkey", "accountkey", "accesskey", "masterkey",
 )
 _NON_ALNUM = re.compile(r"[^a-z0-9]+")
 # ``key`` and ``pw`` name a credential as a separate word (``api_key``, ``DB_PW``), not inside one
@@ -130,6 +130,11 @@ _SECRET_WORDS = ("key", "keys", "token", "tokens", "secret", "secrets", "passwor
 _ENDS_IN_SECRET_WORD = "(?:" + "|".join(f"(?<={w})" for w in _SECRET_WORDS) + ")"
 # ``value`` forms: a quoted string (double, single, backtick) or a run without spaces, ``;`` or ``,``.
 _VALUE = r"""(?:"(?:[^"\\\n]|\\.)*"|'[^'\n]*'|`[^`\n]*`|[^\s;,'"`]+)"""
+# An assignment's value that is an authentication scheme and its credential (``api_key=Basic
+# dXNl...``): both are the value, or the credential after the scheme word would be left readable.
+# A credential an earlier rule already replaced (``[REDACTED_TOKEN]``) is left as that rule wrote it.
+_SCHEME_VALUE = (r"(?:(?i:basic|bearer|digest|token|negotiate|ntlm|apikey|api-key|jwt|sharedkey)[ \t]+"
+                 r"(?!\[REDACTED)[^\s;,'\"`]+|" + _VALUE + ")")
 
 
 _COOKIE_HEADER_NAME = re.compile(r"(?:^|[^A-Za-z0-9_])(?:set-)?cookie$", re.IGNORECASE)
@@ -511,7 +516,7 @@ DEFAULT_RULES: tuple[TextRule, ...] = (
     FunctionRule("assignment", _name_value_rule(
         re.compile(r"(?:(?<![A-Za-z0-9_.\-?&%])|(?<=%[0-9A-Fa-f]{2})|(?<=%)(?![0-9A-Fa-f]{2}))(?<!://)"
                    rf"([A-Za-z0-9_.\-]++)(?=[ \t]*[:=]){_ENDS_IN_SECRET_WORD}([ \t]*[:=][ \t]*)", _I),
-        re.compile(_VALUE, _A), _assignment_name, _assignment)),
+        re.compile(_SCHEME_VALUE, _A), _assignment_name, _assignment)),
 )
 
 _PASSWORD_OPTION = r"-p|-pw|-P|-a|--pass"
