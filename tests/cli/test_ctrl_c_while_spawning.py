@@ -36,6 +36,20 @@ def _children(pid: int) -> int:
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs /proc to count child processes")
 @pytest.mark.parametrize("children", [1, 2, 3])
 def test_one_ctrl_c_while_starting_workers_stops_the_command(tmp_path, children):
+    """Each attempt must stop the command wherever its signal lands; at least one of three must
+    land while the workers are still being started (a loaded machine can poll too late)."""
+    landed = []
+    for attempt in range(3):
+        landed.append(_ctrl_c_once(tmp_path / f"attempt-{attempt}", children))
+        if landed[-1] < 5:
+            return
+    pytest.fail(f"no Ctrl-C landed while the workers were being started (children seen: {landed})")
+
+
+def _ctrl_c_once(tmp_path: Path, children: int) -> int:
+    """Start ``fencepost worker -n 4``, send one Ctrl-C once it has ``children`` child processes,
+    check the command stopped cleanly; return how many children it had when the signal was sent."""
+    tmp_path.mkdir()
     db = tmp_path / "flows.db"
     url = f"sqlite:///{db}"
     with fencepost.open(url) as store:
@@ -62,9 +76,6 @@ def test_one_ctrl_c_while_starting_workers_stops_the_command(tmp_path, children)
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    # The signal went while the command was still starting its workers (the resource tracker and
-    # four workers make five children once all are started); otherwise this test proves nothing.
-    assert started < 5, started
     assert proc.returncode == 130, (proc.returncode, err[-2000:])
     assert b"Traceback" not in err, err[-3000:]
     with fencepost.open(url, readonly=True) as store:
@@ -74,3 +85,6 @@ def test_one_ctrl_c_while_starting_workers_stops_the_command(tmp_path, children)
         after = {r.run_id: r.status for r in store.feed.iter_runs()}
     assert after == before
     assert sum(1 for s in after.values() if s == "pending") > 0  # it stopped long before the 400 runs
+    # Five children (the resource tracker and four workers) once all are started: fewer means the
+    # signal went while the command was still starting them, the moment this test is about.
+    return started
