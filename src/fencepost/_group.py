@@ -210,7 +210,7 @@ class GroupCommit:
         if current.get():
             return self._db._run(fn, write=True)
         if self._lock.mine():
-            raise _own_write_in_progress()  # made in the middle of this thread's own call, lock held
+            raise own_call_in_progress(True)  # made in the middle of this thread's own call, lock held
         # The call's wait for a lock counts from here, whoever's BEGIN it waited at (its own as a
         # leader, a leader's while queued, its own again when run alone): see ``_waited_out``.
         started = time.monotonic()
@@ -274,7 +274,7 @@ class GroupCommit:
         group outside any body (a body's own writes nest in the group's transaction) holds the
         transaction the new call would wait for: it fails at once."""
         if self._leader == me:
-            return (_RAISED, _own_write_in_progress(), [])
+            return (_RAISED, own_call_in_progress(True), [])
         handed = self._handed
         if (handed is not None and handed.ident == me and handed.state == _LEAD) \
                 or any(queued.ident == me for queued in self._queue):
@@ -576,10 +576,6 @@ def aborted_failure() -> Any:
     from fencepost._durable import DbFailure
 
     return DbFailure("persistence_failed", "25P02", ABORTED)
-
-
-def _own_write_in_progress() -> Any:
-    return own_call_in_progress(True)
 
 
 def own_call_in_progress(write: bool, *, nested: bool = False) -> Any:

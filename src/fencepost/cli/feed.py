@@ -126,6 +126,21 @@ def feed_tail(starts: tuple[tuple[str | None, str | None, int], ...], follow: bo
             emit(to_data(change))
 
 
+_WENT_BACK = "went back to an earlier revision (an older copy restored?)"
+_OLD_DATABASE = "positions of the old database mean nothing in this one"
+
+
+def _whose(store: str | None, what: str) -> str:
+    """Whose ``what`` it is: the one store's, or the named one's of several."""
+    return f"the store's {what}" if store is None else f"store {store}: its {what}"
+
+
+def _start_again(store: str | None) -> str:
+    """How every refusal to resume ends: where to start again to see everything."""
+    again = "--from 0" if store is None else f"--from {store}=0"
+    return f"start again with {again} to see every run and tombstone"
+
+
 @contextmanager
 def _rotation_explained(stores: Mapping[Any, Any]) -> Iterator[None]:
     """A source rotated while the changes were read: say so, with the new source and how to start
@@ -140,21 +155,16 @@ def _rotation_explained(stores: Mapping[Any, Any]) -> Iterator[None]:
         store = stores.get(name)
         if isinstance(exc, SourceChanged) and exc.rotated and store is not None:
             now = store.feed.position()
-            which = "the store's source" if name is None else f"store {name}: its source"
-            again = "--from 0" if name is None else f"--from {name}=0"
-            raise fail(f"{which} rotated while its changes were read (now {now.source} at revision "
-                       f"{now.revision}); positions of the old source mean nothing in the new one: start again "
-                       f"with {again} to see every run and tombstone") from None
+            raise fail(f"{_whose(name, 'source')} rotated while its changes were read (now {now.source} at "
+                       f"revision {now.revision}); positions of the old source mean nothing in the new one: "
+                       f"{_start_again(name)}") from None
         if isinstance(exc, SourceChanged) and store is not None:
             # Not a rotation: the SQLite file was replaced or removed under the follower, or the
             # store went back in time (an older copy restored with its source id). Said in a
             # tailer's terms, not the library's "rebuild".
-            which = "the store's database" if name is None else f"store {name}: its database"
-            again = "--from 0" if name is None else f"--from {name}=0"
-            cause = ("was replaced or removed" if exc.method == "follow"
-                     else "went back to an earlier revision (an older copy restored?)")
-            raise fail(f"{which} {cause} while its changes were read; positions of the old database mean "
-                       f"nothing in this one: start again with {again} to see every run and tombstone") from None
+            cause = "was replaced or removed" if exc.method == "follow" else _WENT_BACK
+            raise fail(f"{_whose(name, 'database')} {cause} while its changes were read; {_OLD_DATABASE}: "
+                       f"{_start_again(name)}") from None
         if name is None:
             raise
         raise fail(f"store {name}: {error_text(exc)}") from exc
@@ -212,11 +222,9 @@ def _refuse_other_source(source: str | None, head: Any, store: str | None = None
     database): resuming there would skip changes silently, so the tailer must start again."""
     if source is None or source == head.source:
         return
-    which = "the store's source" if store is None else f"store {store}: its source"
-    again = "--from 0" if store is None else f"--from {store}=0"
-    raise fail(f"--from names source {source}, but {which} is {head.source} (at revision {head.revision}): it "
-               f"was rotated, or this is another database, and positions of one source mean nothing in another: "
-               f"start again with {again} to see every run and tombstone")
+    raise fail(f"--from names source {source}, but {_whose(store, 'source')} is {head.source} (at revision "
+               f"{head.revision}): it was rotated, or this is another database, and positions of one source mean "
+               f"nothing in another: {_start_again(store)}")
 
 
 def _refuse_ahead(start: int, head: int, store: str | None = None, *, source: str | None = None) -> None:
@@ -226,11 +234,8 @@ def _refuse_ahead(start: int, head: int, store: str | None = None, *, source: st
     if start <= head:
         return
     if source is not None:
-        which = "the store's database" if store is None else f"store {store}: its database"
-        again = "--from 0" if store is None else f"--from {store}=0"
-        raise fail(f"--from {source}:{start} is ahead of the newest revision ({head}) of that source: {which} went "
-                   f"back to an earlier revision (an older copy restored?); positions of the old database mean "
-                   f"nothing in this one: start again with {again} to see every run and tombstone")
+        raise fail(f"--from {source}:{start} is ahead of the newest revision ({head}) of that source: "
+                   f"{_whose(store, 'database')} {_WENT_BACK}; {_OLD_DATABASE}: {_start_again(store)}")
     where = f" of store {store}" if store is not None else ""
     raise click.UsageError(f"--from {start} is ahead of the newest revision{where} ({head})")
 
