@@ -67,6 +67,23 @@ def test_a_removed_entry_breaks_the_chain(run_cli, settled):
     assert run_cli("--db", settled, "journal", "verify").code == 1
 
 
+def test_replay_of_a_run_whose_facts_were_all_removed_exits_1(run_cli, settled):
+    """A settled run's every fact deleted: replay names the run and says it has no facts left
+    (it used to say "ownership history is consistent", and ``--all`` did not list the run)."""
+    with fencepost.open(settled) as store, store.db.connect() as conn:
+        _drop_append_only_guard(store, conn)
+        conn.execute(events.delete().where(events.c.run_id == companion_stream("r1")))
+        conn.commit()
+    one = run_cli("--db", settled, "journal", "replay", "r1")
+    assert one.code == 1, one
+    assert "violation row_disagrees with no facts: the run row was claimed or started" in one.out
+    every = run_cli("--db", settled, "journal", "replay", "--all")
+    assert every.code == 1, every
+    assert "1 run(s) replayed, 0 ownership interval(s), 1 violation(s)" in every.out
+    assert "r1" in every.out and "row_disagrees with no facts" in every.out
+    assert every.err.strip() == "Error: 1 of 1 run(s) break the ownership rules (1 violation(s))"
+
+
 def test_replay_of_a_consistent_history_exits_0(run_cli, settled):
     result = run_cli("--db", settled, "journal", "replay", "r1", "--json")
     assert result.code == 0, result

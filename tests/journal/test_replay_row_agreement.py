@@ -109,3 +109,77 @@ def test_a_deleted_run_replays_from_its_facts_alone(store: fencepost.Store) -> N
     store.runs.delete("r")
     history = ownership_history(store, "r")
     assert history.ok and history.facts >= 3
+
+
+def _delete_stream(raw, run_id: str) -> int:
+    deleted = raw.execute(text("DELETE FROM flows_journal_events WHERE run_id = :s"),
+                          {"s": companion_stream(run_id)}).rowcount
+    raw.commit()
+    return deleted
+
+
+def test_a_settled_run_whose_every_fact_was_removed_is_reported(store: fencepost.Store, raw) -> None:
+    """Defect (last session's audit note, both backends): every ownership fact of a completed run
+    deleted from the middle of the journal replayed as "consistent" (nothing to replay, nothing to
+    compare with the row), and ``replay_all`` did not list the run at all. Its row was started and
+    settled by an owner, which writes facts in the same transaction."""
+    _settled_then_others(store)
+    _drop_guards(store, raw)
+    assert _delete_stream(raw, "r") >= 3
+    history = ownership_history(store, "r")
+    assert not history.ok and history.facts == 0 and history.intervals == []
+    [violation] = history.violations
+    assert violation.rule == "row_disagrees" and violation.seq == -1 and violation.position == -1
+    assert "no ownership facts" in violation.detail and "journal verify" in violation.detail
+    summary = replay_all(store)
+    assert not summary.ok and summary.violations == {"row_disagrees": 1}
+    assert summary.runs == 2 and [h.run_id for h in summary.histories] == ["other", "r"]
+    assert next(h for h in summary.histories if h.run_id == "r") == history
+
+
+def test_a_pending_claims_only_fact_removed_is_reported(store: fencepost.Store, raw) -> None:
+    """A run claimed but never started: its one ``claimed`` fact removed leaves a claim no fact gives."""
+    store.runs.create("r", "{}")
+    row = store.runs.get("r")
+    assert isinstance(store.runs.claim("r", row.snapshot(), A, store.clock.now_ms()), Claimed)
+    _own(store, "other", B)
+    _drop_guards(store, raw)
+    assert _delete_stream(raw, "r") == 1
+    [violation] = ownership_history(store, "r").violations
+    assert violation.rule == "row_disagrees" and "claim" in violation.detail
+    assert replay_all(store).violations == {"row_disagrees": 1}
+
+
+@pytest.mark.parametrize("store", ["group", "single"], indirect=True)
+def test_runs_never_claimed_have_no_facts_and_replay_clean(store: fencepost.Store) -> None:
+    """No facts and a row never claimed nor started: nothing is missing, and such runs are not
+    counted as replayed (they have no history)."""
+    store.runs.create("fresh", "{}")
+    _own(store, "r", A)
+    store.runs.transition_owned("r", A, "completed")
+    store.runs.create("abandoned", "{}")
+    row = store.runs.get("abandoned")
+    claimed = store.runs.claim("abandoned", row.snapshot(), B, store.clock.now_ms())
+    store.runs.abandon_claim("abandoned", B, claimed.claimed_at_ms)
+    history = ownership_history(store, "fresh")
+    assert history.ok and history.facts == 0
+    summary = replay_all(store)
+    assert summary.ok and summary.runs == 2 and [h.run_id for h in summary.histories] == ["abandoned", "r"]
+
+
+def test_replay_all_lists_runs_without_facts_past_one_page(store: fencepost.Store, raw, monkeypatch) -> None:
+    """The runs whose facts are all gone are found a page at a time, each once; progress counts them."""
+    from fencepost.journal import replay as replay_module
+
+    monkeypatch.setattr(replay_module, "_STREAM_PAGE", 2)
+    for i in range(5):
+        _own(store, f"r{i}", A)
+        store.runs.transition_owned(f"r{i}", A, "completed")
+    _drop_guards(store, raw)
+    for i in (0, 2, 3, 4):
+        _delete_stream(raw, f"r{i}")
+    calls: list[tuple[int, int]] = []
+    summary = replay_all(store, on_progress=lambda done, total: calls.append((done, total)))
+    assert summary.runs == 5 and summary.violations == {"row_disagrees": 4}
+    assert sorted(h.run_id for h in summary.histories) == [f"r{i}" for i in range(5)]
+    assert calls[-1] == (5, 5) and all(done <= total for done, total in calls)

@@ -175,7 +175,7 @@ def journal_replay(run_id: str | None, every: bool, out: Output, progress: bool)
     if out.is_table:
         out.rows([to_data(i) | {"owner_text": owner_text(i.owner)} for i in history.intervals], INTERVAL_COLUMNS,
                  title=f"ownership of {run_id} ({history.facts} fact(s))",
-                 footer=[f"violation {v.rule} {_at(v)}{f' ({v.event_type})' if v.event_type else ''}: {v.detail}"
+                 footer=[f"violation {v.rule} {v.where}{f' ({v.event_type})' if v.event_type else ''}: {v.detail}"
                          for v in history.violations] or ["ownership history is consistent"])
     elif out.format == "csv":
         out.rows(_replay_rows(history), [], fields=_replay_csv_fields())
@@ -198,11 +198,6 @@ def _replay_rows(history: Any) -> list[dict[str, Any]]:
     blank = dict.fromkeys(_replay_csv_fields())
     return ([blank | {"kind": "interval"} | to_data(i) for i in history.intervals]
             + [blank | {"kind": "violation"} | to_data(v) for v in history.violations])
-
-
-def _at(v: Any) -> str:
-    """Where a violation is: its seq, or its position when the stored seq is not an integer (-1)."""
-    return f"at seq {v.seq}" if v.seq >= 0 else f"at position {v.position}"
 
 
 INTERVAL_COLUMNS = [
@@ -259,7 +254,7 @@ def _replay_all(store: Any, out: Output, progress: bool) -> None:
         if totals.violations:
             table("violations by rule", ["rule", "count"], sorted(totals.violations.items()))
             table("runs with violations", ["run", "violations", "first"],
-                  [(h.run_id, len(h.violations), f"{h.violations[0].rule} {_at(h.violations[0])}")
+                  [(h.run_id, len(h.violations), f"{h.violations[0].rule} {h.violations[0].where}")
                    for h in totals.broken])
         for stream in totals.unattributed_streams:
             click.echo(f"unattributed ownership facts on {one_line(stream)} name no run that hashes to it")
@@ -280,7 +275,7 @@ _SPOOL_IN_MEMORY = 1 << 20
 
 def _replay_all_row(h: Any) -> dict[str, Any]:
     return {"run_id": h.run_id, "facts": h.facts, "intervals": len(h.intervals), "violations": len(h.violations),
-            "first_violation": f"{h.violations[0].rule} {_at(h.violations[0])}" if h.violations else "",
+            "first_violation": f"{h.violations[0].rule} {h.violations[0].where}" if h.violations else "",
             "stream": h.stream}
 
 

@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
-from sqlalchemy import LargeBinary, Text, bindparam, cast, func, select
+from sqlalchemy import LargeBinary, Text, bindparam, cast, func, or_, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
@@ -83,13 +83,23 @@ class OwnershipInterval(msgspec.Struct, frozen=True):
 
 
 class Violation(msgspec.Struct, frozen=True):
-    """A fact that breaks an ownership rule: where (``seq``, ``position``), which fact, which rule."""
+    """A fact that breaks an ownership rule: where (``seq``, ``position``), which fact, which rule.
+
+    ``seq`` is -1 when the stored seq is not an integer; ``seq`` and ``position`` are both -1 when
+    no fact is left to point at (a run whose row was claimed or started, its facts all removed)."""
 
     seq: int
     position: int
     event_type: str
     rule: str
     detail: str
+
+    @property
+    def where(self) -> str:
+        """Where it is, for people: "at seq 3", "at position 12" (seq unknown), or "with no facts"."""
+        if self.seq >= 0:
+            return f"at seq {self.seq}"
+        return f"at position {self.position}" if self.position >= 0 else "with no facts"
 
 
 class OwnershipHistory(msgspec.Struct, frozen=True):
@@ -387,10 +397,12 @@ class _Stream(msgspec.Struct, frozen=True):
     holders: Any = None
 
 
-# Who the run row says holds the run: its owner, and its pending claim with the claim's grant.
+# Who the run row says holds the run: its owner, and its pending claim with the claim's grant;
+# and whether it was ever started (only an owner's activation, a fact, starts a run).
 _RUN_HOLDERS = select(
     _runs.c.owner_host_id, _runs.c.owner_pid, _runs.c.owner_nonce,
     _runs.c.claim_host_id, _runs.c.claim_pid, _runs.c.claim_nonce, _runs.c.claimed_at_ms,
+    _runs.c.started_at_ms,
 ).where(_runs.c.run_id == bindparam("run_id"))
 
 
@@ -473,7 +485,11 @@ def _history(run_id: str, stream: _Stream) -> OwnershipHistory:
                            f"{b.what}: {b.detail}" for b in bs) + "): run journal verify")
              for seq, bs in chain.items()]
     row: list[Violation] = []
-    if last is not None and stream.holders is not None:
+    if replay.facts == 0 and stream.holders is not None and _held(stream.holders):
+        row.append(Violation(seq=-1, position=-1, event_type="", rule="row_disagrees",
+                             detail="the run row was claimed or started, but its stream holds no ownership facts: "
+                                    "they were removed, or the row was edited by hand (run journal verify)"))
+    elif last is not None and stream.holders is not None:
         disagreement = _row_disagrees(replay, stream.holders)
         if disagreement is not None:
             row.append(Violation(seq=last.seq, position=last.position, event_type=last.event_type,
@@ -483,6 +499,12 @@ def _history(run_id: str, stream: _Stream) -> OwnershipHistory:
     # By seq; at one seq, a broken chain first (it explains the rest), the row's disagreement last.
     violations = sorted([*found, *history.violations, *row], key=lambda v: v.seq)
     return msgspec.structs.replace(history, violations=violations)
+
+
+def _held(holders: Any) -> bool:
+    """Whether the run row was claimed or started: each of those wrote a fact with it."""
+    return (holders.started_at_ms is not None or holders.owner_host_id is not None
+            or holders.claim_host_id is not None)
 
 
 def _row_disagrees(replay: _Replay, holders: Any) -> str | None:
@@ -587,6 +609,17 @@ _FACT_STREAMS_RAW = (
 # How many companion streams there are (for progress, when they fill more than one page).
 _FACT_STREAM_COUNT = select(func.count()).select_from(select(_events.c.run_id).distinct().where(*_FACT_FILTER)
                                                       .subquery())
+# The rows that were claimed or started, so must have facts (a page, keyset on the primary key).
+_HELD = or_(_runs.c.started_at_ms.is_not(None), _runs.c.owner_host_id.is_not(None),
+            _runs.c.claim_host_id.is_not(None))
+_HELD_RUNS = (select(_runs.c.run_id).where(_HELD, _runs.c.run_id > bindparam("after"))
+              .order_by(_runs.c.run_id).limit(bindparam("page")))
+_HELD_RUNS_RAW = (select(cast(_runs.c.run_id, LargeBinary))
+                  .where(_HELD, _runs.c.run_id > cast(bindparam("after", type_=LargeBinary), Text))
+                  .order_by(_runs.c.run_id).limit(bindparam("page")))
+# Which of the given companion streams hold facts.
+_WITH_FACTS = (select(_events.c.run_id).distinct()
+               .where(*_FACT_FILTER, _events.c.run_id.in_(bindparam("streams", expanding=True))))
 
 
 def _listed(store: Store, statement: Any, params: dict[str, Any]) -> Any:
@@ -609,28 +642,48 @@ def _listing_read(store: Store, run: Callable[[Connection], T]) -> T:
                             exc) from None
 
 
-def _stream_names(store: Store, after: str | bytes, page: int) -> list[str | bytes]:
-    """The next page of companion stream names after ``after``: each a ``str``, or, for a name
-    stored as something that is not UTF-8 text (SQLite: a byte that is not UTF-8, a BLOB), its
-    stored bytes. Such a name fails the whole page when read as text, so that page is read again
-    as bytes: one damaged stream does not stop the replay of the others."""
+def _names(conn: Connection, store: Store, statements: tuple[Any, Any], after: str | bytes,
+           page: int) -> list[str | bytes]:
+    """The next page of names after ``after`` that ``statements`` (as text, as stored bytes) list:
+    each a ``str``, or, for a name stored as something that is not UTF-8 text (SQLite: a byte that
+    is not UTF-8, a BLOB), its stored bytes. Such a name fails the whole page when read as text,
+    so that page is read again as bytes: one damaged name does not stop the replay of the others."""
+    as_text, as_bytes = statements
+    if type(after) is str:
+        try:
+            return list(conn.execute(as_text, {"after": after, "page": page}).scalars().all())
+        except DBAPIError as exc:
+            if store.db.backend.classify(exc)[0] != "decode_failed":
+                raise
+    mark = after.encode("utf-8") if type(after) is str else after
+    names: list[str | bytes] = []
+    for raw in conn.execute(as_bytes, {"after": mark, "page": page}).scalars():
+        raw = bytes(raw)
+        try:
+            names.append(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            names.append(raw)
+    return names
 
-    def run(conn: Connection) -> list[str | bytes]:
-        if type(after) is str:
-            try:
-                return list(conn.execute(_FACT_STREAMS, {"after": after, "page": page}).scalars().all())
-            except DBAPIError as exc:
-                if store.db.backend.classify(exc)[0] != "decode_failed":
-                    raise
-        mark = after.encode("utf-8") if type(after) is str else after
-        names: list[str | bytes] = []
-        for raw in conn.execute(_FACT_STREAMS_RAW, {"after": mark, "page": page}).scalars():
-            raw = bytes(raw)
-            try:
-                names.append(raw.decode("utf-8"))
-            except UnicodeDecodeError:
-                names.append(raw)
-        return names
+
+def _stream_names(store: Store, after: str | bytes, page: int) -> list[str | bytes]:
+    """The next page of companion stream names after ``after`` (see ``_names``)."""
+    return _listing_read(store, lambda conn: _names(conn, store, (_FACT_STREAMS, _FACT_STREAMS_RAW), after, page))
+
+
+def _held_without_facts(store: Store, after: str | bytes, page: int) -> tuple[list[str | bytes], list[str]]:
+    """The next page of runs whose row was claimed or started (see ``_names``), and those of them
+    whose companion stream holds no fact, in one read: their facts were removed. A run id that is
+    not text (tampered, SQLite) is left to ``journal verify``: no stream can be named for it."""
+    from fencepost.journal import companion_stream
+
+    def run(conn: Connection) -> tuple[list[str | bytes], list[str]]:
+        held = _names(conn, store, (_HELD_RUNS, _HELD_RUNS_RAW), after, page)
+        streams = {companion_stream(r): r for r in held if type(r) is str}
+        if not streams:
+            return held, []
+        found = set(conn.execute(_WITH_FACTS, {"streams": list(streams)}).scalars())
+        return held, [run_id for stream, run_id in streams.items() if stream not in found]
 
     return _listing_read(store, run)
 
@@ -642,14 +695,16 @@ def _checked_progress(method: str, on_progress: Any) -> None:
 
 def replay_each(store: Store, on_history: Callable[[OwnershipHistory], None] | None = None, *,
                 on_progress: Callable[[int, int], None] | None = None) -> ReplayTotals:
-    """Replay every run that has ownership facts, handing each history to ``on_history`` as soon
-    as it is replayed; return the totals and the histories that break a rule.
+    """Replay every run that has ownership facts, or whose row says it should (claimed or started:
+    its facts all removed), handing each history to ``on_history`` as soon as it is replayed;
+    return the totals and the histories that break a rule.
 
     What ``replay_all`` does, in memory that does not grow with the number of runs: the companion
     streams are listed a page at a time and replayed in that order (the order of their names, the
     sha256 of the run id, not the order of the run ids), each history is handed over and then
-    dropped unless it breaks a rule. ``on_progress`` is as for ``replay_all``; when streams are
-    added while the replay runs, ``total`` grows to count them. An exception either callback raises
+    dropped unless it breaks a rule; then the runs whose facts are all gone, in run id order.
+    ``on_progress`` is as for ``replay_all``; when streams are added while the replay runs, or runs
+    without facts are found, ``total`` grows to count them. An exception either callback raises
     ends the replay and propagates.
     """
     checked_store(store, "replay_all")
@@ -663,10 +718,24 @@ def replay_each(store: Store, on_history: Callable[[OwnershipHistory], None] | N
         if len(page) == page_size:  # more pages follow: count them all, once
             total = max(total, int(_listed(store, _FACT_STREAM_COUNT, {})[0]))
         on_progress(0, total)
+    from fencepost.journal import companion_stream
+
     runs = intervals = done = 0
     broken: list[OwnershipHistory] = []
     orphans: list[str] = []
     counts: dict[str, int] = {}
+
+    def tally(h: OwnershipHistory) -> None:
+        nonlocal runs, intervals
+        runs += 1
+        intervals += len(h.intervals)
+        for v in h.violations:
+            counts[v.rule] = counts.get(v.rule, 0) + 1
+        if h.violations:
+            broken.append(h)
+        if on_history is not None:
+            on_history(h)
+
     while page:
         for stream in page:
             if not isinstance(stream, str):
@@ -683,15 +752,7 @@ def replay_each(store: Store, on_history: Callable[[OwnershipHistory], None] | N
             if run_id is None:
                 orphans.append(stream)
             else:
-                h = _history(run_id, read)
-                runs += 1
-                intervals += len(h.intervals)
-                for v in h.violations:
-                    counts[v.rule] = counts.get(v.rule, 0) + 1
-                if h.violations:
-                    broken.append(h)
-                if on_history is not None:
-                    on_history(h)
+                tally(_history(run_id, read))
             done += 1
             if on_progress is not None:
                 total = max(total, done)
@@ -699,6 +760,24 @@ def replay_each(store: Store, on_history: Callable[[OwnershipHistory], None] | N
         if len(page) < page_size:
             break
         page = _stream_names(store, page[-1], page_size)
+    # Runs whose row was claimed or started but whose stream holds no fact were not listed above:
+    # every one of their facts was removed (or the row edited). Each is replayed as what it is, a
+    # history without facts that its row disagrees with.
+    after: str | bytes = ""
+    while True:
+        held, bare = _held_without_facts(store, after, page_size)
+        for run_id in bare:
+            if on_progress is not None:
+                total += 1
+            h = _history(run_id, _read_stream(store, companion_stream(run_id), "replay_all", run_id))
+            if h.facts == 0:  # else a fact was appended since the listing: too new for this replay
+                tally(h)
+            done += 1
+            if on_progress is not None:
+                on_progress(done, total)
+        if len(held) < page_size:
+            break
+        after = held[-1]
     if on_progress is not None and done != total:  # streams removed by hand while listed: end at the total
         on_progress(done, done)
     broken.sort(key=lambda h: h.run_id)
@@ -707,7 +786,8 @@ def replay_each(store: Store, on_history: Callable[[OwnershipHistory], None] | N
 
 
 def replay_all(store: Store, *, on_progress: Callable[[int, int], None] | None = None) -> ReplaySummary:
-    """Replay every run that has ownership facts (``ownership_history`` of each), with totals.
+    """Replay every run that has ownership facts, or whose row says it should (``ownership_history``
+    of each), with totals.
 
     A run is found through its companion stream: the run id is the ``runId`` its facts name that
     hashes to that stream. ``histories`` holds every run's history, by run id: its memory grows

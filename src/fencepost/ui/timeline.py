@@ -176,7 +176,7 @@ def render_timeline(row: Any, facts: list[Any], history: Any, warnings: list[Any
         e = by_seq.get(v.seq)
         vx = x(e.emitted_at_ms) if e is not None else LABEL_W
         out.append(f'<g class="violation"><circle cx="{vx}" cy="{AXIS_H - 8}" r="6" fill="#c0392b"/>'
-                   f'<title>violation {svg_text(v.rule)} at seq {v.seq}: {svg_text(v.detail)}</title></g>')
+                   f'<title>violation {svg_text(v.rule)} {v.where}: {svg_text(v.detail)}</title></g>')
     out.append('</svg>')
     return "".join(out)
 
