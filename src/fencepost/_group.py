@@ -540,9 +540,13 @@ class GroupCommit:
 
 def _refused(db: Database, exc: BaseException) -> bool:
     """Whether a failed COMMIT certainly committed nothing: the database answered with a refusal
-    (busy or serialization, or a deferred constraint) on a connection that is still there."""
-    if not isinstance(exc, DBAPIError) or exc.connection_invalidated:
+    (busy or serialization, or a deferred constraint) on a connection that is still there, or
+    ended the session after rolling the transaction back (PostgreSQL's idle-in-transaction
+    timeout: a lost connection whose outcome is known)."""
+    if not isinstance(exc, DBAPIError):
         return False
+    if exc.connection_invalidated:
+        return db.backend.is_transient(exc) and not db.backend.commit_unknown(exc)
     return db.backend.is_transient(exc) or db._failure(exc).category == "constraint"
 
 
