@@ -224,11 +224,18 @@ def _name_value_rule(name: re.Pattern[str], value: re.Pattern[str], is_credentia
 
 def _flag(m: re.Match[str]) -> str:
     dashes, name, sep, value = m.group(1), m.group(2), m.group(3), m.group(4)
-    if not is_sensitive_key(name) or value.startswith("-"):
+    if not is_sensitive_key(name):
         return m.group(0)
     if value.isdigit() and _NON_ALNUM.sub("", name.lower()).endswith("tokens"):
         return m.group(0)
     return f"{dashes}{name}{sep}{REDACTED}"
+
+
+def _flag_list(m: re.Match[str]) -> str:
+    name, value = m.group("name"), m.group("value")[1:-1]
+    if not is_sensitive_key(name) or (value.isdigit() and _NON_ALNUM.sub("", name.lower()).endswith("tokens")):
+        return m.group(0)
+    return m.group(0)[: m.start("value") - m.start(0)] + REDACTED
 
 
 _JSON_MEMBER = re.compile(r'(?P<q>\\{0,7}"|\')(?P<key>[A-Za-z0-9_.\-]{1,128})(?P=q)(?P<sep>\s*:\s*)')
@@ -502,8 +509,15 @@ DEFAULT_RULES: tuple[TextRule, ...] = (
          re.compile(r"(?<![A-Za-z0-9_\-?&])([A-Za-z0-9_\-]*sess(?:ion)?(?:[_-]?id)?|sid)=[^;\s,]+", _I),
          rf"\1={REDACTED}"),
     FunctionRule("embedded-json-credential", _embedded_json),
+    # The value is never another flag: ``--monkey --password x`` must leave ``--password x`` for its
+    # own match (a consumed flag is never looked at again).
     Rule("cli-flag", re.compile(
-        rf"(?<![A-Za-z0-9_\-])(--?)([A-Za-z0-9_\-]++)(?=[ \t]){_ENDS_IN_SECRET_WORD}([ \t]+)({_VALUE})", _I), _flag),
+        rf"(?<![A-Za-z0-9_\-])(--?)([A-Za-z0-9_\-]++)(?=[ \t]){_ENDS_IN_SECRET_WORD}([ \t]+)(?!-)({_VALUE})", _I),
+        _flag),
+    # The same in a quoted argument list (``Command '['deploy', '--token', 'x']' returned ...``).
+    Rule("cli-flag-list", re.compile(
+        rf"""(?P<q>['"])--?(?P<name>[A-Za-z0-9_\-]++){_ENDS_IN_SECRET_WORD}(?P=q),[ \t]*(?!['"]-)"""
+        r"""(?P<value>'[^'\n]*'|"[^"\n]*")""", _I), _flag_list),
     # ``password%3Dx``, ``pwd%253Dx`` (encoded twice): a name at the start of a word or after a
     # percent-escape (``?next=%2Flogin%3Fpassword%3Dx``, ``options=-c%20app.pw%3Dx``).
     FunctionRule("url-encoded-assignment", _name_value_rule(
@@ -537,7 +551,7 @@ def _password_option(m: re.Match[str]) -> str:
 DIAGNOSTIC_RULES: tuple[TextRule, ...] = (
     # ``mysql -p secret``, ``redis-cli -a secret``, ``--pass=secret``; a number or another option is kept.
     Rule("password-option", re.compile(
-        rf"(?<![A-Za-z0-9_\-])(?:{_PASSWORD_OPTION})(?:[ \t]+|=)(?P<value>{_VALUE})", _A), _password_option),
+        rf"(?<![A-Za-z0-9_\-])(?:{_PASSWORD_OPTION})(?:[ \t]+|=)(?!-)(?P<value>{_VALUE})", _A), _password_option),
     # The same in a quoted argument list: ``['mysql', '-p', 'secret']``.
     Rule("password-option-list", re.compile(
         rf"""(?P<q>['"])(?:{_PASSWORD_OPTION})(?P=q),[ \t]*(?P<value>'[^'\n]*'|"[^"\n]*")""", _A),
@@ -564,6 +578,13 @@ _DEFAULT_TRIGGER = re.compile(
     r"|key|token|secret|passw|pw|passphrase|credential|auth|cookie|dsn|connection|signature|sig="
 )
 _FLAG_ELEMENT = re.compile(r"^--?([A-Za-z][A-Za-z0-9_\-]*)$")
+
+
+def _is_credential_flag(item: str) -> bool:
+    """``--password``, ``--no-auth`` as a list element: the element after it is a credential, unless
+    it is itself a credential flag (``["--no-auth", "--token", x]``: ``x`` is the one to redact)."""
+    m = _FLAG_ELEMENT.match(item)
+    return bool(m and is_sensitive_key(m.group(1)))
 #: A record ``{"name": "password", "value": x}`` (environment lists, HAR headers, AWS and
 #: Kubernetes shapes): the member holding the value, and the members that name it.
 _VALUE_MEMBERS = ("value", "Value", "VALUE")
@@ -821,7 +842,7 @@ class Redaction:
         out: list[Any] = []
         redact_next = False
         for item in items:
-            if redact_next and type(item) is str:
+            if redact_next and type(item) is str and not _is_credential_flag(item):
                 out.append(REDACTED)
                 redact_next = False
                 continue
@@ -834,8 +855,7 @@ class Redaction:
                 new[1] = REDACTED
             out.append(new)
             if self.structural and t is str:
-                m = _FLAG_ELEMENT.match(item)
-                redact_next = bool(m and is_sensitive_key(m.group(1)))
+                redact_next = _is_credential_flag(item)
         return out
 
 
