@@ -266,7 +266,7 @@ def redact_url(url: str) -> str:
     bytes that are not UTF-8 (a SQLite file name may) shows them percent-encoded (``%FF``), as the
     URL shows every byte of a non-ASCII path."""
     try:
-        parsed = make_url(url)
+        parsed = _password_to_last_at(make_url(url))
         query = {k: (_MASK if _secret_option(k, v) else v) for k, v in parsed.query.items()}
         database = parsed.database
         undecodable = database is not None and text_problem(database) is not None
@@ -278,6 +278,16 @@ def redact_url(url: str) -> str:
     except Exception:
         return "<unparseable database URL>"
     return shown.replace(_MASK_ESCAPED, "***")
+
+
+def _password_to_last_at(parsed: URL) -> URL:
+    """``parsed`` with the authority's password running to its last ``@``: the parser splits at the
+    first, so a raw ``@`` in a password (``app:p4ss@word@db``) would show the rest of it as the host.
+    ``parse_url`` refuses such a URL; this is for showing one."""
+    host = parsed.host
+    if host is None or "@" not in host:
+        return parsed
+    return parsed.set(password=_MASK, host=host.rpartition("@")[2])
 
 
 def holds_secret(url: str) -> bool:
@@ -354,6 +364,11 @@ def parse_url(url: str) -> tuple[URL, dict[str, str]]:
         parsed = None
     if parsed is None:
         raise ValueError("database URL could not be parsed" + ("" if _SCHEME.match(url) else _NO_SCHEME))
+    if parsed.host is not None and "@" in parsed.host:
+        # ``app:p4ss@word@db``: the parser splits at the first ``@``, so the rest of the password
+        # would be taken for the host name (and be shown and looked up as one).
+        raise ValueError("the URL's password holds a raw '@': write an '@' in a user name or "
+                         "password as %40")
     if parsed.drivername.partition("+")[0] == "postgres":
         # The scheme hosting platforms hand out (DATABASE_URL=postgres://...): PostgreSQL's own alias.
         parsed = parsed.set(drivername="postgresql+psycopg")

@@ -470,8 +470,11 @@ def _query_parameter(m: re.Match[str]) -> str:
 
 DEFAULT_RULES: tuple[TextRule, ...] = (
     FunctionRule("private-key-block", _private_key_blocks),
-    Rule("url-credentials", re.compile(r"([A-Za-z][A-Za-z0-9+.\-]{0,31}://[^\s:/@]{0,256}):[^\s@/]{1,1024}@", _A),
-         rf"\1:{REDACTED}@"),
+    # The password runs to the authority's last ``@`` (a raw ``@`` in it: ``svc:p4ss@word@host``);
+    # an ``@`` after a ``/``, ``?`` or ``#`` is past the authority.
+    Rule("url-credentials", re.compile(
+        r"([A-Za-z][A-Za-z0-9+.\-]{0,31}://[^\s:/@]{0,256}):[^\s@/]{1,1024}(?:@[^\s@/?#]{0,1024})*@", _A),
+        rf"\1:{REDACTED}@"),
     Rule("authorization-header",
          re.compile(r"\b((?:proxy-)?authorization)([ \t]*:[ \t]*)" + _HEADER_VALUE, _I), _authorization_header),
     Rule("cookie-header", re.compile(r"\b((?:set-)?cookie2?)([ \t]*:[ \t]*)" + _HEADER_VALUE, _I), _cookie_header),
