@@ -123,8 +123,9 @@ def _busy_explained(which: str) -> Iterator[None]:
 
 @contextmanager
 def _replacement_explained(builder: Any) -> Iterator[None]:
-    """A SQLite source file replaced or removed under ``run --follow``: say what happened and what to
-    do from the command line (run it again), not the library's "reopen the store" (exit 1).
+    """A SQLite source (or target) file replaced or removed under ``run --follow``: say what happened
+    and what to do from the command line (run it again), not the library's "reopen the store" or
+    "make a new ProjectionBuilder" (exit 1).
 
     Running again is what the library means: the new command opens the file now at the path, and
     the builder rebuilds from it (a target elsewhere holds the old file's source, so it sees
@@ -134,11 +135,20 @@ def _replacement_explained(builder: Any) -> Iterator[None]:
     builder rebuilds on its own."""
     from pathlib import Path
 
+    from fencepost._dialects import FILE_REPLACED
     from fencepost.errors import ProjectionError
 
     try:
         yield
     except ProjectionError as exc:
+        if getattr(exc, "db_code", None) == FILE_REPLACED and builder.target.path is not None:
+            target = Path(str(builder.target.path))
+            if target.exists():
+                raise fail(f"the projection's target {target} was replaced while the projection followed it: "
+                           f"run this command again to build the projection onto the database now at that "
+                           f"path") from None
+            raise fail(f"the projection's target {target} was removed while the projection followed it: run "
+                       f"this command again to build the projection anew in a new file at that path") from None
         if not exc.source_replaced:
             raise
         store = builder.source if exc.store is None else builder.sources[exc.store]

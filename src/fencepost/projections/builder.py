@@ -33,7 +33,7 @@ from sqlalchemy import Table, select
 from sqlalchemy.engine import Connection
 
 from fencepost import _gauges
-from fencepost._dialects import MISSING_OBJECT, replacement_check
+from fencepost._dialects import FILE_REPLACED, MISSING_OBJECT, replacement_check
 from fencepost._durable import Database, DbFailure, carry_failure, map_failure, store_closed
 from fencepost._migrations import PROJECTIONS, migrate, pending, permission_note
 from fencepost._values import identifier_problem, is_safe_int, seconds_problem, stop_problem
@@ -402,7 +402,9 @@ class ProjectionBuilder(Generic[Shape]):
         ``poll_interval`` seconds is the safety net. A database that is briefly unavailable is
         retried after ``poll_interval``; ``builder_busy`` and invalid projections propagate, and a
         SQLite source file replaced or removed at its path ends the run (``projection_failed``:
-        reopen the store, the builder then rebuilds). With
+        reopen the store, the builder then rebuilds), as does a SQLite target file deleted or replaced
+        under the builder (``projection_failed``, ``db_code`` ``file_replaced``: a new builder on the
+        target URL builds the projection onto the file now at its path). With
         named sources each source is followed by its own thread, so a source that is down or being
         rebuilt holds none of the others back; an error that propagates stops them all.
 
@@ -945,6 +947,9 @@ class ProjectionBuilder(Generic[Shape]):
         """A failure while preparing or first reading the target: named like an open failure when
         the driver's code says what is wrong with the database (not a database, missing ...). A
         refusal for want of rights while ``migrating`` names the pending migrations."""
+        gone = self._target_replaced(exc, method)
+        if gone is not None:
+            return gone
         problem = self.target.backend.open_problem(exc.code)
         if problem is not None:
             note = permission_note(self.target, PROJECTIONS) if migrating and problem == "permission_denied" else None
@@ -1118,15 +1123,35 @@ class ProjectionBuilder(Generic[Shape]):
                 # Its first write: a target the builder may read but not write (a read-only file, a
                 # role without the rights) is named as ``fencepost.open`` names it.
                 raise self._target_failure(exc, method) from None
-            raise self._own_table_gone(exc, method) or map_failure(
-                exc, ProjectionError, method, "projection target") from None
+            raise self._failure(exc, method) from None
 
     def _read(self, fn: Callable[[Connection], T]) -> T:
         try:
             return self.target.read(fn)
         except DbFailure as exc:
-            raise self._own_table_gone(exc, "read") or map_failure(
-                exc, ProjectionError, "read", "projection target") from None
+            raise self._failure(exc, "read") from None
+
+    def _failure(self, exc: DbFailure, method: str) -> ProjectionError:
+        """The builder's error for a failure of the target's database."""
+        return (self._target_replaced(exc, method) or self._own_table_gone(exc, method)
+                or map_failure(exc, ProjectionError, method, "projection target"))  # type: ignore[return-value]
+
+    @staticmethod
+    def _target_replaced(exc: DbFailure, method: str) -> ProjectionError | None:
+        """``projection_failed`` for a SQLite target file deleted, or replaced by another file, at its
+        path since the builder opened it, else ``None``. Its connections keep the old file, which
+        nobody can open any more: no retry reaches the file now at the path, so waiting (as ``run``
+        waits an outage out) would retry for ever. A new builder opens that file and builds the
+        projection onto it (from its own checkpoint, or from revision 0 in a new file)."""
+        if exc.code != FILE_REPLACED:
+            return None
+        detail = ("projection target: the database file was deleted or replaced at its path after the builder "
+                  "opened it; nothing was written. Close this builder and make a new ProjectionBuilder on the "
+                  "target URL (run `fencepost projection run` again): it builds the projection onto the file "
+                  "now at that path")
+        err = carry_failure(ProjectionError("projection_failed", method, detail), exc)
+        err.transient = False  # type: ignore[attr-defined]
+        return err
 
     def _own_table_gone(self, exc: DbFailure, method: str) -> ProjectionError | None:
         """The error for a statement that met a missing table when that table is the projection's
