@@ -263,6 +263,9 @@ class ProjectionBuilder(Generic[Shape]):
         if not (isinstance(target, Database) or (type(target) is str and target)):
             raise ProjectionError("invalid_projection", "ProjectionBuilder",
                                   "target must be a non-empty database URL or an open Database")
+        if isinstance(target, Database) and target.closed:
+            raise ProjectionError("invalid_projection", "ProjectionBuilder",
+                                  "target is a closed Database: give an open one, or the database URL")
         problem = None if lock_timeout is None else seconds_problem(lock_timeout, allow_zero=True)
         if problem:
             raise ProjectionError("invalid_projection", "ProjectionBuilder", f"lock_timeout {problem} (or None)")
@@ -931,7 +934,10 @@ class ProjectionBuilder(Generic[Shape]):
             self.target.make_dirs()  # a SQLite target's directories: a read reaches only a file that exists
         except OpenError as exc:
             raise self._unusable_target(method, exc.code, None, transient=False) from None
-        found = self.target.connect_problem()
+        try:
+            found = self.target.connect_problem()
+        except DbFailure as exc:  # the target ``Database`` was closed since the builder was made
+            raise self._failure(exc, method) from None
         if found is not None:
             raise self._unusable_target(method, found.problem, found.code, found.note, transient=found.transient)
         self._reached = True
