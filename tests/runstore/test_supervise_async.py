@@ -231,4 +231,6 @@ def test_an_on_lapse_that_raises_is_logged_and_lease_lost_is_still_raised(store,
             assert asyncio.run(asyncio.wait_for(main(), 10)) == "lapsed"
     finally:
         sup.stop()
-    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == ["supervision callback failed"]
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and errors[0].startswith("run r1: supervision callback failed\n"), errors
+    assert "RuntimeError: hook failed" in errors[0]  # its traceback, redacted (test_callback_log_redaction.py)

@@ -40,6 +40,7 @@ from fencepost._values import is_safe_int
 from fencepost.errors import RunStoreError
 from fencepost.journal.owner import OwnerId
 from fencepost.runstore import _checks as check
+from fencepost.runstore._tracebacks import logged_traceback, store_redaction
 from fencepost.runstore.heartbeat import HEARTBEAT_INTERVAL, STALE_AFTER, WRITE_TOLERANCE
 from fencepost.runstore.liveness import LivenessContext, lease_liveness, same_host_pid_probe
 from fencepost.runstore.outcomes import Updated
@@ -560,9 +561,9 @@ class Supervisor:
                 return
             lease.error = error
         if lapse and lease._on_lapse is not None:
-            _call_quietly(lease._on_lapse, error.unconfirmed_ms)
+            _call_quietly(self.store, lease.run_id, lease._on_lapse, error.unconfirmed_ms)
         if lease._on_lost is not None:
-            _call_quietly(lease._on_lost, lease)
+            _call_quietly(self.store, lease.run_id, lease._on_lost, lease)
 
 
 # What a reconfirm's answer says happened to a run whose lease ran out of budget.
@@ -593,11 +594,18 @@ def verify_owned(store: Any, run_id: str, owner: OwnerId) -> None:
         raise LeaseLost(run_id, "FenceLost")
 
 
-def _call_quietly(fn: Callable[..., Any], *args: Any) -> None:
+def _log_callback_failure(store: Any, run_id: str, exc: BaseException) -> None:
+    """A supervision callback raised: its traceback, redacted as a failed run's is, as text (never
+    ``exc_info``: a handler that formats the exception itself would print every message verbatim)."""
+    log.error("run %s: supervision callback failed\n%s", run_id,
+              logged_traceback(exc, store_redaction(store, run_id)), extra={"run_id": run_id})
+
+
+def _call_quietly(store: Any, run_id: str, fn: Callable[..., Any], *args: Any) -> None:
     try:
         result = fn(*args)
-    except Exception:  # a failing user hook must not stop the loop that keeps other leases alive
-        log.exception("supervision callback failed")
+    except Exception as exc:  # a failing user hook must not stop the loop that keeps other leases alive
+        _log_callback_failure(store, run_id, exc)
         return
     if inspect.iscoroutine(result):  # a plain function that returned a coroutine: nothing awaits it here
         result.close()
@@ -773,8 +781,8 @@ async def supervise(store: Any, run_id: str, owner: OwnerId, on_lapse: LapseCall
             if lapsed is not None and on_lapse is not None and lapse_hook is None:
                 try:
                     await on_lapse(lapsed)
-                except Exception:  # as for a plain hook: reported, and LeaseLost still raised
-                    log.exception("supervision callback failed")
+                except Exception as exc:  # as for a plain hook: reported, and LeaseLost still raised
+                    _log_callback_failure(store, run_id, exc)
             if callers is not None:
                 callers.__context__ = error
                 callers.__suppress_context__ = False
