@@ -25,12 +25,14 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar, overload
 
 import msgspec
 from sqlalchemy import Table, select
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
 
 from fencepost import _gauges
 from fencepost._dialects import FILE_REPLACED, MISSING_OBJECT, replacement_check
@@ -295,7 +297,10 @@ class ProjectionBuilder(Generic[Shape]):
             self._shares = [Share(self.name, None, source, feed)]  # type: ignore[arg-type]
         else:
             self._shares = [Share(self.name, label, store, feed) for label, store in named.items()]
-        self._tables = ShadowTables(projection, tables)
+        self._tables = ShadowTables(projection, tables, guard=lambda what: self._projection_code(what))
+        # ``what`` of the projection's own code (apply, reset) whose statement the target refused in
+        # this thread's current write, else None (see ``_projection_code``).
+        self._refused = threading.local()
         self._lock = BuilderLock(self.target, self.name)
         self._prepared = False
         self._recheck_tables = False  # set by a failed target write: the next call checks the tables
@@ -905,11 +910,12 @@ class ProjectionBuilder(Generic[Shape]):
             tables = self._tables.shadow if shadow else self._tables.live
             target = Target(conn, self.target.backend, tables, shadow, share.label)
             apply_batch = getattr(self.projection, "apply_batch", None)
-            if apply_batch is not None:
-                apply_batch(target, accepted)
-            else:
-                for update in accepted:
-                    self.projection.apply(target, update)
+            with self._projection_code("apply_batch" if apply_batch is not None else "apply"):
+                if apply_batch is not None:
+                    apply_batch(target, accepted)
+                else:
+                    for update in accepted:
+                        self.projection.apply(target, update)
             table = _sql.run_revisions_shadow if shadow else _sql.run_revisions
             _sql.upsert_values(conn, self.target.backend, table, ("name", "run_id"), [
                 (name, run_id, s, r) for run_id, (s, r) in newest.items()
@@ -1119,17 +1125,19 @@ class ProjectionBuilder(Generic[Shape]):
         # now. A lost lock is taken again when the name is free, else ``builder_busy``; the
         # checkpoint's compare-and-set covers the lock lost between this look and the commit.
         self._lock.acquire(self._lock_timeout)
+        self._refused.what = None
         try:
             return self.target.write(fn, durable=durable)
         except DbFailure as exc:
             # The next call looks at the projection's tables again: a table dropped under the
             # builder is found (and built again) there instead of failing every page.
             self._recheck_tables = True
-            if method == "prepare":
+            refused, self._refused.what = self._refused.what, None
+            if method == "prepare" and refused is None:
                 # Its first write: a target the builder may read but not write (a read-only file, a
                 # role without the rights) is named as ``fencepost.open`` names it.
                 raise self._target_failure(exc, method) from None
-            raise self._failure(exc, method) from None
+            raise self._failure(exc, method, refused) from None
 
     def _read(self, fn: Callable[[Connection], T]) -> T:
         try:
@@ -1137,10 +1145,36 @@ class ProjectionBuilder(Generic[Shape]):
         except DbFailure as exc:
             raise self._failure(exc, "read") from None
 
-    def _failure(self, exc: DbFailure, method: str) -> ProjectionError:
-        """The builder's error for a failure of the target's database."""
+    def _failure(self, exc: DbFailure, method: str, refused: str | None = None) -> ProjectionError:
+        """The builder's error for a failure of the target's database (``refused``: the projection's
+        own code whose statement it was, see ``_projection_code``)."""
         return (self._target_replaced(exc, method) or self._own_table_gone(exc, method)
+                or (self._projection_refused(exc, method, refused) if refused is not None else None)
                 or map_failure(exc, ProjectionError, method, "projection target"))  # type: ignore[return-value]
+
+    @contextmanager
+    def _projection_code(self, what: str) -> Iterator[None]:
+        """Around a call of the projection's own code (``apply``, ``apply_batch``, ``reset``) inside a
+        write: a statement of it that the target refuses, other than a transient refusal the write
+        retries, is remembered for ``_write``, which names it as the projection's. The store's words
+        for such a failure speak of fencepost's tables and migrations, which never made these."""
+        try:
+            yield
+        except DBAPIError as exc:
+            if not self.target.backend.is_transient(exc):
+                self._refused.what = what
+            raise
+
+    def _projection_refused(self, exc: DbFailure, method: str, what: str) -> ProjectionError:
+        """The error for a statement of the projection's own ``what`` the target refused: its name,
+        the driver's code and what fencepost knows of why, never a value."""
+        why = "a table or column it uses is missing" if exc.reason == MISSING_OBJECT else exc.reason
+        detail = (f"projection {self.name}: a statement of its own {what} was refused by the target "
+                  f"(db code {exc.code or 'none'}{'; ' + why if why else ''}); nothing of that transaction "
+                  "was written. If the projection's tables changed shape since the builder created them (a "
+                  "column added, renamed or retyped), drop them on the target, each with its __shadow copy: "
+                  "the builder creates them again and builds the projection anew")
+        return carry_failure(ProjectionError(exc.category, method, detail), exc)
 
     @staticmethod
     def _target_replaced(exc: DbFailure, method: str) -> ProjectionError | None:
