@@ -243,6 +243,19 @@ class ProjectionBuilder(Generic[Shape]):
         problem = _sql.nul_name(tables)
         if problem:
             raise ProjectionError("invalid_projection", "ProjectionBuilder", problem)
+        placed = next((t.name for t in tables if t.schema is not None), None)
+        if placed is not None:
+            raise ProjectionError("invalid_projection", "ProjectionBuilder",
+                                  f"table {placed!r} is declared with schema=: a projection's tables live where the "
+                                  "builder's checkpoints do, in the target's own schema (the schema= of a "
+                                  "PostgreSQL target's URL); declare it without one")
+        if named is None and "@" in projection.name:
+            # ``<projection>@<source name>`` names the checkpoint of each source of a projection fed
+            # by several: a name with ``@`` would read (and write) another projection's position.
+            raise ProjectionError("invalid_projection", "ProjectionBuilder",
+                                  "projection name must not contain '@' when it is fed by one source ('@' "
+                                  "separates a projection's name from a source name in the checkpoints of "
+                                  "projections fed by several sources)")
         if named is not None and not _sources.keyed_by_source(tables):
             keyed = getattr(projection, "keyed_by_source", None)
             if callable(keyed):
