@@ -186,6 +186,7 @@ def _checked_url(url: str, where: str) -> str:
 
 
 _COMMENT = re.compile(r"(^|\s)#.*$")
+SHARD_FILE_MAX_BYTES = 1 << 20  # a shard list is a few lines: this bounds what /dev/zero or a wrong file costs
 
 
 def read_shard_file(path: str) -> list[DbSpec]:
@@ -193,11 +194,20 @@ def read_shard_file(path: str) -> list[DbSpec]:
 
     A comment starts at a ``#`` at the start of a line or after whitespace, so it may follow a URL
     (a ``#`` inside a URL is no comment). A UTF-8 byte order mark and CRLF line ends are accepted.
+    At most ``SHARD_FILE_MAX_BYTES`` are read: a larger regular file is refused by its size before
+    any of it is read, and a pipe or device (``<(...)`` works) that goes on past the bound when it
+    is reached.
     """
+    too_large = f"more than the {SHARD_FILE_MAX_BYTES} bytes a shard file may hold (one URL or NAME=URL a line)"
     try:
-        with open(path, encoding="utf-8-sig") as fh:
-            mode = os.fstat(fh.fileno()).st_mode
-            lines = fh.read().splitlines()
+        with open(path, "rb") as fh:
+            info = os.fstat(fh.fileno())
+            if stat.S_ISREG(info.st_mode) and info.st_size > SHARD_FILE_MAX_BYTES:
+                raise click.UsageError(f"--shards: the file holds {info.st_size} bytes, {too_large}")
+            data = fh.read(SHARD_FILE_MAX_BYTES + 1)
+        if len(data) > SHARD_FILE_MAX_BYTES:
+            raise click.UsageError(f"--shards: the file holds {too_large}")
+        lines = data.decode("utf-8-sig").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not readable as UTF-8 text"
         raise click.UsageError(f"--shards: cannot read the file ({why})") from None
@@ -205,7 +215,7 @@ def read_shard_file(path: str) -> list[DbSpec]:
     specs = [parse_db(entry, f"--shards line {n}") for n, entry in entries if entry]
     if not specs:
         raise click.UsageError("--shards: the file names no store (one URL or NAME=URL a line)")
-    _warn_if_others_may_read(path, mode, specs)
+    _warn_if_others_may_read(path, info.st_mode, specs)
     return specs
 
 
