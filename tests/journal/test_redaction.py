@@ -264,6 +264,8 @@ def test_every_default_rule_replaces_all_matches_and_is_a_fixed_point() -> None:
         "api-key": "sk-abcdefgh1 pk-abcdefgh2", "cookie-session-assignment": "session=abc1; sid=abc2",
         "embedded-json-credential": '{"token":"a1"} {"password":"a2"}', "assignment": "TOKEN=a1 SECRET=a2",
         "cli-flag": "--token a1 --password a2", "cli-flag-list": "['--token', 'a1', '--pwd', 'a2']",
+        "name-value-pair": "[('token', 'a1'), ('pwd', 'a2')]", "xml-element": "<token>a1</token><pwd>a2</pwd>",
+        "name-value-record": """{'name': 'token', 'value': 'a1'} {"key": "pwd", "val": "a2"}""",
         "authorization-header": "Authorization: Token a1\nProxy-Authorization: a2",
         "cookie-header": "Cookie: x=a1; y=a2\nSet-Cookie: z=a1; Path=/", "query-parameter": "?token=a1&pwd=a2",
         "url-encoded-assignment": "password%3Da1%26pwd%3Da2", "stripe-key": f"sk_live_{'a1' * 12} rk_test_{'a2' * 12}",

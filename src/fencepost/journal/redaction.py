@@ -231,6 +231,30 @@ def _flag(m: re.Match[str]) -> str:
     return f"{dashes}{name}{sep}{REDACTED}"
 
 
+# A quoted string as Python's repr or JSON writes one (double or single quotes, backslash escapes).
+_QUOTED = r"""(?:"(?:[^"\\\n]|\\.){0,4096}"|'(?:[^'\\\n]|\\.){0,4096}')"""
+_NAME_MEMBER_WORDS = "name|Name|NAME|key|Key|KEY|header|field|variable|param|parameter"
+_VALUE_MEMBER_WORDS = "value|Value|VALUE|val"
+
+
+def _quoted_value(m: re.Match[str]) -> str:
+    # A (name, value) pair or record: the value when the quoted name is a credential's.
+    name, value = m.group("name")[1:-1], m.group("value")
+    quote = value[-1]
+    if not is_sensitive_key(name) or value[value.index(quote) + 1:-1] == REDACTED:
+        return m.group(0)
+    if _is_counter(name, value[value.index(quote) + 1:-1]):
+        return m.group(0)
+    return m.string[m.start(0):m.start("value")] + f"{quote}{REDACTED}{quote}" + m.string[m.end("value"):m.end(0)]
+
+
+def _xml_element(m: re.Match[str]) -> str:
+    value = m.group("value")
+    if not is_sensitive_key(m.group("name")) or value.strip() in ("", REDACTED) or _is_counter(m.group("name"), value):
+        return m.group(0)
+    return m.string[m.start(0):m.start("value")] + REDACTED + m.string[m.end("value"):m.end(0)]
+
+
 def _flag_list(m: re.Match[str]) -> str:
     name, value = m.group("name"), m.group("value")[1:-1]
     if not is_sensitive_key(name) or (value.isdigit() and _NON_ALNUM.sub("", name.lower()).endswith("tokens")):
@@ -475,6 +499,10 @@ DEFAULT_RULES: tuple[TextRule, ...] = (
     Rule("url-credentials", re.compile(
         r"([A-Za-z][A-Za-z0-9+.\-]{0,31}://[^\s:/@]{0,256}):[^\s@/]{1,1024}(?:@[^\s@/?#]{0,1024})*@", _A),
         rf"\1:{REDACTED}@"),
+    # ``<password>x</password>``, ``<ns:ApiKey type="x">x</ns:ApiKey>``: an XML element's text.
+    Rule("xml-element", re.compile(
+        rf"<(?P<tag>(?:[A-Za-z_][A-Za-z0-9_.\-]*+:)?(?P<name>[A-Za-z0-9_.\-]++){_ENDS_IN_SECRET_WORD})"
+        r"(?P<attrs>[ \t][^<>]*)?>(?P<value>[^<]+)</(?P=tag)>", _I), _xml_element),
     Rule("authorization-header",
          re.compile(r"\b((?:proxy-)?authorization)([ \t]*:[ \t]*)" + _HEADER_VALUE, _I), _authorization_header),
     Rule("cookie-header", re.compile(r"\b((?:set-)?cookie2?)([ \t]*:[ \t]*)" + _HEADER_VALUE, _I), _cookie_header),
@@ -511,6 +539,17 @@ DEFAULT_RULES: tuple[TextRule, ...] = (
     Rule("cookie-session-assignment",
          re.compile(r"(?<![A-Za-z0-9_\-?&])([A-Za-z0-9_\-]*sess(?:ion)?(?:[_-]?id)?|sid)=[^;\s,]+", _I),
          rf"\1={REDACTED}"),
+    # ``{'name': 'PGPASSWORD', 'value': 'x'}`` (a Python repr, or JSON inside longer text): the
+    # record's value, before ``embedded-json-credential`` may mask the name (``key`` is a credential
+    # name on its own).
+    Rule("name-value-record", re.compile(
+        rf"""(?P<q>['"])(?:{_NAME_MEMBER_WORDS})(?P=q)[ \t]*:[ \t]*(?P<name>{_QUOTED})[ \t]*,[ \t]*"""
+        rf"""(?P<r>['"])(?:{_VALUE_MEMBER_WORDS})(?P=r)[ \t]*:[ \t]*(?P<value>{_QUOTED})""", _A), _quoted_value),
+    # ``[('user', 'bob'), ('password', 'x')]``: a Python repr of (name, value) pairs (``parse_qsl``,
+    # header lists).
+    Rule("name-value-pair", re.compile(
+        rf"""[(\[][ \t]*(?P<name>{_QUOTED})[ \t]*,[ \t]*(?P<value>b?{_QUOTED})[ \t]*[)\]]""", _A),
+        _quoted_value),
     FunctionRule("embedded-json-credential", _embedded_json),
     # The value is never another flag: ``--monkey --password x`` must leave ``--password x`` for its
     # own match (a consumed flag is never looked at again).
@@ -529,10 +568,11 @@ DEFAULT_RULES: tuple[TextRule, ...] = (
         re.compile(r"""(?:[^%&#\s"'<>\\;,]++|%(?!(?:25)?(?:26|23|20)))++""", _A),
         lambda m: is_sensitive_key(m.group(1)), _encoded_assignment, lambda text: "3D" in text or "3d" in text)),
     # A name at the start of a word, or after a percent-escape (``-c%20app.pw=x`` in a URL); after
-    # ``?`` and ``&`` it is a query parameter (``query-parameter``).
+    # ``?`` and ``&`` it is a query parameter (``query-parameter``). ``=>`` (a Perl, PHP or Ruby
+    # hash) and ``:=`` separate a name from its value too: neither ``>`` nor ``=`` is the value.
     FunctionRule("assignment", _name_value_rule(
         re.compile(r"(?:(?<![A-Za-z0-9_.\-?&%])|(?<=%[0-9A-Fa-f]{2})|(?<=%)(?![0-9A-Fa-f]{2}))(?<!://)"
-                   rf"([A-Za-z0-9_.\-]++)(?=[ \t]*[:=]){_ENDS_IN_SECRET_WORD}([ \t]*[:=][ \t]*)", _I),
+                   rf"([A-Za-z0-9_.\-]++)(?=[ \t]*[:=]){_ENDS_IN_SECRET_WORD}([ \t]*(?:=>|:=|[:=])[ \t]*)", _I),
         re.compile(_SCHEME_VALUE, _A), _assignment_name, _assignment)),
 )
 
@@ -590,7 +630,7 @@ def _is_credential_flag(item: str) -> bool:
     return bool(m and is_sensitive_key(m.group(1)))
 #: A record ``{"name": "password", "value": x}`` (environment lists, HAR headers, AWS and
 #: Kubernetes shapes): the member holding the value, and the members that name it.
-_VALUE_MEMBERS = ("value", "Value", "VALUE")
+_VALUE_MEMBERS = ("value", "Value", "VALUE", "val")
 _NAME_MEMBERS = ("name", "Name", "NAME", "key", "Key", "KEY", "header", "field", "variable", "param", "parameter")
 
 
@@ -808,7 +848,7 @@ class Redaction:
         out: dict[Any, Any] = {}
         keys, strings = self._keys, self._strings
         record = None
-        if self.structural and ("value" in value or "Value" in value or "VALUE" in value
+        if self.structural and ("value" in value or "Value" in value or "VALUE" in value or "val" in value
                                 if type(value) is dict else True):
             record = _name_value(value)
         for k, v in dict.items(value):
