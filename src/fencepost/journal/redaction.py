@@ -11,7 +11,7 @@ never reach ``flows_journal_events``. Two layers:
 
 The default rules are applied in passes until a pass changes nothing, so redacting a redacted value
 is a no-op. Run state (``flows_runs.state_json``) and
-attempt outcomes are never redacted: resume re-reads them byte for byte.
+attempt values (checkpoint, error, outcome, meta) are never redacted: resume re-reads them byte for byte.
 """
 
 from __future__ import annotations
