@@ -10,13 +10,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from fencepost._values import identifier_problem
+from fencepost.changefeed.feed import MAX_CHANGES_LIMIT
 from fencepost.changefeed.types import Position
 from fencepost.errors import RunStoreError
 from fencepost.runstore import _checks as run_checks
 from fencepost.runstore.attempts import validate_policy
 from fencepost.shards.membership import ShardError
 
-__all__ = ["open_options", "positions", "run_id", "run_id_not_reserved"]
+__all__ = ["limit", "open_options", "positions", "run_id", "run_id_not_reserved"]
 
 
 def open_options(*, clock: Any, attempt_policy: Any, readonly: Any, grow: Any) -> None:
@@ -66,3 +67,11 @@ def positions(value: object, names: tuple[str, ...], method: str) -> dict[str, P
             raise ShardError("invalid_shards", method, f"positions entry #{i} must be a Position or None")
         out[name] = pos
     return out
+
+
+def limit(value: object, method: str) -> int:
+    """A merged feed's page size, as each store's ``changes_since`` takes it (1..1000): checked at the
+    call with ``positions``, not when the first page is read. ``invalid_shards`` otherwise."""
+    if type(value) is not int or not 1 <= value <= MAX_CHANGES_LIMIT:
+        raise ShardError("invalid_shards", method, f"limit must be an integer in 1..{MAX_CHANGES_LIMIT}")
+    return value

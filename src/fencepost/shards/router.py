@@ -45,8 +45,8 @@ from fencepost._store import open as open_store
 from fencepost._values import identifier_problem
 from fencepost.changefeed.types import Change, Position, StopSignal
 from fencepost.clock import Clock, SystemClock
-from fencepost.errors import FencepostError, RunAlreadyExists
-from fencepost.journal import companion_stream
+from fencepost.errors import FencepostError, JournalError, RunAlreadyExists
+from fencepost.journal import COMPANION_PREFIX, Accepted, Duplicate, JournalTransaction, NewEntry, companion_stream
 from fencepost.journal.owner import OwnerId
 from fencepost.runstore import _checks as check
 from fencepost.runstore._base import persistence_error
@@ -69,6 +69,7 @@ __all__ = ["ShardChange", "ShardSet", "open_shards"]
 
 T = TypeVar("T")
 _CACHE_LIMIT = 100_000
+_RUN_STORE_STREAMS = f"{COMPANION_PREFIX}run-store/"  # only the run store appends there (the journal refuses it)
 
 
 class ShardChange(msgspec.Struct, frozen=True):
@@ -231,10 +232,12 @@ class ShardSet:
 
         Shard by shard, each in revision order up to its watermark at the time it is read. A
         position of another source raises ``SourceChanged`` as a single store would. ``positions``
-        other than ``None`` or a mapping of this set's shard names to a ``Position`` (or ``None``)
-        raises ``ShardError('invalid_shards')`` at the call.
+        other than ``None`` or a mapping of this set's shard names to a ``Position`` (or ``None``),
+        and a ``limit`` (each shard's page size) outside 1..1000, raise
+        ``ShardError('invalid_shards')`` at the call.
         """
-        return merged_changes(self.items(), _checks.positions(positions, self.names, "changes"), limit=limit)
+        wanted = _checks.positions(positions, self.names, "changes")
+        return merged_changes(self.items(), wanted, limit=_checks.limit(limit, "changes"))
 
     def follow(self, positions: Mapping[str, Position | None] | None = None, *, stop: StopSignal | None = None,
                poll_interval: float = 2.0) -> Generator[ShardChange, None, None]:
@@ -725,8 +728,42 @@ class ShardedJournal(_Routed):
         return self._on(run_id).journal.entries(run_id, *args, **kwargs)
 
     def transact(self, run_id: str, fn: Callable[[Any], T]) -> T:
-        """``Journal.transact`` on the shard holding ``run_id``; every write in ``fn`` must concern that shard."""
-        return self._on(run_id).journal.transact(fn)
+        """``Journal.transact`` on the shard holding ``run_id``; every write in ``fn`` must concern that shard.
+
+        A ``run_id`` that is no valid id is refused before ``fn`` runs (``invalid_event`` naming
+        ``run_id``, as ``entries`` refuses it). An append through ``fn``'s transaction for a run that
+        belongs to another shard (it holds the run, or a new run of that id is placed there: where
+        ``journal.append`` would write it) is refused with ``invalid_event`` before it writes
+        anything, like any refused append: its entry would sit where the set never reads that run's
+        stream. Statements on ``tx.conn`` are the caller's to keep on this shard.
+        """
+        s = self._shards
+        problem = identifier_problem(run_id)
+        if problem:
+            raise JournalError("invalid_event", "transact", f"run_id {problem}")
+        if not callable(fn):  # refused by the store exactly as it refuses it alone
+            return s[s.names[0]].journal.transact(fn)
+        name = s._route(run_id)
+        return s[name].journal.transact(lambda tx: fn(_ShardTransaction(tx, s, name, run_id)))
+
+
+class _ShardTransaction(JournalTransaction):
+    """The transaction ``ShardedJournal.transact`` hands its callable: appends only for runs of its shard."""
+
+    def __init__(self, tx: JournalTransaction, shards: ShardSet, name: str, run_id: str) -> None:
+        super().__init__(tx._journal, tx.conn)
+        self._shards, self._name, self._run_id = shards, name, run_id
+
+    def _run(self, run_id: str, entries: Sequence[NewEntry], owner: OwnerId | None, source_id: str, dedupe: str,
+             method: str, *, fenced: bool) -> list[Accepted | Duplicate]:
+        # A bad id, or one of the run store's companion streams, is left to the journal's own refusal.
+        if run_id != self._run_id and not identifier_problem(run_id) and not run_id.startswith(_RUN_STORE_STREAMS):
+            home = self._shards._route(run_id)
+            if home != self._name:
+                raise JournalError("invalid_event", method,
+                                   f"run_id belongs to shard {home!r}, not to shard {self._name!r} of this "
+                                   "transaction: append it outside the transaction (nothing was written)")
+        return super()._run(run_id, entries, owner, source_id, dedupe, method, fenced=fenced)
 
 
 def _named(urls: Sequence[str] | Mapping[str, str]) -> dict[str, str]:
