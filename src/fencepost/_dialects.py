@@ -42,6 +42,21 @@ from fencepost._statements import Sql, run
 
 SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
+
+def schema_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a store's PostgreSQL schema (the ``schema`` URL option), else None.
+
+    The server's own schemas are refused: ``information_schema`` (a store there would put its
+    tables among the catalog views) and every ``pg_`` name (``pg_catalog``, ``pg_toast``,
+    ``pg_temp``, ``pg_temp_N``: the server reserves the prefix and fails such an open without a reason).
+    """
+    if not SCHEMA_NAME.match(name):
+        return "schema must match [a-z_][a-z0-9_]{0,62}"
+    if name == "information_schema" or name.startswith("pg_"):
+        return ("schema names a PostgreSQL system schema (information_schema, pg_*): "
+                "give a schema of your own (?schema=NAME)")
+    return None
+
 # Transient on SQLite: the writer lock was busy (a peer holds it) or the snapshot went stale.
 _SQLITE_TRANSIENT = {
     "SQLITE_BUSY",
@@ -879,8 +894,9 @@ class PostgresBackend(Backend):
     joins_statements = True
 
     def __init__(self, schema: str) -> None:
-        if not SCHEMA_NAME.match(schema):
-            raise ValueError("schema must match [a-z_][a-z0-9_]{0,62}")
+        problem = schema_problem(schema)
+        if problem:
+            raise ValueError(problem)
         self.schema = schema
         # BEGIN and the write lock as one string: one round trip where psycopg would send its own
         # BEGIN first. The schema name is inlined (validated above: no quote can appear in it).
