@@ -192,15 +192,20 @@ def test_run_and_rebuild_still_take_only_built_in_names(run_cli, db_url, make_db
         assert result.code == 2 and "runs_by_status, ownership_history" in result.err, result
 
 
-def test_a_custom_name_with_several_stores_is_a_usage_error(run_cli, make_db_url):
+def test_all_with_several_stores_is_a_usage_error_and_a_one_store_name_is_said_to_be_one(run_cli, make_db_url):
+    """``--all`` lists the projections of one store; ``--name`` of a projection fed by one store,
+    given several stores, says it is fed by one (exit 1). (``--name`` of a custom projection with
+    several stores was a usage error; it now shows a projection fed by several stores.)"""
     one, two, target = make_db_url(), make_db_url(), make_db_url()
     _build(one, target)
     with fencepost.open(two) as store:
         store.runs.create("b1", "{}")
     before = _tables(target)
     for db in (["--db", f"a={one}", "--db", f"b={two}"], ["--db", f"a={one}"], ["--db", one, "--db", two]):
-        for args in (["--name", "seen-runs"], ["--all"]):
-            result = run_cli(*db, "projection", "status", *args, "--target", target)
-            assert_one_line_error(result)
-            assert result.code == 2 and "one store" in result.err, result
+        result = run_cli(*db, "projection", "status", "--all", "--target", target)
+        assert_one_line_error(result)
+        assert result.code == 2 and "one store" in result.err, result
+        result = run_cli(*db, "projection", "status", "--name", "seen-runs", "--target", target)
+        assert_one_line_error(result)
+        assert result.code == 1 and "is fed by one store" in result.err, result
     assert _tables(target) == before

@@ -79,7 +79,8 @@ def _options(fn=None, *, status: bool = False):
                           show_default=True,
                           help="Which projection: a built-in one (runs_by_status or ownership_history, dashes "
                                "or underscores alike), or any other projection with a checkpoint on the target, "
-                               "by its exact name (one you built with ProjectionBuilder; one store only).")(fn)
+                               "by its exact name (one you built with ProjectionBuilder; one fed by several "
+                               "stores is shown when each is given as --db NAME=URL).")(fn)
         return fn
     fn = click.option("--name", "which", type=ProjectionName(), metavar=ProjectionName.name, default="runs_by_status",
                       show_default=True, help="Which built-in projection (dashes or underscores alike). A projection "
@@ -338,17 +339,18 @@ def projection_status(obj: CliContext, which: str, target: str | None, every: bo
 
     --name takes a built-in projection, or any other projection checkpointed on the target (one
     you built with the library's ProjectionBuilder, say --name run_catalog), shown as its
-    builder's status() reports it. --all lists every projection checkpointed on the target.
+    builder's status() reports it (for one fed by several stores, give each as --db NAME=URL with
+    --target: one row per store). --all lists every projection of one store checkpointed on the
+    target, and names below the table those fed by several stores.
 
     Example: fencepost projection status --format json
     """
     ctx = click.get_current_context()
     if every and ctx.get_parameter_source("which") is click.core.ParameterSource.COMMANDLINE:
         raise click.UsageError("--all and --name are exclusive (--all shows every projection on the target)")
-    if (every or which not in PROJECTIONS) and obj.labelled:
-        what = "--all" if every else f"--name {one_line(which)} (not a built-in projection)"
-        raise click.UsageError(f"{what} works with one store, given as --db URL without a name: with several "
-                               f"stores (or a named one), --name takes {' or '.join(PROJECTIONS)} only")
+    if every and obj.labelled:
+        raise click.UsageError("--all works with one store, given as --db URL without a name: with several "
+                               "stores (or a named one), show a projection with --name NAME")
     if every or which not in PROJECTIONS:
         _checkpointed_status(obj, None if every else which, target, out)
         return
@@ -369,28 +371,29 @@ _LIST_COLUMNS = [Column("name", "name", wrap=False), Column("feed", "feed", wrap
 
 
 def _checkpointed_status(obj: CliContext, which: str | None, target: str | None, out: Output) -> None:
-    """The status of projection ``which`` (every one when None) among those checkpointed on the
-    target of the one store, each as a builder of it reports it. A projection known to the target
-    only by its records (not a built-in one) is read through the stand-in the console uses; both
-    sides are opened read-only, so nothing is created."""
+    """The status of projection ``which`` (every one fed by one store when None) among those
+    checkpointed on the target, each as a builder of it reports it: with one store, a projection
+    fed by one store; with several named stores, one fed by several (each store's status). A
+    projection known to the target only by its records (not a built-in one) is read through the
+    stand-in the console uses; both sides are opened read-only, so nothing is created."""
     from fencepost.projections import ProjectionBuilder
-    from fencepost.projections._recorded import checkpointed
+    from fencepost.projections._recorded import checkpointed, fed_by_several
     from fencepost.projections.builder import ProjectionStatus
 
-    source = read_store()
+    if obj.labelled and target is None:
+        raise click.UsageError("with several stores, name the database that holds the read model: --target URL")
+    source: Any = obj.stores(readonly=True) if obj.labelled else read_store()
     target_db = _readonly_target(target or obj.resolved_url)
     try:
-        recorded = checkpointed(target_db)
+        single, several = checkpointed(target_db), fed_by_several(target_db)
+        recorded = several if obj.labelled else single
         if which is not None:
-            names = [one_line(r.name) for r in recorded]
             recorded = [r for r in recorded if r.name == which]
             if not recorded:
-                has = f"it has {', '.join(names)}" if names else "it has none"
-                raise fail(f"no projection {one_line(which)} has a checkpoint on {target_db.where}: {has} "
-                           f"(--name also takes the built-in {' and '.join(PROJECTIONS)}, built there or not)")
+                raise fail(_not_checkpointed(which, obj.labelled, single, several, target_db.where))
         statuses = []
         for found in recorded:
-            builtin = make_projection(found.name) if found.name in PROJECTIONS else None
+            builtin = make_projection(found.name) if found.name in PROJECTIONS and not obj.labelled else None
             # A built-in one with its own code, so a row of --all is what --name NAME shows.
             projection = builtin if builtin is not None and builtin.feed == found.feed else found
             with ProjectionBuilder(source, target_db, projection, lock_timeout=5.0) as builder:
@@ -399,11 +402,42 @@ def _checkpointed_status(obj: CliContext, which: str | None, target: str | None,
         where = target_db.where
         target_db.dispose()
     if which is not None:
-        out.record(to_data(statuses[0]), title=f"projection {statuses[0].name}")
-    else:
-        out.rows([to_data(s) for s in statuses], _LIST_COLUMNS, title="projections",
-                 fields=list(ProjectionStatus.__struct_fields__),
-                 footer=[] if statuses else [f"no projection has a checkpoint on {where}"])
+        if isinstance(statuses[0], dict):
+            out.rows(_per_store(statuses[0]), _STATUS_COLUMNS, title=f"projection {which}")
+        else:
+            out.record(to_data(statuses[0]), title=f"projection {statuses[0].name}")
+        return
+    footer = [] if statuses or several else [f"no projection has a checkpoint on {where}"]
+    footer += [f"{one_line(r.name)} is fed by several stores ({_stores(r)}): show it with "
+               f"{_store_options(r)} projection status --name NAME --target URL" for r in several]
+    out.rows([to_data(s) for s in statuses], _LIST_COLUMNS, title="projections",
+             fields=list(ProjectionStatus.__struct_fields__), footer=footer)
+
+
+def _stores(recorded: Any) -> str:
+    return ", ".join(one_line(s) for s in recorded.sources)
+
+
+def _store_options(recorded: Any) -> str:
+    return " ".join(f"--db {one_line(s)}=URL" for s in recorded.sources)
+
+
+def _not_checkpointed(which: str, labelled: bool, single: list[Any], several: list[Any], where: str) -> str:
+    """Why ``projection status --name which`` finds no projection of the kind the stores given can
+    show: the other kind holds the name (fed by several stores, or by one), or nothing does."""
+    name = one_line(which)
+    for found in several if not labelled else ():
+        if found.name == which:
+            return (f"projection {name} on {where} is fed by several stores ({_stores(found)}): name each of "
+                    f"them to show it ({_store_options(found)} --target URL)")
+    for found in single if labelled else ():
+        if found.name == which:
+            return (f"projection {name} on {where} is fed by one store: give that store alone, as --db URL "
+                    f"without a name, to show it")
+    names = sorted(one_line(r.name) for r in (*single, *several))
+    has = f"it has {', '.join(names)}" if names else "it has none"
+    return (f"no projection {name} has a checkpoint on {where}: {has} "
+            f"(--name also takes the built-in {' and '.join(PROJECTIONS)}, built there or not)")
 
 
 @projection.command("rebuild")
