@@ -14,6 +14,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING
 
 from sqlalchemy import (
+    CheckConstraint,
     Index,
     MetaData,
     PrimaryKeyConstraint,
@@ -83,6 +84,23 @@ def _constraint_index_names(live: Table, shadow: Table) -> list[tuple[str, str]]
     return [(a, b) for a, b in pairs if len(a) <= 63 and len(b) <= 63]  # longer ones PostgreSQL truncates
 
 
+def _check_names(live: Table, shadow: Table) -> list[tuple[str, str]]:
+    """(live, shadow) names of the tables' named CHECK constraints (PostgreSQL renames them in
+    place; a column's own CHECK is copied under its name, and names are per table there)."""
+    copies = {str(c.name) for c in shadow.constraints if isinstance(c, CheckConstraint)}
+    return [(c.name, f"{c.name}__shadow") for c in live.constraints
+            if isinstance(c, CheckConstraint) and isinstance(c.name, str) and c.name
+            and f"{c.name}__shadow" in copies and len(c.name) + len("__shadow") <= 63]
+
+
+def _checks_of(conn: Connection, tables: list[str]) -> set[tuple[str, str]]:
+    """``(table name, constraint name)`` of the CHECK constraints PostgreSQL keeps on ``tables``."""
+    stmt = text("SELECT t.relname, c.conname FROM pg_constraint c JOIN pg_class t ON t.oid = c.conrelid "
+                "JOIN pg_namespace n ON n.oid = t.relnamespace WHERE n.nspname = current_schema() "
+                "AND c.contype = 'c' AND t.relname IN :t").bindparams(bindparam("t", expanding=True))
+    return {(str(table), str(name)) for table, name in conn.execute(stmt, {"t": tables})}
+
+
 def _indexes_of(conn: Connection, tables: list[str]) -> dict[str, str]:
     """``{index name: table name}`` of the named indexes the target keeps on ``tables``."""
     if conn.dialect.name == "postgresql":
@@ -115,7 +133,8 @@ class ShadowTables:
         drop could not take its declared index names while the shadow table holds them, and the
         names would alternate from one rebuild to the next. PostgreSQL renames an index in place
         (its constraint with it). SQLite cannot rename an index: a misplaced one is dropped here and
-        ``create_missing_indexes`` builds it again under its own name.
+        ``create_missing_indexes`` builds it again under its own name. Named CHECK constraints
+        (PostgreSQL) are given back their names too (``_settle_check_names``).
         """
         names = [t.name for t in (*self.live.values(), *self.shadow.values())]
         found = _indexes_of(conn, names)
@@ -136,6 +155,7 @@ class ShadowTables:
             for current, _wanted in moves:
                 conn.exec_driver_sql(f"DROP INDEX {quote(current)}")
             return
+        self._settle_check_names(conn, names)
         # Through temporary names: the two indexes of a pair usually exchange theirs.
         parked = []
         for n, (current, wanted) in enumerate(moves):
@@ -144,6 +164,22 @@ class ShadowTables:
             parked.append((temp, wanted))
         for temp, wanted in parked:
             conn.exec_driver_sql(f"ALTER INDEX {quote(temp)} RENAME TO {quote(wanted)}")
+
+    def _settle_check_names(self, conn: Connection, names: list[str]) -> None:
+        """PostgreSQL: give each named CHECK constraint its declared name back where a swap left it
+        under the other table's name. CHECK names are per table, so each is renamed in place."""
+        pairs = [(live.name, self.shadow[name].name, pair)
+                 for name, live in self.live.items() for pair in _check_names(live, self.shadow[name])]
+        if not pairs:
+            return  # no catalog query for a projection without named CHECK constraints
+        found = _checks_of(conn, names)
+        quote = conn.dialect.identifier_preparer.quote
+        for live_table, shadow_table, (live_name, shadow_name) in pairs:
+            for table, current, wanted in ((shadow_table, live_name, shadow_name),
+                                           (live_table, shadow_name, live_name)):
+                if (table, current) in found and (table, wanted) not in found:
+                    conn.exec_driver_sql(f"ALTER TABLE {quote(table)} RENAME CONSTRAINT "
+                                         f"{quote(current)} TO {quote(wanted)}")
 
     def create_missing_indexes(self, conn: Connection, *, live: bool = True, shadow: bool = True) -> None:
         """Create each declared index its table lacks (under its declared name)."""
