@@ -31,6 +31,44 @@ class SystemClock:
         time.sleep(max(0.0, seconds))
 
 
+class Steady:
+    """Milliseconds for pacing what is due on ``clock``: its readings forward, real time otherwise.
+
+    A wall clock stepped backwards (an NTP correction) would hold back everything paced on it for as
+    long as the step: no heartbeat, no lease deadline, no cancel poll. Here a reading that went back
+    counts as the real time that passed since the last one (``time.monotonic``), so the pace goes on
+    while the clock's own readings still stamp every write. A clock that only moves forward (a
+    ``ManualClock``) paces exactly as it reads, so tests drive every wait by advancing it. A forward
+    step is followed: whatever it makes due comes early, never late.
+    """
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        # Set by the first reading, which the pace starts from (the clock is not read before then).
+        self._wall: int | None = None
+        self._real = 0.0
+        self._paced = 0
+
+    def read(self) -> tuple[int, int]:
+        """The clock's reading (to stamp a write with) and the pace's (to compare deadlines with)."""
+        wall = self._clock.now_ms()
+        real = time.monotonic()
+        with self._lock:
+            if self._wall is None:
+                self._paced = wall
+            elif wall >= self._wall:
+                self._paced += wall - self._wall
+            else:  # stepped back: count the real time since the last reading instead
+                self._paced += max(0, math.floor((real - self._real) * 1000))
+            self._wall, self._real = wall, real
+            return wall, self._paced
+
+    def now_ms(self) -> int:
+        """The pace's reading: never less than an earlier one."""
+        return self.read()[1]
+
+
 def _finite(value: object, name: str) -> float:
     """``value`` as a float when it is a finite int or float (never a bool): a NaN or an infinity
     stored in a manual clock would break every later reading."""

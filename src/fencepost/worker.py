@@ -44,6 +44,7 @@ from fencepost._printable import one_line
 from fencepost._schema import flows_runs as runs_t
 from fencepost._values import SAFE_MAX, identifier_problem, parse_json_text, stop_problem
 from fencepost.changefeed.types import StopSignal
+from fencepost.clock import Steady
 from fencepost.errors import FencepostError, RunStoreError
 from fencepost.journal.owner import OwnerId, owner_problem
 from fencepost.journal.redaction import DEFAULT as DEFAULT_REDACTION
@@ -365,11 +366,13 @@ class Worker:
         stop = stop if stop is not None else threading.Event()
         self._stopping.clear()
         self._stop_event, self._stop_at = stop, None
-        clock = self.store.clock
+        # Cancel polls are paced on time that never runs backwards: a store clock stepped back (an
+        # NTP correction) would leave requests unread for as long as the step.
+        steady = Steady(self.store.clock)
         self.supervisor.start()
         pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="fencepost-run")
         try:
-            next_cancel_check = clock.now_ms()
+            next_cancel_check = steady.now_ms()
             backoff = 0.0  # > 0 while the database is unavailable
             while not stop.is_set():
                 self._reap()
@@ -378,7 +381,7 @@ class Worker:
                 try:
                     if free > 0:
                         took = len(self._sweep(free, lambda row, lease: self._start(pool, row, lease), paced=True))
-                    now = clock.now_ms()
+                    now = steady.now_ms()
                     if now >= next_cancel_check:
                         self._observe_cancellations()
                         next_cancel_check = now + INTERVAL_MS
@@ -1001,15 +1004,16 @@ class Worker:
         A worker host expects an outage shorter than the lease to be ridden out, so the write is
         retried (``_retry``) until the lease's deadline as it stood at the first failure, at most
         ``WRITE_TOLERANCE``: the persisted heartbeat protects the run from a takeover until then. That
-        deadline is on the store's clock, as the lease is. The lease is checked before every attempt,
-        so nothing is tried once it is lost (and every attempt is fenced in the store as ever).
+        deadline is on the lease's pace (its supervisor's ``steady``), as the lease is. The lease is
+        checked before every attempt, so nothing is tried once it is lost (and every attempt is fenced
+        in the store as ever).
 
         ``landed()`` tells whether an earlier attempt whose COMMIT got no answer did land: a retry
         that then finds the fence gone (``FenceLost``, or the lease lost to the next pulse) returns
         ``Transitioned`` when it did.
         """
-        clock = self.store.clock
-        return self._retry(ctx.run_id, what, call, "the lease", now=lambda: clock.now_ms() / 1000,
+        steady = ctx.lease.supervisor.steady
+        return self._retry(ctx.run_id, what, call, "the lease", now=lambda: steady.now_ms() / 1000,
                            deadline=lambda: ctx.lease.deadline_ms / 1000, lease=ctx.lease, landed=landed)
 
     def _retry(self, run_id: str, what: str, call: Callable[[], Any], bound: str, *, now: Callable[[], float],

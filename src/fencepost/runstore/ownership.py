@@ -1,7 +1,7 @@
 """Ownership supervision: the owner's half of the heartbeat lease (seed leases.md, "The supervision loop").
 
-A supervisor pulses ``heartbeat`` every ``HEARTBEAT_INTERVAL`` on the store's clock and tells two
-failures apart on purpose:
+A supervisor pulses ``heartbeat`` every ``HEARTBEAT_INTERVAL`` and tells two failures apart on
+purpose:
 
 - **a lost fence** is any pulse outcome other than ``Updated``: durable evidence that another owner
   holds the run, so the lease is interrupted at once (``on_lapse`` is *not* called);
@@ -18,6 +18,12 @@ One supervisor thread serves any number of runs of one owner: with more than one
 them all with one ``runs.heartbeat_many`` per interval. Every store call runs on a helper thread and is
 waited for against the clock, so a write that never returns cannot hold the deadline back, and the
 whole loop runs under ``ManualClock`` without wall-clock waits.
+
+What is due (a pulse, a lease's deadline, a reconfirm's answer) is paced on ``Supervisor.steady``
+(``fencepost.clock.Steady``), which follows the store's clock forward but never back: a wall clock
+stepped backwards would otherwise silence every lease for as long as the step. Every write is
+stamped with the store clock's own reading, and lease times (``confirmed_ms``, ``deadline_ms``,
+``unconfirmed_ms``) are on the pace, which reads as the store clock until that clock steps back.
 
 Two front ends share it: ``async with supervise(...)`` cancels the owned asyncio task when the lease
 is lost (and turns that cancellation into ``LeaseLost``); ``LeaseKeeper`` serves threaded code,
@@ -37,6 +43,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fencepost._values import is_safe_int
+from fencepost.clock import Steady
 from fencepost.errors import RunStoreError
 from fencepost.journal.owner import OwnerId
 from fencepost.runstore import _checks as check
@@ -171,6 +178,7 @@ class Lease:
 
     @property
     def deadline_ms(self) -> int:
+        """When the write budget runs out, on the supervisor's pace (``supervisor.steady.now_ms()``)."""
         return self.confirmed_ms + TOLERANCE_MS
 
     def check(self) -> None:
@@ -205,6 +213,7 @@ class Supervisor:
         self.store = store
         self.owner = owner
         self.clock = clock if clock is not None else store.clock
+        self.steady = Steady(self.clock)  # paces what is due; ``clock`` stamps the writes
         self.journal_reconfirm = journal_reconfirm
         self._lock = threading.Lock()
         self._start_lock = threading.Lock()  # one loop thread, however many threads call start()
@@ -319,7 +328,8 @@ class Supervisor:
         ``since_ms`` counts the lease from that store-clock reading instead of from now (a reading
         taken before activating the run, so the lease never outlasts the one the store counts from
         the activation's heartbeat); a reading later than now counts from now. It must be a
-        non-negative integer, else ``invalid_run``.
+        non-negative integer, else ``invalid_run``. The lease starts that long before now on the pace
+        (``steady``), so a clock that stepped back since the reading never lengthens it.
         """
         method = "Supervisor.hold"
         _check_hold(run_id, on_lapse, on_reconfirm, on_lost, method)
@@ -328,9 +338,9 @@ class Supervisor:
         self._refuse_held(run_id, method)
         if verify:
             verify_owned(self.store, run_id, self.owner)
-        now_ms = self.clock.now_ms()
+        wall, paced = self.steady.read()
         lease = Lease(self, run_id, on_lapse, on_reconfirm, on_lost,
-                      now_ms if since_ms is None else min(now_ms, since_ms))
+                      paced if since_ms is None else paced - max(0, wall - since_ms))
         with self._lock:
             if self._is_held(run_id):  # another thread held it meanwhile
                 raise _already_held(method)
@@ -373,7 +383,7 @@ class Supervisor:
         """
         if self._thread is None:  # never started: no loop, nothing to settle
             return
-        target = self.clock.now_ms()
+        target = self.steady.now_ms()
         self._wake.set()
         end = time.monotonic() + timeout
         with self._idle:
@@ -396,11 +406,12 @@ class Supervisor:
     # ------------------------------------------------------------------ the loop
     def _loop(self) -> None:
         while not self._stop.is_set():
-            now = self.clock.now_ms()
+            # ``now`` paces (compared with deadlines); ``stamp`` is the store clock's reading, written.
+            stamp, now = self.steady.read()
             self._collect_pulse(now)
             self._collect_receipts(now)
-            self._check_deadlines(now)
-            self._maybe_pulse(now)
+            self._check_deadlines(now, stamp)
+            self._maybe_pulse(now, stamp)
             self._wait(now)
 
     def _wait(self, now: int) -> None:
@@ -421,12 +432,12 @@ class Supervisor:
                 break
             if self._wake.wait(_POLL_S):
                 break
-            if until is not None and self.clock.now_ms() >= until:
+            if until is not None and self.steady.now_ms() >= until:
                 break
         with self._idle:
             self._idle_at = None
 
-    def _maybe_pulse(self, now: int) -> None:
+    def _maybe_pulse(self, now: int, stamp: int) -> None:
         with self._lock:
             if self._pulse is not None or self._next_pulse_ms is None or now < self._next_pulse_ms:
                 return
@@ -443,9 +454,9 @@ class Supervisor:
         runs, owner = self.store.runs, self.owner
         if len(ids) == 1:
             run_id = ids[0]
-            self._pulse = _Call(lambda: {run_id: runs.heartbeat(run_id, owner, now)})
+            self._pulse = _Call(lambda: {run_id: runs.heartbeat(run_id, owner, stamp)})
         else:
-            self._pulse = _Call(lambda: _as_mapping(ids, runs.heartbeat_many(owner, ids, now)))
+            self._pulse = _Call(lambda: _as_mapping(ids, runs.heartbeat_many(owner, ids, stamp)))
         self.pulses += 1
 
     def _collect_pulse(self, now: int) -> None:
@@ -486,13 +497,13 @@ class Supervisor:
             else:
                 self._lose(lease, LeaseLost(lease.run_id, type(outcome).__name__), lapse=False)
 
-    def _check_deadlines(self, now: int) -> None:
+    def _check_deadlines(self, now: int, stamp: int) -> None:
         with self._lock:
             due = [lease for lease in self._leases.values() if lease.error is None and now >= lease.deadline_ms]
         if not due:
             return
         owner, runs = self.owner, self.store.runs
-        calls = [(lease, _Call(functools.partial(runs.reconfirm, lease.run_id, owner, now))) for lease in due]
+        calls = [(lease, _Call(functools.partial(runs.reconfirm, lease.run_id, owner, stamp))) for lease in due]
         answer_by = now + INTERVAL_MS
         for lease, call in calls:
             unconfirmed = now - lease.confirmed_ms
@@ -539,7 +550,7 @@ class Supervisor:
 
     def _wait_call(self, call: _Call, deadline_ms: int) -> bool:
         while not call.done.wait(_POLL_S):
-            if self._stop.is_set() or self.clock.now_ms() >= deadline_ms:
+            if self._stop.is_set() or self.steady.now_ms() >= deadline_ms:
                 return call.done.is_set()
         return True
 
