@@ -20,19 +20,22 @@ simply skips, never a second execution. What the worker adds on top of the store
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import math
 import os
 import random
 import socket
+import sys
 import threading
 import time
+import traceback
 import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
-from typing import Any
+from typing import Any, NoReturn
 
 import msgspec
 from sqlalchemy import and_, func, select
@@ -223,6 +226,7 @@ class RunContext:
         self.row = row
         self.state: Any = _decode.decode(row.state_json)
         self.lease = lease
+        self._pid = os.getpid()  # the process that took the run: the only one that writes for it
         self._cancelled = threading.Event()
         if row.cancel_requested_at_ms is not None:
             self._cancelled.set()
@@ -276,6 +280,45 @@ class RunContext:
 
 
 RunFunction = Callable[[RunContext], Any]
+
+
+def _call_in_this_process(fn: RunFunction, ctx: RunContext) -> Any:
+    """``fn(ctx)``; in a process the function forked (``os.fork()`` in it), its end ends that process.
+
+    The child of a fork runs on in the worker's code with the parent's owner identity: settling the
+    run there would fence out the parent's own result, and the child would then wait in the thread
+    pool for ever. So a forked child writes nothing: it exits with ``sys.exit``'s code (1 for any
+    other exception, printed to stderr as Python prints one; 0 for a return), and the run is settled
+    by the parent alone.
+    """
+    try:
+        result = fn(ctx)
+    except BaseException as exc:
+        if os.getpid() != ctx._pid:
+            _end_forked_child(exc)
+        raise
+    if os.getpid() != ctx._pid:
+        _end_forked_child(None)
+    return result
+
+
+def _end_forked_child(exc: BaseException | None) -> NoReturn:
+    """End a forked child at once, as the interpreter would end it for ``exc`` (never unwinding back
+    into the worker's code, whose ``finally`` blocks belong to the parent)."""
+    code = 0
+    if isinstance(exc, SystemExit):
+        if exc.code is None or isinstance(exc.code, int):
+            code = exc.code or 0
+        else:
+            print(exc.code, file=sys.stderr)
+            code = 1
+    elif exc is not None:
+        traceback.print_exception(exc)
+        code = 1
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 def _wait_for_stop(stop: StopSignal, seconds: float) -> None:
@@ -921,7 +964,7 @@ class Worker:
         try:
             if self._stopping.is_set():  # taken by a thread of the pool as the stop came: never started
                 raise Stopping(ctx.run_id)
-            result = self.fn(ctx)
+            result = _call_in_this_process(self.fn, ctx)
         except Cancelled as exc:
             self._settle_cancelled(ctx, exc)
             return
