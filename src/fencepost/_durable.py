@@ -11,6 +11,7 @@ message text, and surface without SQL text or bound values.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import random
 import re
@@ -30,7 +31,6 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from fencepost._dialects import (
     BUSY_TIMEOUT_MS,
     PG_CONNECT_TIMEOUT_S,
-    SCHEMA_NAME,
     SQLITE_CHECKPOINTS,
     SQLITE_SYNCHRONOUS,
     Backend,
@@ -38,6 +38,7 @@ from fencepost._dialects import (
     SqliteBackend,
     pg_connect_timeout,
     readonly_uri,
+    schema_problem,
     unused_state,
 )
 from fencepost._group import GroupCommit, aborted, aborted_failure, own_call_in_progress
@@ -150,6 +151,23 @@ class CommitUnknown(Exception):
         super().__init__("commit outcome unknown")
 
 
+def _guard(conn: Connection) -> None:
+    """Make ``commit()``, ``rollback()`` and ``close()`` on a kept connection raise: the connection
+    is handed to callbacks inside fencepost's transaction, which fencepost alone ends (committing
+    the callback's work with the write lock still held and, for a projection, with its checkpoint).
+    A callback's COMMIT would have committed part of its work on the spot and left SQLAlchemy's
+    next transaction on the connection, failing every later call. fencepost ends its transactions
+    through the ``Transaction`` it began, never through these methods."""
+    for method in ("commit", "rollback", "close"):
+        setattr(conn, method, functools.partial(_refuse_ending, method))
+
+
+def _refuse_ending(method: str) -> None:
+    raise DbFailure("persistence_failed", None,
+                    f"the callback called conn.{method}(): fencepost ends the transaction it hands a callback "
+                    f"once the callback returns, so it cannot be ended inside it; nothing of it was committed")
+
+
 class _Slot:
     """One kept connection; released when its thread ends (the slot is collected) or on dispose.
 
@@ -231,7 +249,7 @@ def _close_quietly(conn: Connection, pid: int) -> None:
         _abandon_inherited(conn)
         return
     try:
-        conn.close()
+        Connection.close(conn)  # the class's own: ``_guard`` refuses ``conn.close()`` to callbacks
     except Exception:  # a connection already broken has nothing left to release
         pass
 
@@ -443,8 +461,9 @@ def parse_url(url: str) -> tuple[URL, dict[str, str]]:
         raise ValueError("synchronous must be one of OFF, NORMAL, FULL, EXTRA")
     if options.get("checkpoints", "background") not in SQLITE_CHECKPOINTS:
         raise ValueError("checkpoints must be background or writer")
-    if not SCHEMA_NAME.match(options.get("schema", DEFAULT_SCHEMA)):
-        raise ValueError("schema must match [a-z_][a-z0-9_]{0,62}")
+    problem = schema_problem(options.get("schema", DEFAULT_SCHEMA))
+    if problem is not None:
+        raise ValueError(problem)
     database = parsed.database or ""
     if backend == "sqlite" and database in ("", ":memory:"):
         raise ValueError("an in-memory SQLite URL cannot be shared; use fencepost.testing")
@@ -1166,6 +1185,7 @@ class Database:
             self.backend.write_connection(conn)
         elif self._read_options:
             conn.execution_options(**self._read_options)
+        _guard(conn)
         slot = _Slot(conn)
         setattr(self._local, "write" if write else "read", slot)
         with self._slots_lock:

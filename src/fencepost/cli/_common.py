@@ -173,18 +173,12 @@ def parse_db(value: str, where: str) -> DbSpec:
 
 def _checked_url(url: str, where: str) -> str:
     """``url`` when it is a database URL fencepost can open; else a usage error naming the rule."""
-    from fencepost._dialects import schema_problem
     from fencepost._durable import parse_url
 
-    problem = None
     try:
-        schema = parse_url(url)[1].get("schema")
+        parse_url(url)
     except ValueError as exc:
-        problem = str(exc)
-    else:  # a PostgreSQL system schema, refused by the store's open too (before it connects)
-        problem = schema_problem(schema) if schema is not None else None
-    if problem is not None:
-        raise click.UsageError(f"{where}: {problem}")
+        raise click.UsageError(f"{where}: {exc}") from None
     return url
 
 
