@@ -8,6 +8,7 @@ or length, never the value, because it reaches logs and spans.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Callable
@@ -155,7 +156,8 @@ def parse_json_text(text: object, *, max_depth: int = MAXIMUM_JSON_DEPTH,
     """Decode JSON text under the durable-value rules; return ``(value, problem)``.
 
     ``NaN``/``Infinity`` literals are refused (msgspec's decoder never accepts them), and so
-    are escapes that decode to a lone surrogate or NUL.
+    are escapes that decode to a lone surrogate or NUL, and an object that repeats a key (a decoder
+    keeps one of the values and drops the others without a word).
     """
     if type(text) is not str:
         return None, "must be a string of JSON text"
@@ -174,9 +176,72 @@ def parse_json_text(text: object, *, max_depth: int = MAXIMUM_JSON_DEPTH,
     except UnicodeDecodeError:  # pragma: no cover - msgspec reports escapes as DecodeError
         return None, "is not valid JSON"
     if _within_bounds_by_text(text, max_depth, max_nodes):
-        return value, None
-    problem = _value_problem(value, max_depth, max_nodes)
+        problem = None
+    else:
+        problem = _value_problem(value, max_depth, max_nodes)
+    if problem is None and _repeats_a_key(text, value):
+        problem = REPEATED_KEY
     return value, problem
+
+
+REPEATED_KEY = "has an object that repeats a key"
+_STRINGS = re.compile(r'"[^"]*"')
+
+
+class _RepeatedKey(Exception):
+    pass
+
+
+def _pairs_once(pairs: list[tuple[str, Any]]) -> None:
+    if len({k for k, _ in pairs}) != len(pairs):
+        raise _RepeatedKey
+    return None
+
+
+def _repeats_a_key(text: str, value: Any) -> bool:
+    """True when an object in the JSON ``text`` (which decoded to ``value``) names a key twice.
+
+    Every key in the text is followed by one colon; colons inside strings only add to the count.
+    So a text with as many colons as ``value`` has keys repeats none, proven without parsing again
+    (the common case). Otherwise the colons inside strings are counted out, which needs no parse
+    while the text has no backslash (then no string holds a quote); with one, the text is parsed
+    once more, keeping each object's pairs.
+    """
+    colons = text.count(":")
+    if colons < 2:  # a repeat takes two keys
+        return False
+    # One object in all (the usual flat state): its own keys are all the keys there are.
+    keys = len(value) if type(value) is dict and text.count("{") == 1 else _key_count(value)
+    if keys == colons:
+        return False
+    if "\\" not in text:  # no escape, so no quote inside a string: each "..." is one whole string
+        return keys != colons - sum(string.count(":") for string in _STRINGS.findall(text))
+    try:  # numbers are not converted: the text was valid JSON already, only the keys matter here
+        json.loads(text, object_pairs_hook=_pairs_once, parse_int=_ignore, parse_float=_ignore)
+    except _RepeatedKey:
+        return True
+    return False
+
+
+def _key_count(value: Any) -> int:
+    """How many keys the objects in a decoded JSON value hold, all told (its depth is bounded)."""
+    t = type(value)
+    if t is dict:
+        n = len(value)
+        items = value.values()
+    elif t is list:
+        n = 0
+        items = value
+    else:
+        return 0
+    for item in items:
+        if type(item) is dict or type(item) is list:
+            n += _key_count(item)
+    return n
+
+
+def _ignore(text: str) -> None:
+    return None
 
 
 # An escape that could decode to NUL or to a lone surrogate (a valid pair matches too: slow path).

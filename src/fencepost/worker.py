@@ -45,7 +45,7 @@ from fencepost._dialects import FILE_REPLACED
 from fencepost._durable import COMMIT_UNKNOWN, DbFailure, map_failure
 from fencepost._printable import one_line
 from fencepost._schema import flows_runs as runs_t
-from fencepost._values import SAFE_MAX, identifier_problem, parse_json_text, stop_problem
+from fencepost._values import REPEATED_KEY, SAFE_MAX, identifier_problem, parse_json_text, stop_problem
 from fencepost.changefeed.types import StopSignal
 from fencepost.clock import Steady
 from fencepost.errors import FencepostError, RunStoreError
@@ -98,10 +98,19 @@ class UnstorableResult(Exception):
     ``failed`` with this as its recorded reason."""
 
 
-def _has_non_finite(value: Any) -> bool:
-    """True when a float in ``value`` is NaN or infinite, wherever msgspec would encode it: through
-    dicts, lists, tuples and sets, and through the dataclasses, Structs and other objects it encodes
-    as JSON objects (read as ``msgspec.to_builtins`` reads them, floats kept as they are)."""
+_NON_FINITE = ("it holds a float that is NaN or an infinity, which JSON has no form for (it would be "
+               "stored as null)")
+_NON_STR_KEY = ("it has a dict key that is not a string (a number or a bool), which JSON has no form for "
+                "(it would come back as a string)")
+
+
+def _shape_problem(value: Any, floats: bool) -> str | None:
+    """What msgspec would change without a word when encoding ``value``: a dict key that is not a
+    string (msgspec writes ``1`` as ``"1"``), or, with ``floats``, a float that is NaN or infinite
+    (written as null). Looked for wherever msgspec encodes: through dicts, lists, tuples and sets,
+    and through the dataclasses, Structs and other objects it encodes as JSON objects (read as
+    ``msgspec.to_builtins`` reads them: floats and number keys kept as they are; keys it writes as
+    strings of their own, an enum's or a UUID's, are strings there)."""
     try:
         value = msgspec.to_builtins(value)
     except Exception:  # pragma: no cover - the encoder accepted it, so this does too
@@ -110,13 +119,15 @@ def _has_non_finite(value: Any) -> bool:
     while stack:
         item = stack.pop()
         if isinstance(item, float):
-            if not math.isfinite(item):
-                return True
+            if floats and not math.isfinite(item):
+                return _NON_FINITE
         elif isinstance(item, dict):
+            if any(type(key) is not str for key in item):
+                return _NON_STR_KEY
             stack.extend(item.values())
         elif isinstance(item, (list, tuple, set, frozenset)):
             stack.extend(item)
-    return False
+    return None
 
 
 def _state_text(value: Any, what: str) -> str | None:
@@ -137,12 +148,17 @@ def _state_text(value: Any, what: str) -> str | None:
         text = _json.encode(value).decode()
     except Exception as exc:  # msgspec's TypeError/EncodeError for a type JSON has no form for
         raise UnstorableResult(f"{what} cannot be stored as JSON: {exc}") from None
-    # msgspec writes NaN and the infinities as null: the number would be lost without a word. Only a
-    # text holding null can hide one, so the walk is skipped for every other value.
-    if "null" in text and _has_non_finite(value):
-        raise UnstorableResult(f"{what} cannot be stored as JSON: it holds a float that is NaN or an "
-                               "infinity, which JSON has no form for (it would be stored as null)")
+    # msgspec writes NaN and the infinities as null, and a number key as a string: the number, or
+    # the key's type, would be lost without a word. Only a text holding null can hide such a float.
+    # A text whose objects repeat a key (two keys written as one string, 1 and "1") loses a value on
+    # every read: parse_json_text refuses it.
+    problem = _shape_problem(value, floats="null" in text)
+    if problem:
+        raise UnstorableResult(f"{what} cannot be stored as JSON: {problem}")
     _, problem = parse_json_text(text)
+    if problem == REPEATED_KEY:
+        raise UnstorableResult(f"{what} cannot be stored as JSON: two of its keys would be stored as the same "
+                               "string (one value would be lost)")
     if problem:
         raise UnstorableResult(f"{what} cannot be stored: its JSON text breaks a rule ({problem})")
     return text
