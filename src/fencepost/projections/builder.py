@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar, get_args, overload
 
 import msgspec
 from sqlalchemy import Table, select
@@ -38,9 +39,28 @@ from fencepost import _gauges
 from fencepost._dialects import FILE_REPLACED, MISSING_OBJECT, replacement_check
 from fencepost._durable import Database, DbFailure, carry_failure, map_failure, store_closed
 from fencepost._migrations import PROJECTIONS, migrate, pending, permission_note
-from fencepost._values import identifier_problem, is_safe_int, seconds_problem, stop_problem
-from fencepost.changefeed.types import StopSignal
+from fencepost._values import (
+    identifier_problem,
+    is_safe_int,
+    seconds_problem,
+    stop_problem,
+    text_problem,
+    value_problem,
+)
+from fencepost.changefeed.snapshot import SOURCE_SHAPE
+from fencepost.changefeed.types import (
+    Acknowledgement,
+    Batch,
+    Cancellation,
+    Missing,
+    Observed,
+    StopSignal,
+    Waiting,
+    WaitingKind,
+)
 from fencepost.errors import FencepostError, OpenError, ProjectionError, SourceChanged
+from fencepost.journal.owner import owner_problem
+from fencepost.journal.replay import owner_of
 from fencepost.projections import _sources, _sql, checkpoints
 from fencepost.projections._feeds import Page
 from fencepost.projections._lock import BuilderLock
@@ -48,6 +68,7 @@ from fencepost.projections._shadow import ShadowTables
 from fencepost.projections._sources import SOURCE_COLUMN, Share
 from fencepost.projections.checkpoints import Checkpoint, CheckpointMoved, RebuildRecord
 from fencepost.projections.protocol import ConsensusFact, Projection, Target
+from fencepost.runstore.rows import STATUSES
 
 if TYPE_CHECKING:
     from fencepost._store import Store
@@ -600,7 +621,8 @@ class ProjectionBuilder(Generic[Shape]):
         With named sources, ``source_name`` says whose store the snapshots were read from.
         ``updates`` must be an iterable of ``Observed``/``Missing`` snapshots, or the ``Batch``
         ``store.feed.read`` returns (``ConsensusFact``s for a consensus projection), none of them ahead
-        of its source's head; anything else is refused before the target is touched.
+        of its source's head and every field as the feed delivers it; anything else is refused
+        (``invalid_projection`` naming the item's index and field) before the target is touched.
 
         When the source is no longer the one the projection reflects (rotated, or an older copy
         restored with its source id: the checkpoint is ahead of its head), raises ``SourceChanged``
@@ -648,10 +670,8 @@ class ProjectionBuilder(Generic[Shape]):
         return CatchUp(applied, rejected, False, self._read(lambda conn: self._load_in(conn, share)).revision)
 
     def _offered(self, updates: object) -> list[Any]:
-        """``updates`` as a list, each one checked: the type the projection's feed delivers, with a
-        run id, a source and a revision a feed could have produced."""
-        from fencepost.changefeed.types import Batch, Missing, Observed
-
+        """``updates`` as a list, each one checked: the type the projection's feed delivers, every
+        field as that feed could have delivered it (``_offered_problem``)."""
         def refuse(detail: str) -> ProjectionError:
             return ProjectionError("invalid_projection", "offer", f"updates {detail}")
 
@@ -669,8 +689,9 @@ class ProjectionBuilder(Generic[Shape]):
         for index, item in enumerate(items):
             if type(item) not in kinds:
                 raise refuse(f"#{index} must be {wanted} (as this projection's feed delivers)")
-            if identifier_problem(item.run_id) or type(item.source) is not str or not is_safe_int(item.revision):
-                raise refuse(f"#{index} must carry a run_id, a source and a non-negative integer revision")
+            problem = _offered_problem(item)
+            if problem is not None:
+                raise refuse(f"#{index}.{problem}")
         return items
 
     def close(self) -> None:
@@ -1272,3 +1293,111 @@ class ProjectionBuilder(Generic[Shape]):
             except Exception:  # a rotation or an outage: wake the builder, retry later
                 wake.set()
                 quit_watch.wait(self.poll_interval)
+
+
+# ---------------------------------------------------------------------- what ``offer`` takes
+# A snapshot or fact handed to ``offer`` reaches the projection's own code and its tables, so it is
+# held to the rules the feed's decoders hold a stored row to (``runstore._checks.decode_run_state``,
+# ``changefeed.snapshot``, ``journal.replay.fact_problem``), on the fields they decode into: a
+# wrong field is refused naming it (never its value), before the target is touched, alike on both
+# backends, instead of failing inside the projection's write or being applied as it is.
+_MS = "must be a non-negative safe integer"
+_WAITING_KINDS = frozenset(get_args(WaitingKind))
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
+def _offered_problem(item: Any) -> str | None:
+    """Why ``item`` (an ``Observed``, ``Missing`` or ``ConsensusFact``) is not one its feed could
+    have delivered, as ``field rule``; None when it could have been."""
+    p = identifier_problem(item.run_id)
+    if p:
+        return f"run_id {p}"
+    if type(item.source) is not str or not SOURCE_SHAPE.fullmatch(item.source):
+        return "source must be a source id (32 lowercase hex characters)"
+    low = 0 if type(item) is Missing else 1  # a never-seen id carries the watermark, 0 in an empty store
+    if not is_safe_int(item.revision) or item.revision < low:
+        return f"revision must be a safe integer of at least {low}"
+    if type(item) is Observed:
+        return _observed_problem(item)
+    if type(item) is Missing:
+        return None if type(item.deleted) is bool else "deleted must be a bool"
+    return _fact_problem(item)
+
+
+def _observed_problem(s: Observed) -> str | None:
+    status, owner, parent = s.status, s.owner, s.parent_run_id
+    if type(status) is not str or status not in STATUSES:
+        return "status is not a run status"
+    if s.flow_name is not None and (type(s.flow_name) is not str or text_problem(s.flow_name)):
+        return "flow_name must be a string without NUL or lone surrogates, or None"
+    if not is_safe_int(s.created_at_ms):
+        return f"created_at_ms {_MS}"
+    for name, value in (("started_at_ms", s.started_at_ms), ("finished_at_ms", s.finished_at_ms)):
+        if value is not None and not is_safe_int(value):
+            return f"{name} {_MS}, or None"
+    if parent is not None and (identifier_problem(parent) or parent == s.run_id):
+        return "parent_run_id must be another run's id, or None"
+    p = identifier_problem(s.lineage_id)
+    if p:
+        return f"lineage_id {p}"
+    if not is_safe_int(s.round_ordinal):
+        return f"round_ordinal {_MS}"
+    if owner is not None:
+        p = owner_problem(owner)
+        if p:
+            return f"owner {p}"
+    if (owner is not None) != (status == "running"):  # the owner invariant
+        return "owner must be set exactly when status is running"
+    if s.cancellation is not None:
+        p = _cancellation_problem(s.cancellation)
+        if p:
+            return f"cancellation{p}"
+    if s.waiting is not None:
+        p = _waiting_problem(s.waiting)
+        if p:
+            return f"waiting{p}"
+    return None
+
+
+def _cancellation_problem(c: Any) -> str | None:
+    if type(c) is not Cancellation:
+        return " must be a Cancellation, or None"
+    if not is_safe_int(c.requested_at_ms):
+        return f".requested_at_ms {_MS}"
+    ack = c.acknowledgement
+    if ack is None:
+        return None
+    if type(ack) is not Acknowledgement:
+        return ".acknowledgement must be an Acknowledgement, or None"
+    if not is_safe_int(ack.observed_at_ms):
+        return f".acknowledgement.observed_at_ms {_MS}"
+    p = owner_problem(ack.owner)
+    return f".acknowledgement.owner {p}" if p else None
+
+
+def _waiting_problem(w: Any) -> str | None:
+    if type(w) is not Waiting:
+        return " must be a Waiting, or None"
+    if type(w.kind) is not str or w.kind not in _WAITING_KINDS:
+        return ".kind is not a waiting kind"
+    if type(w.reason) is not str or not w.reason or text_problem(w.reason):
+        return ".reason must be a non-empty string without NUL or lone surrogates"
+    if w.wake_at_ms is not None and not is_safe_int(w.wake_at_ms):
+        return f".wake_at_ms {_MS}, or None"
+    if w.token_digest is not None and (type(w.token_digest) is not str or not _DIGEST.fullmatch(w.token_digest)):
+        return ".token_digest must be a SHA-256 hex digest, or None"
+    p = value_problem(w.request)
+    return f".request {p}" if p else None
+
+
+def _fact_problem(f: ConsensusFact) -> str | None:
+    if type(f.kind) is not str or text_problem(f.kind):
+        return "kind must be a string without NUL or lone surrogates"
+    owner = owner_of(f.owner)  # the feed passes on only facts whose owner replay can read
+    if owner is None or owner_problem(owner):
+        return "owner must be an owner object ({hostId, pid, nonce}) of a valid owner"
+    if f.granted_at_ms is not None and not is_safe_int(f.granted_at_ms):
+        return f"granted_at_ms {_MS}, or None"
+    if not is_safe_int(f.emitted_at_ms):
+        return f"emitted_at_ms {_MS}"
+    return None
