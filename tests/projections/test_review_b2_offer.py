@@ -221,3 +221,19 @@ def test_a_malformed_consensus_fact_is_refused_naming_the_field(store, make_db_u
             builder.offer([facts[0], msgspec.structs.replace(facts[-1], **bad)])
         _refused(caught, 1, field)
         assert _counts(builder) == counts
+
+
+def test_a_well_formed_consensus_fact_ahead_of_the_journal_is_still_refused_as_ahead(store, make_db_url):
+    """``test_offer_refuses_a_consensus_fact_ahead_of_the_journal_and_writes_nothing`` offers a fact
+    without an owner, which the field checks now refuse first; this keeps the "ahead" rule proven for
+    a fact that is well formed in every other field."""
+    _running(store)
+    with ProjectionBuilder(store, make_db_url(), OwnershipHistory()) as builder:
+        builder.catch_up()
+        fact = _facts(store, builder)[-1]
+        counts = _counts(builder)
+        forged = msgspec.structs.replace(fact, revision=builder.status().source_revision + 5)
+        with pytest.raises(ProjectionError) as caught:
+            builder.offer([forged])
+        assert caught.value.code == "invalid_projection" and "ahead" in caught.value.detail
+        assert _counts(builder) == counts
