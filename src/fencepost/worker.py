@@ -243,6 +243,7 @@ class RunContext:
         self.state: Any = _decode.decode(row.state_json)
         self.lease = lease
         self._pid = os.getpid()  # the process that took the run: the only one that writes for it
+        self._given_back = threading.Event()  # the worker gave the run back while the function ran
         self._cancelled = threading.Event()
         if row.cancel_requested_at_ms is not None:
             self._cancelled.set()
@@ -312,10 +313,25 @@ def _call_in_this_process(fn: RunFunction, ctx: RunContext) -> Any:
     except BaseException as exc:
         if os.getpid() != ctx._pid:
             _end_forked_child(exc)
+        if ctx._given_back.is_set():
+            raise _GivenBack(ctx.run_id) from exc
         raise
     if os.getpid() != ctx._pid:
         _end_forked_child(None)
+    if ctx._given_back.is_set():
+        raise _GivenBack(ctx.run_id)
     return result
+
+
+class _GivenBack(LeaseLost):
+    """The worker gave the run back while its function ran (``run()`` interrupted twice): the
+    function's end is not recorded."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(run_id, "given-back")
+
+    def __reduce__(self):
+        return (type(self), (self.run_id,))
 
 
 def _end_forked_child(exc: BaseException | None) -> NoReturn:
@@ -472,16 +488,25 @@ class Worker:
             # Nothing new is taken; runs in hand finish, or park ``suspended`` at their next
             # ``check()`` (their leases are still renewed meanwhile). A process that must stop at
             # once is killed instead, and its leases simply expire.
-            self._stopping.set()
-            self._stop_deadline()  # the stop grace of writes still retrying counts from here at the latest
-            # A run taken but whose function no thread of the pool has started yet is not in hand:
-            # given back now, claimable by a peer at once, rather than dropped by the shutdown below
-            # and left ``running`` under a lease nobody renews any more.
-            self._give_back_unstarted()
-            pool.shutdown(wait=True, cancel_futures=True)
-            self._reap()
-            self.supervisor.stop()
-            _gauges.worker_in_flight.discard(**self._gauge_attrs)
+            try:
+                self._stopping.set()
+                self._stop_deadline()  # the stop grace of writes still retrying counts from here at the latest
+                # A run taken but whose function no thread of the pool has started yet is not in hand:
+                # given back now, claimable by a peer at once, rather than dropped by the shutdown below
+                # and left ``running`` under a lease nobody renews any more.
+                self._give_back_unstarted()
+                pool.shutdown(wait=True, cancel_futures=True)
+            except BaseException:
+                # Interrupted while waiting for the runs in hand (Ctrl-C again): stop waiting. Their
+                # functions cannot be stopped, so their runs are given back now rather than left
+                # ``running`` after the host closes the store; then the interrupt goes on.
+                pool.shutdown(wait=False, cancel_futures=True)
+                self._give_back_in_hand()
+                raise
+            finally:
+                self._reap()
+                self.supervisor.stop()
+                _gauges.worker_in_flight.discard(**self._gauge_attrs)
         return self.stats
 
     def _stop_deadline(self) -> float | None:
@@ -556,6 +581,17 @@ class Worker:
                 _gauges.worker_in_flight.set(len(self._futures), **self._gauge_attrs)
         for ctx in contexts:
             if self._give_back(ctx.run_id, ctx.lease, "the worker stopped before its function started"):
+                self._count("suspended")
+
+    def _give_back_in_hand(self) -> None:
+        """``run()`` was interrupted while it waited for the runs in hand: give each back (parked
+        ``suspended`` from its last checkpoint, counted ``suspended``) while its function still
+        runs. That function's end then writes nothing for the run (``_GivenBack``)."""
+        with self._lock:
+            contexts = [ctx for r, ctx in self._contexts.items() if r in self._futures and not self._futures[r].done()]
+        for ctx in contexts:
+            ctx._given_back.set()
+            if self._give_back(ctx.run_id, None, "the worker was interrupted while its function ran"):
                 self._count("suspended")
 
     def _reap(self) -> None:
@@ -950,6 +986,9 @@ class Worker:
     def _execute(self, ctx: RunContext) -> None:
         try:
             self._execute_inner(ctx)
+        except _GivenBack:
+            log.info("run %s: its function ended after the run was given back; its end is not recorded",
+                     ctx.run_id, extra={"run_id": ctx.run_id})
         except LeaseLost:
             self._count("lost")
             log.warning("run %s: lease lost, left to its current owner", ctx.run_id, extra={"run_id": ctx.run_id})
