@@ -50,8 +50,7 @@ from fencepost.changefeed.types import StopSignal
 from fencepost.clock import Steady
 from fencepost.errors import FencepostError, RunStoreError
 from fencepost.journal.owner import OwnerId, owner_problem
-from fencepost.journal.redaction import DEFAULT as DEFAULT_REDACTION
-from fencepost.journal.redaction import redact_diagnostics
+from fencepost.runstore._tracebacks import logged_traceback, store_redaction
 from fencepost.runstore.heartbeat import HEARTBEAT_INTERVAL_MS as INTERVAL_MS
 from fencepost.runstore.heartbeat import STALE_AFTER_MS as STALE_MS
 from fencepost.runstore.heartbeat import WRITE_TOLERANCE_MS as TOLERANCE_MS
@@ -1169,39 +1168,9 @@ class Worker:
             return result
 
     def _log_traceback(self, run_id: str, exc: BaseException, failure: RunFailure | None = None) -> str:
-        """``exc``'s traceback for a log line: frames and every message (chained causes too) redacted
-        as the run's stored failure is, so the log shows what ``runs show`` prints.
-
-        Handlers get this text, never the exception: a handler that formats ``exc_info`` itself, or
-        keeps frame locals, would print each message verbatim. The run's store applies its
-        ``journal.redaction`` to the failure it records, so that redaction comes first; when it
-        fails (the store then refuses the settlement), the default rules; when they fail too, the
-        traceback is withheld and only the type is logged.
-        """
-        if failure is None:
-            try:
-                failure = RunFailure.from_exception(exc)
-            except Exception:  # logging a failure must never raise one
-                return f"{type(exc).__name__} (traceback withheld: it could not be formatted)"
-        fields = {"type": failure.type, "message": failure.message, "traceback": failure.traceback}
-        for redaction in (self._redaction(run_id), DEFAULT_REDACTION):
-            if not redaction.enabled:  # the store's explicit opt-out: its failures are stored as given
-                return failure.bounded().traceback
-            try:
-                text = redact_diagnostics(redaction, fields)["traceback"]
-            except Exception:  # the redactor's own error may quote the text: never pass it on
-                continue
-            if type(text) is str:  # redacted, then cut as the store cuts it
-                return RunFailure(failure.type, "", text).bounded().traceback
-        return f"{failure.type} (traceback withheld: it could not be redacted)"
-
-    def _redaction(self, run_id: str) -> Any:
-        """The redaction the store applies to ``run_id``'s failure (its shard's, in a shard set)."""
-        store_for = getattr(self.store, "store_for", None)
-        try:
-            return (store_for(run_id) if store_for is not None else self.store).journal.redaction
-        except Exception:  # locating the run's shard failed: the default rules still apply
-            return DEFAULT_REDACTION
+        """``exc``'s traceback for a log line, redacted as ``run_id``'s stored failure is (see
+        ``runstore._tracebacks.logged_traceback``): handlers get this text, never the exception."""
+        return logged_traceback(exc, store_redaction(self.store, run_id), failure)
 
     def _settle_cancelled(self, ctx: RunContext, raised: Cancelled | None = None) -> None:
         """Settle ``cancelled`` under the guard that a cancel request is on the run. A function that
