@@ -442,7 +442,16 @@ def parse_url(url: str) -> tuple[URL, dict[str, str]]:
     if unknown:
         known = ", ".join(k for k, b in _OWN_OPTIONS.items() if b in (backend, "any"))
         more = "" if backend == "sqlite" else " and the driver's connection keywords"
-        raise ValueError(f"unknown URL option {_option_name(unknown[0])} (known: {known}{more})")
+        key = unknown[0]
+        name = _option_name(key)
+        if name is None:
+            # Not shown as given (it may be a value put where a name goes), but a known name written
+            # in capitals is named in lowercase: the only way to tell what is wrong with it.
+            lower = key.lower()
+            name = (f"'{lower}' written with capitals (option names are lowercase)"
+                    if lower in _OWN_OPTIONS or (allowed is not None and lower in allowed)
+                    else "whose name is not shown (it does not look like an option name)")
+        raise ValueError(f"unknown URL option {name} (known: {known}{more})")
     if backend == "postgresql":
         _refuse_repeated_driver_options(query)
         _refuse_ipv6_host_option(query)
@@ -483,8 +492,9 @@ def _refuse_nul(parsed: URL, backend: str) -> None:
     parts = [("path" if backend == "sqlite" else "database", parsed.database), ("user", parsed.username),
              ("password", parsed.password), ("host", parsed.host)]
     for key, given in parsed.query.items():
-        parts.append((f"option {_option_name(key)}", key))
-        parts.extend((f"option {_option_name(key)}", value) for value in _values(given))
+        part = f"option {_option_name(key) or '(its name not shown)'}"
+        parts.append((part, key))
+        parts.extend((part, value) for value in _values(given))
     for part, value in parts:
         if isinstance(value, str) and "\x00" in value:
             raise ValueError(f"the URL's {part} holds a NUL character (%00), which no "
@@ -766,10 +776,10 @@ def _values(value: str | tuple[str, ...] | None) -> tuple[str, ...]:
     return () if value is None else (value,) if isinstance(value, str) else tuple(value)
 
 
-def _option_name(key: str) -> str:
-    """A query option's name for an error: quoted when it looks like a name, else not at all (a
-    mangled URL may have put a value where the name goes)."""
-    return f"'{key}'" if _NAMEABLE.match(key) else "an option"
+def _option_name(key: str) -> str | None:
+    """A query option's name for an error: quoted when it looks like a name, else None: not shown
+    (a mangled URL may have put a value where the name goes)."""
+    return f"'{key}'" if _NAMEABLE.match(key) else None
 
 
 # What ``watching_engines`` asked to be told on this thread: each engine a ``Database`` builds.
