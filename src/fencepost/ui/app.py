@@ -552,6 +552,11 @@ def create_app(url: str | Mapping[str, str] | None = None, *, store: Any = None,
             since = _since(request.query_params.get("since"), list(named) if several else None, down)
         except views.BadInput as exc:
             return error(request, 400, exc.code, exc.detail)
+        headers = {"x-accel-buffering": "no"}
+        if request.method == "HEAD":
+            # The stream's headers and an ended message (length 0, so that even a client that reads
+            # a body after HEAD stops): no page to feed, so no subscription to the hub.
+            return Response(b"", media_type="text/event-stream", headers=headers)
         sub = hub.subscribe()
         opened = time.monotonic()
 
@@ -636,8 +641,7 @@ def create_app(url: str | Mapping[str, str] | None = None, *, store: Any = None,
             finally:
                 hub.unsubscribe(sub)
 
-        return StreamingResponse(stream(), media_type="text/event-stream",
-                                 headers={"x-accel-buffering": "no"})
+        return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
 
     async def static(request: Request) -> Response:
         name = request.path_params["name"]
