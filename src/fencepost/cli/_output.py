@@ -169,18 +169,18 @@ class Output:
             return _write_json
         if self.format == "csv":
             target = _MachineOut()
-            writer = csv.writer(target, lineterminator="\n")
+            writerow = _csv_writer(target)
             header: list[str] | None = list(fields) or None
             if fields:
-                writer.writerow(fields)
+                writerow(fields)
                 target.flush()
 
             def csv_line(record: Mapping[str, Any]) -> None:
                 nonlocal header
                 if header is None:
                     header = list(record)
-                    writer.writerow(header)
-                writer.writerow([_csv_cell(record.get(k)) for k in header])
+                    writerow(header)
+                writerow([_csv_cell(record.get(k)) for k in header])
                 target.flush()
 
             return csv_line
@@ -273,16 +273,29 @@ def _csv_cell(value: Any) -> Any:
     return _surrogates_escaped(value) if isinstance(value, str) else value
 
 
+def _csv_writer(target: Any) -> Callable[[Sequence[Any]], None]:
+    """Write one CSV row a line (``\n``). A row with a cell holding a carriage return is quoted
+    whole: the csv module quotes only the line terminator's own characters, and CSV readers take a
+    lone CR for the end of a line, which split such a row in two."""
+    plain = csv.writer(target, lineterminator="\n")
+    quoted = csv.writer(target, lineterminator="\n", quoting=csv.QUOTE_ALL)
+
+    def writerow(row: Sequence[Any]) -> None:
+        (quoted if any(type(c) is str and "\r" in c for c in row) else plain).writerow(row)
+
+    return writerow
+
+
 def _write_csv(records: Sequence[Mapping[str, Any]], fields: Sequence[str] = ()) -> None:
     target = _MachineOut()
-    writer = csv.writer(target, lineterminator="\n")
+    writerow = _csv_writer(target)
     header: list[str] = [] if records else list(fields)
     for r in records:
         header += [k for k in r if k not in header]
     if header:
-        writer.writerow(header)
+        writerow(header)
     for r in records:
-        writer.writerow([_csv_cell(r.get(k)) for k in header])
+        writerow([_csv_cell(r.get(k)) for k in header])
     target.flush()
 
 
