@@ -62,6 +62,27 @@
   }
 
   // ---------------------------------------------------------------- runs page
+  // The newest page takes the runs created while it is open at its top, up to one page of them
+  // (data-limit): past that, a notice counts the newer runs and links to the newest page, so a tab
+  // left open on a busy store stays bounded. No row is ever dropped, so "older runs →" still starts
+  // right after the last row shown, as when the page was rendered.
+  const NOT_SHOWN_MAX = 1000;
+  let addedLive = 0;
+  const notShown = new Set(); // the newer runs past the cap (store, id): each counted once
+  function noteNewer(store, id, deleted) {
+    const box = document.getElementById("newer-runs");
+    const key = JSON.stringify([store, id]);
+    if (!box) return;
+    if (deleted) { if (!notShown.delete(key)) return; }
+    else if (notShown.has(key) || notShown.size >= NOT_SHOWN_MAX) return;
+    else notShown.add(key);
+    const n = notShown.size;
+    box.firstElementChild.textContent = (n >= NOT_SHOWN_MAX ? n + "+" : String(n))
+      + (n === 1 ? " newer run" : " newer runs") + " not shown: show the newest";
+    box.hidden = n === 0;
+    flash(box);
+  }
+
   function onRunRuns(ev) {
     const tbody = document.querySelector("#runs tbody");
     if (!tbody) return;
@@ -73,6 +94,7 @@
     if (row && Number(row.dataset.revision) >= ev.revision) return; // an older event
     if (ev.deleted) {
       if (row) { row.classList.add("deleted"); row.querySelector(".status").textContent = "deleted"; }
+      else noteNewer(store, ev.run_id, true);
       return;
     }
     if (!row) {
@@ -83,6 +105,8 @@
       const rows = tbody.querySelectorAll("tr[data-run-id]");
       const oldest = rows.length ? Number(rows[rows.length - 1].dataset.created) : null;
       if (document.getElementById("next-page") && oldest !== null && ev.created_at_ms <= oldest) return;
+      if (addedLive >= Number(document.body.dataset.limit)) { noteNewer(store, ev.run_id); return; }
+      addedLive += 1;
       row = document.createElement("tr");
       row.dataset.runId = ev.run_id;
       row.dataset.created = String(ev.created_at_ms);
