@@ -145,7 +145,7 @@ def encode_cursor(source: str, filters: ListFilters, created_at_ms: int, run_id:
 def decode_cursor(cursor: object, source: str, filters: ListFilters, *, newest_first: bool = False) -> tuple[int, str]:
     """Return the key a cursor resumes after, or raise.
 
-    Longer than 65 536 characters: ``invalid_options`` (as upstream). Not a version-1 cursor, or
+    Not a string: ``invalid_options``. Longer than 65 536 characters, not a version-1 cursor, or
     issued for other filters or the other order: ``invalid_cursor``. Issued on another source: ``SourceChanged``.
     Surrounding whitespace is tolerated.
     """
