@@ -16,6 +16,7 @@ import time
 import fencepost
 from fencepost.clock import ManualClock, Steady, SystemClock
 from fencepost.worker import Cancelled, RunContext, Worker
+from tests.worker.conftest import wait_for
 
 STEP_MS = 60_000
 
@@ -29,13 +30,20 @@ class SteppedClock(SystemClock):
         return super().now_ms() - self.back
 
 
-def _wait_for(pred, timeout: float) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.02)
-    return bool(pred())
+def _checking(started: threading.Event, ended: list[float], until: type[BaseException]):
+    """A run function that calls ``check()`` every 20 ms until it raises ``until``, noting when."""
+
+    def fn(ctx: RunContext):
+        started.set()
+        try:
+            while True:
+                ctx.check()
+                time.sleep(0.02)
+        except until:
+            ended.append(time.monotonic())
+            raise
+
+    return fn
 
 
 def test_steady_follows_a_manual_clock_exactly() -> None:
@@ -84,7 +92,7 @@ def test_heartbeats_go_on_after_the_store_clock_steps_back(db_url: str) -> None:
             beat = store.runs.get("r1").heartbeat_at_ms
             # Paced on the stepped clock, nothing was due for 60 s: not one pulse. (The stored heartbeat
             # never moves back, so it stands still until the clock catches up; the pulses renew it.)
-            assert _wait_for(lambda: worker.supervisor.pulses >= pulses + 2, 6), worker.supervisor.pulses
+            assert wait_for(lambda: worker.supervisor.pulses >= pulses + 2, 6), worker.supervisor.pulses
             assert store.runs.get("r1").heartbeat_at_ms == beat and not worker.supervisor.failed_pulses
         finally:
             stop.set()
@@ -98,18 +106,7 @@ def test_a_cancel_request_is_seen_after_the_store_clock_steps_back(db_url: str) 
         store.runs.create("r1", "{}")
         started = threading.Event()
         seen: list[float] = []
-
-        def fn(ctx: RunContext):
-            started.set()
-            try:
-                while True:
-                    ctx.check()
-                    time.sleep(0.02)
-            except Cancelled:
-                seen.append(time.monotonic())
-                raise
-
-        worker = Worker(store, fn)
+        worker = Worker(store, _checking(started, seen, Cancelled))
         t = threading.Thread(target=worker.run, kwargs={"until_idle": True}, daemon=True)
         t.start()
         assert started.wait(10)
@@ -133,18 +130,7 @@ def test_a_run_taken_over_after_the_store_clock_steps_back_is_noticed_at_the_nex
         store.runs.create("r1", "{}")
         started = threading.Event()
         told: list[float] = []
-
-        def fn(ctx: RunContext):
-            started.set()
-            try:
-                while True:
-                    ctx.check()
-                    time.sleep(0.02)
-            except LeaseLost:
-                told.append(time.monotonic())
-                raise
-
-        worker = Worker(store, fn)
+        worker = Worker(store, _checking(started, told, LeaseLost))
         stop = threading.Event()
         t = threading.Thread(target=worker.run, args=(stop,), daemon=True)
         t.start()
@@ -156,7 +142,7 @@ def test_a_run_taken_over_after_the_store_clock_steps_back_is_noticed_at_the_nex
         claimed = store.runs.claim("r1", row.snapshot(), peer, clock.now_ms())
         store.runs.activate("r1", peer, claimed.claimed_at_ms, row.snapshot())
         taken = time.monotonic()
-        _wait_for(lambda: bool(told), 8)
+        wait_for(lambda: bool(told), 8)
         stop.set()
         t.join(10)
         assert told and told[0] - taken < 5, "the owner was not told within 5 s"
