@@ -21,6 +21,7 @@ from fencepost._printable import one_line, printable
 from fencepost.cli._common import (
     CliContext,
     StopRelay,
+    echo_error,
     err_console,
     error_text,
     fail,
@@ -117,11 +118,18 @@ def worker_process(url: str | dict[str, str], task: str, concurrency: int, until
                      name="fencepost-worker-parent").start()
     clock = ScaledClock(*clock_spec) if clock_spec else None
     # One URL: one store. A mapping of name to URL: a shard set, which the Worker sweeps shard by shard.
-    opened = fencepost.open_shards(url, clock=clock) if isinstance(url, dict) else fencepost.open(url, clock=clock)
-    with opened as store:
-        check = same_host_pid_probe if liveness == "pid" else None
-        worker = Worker(store, load_task(task, import_dir), concurrency=concurrency, run_prefix=prefix, liveness=check)
-        stats = worker.run(stop, until_idle=until_idle)
+    try:
+        opened = fencepost.open_shards(url, clock=clock) if isinstance(url, dict) else fencepost.open(url, clock=clock)
+        with opened as store:
+            check = same_host_pid_probe if liveness == "pid" else None
+            worker = Worker(store, load_task(task, import_dir), concurrency=concurrency, run_prefix=prefix,
+                            liveness=check)
+            stats = worker.run(stop, until_idle=until_idle)
+    except fencepost.FencepostError as exc:
+        # The process ends as a command does: one Error: line (naming the shard that failed, over a
+        # set), exit 1, no traceback; the command then reports the process's exit code.
+        echo_error(error_text(exc) if exc.store is None else f"shard {exc.store}: {error_text(exc)}")
+        raise SystemExit(1) from None
     if results is not None:
         results.put((os.getpid(), msgspec.json.encode(stats)))
 
