@@ -19,7 +19,6 @@ starts over once a checkpoint has caught up).
 from __future__ import annotations
 
 import logging
-import os
 import sqlite3
 import threading
 import time
@@ -52,7 +51,7 @@ class Checkpointer:
 
     def __init__(self, path: str, synchronous: str) -> None:
         self._path = path
-        self._uri = Path(os.path.abspath(path)).as_uri() + "?mode=rw"
+        self._uri = Path(path).as_uri() + "?mode=rw"  # the store's path, absolute since it opened
         self._synchronous = synchronous
         self._reset()
         #: Checkpoints run and failed (read by tests and diagnostics).

@@ -405,7 +405,7 @@ def replacement_check(backend: Backend, path: Any) -> Callable[[], bool]:
     database deleted and recreated would otherwise go on answering from the old file for ever."""
     if backend.name != "sqlite" or path is None:
         return lambda: False
-    where = os.path.abspath(str(path))
+    where = str(path)  # a store's path is absolute since it opened
     identity = backend.kept_file or file_identity(where)
     return lambda: file_identity(where) != identity
 
@@ -601,7 +601,7 @@ class SqliteBackend(Backend):
 
         file = self._file
         if self.path:
-            file[0] = os.path.abspath(self.path)
+            file[0] = self.path  # absolute: the store made it so when it opened
 
             @event.listens_for(engine, "do_connect")
             def _open_file(_dialect: Any, record: Any, cargs: Any, _cparams: Any) -> None:

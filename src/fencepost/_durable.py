@@ -856,6 +856,14 @@ class Database:
         backend_name = parsed.get_backend_name()
         if backend_name == "sqlite":
             path = Path(parsed.database or "")  # parse_url refused an empty or in-memory one
+            # Absolute once, here: a relative path resolved later (a new connection, a follower's
+            # watch, a file identity check) would name another file once the process changed
+            # directory. Joined, not normalized: ``link/..`` is where the link leads, as the OS
+            # resolves it. Messages still name the path as it was given.
+            self._given = str(path)
+            with contextlib.suppress(OSError):  # no current directory: SQLite's open says so
+                path = Path.cwd() / path
+            parsed = parsed.set(database=str(path))
             self.backend: Backend = SqliteBackend(str(path))
             self.path: Path | None = path
             _check_path(path, self.where, "reading" if readonly else "writing")
@@ -932,7 +940,7 @@ class Database:
     @property
     def where(self) -> str:
         """The database, safe to print: the SQLite path, or the URL with its password masked."""
-        return str(self.path) if self.path is not None else redact_url(self.url)
+        return self._given if self.path is not None else redact_url(self.url)
 
     def probe(self) -> None:
         """Connect once, without retrying, so an open that cannot even connect says why at once."""

@@ -163,7 +163,7 @@ class _SqliteWaiter(_Waiter):
         self._conn_lock = threading.Lock()  # the follower's thread uses ``_conn``, the watcher releases it
         self._closed = threading.Event()
         self._done = _Either(self._closed, _StoreClosed(db))  # ``close()``, or the store closed
-        path = os.path.abspath(str(db.path))
+        path = str(db.path)  # absolute since the store opened (a chdir since changes nothing)
         self._path = path
         # The file this follower reads (a writable store's own, even when it was replaced before
         # this follow began: its reads would otherwise fail and be retried for ever).
