@@ -152,6 +152,22 @@ def _label(specs: Sequence[DbSpec], i: int) -> str:
     return specs[i].where or f"--db #{i + 1}"
 
 
+def _labelled_open(open_one: Callable[[str | None], Any], spec: DbSpec, label: str) -> Any:
+    """``open_one(spec.url)`` for one of several stores; a database that is not there is named by
+    where it was given (``--shards line 2 (b)``) and to be restored: a store given to read, or a
+    member of a set, is not created (the store's own advice, ``fencepost init``, would be refused)."""
+    from fencepost.errors import OpenError
+
+    try:
+        return open_one(spec.url)
+    except OpenError as exc:
+        if exc.code != "database_missing":
+            raise
+        named = label if spec.name is None else f"{label} ({spec.name})"
+        raise fail(f"{named}: database_missing: its database does not exist; restore it "
+                   "(or fix its URL)") from None
+
+
 def _labels(specs: Sequence[DbSpec]) -> list[str]:
     return [_label(specs, i) for i in range(len(specs))]
 
@@ -320,8 +336,9 @@ class CliContext:
             open_one = self._opener(readonly, opener)
             opened: list[Any] = []
             try:
-                for spec in self.specs:
-                    opened.append(open_one(spec.url))
+                for i, spec in enumerate(self.specs):
+                    opened.append(_labelled_open(open_one, spec, _label(self.specs, i)) if self.several
+                                  else open_one(spec.url))
                 names = self._names(opened)
             except BaseException:
                 for store in opened:
@@ -371,7 +388,6 @@ class CliContext:
         or written.
         Anything else is a usage error (exit 2) that names the ``--db`` by position and changes nothing.
         """
-        import fencepost
         from fencepost.shards import membership
 
         urls = [spec.url or "" for spec in self.specs]
@@ -382,8 +398,8 @@ class CliContext:
             refuse_same_database(_labels(self.specs), [lk.source for lk in looks], [lk.place for lk in looks])
         else:
             records, sources, empty = [], [], []
-            for spec in self.specs:
-                with fencepost.open(spec.url, readonly=True) as store:
+            for i, spec in enumerate(self.specs):
+                with _labelled_open(self._opener(True, None), spec, _label(self.specs, i)) as store:
                     records.append(membership.read(store))
                     sources.append(store.feed.position().source)
                     empty.append(membership._empty(store))

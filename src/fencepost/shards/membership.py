@@ -431,6 +431,10 @@ def check_before_creating(names: Sequence[str], looks: Sequence[Look], *, grow: 
     founded = any(lk.founded for lk in looks)
     for i, lk in enumerate(looks):
         if lk.record is None and _stands_for_a_member(i, records, empty, founded=founded, grow=grow):
+            if not lk.exists and i < len(newest.members) and names[i] == newest.members[i]:
+                # A recorded member whose database is gone: growing would not bring it back.
+                raise _refuse(f"shard #{i} is not a member of this set as given: no database is there, where "
+                              f"the set records member {names[i]}; restore its database (or fix its URL)")
             raise _not_a_member(i)
         if lk.record is None and grow and i >= _appended_from(records) and not lk.empty:
             raise _holds_runs(i, grow=True)
