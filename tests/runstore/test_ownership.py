@@ -338,6 +338,31 @@ def test_a_blocked_on_reconfirm_lapses_at_the_renewed_deadline_without_stalling_
     hook.set()
 
 
+def test_an_on_reconfirm_hook_that_raises_lapses_the_lease_and_is_logged_redacted(fake, clock, caplog):
+    """Defect (found by a review, no database: the supervisor's own path): an ``on_reconfirm`` hook
+    that raised lapsed the lease, as it must (the receipt did not finish), but its error was kept on
+    the receipt and never logged: the log said only "lease lapsed". It is now logged as the other
+    supervision callbacks are: the traceback redacted, as text, naming the run."""
+    import logging
+
+    fake.runs.heartbeat_mode = "fail"
+    lapses: list[int] = []
+
+    def on_reconfirm(ms: int) -> None:
+        raise RuntimeError("hook failed: tool --password hunter2RC")
+
+    with caplog.at_level(logging.INFO, logger="fencepost.ownership"):
+        with LeaseKeeper(fake, "r1", A, on_reconfirm=on_reconfirm, on_lapse=lapses.append) as keeper:
+            advance_to(keeper, clock, 20_000)
+            _wait_for(lambda: keeper.lost)
+            assert keeper.lost and lapses == [19_000]
+    failed = [r for r in caplog.records if "supervision callback failed" in r.getMessage()]
+    assert len(failed) == 1, [r.getMessage() for r in caplog.records]
+    text = failed[0].getMessage()
+    assert text.startswith("run r1: supervision callback failed") and "RuntimeError" in text
+    assert "hunter2RC" not in text and failed[0].exc_info is None
+
+
 def test_reconfirm_lost_to_a_peer_lapses(fake, clock):
     fake.runs.heartbeat_mode = "fail"
     fake.runs.reconfirm_mode = "lost"

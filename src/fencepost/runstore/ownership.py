@@ -546,7 +546,12 @@ class Supervisor:
                 owner=self.owner, source_id=ENGINE_SOURCE_ID,
             )
         if lease._on_reconfirm is not None:
-            lease._on_reconfirm(unconfirmed_ms)
+            try:
+                lease._on_reconfirm(unconfirmed_ms)
+            except BaseException as exc:
+                # The receipt did not finish, so the lease lapses (``_collect_receipts``): say why.
+                _log_callback_failure(self.store, lease.run_id, exc)
+                raise
 
     def _wait_call(self, call: _Call, deadline_ms: int) -> bool:
         while not call.done.wait(_POLL_S):
